@@ -1,0 +1,95 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Fence makes updates of a user's table fenced: each row keeps the highest
+// token that wrote it, and an update carrying a lower token changes nothing
+// and returns a *FencedError. The table needs a bigint token column (NOT
+// NULL DEFAULT 0), e.g.
+//
+//	ALTER TABLE inventory ADD COLUMN fencing_token bigint NOT NULL DEFAULT 0;
+//
+// A Fence is a value, safe to copy and share.
+type Fence struct {
+	// Schema qualifies Table when set. Defaults to the search_path.
+	Schema string
+	// Table is the fenced table.
+	Table string
+	// Key is the column that identifies a row (the lock name's resource).
+	Key string
+	// Token is the column holding the highest token that wrote the row.
+	// Defaults to "fencing_token".
+	Token string
+}
+
+func (f Fence) names() (table, key, token string, err error) {
+	if f.Table == "" || f.Key == "" {
+		return "", "", "", fmt.Errorf("%w: fence needs a table and a key column", ErrInvalid)
+	}
+	tok := f.Token
+	if tok == "" {
+		tok = "fencing_token"
+	}
+	id := pgx.Identifier{f.Table}
+	if f.Schema != "" {
+		id = pgx.Identifier{f.Schema, f.Table}
+	}
+	return id.Sanitize(), pgx.Identifier{f.Key}.Sanitize(), pgx.Identifier{tok}.Sanitize(), nil
+}
+
+// Update runs
+//
+//	UPDATE table SET <set>, token = <token> WHERE key = <key> AND token <= <token>
+//
+// where set is the caller's SET list written with placeholders $1…$n for
+// args (key and token are appended as $n+1 and $n+2). It returns nil when the
+// row was updated, a *FencedError when the row has seen a higher token, and
+// ErrNotFound when no row has that key. Equal tokens are admitted, so one
+// tenure may write many times. Run it on the caller's transaction to combine
+// it with other writes.
+func (f Fence) Update(ctx context.Context, db Querier, key any, token int64, set string, args ...any) error {
+	table, keyCol, tokCol, err := f.names()
+	if err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: fencing token %d", ErrInvalid, token)
+	}
+	if strings.TrimSpace(set) == "" {
+		return fmt.Errorf("%w: empty SET list", ErrInvalid)
+	}
+	n := len(args)
+	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND %s <= $%d",
+		table, set, tokCol, n+2, keyCol, n+1, tokCol, n+2)
+	tag, err := db.Exec(ctx, sql, append(append([]any(nil), args...), key, token)...)
+	if err != nil {
+		return fmt.Errorf("fencedlock: fenced update of %s: %w", table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var current int64
+	err = db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s %v", ErrNotFound, table, key)
+	}
+	if err != nil {
+		return fmt.Errorf("fencedlock: fenced update of %s: %w", table, err)
+	}
+	return &FencedError{Presented: token, Required: current}
+}

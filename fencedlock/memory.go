@@ -1,0 +1,169 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Clock tells the time. Memory backends take one so that tests can move time
+// forward instead of sleeping; time.Now is the default.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Memory is the lock service in this process's memory: the same contract as
+// Postgres, for tests and single-process programs. Expiry follows its Clock.
+// It is safe for concurrent use. The zero value is not usable; call NewMemory.
+type Memory struct {
+	clock Clock
+
+	mu      sync.Mutex
+	locks   map[string]*memLock
+	next    int64 // last token handed out, for every name (like the sequence)
+	waiters waitList
+}
+
+type memLock struct {
+	holder  string
+	token   int64
+	expires time.Time
+}
+
+// NewMemory returns an empty store; a nil clock means the system clock.
+func NewMemory(clock Clock) *Memory {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	return &Memory{clock: clock, locks: map[string]*memLock{}}
+}
+
+// Acquire implements Store.
+func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	if err := validAcquire(name, holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	sent := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	if l := m.locks[name]; l != nil && now.Before(l.expires) {
+		return Lease{}, &HeldError{Name: name, Holder: l.holder, Token: l.token}
+	}
+	m.next++
+	l := &memLock{holder: holder, token: m.next, expires: now.Add(ttl)}
+	m.locks[name] = l
+	return Lease{Name: name, Holder: holder, Token: l.token, TTL: ttl, Expires: l.expires, sent: sent}, nil
+}
+
+// current returns the lock row for lease if lease is its unexpired tenure.
+// The caller holds m.mu.
+func (m *Memory) current(l Lease) *memLock {
+	c := m.locks[l.Name]
+	if c == nil || c.holder != l.Holder || c.token != l.Token || !m.clock.Now().Before(c.expires) {
+		return nil
+	}
+	return c
+}
+
+// Renew implements Store.
+func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
+	if err := validLease(l); err != nil {
+		return Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	sent := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.current(l)
+	if c == nil {
+		return Lease{}, fmt.Errorf("%w: renew %q token %d", ErrNotHeld, l.Name, l.Token)
+	}
+	c.expires = m.clock.Now().Add(l.TTL)
+	l.Expires, l.sent = c.expires, sent
+	return l, nil
+}
+
+// Release implements Store and wakes the waiters of the lock.
+func (m *Memory) Release(ctx context.Context, l Lease) error {
+	if err := validLease(l); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.current(l)
+	if c == nil {
+		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, l.Name, l.Token)
+	}
+	c.expires = m.clock.Now()
+	m.waiters.wake(l.Name)
+	return nil
+}
+
+// Holder implements Store.
+func (m *Memory) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := validName("lock name", name); err != nil {
+		return Lease{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.locks[name]
+	if c == nil || !m.clock.Now().Before(c.expires) {
+		return Lease{}, false, nil
+	}
+	return Lease{Name: name, Holder: c.holder, Token: c.token, Expires: c.expires}, true, nil
+}
+
+// Released implements Wakeups: the channel is closed at the next release of
+// name. Expiry does not close it; waiters also poll.
+func (m *Memory) Released(name string) (<-chan struct{}, func()) { return m.waiters.add(name) }
+
+// Gate is the resource-side fencing check for a resource in memory: it
+// admits a token at least as high as the highest it has admitted, and rejects
+// lower ones with a *FencedError. The zero Gate is ready to use and admits
+// every positive token; it is safe for concurrent use.
+type Gate struct {
+	mu      sync.Mutex
+	highest int64
+}
+
+// Do runs fn under the gate if token is not stale, and raises the gate to
+// token when fn succeeds (like a fenced UPDATE, which records its token only
+// when it changes the row). Calls are serialised, so fn may update the
+// resource without further locking. It returns fn's error, or a *FencedError
+// without running fn.
+func (g *Gate) Do(token int64, fn func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if token < g.highest {
+		return &FencedError{Presented: token, Required: g.highest}
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	g.highest = token
+	return nil
+}
+
+// Highest returns the highest token the gate has admitted.
+func (g *Gate) Highest() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.highest
+}

@@ -1,0 +1,2 @@
+DROP TABLE {{locks}};
+DROP SEQUENCE {{lock_tokens}};

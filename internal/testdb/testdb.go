@@ -1,0 +1,258 @@
+// Package testdb gives each test an isolated, migrated schema in a real
+// PostgreSQL server.
+//
+// The server comes from TEST_DATABASE_URL (scripts/postgres.sh prints it);
+// when unset, from testcontainers-go if a Docker daemon answers; otherwise the
+// test is skipped with the reason — except under CI=true, where a missing
+// server fails the test, so a green CI run always means the tests ran.
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+// DB is one test's schema.
+type DB struct {
+	// Pool connects with search_path set to Schema, so unqualified lockfree
+	// tables resolve there.
+	Pool *pgxpool.Pool
+	// Schema is the test's own schema, dropped when the test ends.
+	Schema string
+	// URL connects to the same schema (search_path in the URL); give it to
+	// child processes and to proxies' clients.
+	URL string
+}
+
+// New creates a fresh schema, applies ms to it, and drops it in t.Cleanup.
+func New(t testing.TB, ms ...migrate.Migration) *DB {
+	t.Helper()
+	return newSchema(t, URL(t), ms)
+}
+
+func newSchema(t testing.TB, base string, ms []migrate.Migration) *DB {
+	t.Helper()
+	schema := schemaName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	admin, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quote(schema)); err != nil {
+		t.Fatalf("testdb: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// The server may have been stopped or restarted by the test: retry.
+		for attempt := 0; ; attempt++ {
+			pool, err := pgxpool.New(ctx, base)
+			if err == nil {
+				_, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+quote(schema)+" CASCADE")
+				pool.Close()
+			}
+			if err == nil || attempt == 20 {
+				if err != nil {
+					t.Logf("testdb: drop schema %s: %v", schema, err)
+				}
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+
+	u := WithSearchPath(base, schema)
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if len(ms) > 0 {
+		if err := migrate.Up(ctx, pool, migrate.Names{}, ms...); err != nil {
+			t.Fatalf("testdb: %v", err)
+		}
+	}
+	return &DB{Pool: pool, Schema: schema, URL: u}
+}
+
+// WithSearchPath returns the connection URL u with search_path set to schema.
+func WithSearchPath(u, schema string) string {
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.Scheme == "" {
+		// Keyword/value form.
+		return u + " search_path=" + schema
+	}
+	q := parsed.Query()
+	q.Set("search_path", schema)
+	parsed.RawQuery = q.Encode()
+	return parsed.String()
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
+
+func schemaName(t testing.TB) string {
+	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
+}
+
+func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
+
+// URL returns the server's connection URL, or skips (fails under CI=true)
+// when there is none.
+func URL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	if u, err := container(); err == nil {
+		return u
+	} else {
+		Missing(t, "PostgreSQL", "TEST_DATABASE_URL is unset and no Docker daemon answers ("+err.Error()+")")
+	}
+	return ""
+}
+
+// Missing reports a service a test needs and cannot have: t.Fatal under
+// CI=true, t.Skip otherwise.
+func Missing(t testing.TB, service, why string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not available: %s; run `make test`, or `make services` and the exports it prints", service, why)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	containerOnce sync.Once
+	containerURL  string
+	containerErr  error
+)
+
+// container starts one PostgreSQL container per test binary when a Docker
+// daemon answers. It is left to testcontainers' reaper to remove.
+func container() (string, error) {
+	containerOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := testcontainers.NewDockerProvider(); err != nil {
+			containerErr = err
+			return
+		}
+		c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+			ContainerRequest: testcontainers.ContainerRequest{
+				Image:        "postgres:15",
+				ExposedPorts: []string{"5432/tcp"},
+				Env:          map[string]string{"POSTGRES_HOST_AUTH_METHOD": "trust", "POSTGRES_DB": "lockfree"},
+				WaitingFor:   wait.ForListeningPort("5432/tcp").WithStartupTimeout(2 * time.Minute),
+			},
+			Started: true,
+		})
+		if err != nil {
+			containerErr = err
+			return
+		}
+		host, err := c.Host(ctx)
+		if err != nil {
+			containerErr = err
+			return
+		}
+		port, err := c.MappedPort(ctx, "5432/tcp")
+		if err != nil {
+			containerErr = err
+			return
+		}
+		containerURL = fmt.Sprintf("postgres://postgres@%s:%s/lockfree?sslmode=disable", host, port.Port())
+	})
+	return containerURL, containerErr
+}
+
+// FaultDB is a schema on the fault-injection server: a second local
+// PostgreSQL instance that the test may stop, start and restart. Tests that
+// use it, in any package, run one at a time (a file lock serialises them),
+// so a restart never disturbs another test.
+type FaultDB struct {
+	*DB
+	t   testing.TB
+	ctl string
+}
+
+// Faults returns a migrated schema on the fault-injection server
+// (TEST_FAULT_DATABASE_URL, controlled by TEST_FAULT_POSTGRES_CTL, both printed
+// by scripts/postgres.sh env). Without them the test is skipped — failed under
+// CI=true — rather than pretending to inject a fault it cannot.
+func Faults(t testing.TB, ms ...migrate.Migration) *FaultDB {
+	t.Helper()
+	u, ctl := os.Getenv("TEST_FAULT_DATABASE_URL"), os.Getenv("TEST_FAULT_POSTGRES_CTL")
+	if u == "" || ctl == "" {
+		Missing(t, "a PostgreSQL server this test may restart",
+			"TEST_FAULT_DATABASE_URL and TEST_FAULT_POSTGRES_CTL are unset")
+		return nil
+	}
+	lockFaults(t)
+	f := &FaultDB{t: t, ctl: ctl}
+	// A previous test may have left the server stopped.
+	f.Control("start")
+	f.DB = newSchema(t, u, ms)
+	// Runs first among the cleanups: leave the server up for the schema
+	// drop and the next test.
+	t.Cleanup(func() {
+		if out, err := exec.Command("bash", "-c", ctl+" start").CombinedOutput(); err != nil {
+			t.Errorf("testdb: restarting the fault server after the test: %v\n%s", err, out)
+		}
+	})
+	return f
+}
+
+// Control runs the server's control script with action "stop", "start" or
+// "restart", and fails the test if it fails. Start and restart return once
+// the server answers.
+func (f *FaultDB) Control(action string) {
+	f.t.Helper()
+	out, err := exec.Command("bash", "-c", f.ctl+" "+action).CombinedOutput()
+	if err != nil {
+		f.t.Fatalf("testdb: %s %s: %v\n%s", f.ctl, action, err, out)
+	}
+}
+
+// lockFaults takes an exclusive lock shared by every test binary until the
+// test ends.
+func lockFaults(t testing.TB) {
+	t.Helper()
+	path := filepath.Join(os.TempDir(), "lockfree-fault-server.lock")
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX); err != nil {
+		fh.Close()
+		t.Fatalf("testdb: lock %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		syscall.Flock(int(fh.Fd()), syscall.LOCK_UN)
+		fh.Close()
+	})
+}

@@ -1,0 +1,222 @@
+// Package migrate applies and prints the schema of lockfree's PostgreSQL
+// backends.
+//
+// Every backend ships its SQL as numbered migrations ([Migration]) written
+// against placeholder table names; [Names] says where the tables live (a schema,
+// or the connection's search_path, and a prefix), so nothing assumes the public
+// schema. [Up] applies the missing migrations of any number of packages, each
+// in its own transaction, serialised across processes by an advisory lock and
+// recorded in a bookkeeping table; [Print] writes the same SQL for users of
+// goose, tern or golang-migrate.
+//
+//	err := migrate.Up(ctx, pool, migrate.Names{}, fencedlock.Migrations()...)
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultPrefix is the table prefix used when Names.Prefix is empty.
+const DefaultPrefix = "lockfree_"
+
+// maxIdentifier is PostgreSQL's NAMEDATALEN-1: longer names are truncated
+// silently by the server, which would make two tables collide.
+const maxIdentifier = 63
+
+// ErrInvalidName reports a schema or prefix that cannot name a table.
+var ErrInvalidName = errors.New("migrate: invalid name")
+
+// Names says where lockfree's tables live. The zero value means unqualified
+// names (resolved through the connection's search_path) with the prefix
+// "lockfree_". Names is a value; it is safe to copy and share.
+type Names struct {
+	// Schema qualifies every table when set. Defaults to none (search_path).
+	Schema string
+	// Prefix starts every table, sequence and index name. Defaults to "lockfree_".
+	Prefix string
+}
+
+func (n Names) prefix() string {
+	if n.Prefix == "" {
+		return DefaultPrefix
+	}
+	return n.Prefix
+}
+
+// Validate reports whether every name built from n stays a valid PostgreSQL
+// identifier for base names up to 30 bytes long.
+func (n Names) Validate() error {
+	if len(n.Schema) > maxIdentifier || strings.ContainsRune(n.Schema, 0) {
+		return fmt.Errorf("%w: schema %q", ErrInvalidName, n.Schema)
+	}
+	if p := n.prefix(); len(p) > maxIdentifier-30 || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%w: prefix %q is longer than %d bytes", ErrInvalidName, p, maxIdentifier-30)
+	}
+	return nil
+}
+
+// Table returns the quoted, qualified name of the table (or sequence) base.
+func (n Names) Table(base string) string {
+	if n.Schema == "" {
+		return pgx.Identifier{n.prefix() + base}.Sanitize()
+	}
+	return pgx.Identifier{n.Schema, n.prefix() + base}.Sanitize()
+}
+
+// Bare returns the quoted, unqualified name for base: what CREATE INDEX and
+// constraint names need, and what pg_notify channel names use.
+func (n Names) Bare(base string) string {
+	return pgx.Identifier{n.prefix() + base}.Sanitize()
+}
+
+// Raw returns the unquoted name for base, as a string value (a NOTIFY channel,
+// a regclass argument).
+func (n Names) Raw(base string) string { return n.prefix() + base }
+
+// Migration is one numbered schema change of one package. Up and Down are SQL
+// in which {{x}} stands for Names.Table("x"), {{bare x}} for Names.Bare("x"),
+// {{raw x}} for Names.Raw("x") and {{regclass x}} for Names.Table("x") as a
+// quoted string literal (the argument of nextval).
+type Migration struct {
+	Package string // the package that owns it, e.g. "fencedlock"
+	Version int    // 1, 2, …; applied in order within a package
+	Name    string // a short description
+	Up      string
+	Down    string
+}
+
+var placeholder = regexp.MustCompile(`\{\{(bare |raw |regclass )?([a-z_][a-z0-9_]*)\}\}`)
+
+// Render returns sql with its placeholders replaced by names from n.
+func Render(sql string, n Names) string {
+	return placeholder.ReplaceAllStringFunc(sql, func(m string) string {
+		parts := placeholder.FindStringSubmatch(m)
+		switch parts[1] {
+		case "bare ":
+			return n.Bare(parts[2])
+		case "raw ":
+			return n.Raw(parts[2])
+		case "regclass ":
+			// A string literal naming the relation, for nextval() and friends.
+			return "'" + strings.ReplaceAll(n.Table(parts[2]), "'", "''") + "'"
+		}
+		return n.Table(parts[2])
+	})
+}
+
+// DB is what Up needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+const bookkeeping = `CREATE TABLE IF NOT EXISTS {{migrations}} (
+	package    text        NOT NULL,
+	version    integer     NOT NULL,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	PRIMARY KEY (package, version)
+)`
+
+// Up applies the migrations that are not yet recorded, in package then
+// version order, each in its own transaction together with its bookkeeping
+// row. Concurrent calls (several services starting at once) are serialised by
+// a transaction-scoped advisory lock, so each migration runs once. Up returns
+// the first error and leaves later migrations unapplied.
+func Up(ctx context.Context, db DB, n Names, ms ...Migration) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	ordered, err := sorted(ms)
+	if err != nil {
+		return err
+	}
+	for _, m := range ordered {
+		if err := apply(ctx, db, n, m); err != nil {
+			return fmt.Errorf("migrate: %s %d (%s): %w", m.Package, m.Version, m.Name, err)
+		}
+	}
+	return nil
+}
+
+func apply(ctx context.Context, db DB, n Names, m Migration) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// One lock for every lockfree migration in this database.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lockfree.migrate'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, Render(bookkeeping, n)); err != nil {
+			return err
+		}
+		var done bool
+		err := tx.QueryRow(ctx, Render(`SELECT EXISTS (SELECT 1 FROM {{migrations}} WHERE package = $1 AND version = $2)`, n),
+			m.Package, m.Version).Scan(&done)
+		if err != nil || done {
+			return err
+		}
+		if _, err := tx.Exec(ctx, Render(m.Up, n)); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, Render(`INSERT INTO {{migrations}} (package, version, name) VALUES ($1, $2, $3)`, n),
+			m.Package, m.Version, m.Name)
+		return err
+	})
+}
+
+func sorted(ms []Migration) ([]Migration, error) {
+	out := append([]Migration(nil), ms...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Package != out[j].Package {
+			return out[i].Package < out[j].Package
+		}
+		return out[i].Version < out[j].Version
+	})
+	for i, m := range out {
+		if m.Package == "" || m.Version < 1 || strings.TrimSpace(m.Up) == "" {
+			return nil, fmt.Errorf("migrate: malformed migration %q %d", m.Package, m.Version)
+		}
+		if i > 0 && out[i-1].Package == m.Package && out[i-1].Version == m.Version {
+			return nil, fmt.Errorf("migrate: duplicate migration %s %d", m.Package, m.Version)
+		}
+	}
+	return out, nil
+}
+
+// Print writes the up migrations (or the down migrations in reverse order when
+// down is true) as plain SQL with their names filled in from n, one commented
+// block per migration, for use with another migration tool.
+func Print(w io.Writer, n Names, down bool, ms ...Migration) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	ordered, err := sorted(ms)
+	if err != nil {
+		return err
+	}
+	if down {
+		for i, j := 0, len(ordered)-1; i < j; i, j = i+1, j-1 {
+			ordered[i], ordered[j] = ordered[j], ordered[i]
+		}
+	}
+	for _, m := range ordered {
+		sql := m.Up
+		if down {
+			sql = m.Down
+		}
+		if _, err := fmt.Fprintf(w, "-- lockfree %s %03d: %s\n%s;\n\n", m.Package, m.Version, m.Name,
+			strings.TrimRight(strings.TrimSpace(Render(sql, n)), ";")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
