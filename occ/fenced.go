@@ -1,0 +1,141 @@
+package occ
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// FencedConfig configures a Fenced updater. The zero value is valid.
+type FencedConfig struct {
+	// TTL is the lease taken for each update. The read-modify-write must
+	// fit in it for the lock to exclude anything; the fence, not the
+	// lease, is what keeps a late write out. Defaults to 10s.
+	TTL time.Duration
+	// Holder names this updater to the lock service. Defaults to "occ-"
+	// followed by random hex.
+	Holder string
+	// LockPrefix starts every lock name; the key (formatted with %v)
+	// follows it. Defaults to "occ/" + the table name + "/" ("occ/" for a
+	// Memory store).
+	LockPrefix string
+	// TokenColumn is the bigint column (NOT NULL DEFAULT 0) of the user's
+	// table that keeps the highest fencing token that wrote each row.
+	// Ignored for a Memory store, which keeps the token beside the row.
+	// Defaults to "fencing_token".
+	TokenColumn string
+	// Wait configures waiting for a lock another updater holds. Defaults
+	// to the fencedlock.WaitConfig defaults.
+	Wait *fencedlock.WaitConfig
+	// Unfenced makes the write ignore the token: the naive lock (lock →
+	// read → write) that loses updates when a holder pauses past its lease.
+	// It exists to show that failure in comparisons and tests; never set it
+	// otherwise. Defaults to false.
+	Unfenced bool
+}
+
+// Fenced is the fenced-lock twin of Update: the same read-modify-write of
+// one row, done as acquire a lease on the key (fencedlock) → Load → mutate →
+// fenced write (fencedlock.Fence: rejected with a *fencedlock.FencedError if
+// a later lease has written the row) → release. It writes the row's version
+// column too (version + 1), so both approaches can share a table. It is safe
+// for concurrent use.
+type Fenced[T any] struct {
+	locks  fencedlock.Store
+	store  Store[T]
+	m      *mapping
+	cfg    FencedConfig
+	write  func(ctx context.Context, row T, loaded, token int64) (int64, error)
+	prefix string
+}
+
+// NewFenced returns the twin updating rows of store, which must be a
+// *Postgres[T] (whose table then needs cfg.TokenColumn) or a *Memory[T] of
+// this package, under locks from locks. Bad configuration is an ErrInvalid.
+func NewFenced[T any](locks fencedlock.Store, store Store[T], cfg FencedConfig) (*Fenced[T], error) {
+	if locks == nil {
+		return nil, fmt.Errorf("%w: invalid config: nil lock store", ErrInvalid)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.TTL < fencedlock.MinTTL || cfg.TTL > fencedlock.MaxTTL {
+		return nil, fmt.Errorf("%w: invalid config: ttl %v", ErrInvalid, cfg.TTL)
+	}
+	if cfg.Holder == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		cfg.Holder = "occ-" + hex.EncodeToString(b[:])
+	}
+	if cfg.TokenColumn == "" {
+		cfg.TokenColumn = "fencing_token"
+	}
+	if err := validIdent("token column", cfg.TokenColumn, true); err != nil {
+		return nil, err
+	}
+	f := &Fenced[T]{locks: locks, store: store, cfg: cfg}
+	switch s := store.(type) {
+	case *Postgres[T]:
+		fence := fencedlock.Fence{Schema: s.cfg.Schema, Table: s.cfg.Table, Key: s.cfg.Key, Token: cfg.TokenColumn}
+		f.m, f.prefix = s.m, "occ/"+s.cfg.Table+"/"
+		f.write = func(ctx context.Context, row T, loaded, token int64) (int64, error) {
+			return s.writeLocked(ctx, row, loaded, fence, token, !cfg.Unfenced)
+		}
+	case *Memory[T]:
+		f.m, f.prefix = s.m, "occ/"
+		f.write = func(ctx context.Context, row T, _, token int64) (int64, error) {
+			return s.writeLocked(ctx, row, token, !cfg.Unfenced)
+		}
+	default:
+		return nil, fmt.Errorf("%w: invalid config: Fenced needs a *occ.Postgres or *occ.Memory, not %T", ErrInvalid, store)
+	}
+	if cfg.LockPrefix != "" {
+		f.prefix = cfg.LockPrefix
+	}
+	return f, nil
+}
+
+// Update locks key, loads its row, calls mutate on it and writes it back
+// with the lease's fencing token, then releases the lock; it returns the new
+// version. It waits while another updater holds the lock, until ctx ends. A
+// write that a later lease overtook fails with an error matching
+// fencedlock.ErrFenced, and the row keeps the later write. mutate runs once;
+// it must not change the key (ErrInvalid). An error from mutate ends Update
+// with that error and nothing written.
+func (f *Fenced[T]) Update(ctx context.Context, key any, mutate func(row *T) error) (int64, error) {
+	k, err := f.m.normKey(key)
+	if err != nil {
+		return 0, err
+	}
+	if mutate == nil {
+		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
+	}
+	name := fmt.Sprintf("%s%v", f.prefix, k)
+	lease, err := fencedlock.AcquireWait(ctx, f.locks, name, f.cfg.Holder, f.cfg.TTL, f.cfg.Wait)
+	if err != nil {
+		return 0, fmt.Errorf("occ: lock %q: %w", name, err)
+	}
+	defer func() {
+		// An expired or overtaken lease has nothing to free; the fence
+		// decided the write.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = f.locks.Release(rctx, lease)
+		cancel()
+	}()
+	row, v, err := f.store.Load(ctx, k)
+	if err != nil {
+		return 0, err
+	}
+	if err := mutate(&row); err != nil {
+		return 0, err
+	}
+	if f.m.keyOf(reflect.ValueOf(row)) != k {
+		return 0, fmt.Errorf("%w: mutate changed the key of row %v", ErrInvalid, key)
+	}
+	return f.write(ctx, row, v, lease.Token)
+}

@@ -1,0 +1,187 @@
+package occ
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Backoff says how often and how patiently to retry, with the meaning of
+// client-go's wait.Backoff: Steps attempts in all, the first retry after
+// Duration, each later delay Factor times the previous one, capped at Cap,
+// and each delay lengthened by a random fraction up to Jitter of itself.
+// Backoff is a value, safe to copy and share.
+type Backoff struct {
+	// Duration is the delay before the first retry.
+	Duration time.Duration
+	// Factor multiplies the delay after each retry; values below 1 mean 1.
+	Factor float64
+	// Jitter adds up to Jitter×delay (uniformly random) to each delay, so
+	// that writers that conflicted together do not retry together.
+	Jitter float64
+	// Steps is the number of attempts, including the first; values below
+	// 1 mean 1.
+	Steps int
+	// Cap bounds each delay when positive.
+	Cap time.Duration
+}
+
+// The presets of client-go's retry package. They are values: pass a copy,
+// or build your own Backoff; do not assign to them.
+var (
+	// DefaultRetry suits quick retries of a conflicting write: 5 attempts,
+	// about 10ms apart.
+	DefaultRetry = Backoff{Steps: 5, Duration: 10 * time.Millisecond, Factor: 1.0, Jitter: 0.1}
+	// DefaultBackoff backs off quickly: 4 attempts after 10ms, 50ms and
+	// 250ms.
+	DefaultBackoff = Backoff{Steps: 4, Duration: 10 * time.Millisecond, Factor: 5.0, Jitter: 0.1}
+)
+
+// IsRetryable reports whether err is worth another attempt after a re-read:
+// a version conflict (ErrConflict), or a transaction PostgreSQL aborted with
+// serialization_failure (40001) or deadlock_detected (40P01), whether this
+// package translated it (ErrAborted) or the caller's own SQL returned it.
+func IsRetryable(err error) bool {
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrAborted) {
+		return true
+	}
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// RetryOnConflict calls fn until it returns an error that is not retryable
+// (IsRetryable), nil, or b.Steps attempts have failed, sleeping as b says in
+// between. fn must re-read what it writes on every call: retrying the same
+// stale write conflicts again. When the attempts run out it returns the last
+// error wrapped (errors.Is(err, ErrConflict) and errors.As(err,
+// **ConflictError) still work); when ctx ends while waiting it returns
+// context.Cause(ctx) joined with the last error. Inside a database
+// transaction a serialization failure aborts the whole transaction, so fn
+// must begin and commit it.
+func RetryOnConflict(ctx context.Context, b Backoff, fn func(ctx context.Context) error) error {
+	return retry(ctx, b, nil, fn)
+}
+
+func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx context.Context) error) error {
+	steps := max(b.Steps, 1)
+	factor := max(b.Factor, 1)
+	delay := b.Duration
+	var last error
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if last == nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
+		}
+		last = fn(ctx)
+		if last == nil || !IsRetryable(last) {
+			return last
+		}
+		if attempt >= steps {
+			return fmt.Errorf("occ: gave up after %d attempts: %w", attempt, last)
+		}
+		if onRetry != nil {
+			onRetry(attempt, last)
+		}
+		d := delay
+		if b.Cap > 0 && d > b.Cap {
+			d = b.Cap
+		}
+		if b.Jitter > 0 {
+			d += time.Duration(rand.Float64() * b.Jitter * float64(d))
+		}
+		if d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
+			case <-t.C:
+			}
+		}
+		delay = time.Duration(float64(delay) * factor)
+	}
+}
+
+// Option adjusts one Update call.
+type Option func(*options)
+
+type options struct {
+	backoff Backoff
+	onRetry func(int, error)
+}
+
+// WithBackoff makes Update retry as b says. Defaults to DefaultRetry.
+func WithBackoff(b Backoff) Option { return func(o *options) { o.backoff = b } }
+
+// OnRetry makes Update call fn before each retry, with the number of the
+// attempt that failed (1 for the first) and its error: a hook for counting
+// conflicts and retries. fn runs on Update's goroutine.
+func OnRetry(fn func(attempt int, err error)) Option { return func(o *options) { o.onRetry = fn } }
+
+// mutateError carries an error of the caller's mutate function through the
+// retry loop, which must not retry it.
+type mutateError struct{ err error }
+
+func (e mutateError) Error() string { return e.err.Error() }
+
+// Update is the retrying read-modify-write: it loads the row with key, calls
+// mutate on it, and writes it back if nobody wrote in between, re-reading and
+// calling mutate again on a conflict (as RetryOnConflict, with DefaultRetry
+// unless WithBackoff says otherwise). It returns the new version.
+//
+// mutate may be called several times, each time on a freshly loaded row; it
+// must not change the key (ErrInvalid), and changes it makes to the version
+// field are ignored. An error from mutate ends Update with that error and
+// nothing written. ErrNotFound is not retried.
+func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T) error, opts ...Option) (int64, error) {
+	o := options{backoff: DefaultRetry}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if mutate == nil {
+		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
+	}
+	var version int64
+	err := retry(ctx, o.backoff, o.onRetry, func(ctx context.Context) error {
+		row, v, err := s.Load(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := mutate(&row); err != nil {
+			return mutateError{err}
+		}
+		if !sameKey(key, row, s) {
+			return fmt.Errorf("%w: mutate changed the key of row %v", ErrInvalid, key)
+		}
+		version, err = s.Update(ctx, row, v)
+		return err
+	})
+	if me, ok := err.(mutateError); ok {
+		return 0, me.err
+	}
+	if err != nil {
+		return 0, err
+	}
+	return version, nil
+}
+
+// laidOut is implemented by this package's stores: it tells Update which
+// field is the key, so that a mutate that changes it is caught.
+type laidOut interface{ layout() *mapping }
+
+func sameKey[T any](key any, row T, s Store[T]) bool {
+	l, ok := s.(laidOut)
+	if !ok {
+		return true // another implementation: its Update decides
+	}
+	m := l.layout()
+	want, err := m.normKey(key)
+	return err == nil && m.keyOf(reflect.ValueOf(row)) == want
+}
