@@ -1,0 +1,251 @@
+// Package atomic changes counters in one conditional statement, so that
+// exclusion needs no lock: the check and the write are one indivisible step
+// at the resource.
+//
+//	UPDATE inventory SET quantity = quantity - $1
+//	WHERE sku = $2 AND quantity >= $1 RETURNING quantity
+//
+// Guarantee: every operation of a [Store] applies entirely or not at all, and
+// only if its condition holds on the value it changes at the moment it
+// changes it: a decrement never takes a value below the floor, an increment
+// never above its cap, a compare-and-set or set-if-greater never overwrites a
+// value it did not check, a claim succeeds once per key, and a multi-key
+// decrement ([Store.DecrementMany]) changes every key or none, locking its keys
+// in one fixed order so that concurrent batches cannot deadlock. A client that
+// pauses (GC, swap, SIGSTOP) between deciding and writing cannot oversell,
+// because there is no such gap: the database decides. A miss says why: a
+// *[InsufficientError] (matching [ErrInsufficient], with the current value),
+// a *[ConflictError] ([ErrConflict]), or [ErrNotFound]; bad input is
+// [ErrInvalid], returned before anything is written.
+//
+// What it does NOT protect: a change that must also touch other rows or
+// systems is atomic only if the caller runs it in one transaction with them
+// (see [Postgres.WithDB]); a call whose reply is lost (a timeout, a dropped
+// connection) may or may not have been applied, so retrying a decrement can
+// apply it twice — pair it with an idempotency key when that matters. The
+// value is a number; invariants across rows beyond one batch are the
+// caller's.
+//
+// Three implementations share the contract: [Postgres] (the user's own table),
+// [Memory] (a map under a mutex, for tests and single processes), and
+// [Fenced], the same operations done the lock-based way (lock the key, read,
+// check, fenced write, release) for comparison. The behaviour suite in
+// atomic/atomictest checks all three.
+//
+// The package is called atomic because that is what it is; files that also
+// use sync/atomic import it under another name:
+//
+//	import lfatomic "github.com/lockfree-go/lockfree/atomic"
+package atomic
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"unicode/utf8"
+)
+
+var (
+	// ErrInsufficient reports a decrement below the floor or an increment
+	// above the cap; the error is an *InsufficientError with the current value.
+	ErrInsufficient = errors.New("atomic: insufficient value")
+	// ErrConflict reports a compare-and-set whose expected value did not
+	// match, a set-if-greater whose value was not greater, or a claim of a key
+	// that exists; the error is a *ConflictError with the current value.
+	ErrConflict = errors.New("atomic: value conflict")
+	// ErrNotFound reports a key that has no row (no counter).
+	ErrNotFound = errors.New("atomic: key not found")
+	// ErrInvalid reports bad input — an empty or malformed key, a
+	// non-positive amount, an arithmetic overflow, a bad table name —
+	// detected before anything was written.
+	ErrInvalid = errors.New("atomic: invalid argument")
+)
+
+// Operation names, as found in errors.
+const (
+	OpDecrement     = "decrement"
+	OpIncrement     = "increment"
+	OpDecrementMany = "decrement many"
+	OpCompareAndSet = "compare-and-set"
+	OpSetIfGreater  = "set-if-greater"
+	OpClaim         = "claim"
+)
+
+// NoCap is the cap to give Increment when the only limit is int64 itself.
+const NoCap = math.MaxInt64
+
+// InsufficientError is a decrement or increment refused because the value
+// would cross its bound. Nothing was changed.
+type InsufficientError struct {
+	Op  string // OpDecrement, OpIncrement or OpDecrementMany
+	Key string // the key that was short (for a batch, the first in key order)
+	// Current is the value the key held when the operation was refused.
+	Current int64
+	// Amount is what the operation asked to subtract or add.
+	Amount int64
+	// Bound is the floor (decrements) or the cap (increments).
+	Bound int64
+}
+
+func (e *InsufficientError) Error() string {
+	if e.Op == OpIncrement {
+		return fmt.Sprintf("atomic: %s %q by %d: value %d would exceed cap %d", e.Op, e.Key, e.Amount, e.Current, e.Bound)
+	}
+	return fmt.Sprintf("atomic: %s %q by %d: insufficient value %d (floor %d)", e.Op, e.Key, e.Amount, e.Current, e.Bound)
+}
+
+// Is reports whether target is ErrInsufficient.
+func (e *InsufficientError) Is(target error) bool { return target == ErrInsufficient }
+
+// ConflictError is a compare-and-set, set-if-greater or claim refused
+// because of the key's current value. Nothing was changed.
+type ConflictError struct {
+	Op  string // OpCompareAndSet, OpSetIfGreater or OpClaim
+	Key string
+	// Offered is the caller's value: the expected old value of a
+	// compare-and-set, the value that was not greater, or the claim's value.
+	Offered int64
+	// Current is the value the key held when the operation was refused.
+	Current int64
+}
+
+func (e *ConflictError) Error() string {
+	switch e.Op {
+	case OpClaim:
+		return fmt.Sprintf("atomic: claim %q: already claimed (value %d)", e.Key, e.Current)
+	case OpSetIfGreater:
+		return fmt.Sprintf("atomic: set-if-greater %q: %d is not greater than %d", e.Key, e.Offered, e.Current)
+	}
+	return fmt.Sprintf("atomic: %s %q: expected %d, found %d", e.Op, e.Key, e.Offered, e.Current)
+}
+
+// Is reports whether target is ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Store is the contract shared by Postgres, Memory and Fenced. Every method
+// is safe for concurrent use, changes its key(s) entirely or not at all, and
+// returns ErrInvalid for bad input before writing anything.
+type Store interface {
+	// Decrement subtracts amount (> 0) from key's value if the result stays
+	// at or above the store's floor, and returns the new value. Otherwise it
+	// returns an *InsufficientError (ErrInsufficient) with the current value,
+	// or ErrNotFound.
+	Decrement(ctx context.Context, key string, amount int64) (remaining int64, err error)
+	// Increment adds amount (> 0) to key's value if the result stays at or
+	// below limit (NoCap for none), and returns the new value. Otherwise it
+	// returns an *InsufficientError, or ErrNotFound; ErrInvalid when the sum
+	// would overflow int64.
+	Increment(ctx context.Context, key string, amount, limit int64) (value int64, err error)
+	// CompareAndSet sets key's value to next if it is old, or returns a
+	// *ConflictError (ErrConflict) with the current value, or ErrNotFound.
+	CompareAndSet(ctx context.Context, key string, old, next int64) error
+	// SetIfGreater sets key's value to value if value is greater than the
+	// current one (a high-water mark), or returns a *ConflictError, or
+	// ErrNotFound.
+	SetIfGreater(ctx context.Context, key string, value int64) error
+	// Claim creates key with value if it does not exist, once: every later
+	// claim returns a *ConflictError with the value it found.
+	Claim(ctx context.Context, key string, value int64) error
+	// DecrementMany subtracts each amount from its key if every result stays
+	// at or above the floor, and returns the new values; otherwise it changes
+	// nothing and returns an *InsufficientError or ErrNotFound naming the
+	// first failing key in key order. Keys are locked in sorted order, so
+	// concurrent batches over overlapping keys cannot deadlock.
+	DecrementMany(ctx context.Context, amounts map[string]int64) (remaining map[string]int64, err error)
+	// Value returns key's value, or ErrNotFound.
+	Value(ctx context.Context, key string) (int64, error)
+}
+
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key %q is not valid UTF-8", ErrInvalid, key)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return fmt.Errorf("%w: key %q contains a NUL byte", ErrInvalid, key)
+		}
+	}
+	return nil
+}
+
+func validAmount(key string, amount int64) error {
+	if amount <= 0 {
+		return fmt.Errorf("%w: amount %d for %q is not positive", ErrInvalid, amount, key)
+	}
+	return nil
+}
+
+// decrementThreshold returns the lowest value from which amount can be taken
+// without crossing floor: floor + amount, or ErrInvalid if that overflows.
+func decrementThreshold(key string, amount, floor int64) (int64, error) {
+	if err := validKey(key); err != nil {
+		return 0, err
+	}
+	if err := validAmount(key, amount); err != nil {
+		return 0, err
+	}
+	if floor > 0 && amount > math.MaxInt64-floor {
+		return 0, fmt.Errorf("%w: floor %d + amount %d overflows int64", ErrInvalid, floor, amount)
+	}
+	return floor + amount, nil
+}
+
+// incrementCeiling returns the highest value to which amount can be added
+// without crossing limit: limit - amount, or ErrInvalid if that overflows.
+func incrementCeiling(key string, amount, limit int64) (int64, error) {
+	if err := validKey(key); err != nil {
+		return 0, err
+	}
+	if err := validAmount(key, amount); err != nil {
+		return 0, err
+	}
+	if limit < math.MinInt64+amount {
+		return 0, fmt.Errorf("%w: cap %d - amount %d overflows int64", ErrInvalid, limit, amount)
+	}
+	return limit - amount, nil
+}
+
+// incrementMiss is the error for an increment refused at current: an
+// overflow (ErrInvalid) when current + amount leaves int64, otherwise an
+// *InsufficientError.
+func incrementMiss(key string, amount, limit, current int64) error {
+	if current > math.MaxInt64-amount {
+		return fmt.Errorf("%w: increment %q: %d + %d overflows int64", ErrInvalid, key, current, amount)
+	}
+	return &InsufficientError{Op: OpIncrement, Key: key, Current: current, Amount: amount, Bound: limit}
+}
+
+// batch is a validated DecrementMany request in key order.
+type batch struct {
+	keys       []string
+	amounts    []int64
+	thresholds []int64
+}
+
+func newBatch(amounts map[string]int64, floor int64) (batch, error) {
+	if len(amounts) == 0 {
+		return batch{}, fmt.Errorf("%w: empty batch", ErrInvalid)
+	}
+	b := batch{keys: make([]string, 0, len(amounts))}
+	for k := range amounts {
+		b.keys = append(b.keys, k)
+	}
+	slices.SortFunc(b.keys, cmp.Compare)
+	for _, k := range b.keys {
+		th, err := decrementThreshold(k, amounts[k], floor)
+		if err != nil {
+			return batch{}, err
+		}
+		b.amounts = append(b.amounts, amounts[k])
+		b.thresholds = append(b.thresholds, th)
+	}
+	return b, nil
+}
+
+func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }

@@ -1,0 +1,171 @@
+package atomic
+
+import (
+	"context"
+	"sync"
+)
+
+// Memory is a Store in this process's memory: a map of counters guarded by
+// one mutex, with the same contract and errors as Postgres. It suits tests
+// and single-process programs. It is safe for concurrent use; the zero value
+// is not usable — call NewMemory.
+type Memory struct {
+	floor int64
+
+	mu     sync.Mutex
+	values map[string]int64
+}
+
+// NewMemory returns an empty store whose decrements stop at floor.
+func NewMemory(floor int64) *Memory {
+	return &Memory{floor: floor, values: map[string]int64{}}
+}
+
+// Decrement implements Store.
+func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
+	threshold, err := decrementThreshold(key, amount, m.floor)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	switch {
+	case !ok:
+		return 0, notFound(key)
+	case v < threshold:
+		return 0, &InsufficientError{Op: OpDecrement, Key: key, Current: v, Amount: amount, Bound: m.floor}
+	}
+	m.values[key] = v - amount
+	return v - amount, nil
+}
+
+// Increment implements Store.
+func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
+	ceiling, err := incrementCeiling(key, amount, limit)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	switch {
+	case !ok:
+		return 0, notFound(key)
+	case v > ceiling:
+		return 0, incrementMiss(key, amount, limit, v)
+	}
+	m.values[key] = v + amount
+	return v + amount, nil
+}
+
+// CompareAndSet implements Store.
+func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	switch {
+	case !ok:
+		return notFound(key)
+	case v != old:
+		return &ConflictError{Op: OpCompareAndSet, Key: key, Offered: old, Current: v}
+	}
+	m.values[key] = next
+	return nil
+}
+
+// SetIfGreater implements Store.
+func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	switch {
+	case !ok:
+		return notFound(key)
+	case value <= v:
+		return &ConflictError{Op: OpSetIfGreater, Key: key, Offered: value, Current: v}
+	}
+	m.values[key] = value
+	return nil
+}
+
+// Claim implements Store.
+func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.values[key]; ok {
+		return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: v}
+	}
+	m.values[key] = value
+	return nil
+}
+
+// DecrementMany implements Store. One mutex covers the whole batch, so it
+// cannot deadlock either.
+func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (map[string]int64, error) {
+	b, err := newBatch(amounts, m.floor)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, k := range b.keys {
+		v, ok := m.values[k]
+		switch {
+		case !ok:
+			return nil, notFound(k)
+		case v < b.thresholds[i]:
+			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Current: v, Amount: b.amounts[i], Bound: m.floor}
+		}
+	}
+	out := make(map[string]int64, len(b.keys))
+	for i, k := range b.keys {
+		m.values[k] -= b.amounts[i]
+		out[k] = m.values[k]
+	}
+	return out, nil
+}
+
+// Value implements Store.
+func (m *Memory) Value(ctx context.Context, key string) (int64, error) {
+	if err := validKey(key); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	if !ok {
+		return 0, notFound(key)
+	}
+	return v, nil
+}
