@@ -1,0 +1,22 @@
+// Command lockfree compares lock-free mechanisms with fenced and naive locks
+// under faults, and applies lockfree's database schema.
+//
+//	lockfree compare [flags]      run every approach side by side; see -h
+//	lockfree migrate up|print     apply or print the PostgreSQL schema
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lockfree-go/lockfree/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

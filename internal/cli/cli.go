@@ -1,0 +1,101 @@
+// Package cli implements the lockfree command.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+const usage = `lockfree: distributed locks, and what to use instead
+
+usage:
+  lockfree compare [flags]     run each approach side by side under faults (lockfree compare -h)
+  lockfree migrate up [flags]  apply the PostgreSQL schema of every package
+  lockfree migrate print       print that schema as SQL (for goose, tern, golang-migrate)
+`
+
+// Main runs the command with args (without the program name) and returns
+// the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "compare":
+		err = compare(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		err = migrateCmd(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "lockfree: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lockfree %s: %v\n", args[0], err)
+		if _, ok := err.(usageError); ok {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ error }
+
+// migrations lists the schema of every package that has one.
+func migrations() []migrate.Migration {
+	var ms []migrate.Migration
+	ms = append(ms, fencedlock.Migrations()...)
+	ms = append(ms, packageMigrations...)
+	return ms
+}
+
+// packageMigrations is filled by the packages' registration files.
+var packageMigrations []migrate.Migration
+
+func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "up" && args[0] != "print") {
+		return usageError{fmt.Errorf("want `migrate up` or `migrate print`")}
+	}
+	fs := flag.NewFlagSet("lockfree migrate "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbURL := fs.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	schema := fs.String("schema", "", "schema for lockfree's tables (default: the connection's search_path)")
+	prefix := fs.String("prefix", migrate.DefaultPrefix, "prefix of lockfree's table names")
+	down := fs.Bool("down", false, "print: the down migrations, in reverse order")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	names := migrate.Names{Schema: *schema, Prefix: *prefix}
+	if args[0] == "print" {
+		return migrate.Print(stdout, names, *down, migrations()...)
+	}
+	if *dbURL == "" {
+		return usageError{fmt.Errorf("migrate up needs --postgres or DATABASE_URL")}
+	}
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate.Up(ctx, pool, names, migrations()...); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "lockfree: schema up to date (%d migrations known)\n", len(migrations()))
+	return nil
+}
