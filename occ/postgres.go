@@ -33,7 +33,7 @@ type Postgres[T any] struct {
 	cfg TableConfig
 	sql struct {
 		load, insert, update, del, current, unfenced string
-		fencedSet                                  string
+		fencedSet                                    string
 	}
 }
 

@@ -268,7 +268,7 @@ func testBadInput(t *testing.T, h Harness) {
 	}
 }
 
-func second[A any](_ A, err error) error       { return err }
+func second[A any](_ A, err error) error        { return err }
 func third[A, B any](_ A, _ B, err error) error { return err }
 
 func testCopy(t *testing.T, h Harness) {
