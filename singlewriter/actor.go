@@ -1,0 +1,253 @@
+package singlewriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+)
+
+// ActorConfig configures an Actor or a Group. The zero value is valid.
+type ActorConfig struct {
+	// Mailbox is how many submitted commands may wait for the actor; a
+	// submitter beyond that blocks until there is room or its context ends
+	// (backpressure). Defaults to 64.
+	Mailbox int
+}
+
+func (c *ActorConfig) mailbox() int {
+	if c == nil || c.Mailbox <= 0 {
+		return 64
+	}
+	return c.Mailbox
+}
+
+// Command states: a waiting command can be cancelled by its submitter until
+// the actor starts it; once started it runs to completion.
+const (
+	cmdWaiting int32 = iota
+	cmdStarted
+	cmdCancelled
+)
+
+type command[S any] struct {
+	fn    func(*S) error
+	state atomic.Int32
+	done  chan error
+}
+
+// Actor owns a value of type S and applies commands to it one at a time on
+// its own goroutine, so commands never race and need no lock. Commands run
+// in the order they were accepted; a submitter that waits for each result
+// sees its own commands applied in its order.
+//
+// Create actors with NewActor; the zero Actor is not usable. An Actor is
+// safe for concurrent use. Stop it to end its goroutine.
+type Actor[S any] struct {
+	state S
+
+	slots chan struct{} // one token per mailbox place
+	mu    sync.Mutex
+	queue []*command[S]
+	wake  chan struct{} // cap 1: the queue changed or stop was requested
+	stop  bool
+	done  chan struct{} // closed when the goroutine has exited
+}
+
+// NewActor starts an actor owning initial. Its goroutine runs until Stop.
+func NewActor[S any](initial S, cfg *ActorConfig) *Actor[S] {
+	a := &Actor[S]{
+		state: initial,
+		slots: make(chan struct{}, cfg.mailbox()),
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+// Do submits fn and waits for its result. fn runs on the actor's goroutine
+// with exclusive access to the state; it must not keep the pointer after it
+// returns, nor call Do on the same actor (that would deadlock).
+//
+// Do returns fn's error, a *PanicError if fn panicked, ErrStopped if the actor
+// was stopping (fn did not run), or ctx's error if ctx ended first. A
+// context error means fn did not run and never will: once the actor has
+// started fn, Do waits for it to finish and returns its result even if ctx
+// ends meanwhile.
+func (a *Actor[S]) Do(ctx context.Context, fn func(state *S) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil command", ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case a.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.done:
+		return ErrStopped
+	}
+	c := &command[S]{fn: fn, done: make(chan error, 1)}
+	a.mu.Lock()
+	if a.stop {
+		a.mu.Unlock()
+		<-a.slots
+		return ErrStopped
+	}
+	a.queue = append(a.queue, c)
+	a.mu.Unlock()
+	a.signal()
+
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(cmdWaiting, cmdCancelled) {
+			return ctx.Err()
+		}
+		return <-c.done // already running: its result is the truth
+	}
+}
+
+// Ask submits fn to a and returns its result; it is Do for commands that
+// produce a value, with the same contract.
+func Ask[S, R any](ctx context.Context, a *Actor[S], fn func(state *S) (R, error)) (R, error) {
+	var r R
+	if fn == nil {
+		return r, fmt.Errorf("%w: nil command", ErrInvalid)
+	}
+	err := a.Do(ctx, func(s *S) error {
+		var err error
+		r, err = fn(s)
+		return err
+	})
+	return r, err
+}
+
+// Stop stops accepting commands, lets the actor apply every command already
+// accepted (drain), and waits for its goroutine to exit. If ctx ends first,
+// Stop returns ctx's error; the actor still drains and exits in the
+// background. Stop may be called more than once and concurrently.
+func (a *Actor[S]) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	a.stop = true
+	a.mu.Unlock()
+	a.signal()
+	select {
+	case <-a.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done returns a channel closed when the actor has stopped and drained.
+func (a *Actor[S]) Done() <-chan struct{} { return a.done }
+
+func (a *Actor[S]) signal() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Actor[S]) run() {
+	defer close(a.done)
+	for {
+		a.mu.Lock()
+		batch := a.queue
+		a.queue = nil
+		stop := a.stop
+		a.mu.Unlock()
+		for _, c := range batch {
+			<-a.slots
+			if !c.state.CompareAndSwap(cmdWaiting, cmdStarted) {
+				continue // its submitter gave up before it started
+			}
+			c.done <- a.apply(c.fn)
+		}
+		if len(batch) > 0 {
+			continue // more may have arrived, or stop after the drain
+		}
+		if stop {
+			return
+		}
+		<-a.wake
+	}
+}
+
+func (a *Actor[S]) apply(fn func(*S) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return fn(&a.state)
+}
+
+// Group is a fixed set of actors (shards), each owning its own state; every
+// key is routed to one shard by a stable hash, so all commands for one key
+// are applied by one goroutine, in order. Create groups with NewGroup; a
+// Group is safe for concurrent use.
+type Group[S any] struct {
+	actors []*Actor[S]
+}
+
+// NewGroup starts shards actors; newState(i) gives shard i's initial state.
+// It returns an error wrapping ErrInvalid when shards < 1 or newState is nil.
+func NewGroup[S any](shards int, newState func(shard int) S, cfg *ActorConfig) (*Group[S], error) {
+	if shards < 1 {
+		return nil, fmt.Errorf("%w: %d shards", ErrInvalid, shards)
+	}
+	if newState == nil {
+		return nil, fmt.Errorf("%w: nil state constructor", ErrInvalid)
+	}
+	g := &Group[S]{actors: make([]*Actor[S], shards)}
+	for i := range g.actors {
+		g.actors[i] = NewActor(newState(i), cfg)
+	}
+	return g, nil
+}
+
+// Shards returns the number of shards.
+func (g *Group[S]) Shards() int { return len(g.actors) }
+
+// Shard returns the shard that owns key: FNV-1a of the key modulo the number
+// of shards, the same in every process and run.
+func (g *Group[S]) Shard(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(g.actors)))
+}
+
+// Actor returns the actor owning key, for use with Ask.
+func (g *Group[S]) Actor(key string) *Actor[S] { return g.actors[g.Shard(key)] }
+
+// Do submits fn to the actor owning key; see Actor.Do for the contract. fn
+// receives the shard's state, shared by every key of that shard.
+func (g *Group[S]) Do(ctx context.Context, key string, fn func(state *S) error) error {
+	return g.Actor(key).Do(ctx, fn)
+}
+
+// Stop stops every shard, draining their accepted commands, and waits for
+// them; it returns ctx's error if ctx ends first.
+func (g *Group[S]) Stop(ctx context.Context) error {
+	var errs []error
+	for _, a := range g.actors {
+		a.mu.Lock()
+		a.stop = true
+		a.mu.Unlock()
+		a.signal()
+	}
+	for _, a := range g.actors {
+		if err := a.Stop(ctx); err != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
