@@ -1,0 +1,101 @@
+package atomic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	lfatomic "github.com/lockfree-go/lockfree/atomic"
+)
+
+// Selling stock: the check and the decrement are one step, so two buyers of
+// the last unit cannot both succeed. With PostgreSQL the same calls run on
+// the user's own table:
+//
+//	inv, err := lfatomic.NewPostgres(pool, lfatomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
+func Example() {
+	ctx := context.Background()
+	inv := lfatomic.NewMemory(0) // floor 0: never below zero
+	inv.Claim(ctx, "sku-1", 3)
+
+	left, err := inv.Decrement(ctx, "sku-1", 2)
+	fmt.Println(left, err)
+
+	_, err = inv.Decrement(ctx, "sku-1", 2)
+	var short *lfatomic.InsufficientError
+	if errors.As(err, &short) {
+		fmt.Printf("only %d of %q left\n", short.Current, short.Key)
+	}
+	_, err = inv.Decrement(ctx, "sku-404", 1)
+	fmt.Println(errors.Is(err, lfatomic.ErrNotFound))
+	// Output:
+	// 1 <nil>
+	// only 1 of "sku-1" left
+	// true
+}
+
+// An order with several lines takes all of them or none.
+func ExampleMemory_DecrementMany() {
+	ctx := context.Background()
+	inv := lfatomic.NewMemory(0)
+	inv.Claim(ctx, "apple", 5)
+	inv.Claim(ctx, "pear", 1)
+
+	left, err := inv.DecrementMany(ctx, map[string]int64{"apple": 2, "pear": 1})
+	fmt.Println(left["apple"], left["pear"], err)
+
+	_, err = inv.DecrementMany(ctx, map[string]int64{"apple": 2, "pear": 1})
+	fmt.Println(err)
+	apples, _ := inv.Value(ctx, "apple")
+	fmt.Println("apples still", apples)
+	// Output:
+	// 3 0 <nil>
+	// atomic: decrement many "pear" by 1: insufficient value 0 (floor 0)
+	// apples still 3
+}
+
+// Seats with a capacity: an increment that would pass the cap is refused.
+func ExampleMemory_Increment() {
+	ctx := context.Background()
+	seats := lfatomic.NewMemory(0)
+	seats.Claim(ctx, "talk-42", 0)
+	for range 3 {
+		n, err := seats.Increment(ctx, "talk-42", 1, 2)
+		fmt.Println(n, err)
+	}
+	// Output:
+	// 1 <nil>
+	// 2 <nil>
+	// 0 atomic: increment "talk-42" by 1: value 2 would exceed cap 2
+}
+
+// Claim-once: the first claim of a key wins; later ones learn who won.
+func ExampleMemory_Claim() {
+	ctx := context.Background()
+	claims := lfatomic.NewMemory(0)
+	fmt.Println(claims.Claim(ctx, "coupon-XYZ", 1001))
+	err := claims.Claim(ctx, "coupon-XYZ", 2002)
+	var c *lfatomic.ConflictError
+	if errors.As(err, &c) {
+		fmt.Println("already claimed by", c.Current)
+	}
+	// Output:
+	// <nil>
+	// already claimed by 1001
+}
+
+// A high-water mark and a compare-and-set.
+func ExampleMemory_SetIfGreater() {
+	ctx := context.Background()
+	marks := lfatomic.NewMemory(0)
+	marks.Claim(ctx, "offset", 10)
+	fmt.Println(marks.SetIfGreater(ctx, "offset", 12))
+	fmt.Println(marks.SetIfGreater(ctx, "offset", 11))
+	fmt.Println(marks.CompareAndSet(ctx, "offset", 12, 20))
+	fmt.Println(errors.Is(marks.CompareAndSet(ctx, "offset", 12, 30), lfatomic.ErrConflict))
+	// Output:
+	// <nil>
+	// atomic: set-if-greater "offset": 11 is not greater than 12
+	// <nil>
+	// true
+}
