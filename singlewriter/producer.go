@@ -1,0 +1,111 @@
+package singlewriter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ProducerConfig configures a Producer.
+type ProducerConfig struct {
+	// Brokers are the bootstrap addresses. Required.
+	Brokers []string
+	// Topic receives every message. Required.
+	Topic string
+	// BatchTimeout bounds how long a message waits for others to share its
+	// request. Defaults to 5ms (kafka-go's own default of 1s makes every
+	// synchronous Send take a second).
+	BatchTimeout time.Duration
+	// Transport overrides the producer's transport (TLS, SASL); the caller
+	// then owns it. Defaults to a transport of the producer's own, whose
+	// connections Close releases.
+	Transport kafka.RoundTripper
+}
+
+// Producer writes messages keyed by entity: every message with the same key
+// goes to the same partition (kafka-go's Hash balancer, FNV-1a, compatible
+// with Sarama), so one consumer applies an entity's messages in the order
+// they were sent. Sends wait for all in-sync replicas. A Producer is safe for
+// concurrent use; Close it when done.
+//
+// Order holds per key only for messages sent one after another: two
+// concurrent Sends for one key may land in either order.
+type Producer struct {
+	w     *kafka.Writer
+	owned *kafka.Transport // closed by Close; nil when the caller gave one
+}
+
+// NewProducer returns a producer for cfg.Topic. It does not connect until the
+// first Send. The topic must exist: the producer never creates topics.
+func NewProducer(cfg ProducerConfig) (*Producer, error) {
+	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
+		return nil, fmt.Errorf("%w: producer needs brokers and a topic", ErrInvalid)
+	}
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = 5 * time.Millisecond
+	}
+	p := &Producer{}
+	if cfg.Transport == nil {
+		p.owned = &kafka.Transport{}
+		cfg.Transport = p.owned
+	}
+	p.w = &kafka.Writer{
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Topic:        cfg.Topic,
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: cfg.BatchTimeout,
+		Transport:    cfg.Transport,
+	}
+	return p, nil
+}
+
+// Send writes one message with the entity key and waits until the broker
+// has it. An empty key is rejected (it would be spread round-robin, losing
+// the per-entity order).
+func (p *Producer) Send(ctx context.Context, key string, value []byte, headers ...kafka.Header) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty entity key", ErrInvalid)
+	}
+	return p.w.WriteMessages(ctx, kafka.Message{Key: []byte(key), Value: value, Headers: headers})
+}
+
+// SendMessages writes msgs (each with a non-empty Key; Topic and Partition
+// must be unset) in one call and waits until the broker has them all. Within
+// one call, messages with the same key keep their relative order.
+func (p *Producer) SendMessages(ctx context.Context, msgs ...kafka.Message) error {
+	for i, m := range msgs {
+		if len(m.Key) == 0 {
+			return fmt.Errorf("%w: message %d has no entity key", ErrInvalid, i)
+		}
+		if m.Topic != "" || m.Partition != 0 {
+			return fmt.Errorf("%w: message %d sets its own topic or partition", ErrInvalid, i)
+		}
+	}
+	return p.w.WriteMessages(ctx, msgs...)
+}
+
+// Close flushes pending writes and releases the producer's connections.
+func (p *Producer) Close() error {
+	err := p.w.Close()
+	if p.owned != nil {
+		p.owned.CloseIdleConnections()
+	}
+	return err
+}
+
+// PartitionFor returns the partition that a Producer sends key to when the
+// topic has the given number of partitions.
+func PartitionFor(key string, partitions int) int {
+	if partitions < 1 {
+		return 0
+	}
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	var h kafka.Hash
+	return h.Balance(kafka.Message{Key: []byte(key)}, ps...)
+}
