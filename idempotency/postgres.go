@@ -1,0 +1,553 @@
+package idempotency
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the schema of the PostgreSQL backend, for migrate.Up
+// and migrate.Print (or `lockfree migrate`).
+func Migrations() []migrate.Migration {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	return migrate.FromFS("idempotency", sub)
+}
+
+// DB is what the PostgreSQL backend needs from a connection:
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Postgres keeps idempotency records in PostgreSQL. Expiry is decided by the
+// database's clock (clock_timestamp()), never the client's. It is safe for
+// concurrent use.
+//
+// Transactional mode is DoTx (in the caller's transaction) and Do (in a
+// transaction of its own); leased mode is the LeaseStore methods, driven by
+// a Leased; Lookup and PutFenced serve the fenced twin.
+type Postgres struct {
+	db  DB
+	cfg Config
+	sql struct {
+		savepoint, saveTimeout, setTimeout, restoreTimeout, release, rollback  string
+		claimTx, completeTx, abandonTx                                         string
+		ensure, takeover, lookup, renew, checkpoint, complete, release2, token string
+		putFenced, tombstone, deleteTombstones                                 string
+	}
+}
+
+// NewPostgres returns a store on db; the schema must have been migrated
+// (Migrations). A nil cfg means the zero Config.
+func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{db: db, cfg: c}
+	r := func(s string) string { return migrate.Render(s, c.Tables) }
+	ret := fmt.Sprintf("clock_timestamp() + %d * interval '1 microsecond'", c.Retention.Microseconds())
+	const where = `WHERE tenant = $1 AND key = $2`
+
+	// The claim of transactional mode runs inside a savepoint with a
+	// bounded lock_timeout, so that a wait that times out rolls back to the
+	// savepoint instead of aborting the caller's transaction. The caller's
+	// own lock_timeout is kept in a custom setting and restored.
+	p.sql.savepoint = `SAVEPOINT lockfree_idempotency_claim`
+	p.sql.saveTimeout = `SELECT set_config('lockfree.idempotency_lock_timeout', current_setting('lock_timeout'), true)`
+	p.sql.setTimeout = `SELECT set_config('lock_timeout', $1, true)`
+	p.sql.restoreTimeout = `SELECT set_config('lock_timeout', current_setting('lockfree.idempotency_lock_timeout'), true)`
+	p.sql.release = `RELEASE SAVEPOINT lockfree_idempotency_claim`
+	p.sql.rollback = `ROLLBACK TO SAVEPOINT lockfree_idempotency_claim`
+	// A concurrent claim of the same key waits here, on the unique index,
+	// until the first transaction ends.
+	p.sql.claimTx = r(`INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, created_at, expires_at)
+		VALUES ($1, $2, $3, 'running', clock_timestamp(), ` + ret + `) ON CONFLICT (tenant, key) DO NOTHING`)
+	p.sql.completeTx = r(`UPDATE {{idempotency_keys}} SET state = 'done', status = $3, header = $4, body = $5,
+		expires_at = ` + ret + ` ` + where + ` AND state = 'running' AND token = 0`)
+	p.sql.abandonTx = r(`DELETE FROM {{idempotency_keys}} ` + where + ` AND state = 'running' AND token = 0`)
+
+	// Leased mode. ensure gives a new key a running record with no token
+	// and an expired lease, so that the token is always minted by takeover,
+	// after it holds the row lock (as in fencedlock).
+	p.sql.ensure = r(`INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, token, lease_expires_at, created_at, expires_at)
+		VALUES ($1, $2, $3, 'running', 0, '-infinity', clock_timestamp(), ` + ret + `) ON CONFLICT (tenant, key) DO NOTHING`)
+	p.sql.takeover = r(`UPDATE {{idempotency_keys}}
+		SET token = nextval({{regclass idempotency_tokens}}), lease_expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		` + where + ` AND fingerprint = $3 AND state = 'running' AND lease_expires_at <= clock_timestamp()
+		  AND expires_at > clock_timestamp()
+		RETURNING token, lease_expires_at, recovery_point`)
+	p.sql.lookup = r(`SELECT fingerprint, token, recovery_point, COALESCE(status, 0), header, body,
+		CASE WHEN isfinite(lease_expires_at) THEN lease_expires_at END, expires_at,
+		CASE WHEN state = 'tombstone' THEN 3
+		     WHEN state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at > clock_timestamp()) THEN 1
+		     WHEN expires_at <= clock_timestamp() THEN 3
+		     WHEN state = 'done' THEN 2
+		     ELSE 1 END,
+		GREATEST(COALESCE(extract(epoch FROM lease_expires_at - clock_timestamp()), 0), 0)::float8
+		FROM {{idempotency_keys}} ` + where)
+	p.sql.renew = r(`UPDATE {{idempotency_keys}} SET lease_expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		` + where + ` AND token = $3 AND state = 'running' AND lease_expires_at > clock_timestamp()
+		RETURNING lease_expires_at`)
+	p.sql.checkpoint = r(`UPDATE {{idempotency_keys}} SET recovery_point = $4 ` + where + ` AND token = $3 AND state = 'running'`)
+	p.sql.complete = r(`UPDATE {{idempotency_keys}} SET state = 'done', status = $4, header = $5, body = $6,
+		lease_expires_at = NULL, expires_at = ` + ret + ` ` + where + ` AND token = $3 AND state = 'running'`)
+	p.sql.release2 = r(`WITH deleted AS (
+			DELETE FROM {{idempotency_keys}} ` + where + ` AND token = $3 AND state = 'running' AND recovery_point = ''
+			RETURNING 1),
+		ended AS (
+			UPDATE {{idempotency_keys}} SET lease_expires_at = clock_timestamp()
+			` + where + ` AND token = $3 AND state = 'running' AND recovery_point <> ''
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM ended)`)
+	p.sql.token = r(`SELECT token FROM {{idempotency_keys}} ` + where)
+
+	p.sql.putFenced = r(`INSERT INTO {{idempotency_keys}} AS k (tenant, key, fingerprint, state, token, status, header, body, created_at, expires_at)
+		VALUES ($1, $2, $3, 'done', $4, $5, $6, $7, clock_timestamp(), ` + ret + `)
+		ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, state = 'done', token = EXCLUDED.token,
+			status = EXCLUDED.status, header = EXCLUDED.header, body = EXCLUDED.body, lease_expires_at = NULL,
+			recovery_point = '', expires_at = EXCLUDED.expires_at
+		WHERE k.token <= EXCLUDED.token`)
+
+	p.sql.tombstone = r(`UPDATE {{idempotency_keys}} SET state = 'tombstone', status = NULL, header = NULL, body = NULL,
+			recovery_point = '', lease_expires_at = NULL
+		WHERE (tenant, key) IN (SELECT tenant, key FROM {{idempotency_keys}}
+			WHERE state <> 'tombstone' AND expires_at <= clock_timestamp()
+			  AND (state <> 'running' OR lease_expires_at <= clock_timestamp())
+			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`)
+	p.sql.deleteTombstones = r(`DELETE FROM {{idempotency_keys}}
+		WHERE (tenant, key) IN (SELECT tenant, key FROM {{idempotency_keys}}
+			WHERE state = 'tombstone' AND expires_at <= clock_timestamp() - $2 * interval '1 microsecond'
+			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`)
+	return p, nil
+}
+
+// WithDB returns a store that runs its statements on db — typically the
+// caller's transaction, e.g. to record a Checkpoint atomically with the
+// step's own writes — with the same configuration.
+func (p *Postgres) WithDB(db DB) *Postgres {
+	c := *p
+	c.db = db
+	return &c
+}
+
+type txKey struct{}
+
+// TxFrom returns the transaction in which Postgres.Do or DoTx runs its
+// function, for the function's own writes.
+func TxFrom(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Do runs fn at most once per key in a transaction of its own (begun on the
+// store's DB and available to fn through TxFrom), as DoTx describes, and
+// commits it. It implements Executor. If the commit fails the result is not
+// returned, and nothing is stored: a retry runs fn again.
+func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+	if err := key.Validate(); err != nil {
+		return Result{}, err
+	}
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	res, err := p.DoTx(ctx, tx, key, fp, fn)
+	if err != nil {
+		return Result{}, err
+	}
+	if res.Replayed {
+		return res, nil // nothing was written
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, fmt.Errorf("idempotency: commit %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// DoTx is transactional mode inside the caller's transaction tx: it claims
+// key in tx (INSERT … ON CONFLICT DO NOTHING, then read), runs fn — which
+// must do its writes in tx (TxFrom returns it) — and stores fn's result in
+// tx. The claim and the result become visible together when the caller
+// commits, and vanish together if tx rolls back, so no lease exists that
+// could expire while the work runs.
+//
+// A duplicate running concurrently waits on the unique index until the first
+// transaction ends, for at most Config.InFlightWait (a lock_timeout set only
+// for the claim); then it gets an *InFlightError, and tx is still usable: the
+// claim runs in a savepoint that the timeout rolls back. When the first
+// transaction has committed, the duplicate gets the stored result with
+// Replayed set and nothing written. The claim also returns ErrKeyReused,
+// ErrExpired or ErrInvalid without running fn.
+//
+// When fn fails, DoTx removes the claim and returns fn's error; the caller
+// should roll tx back, which also undoes fn's own writes. Under REPEATABLE
+// READ or SERIALIZABLE a concurrent completion surfaces as a serialization
+// failure (SQLSTATE 40001): roll back and retry, and the retry replays.
+func (p *Postgres) DoTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+	if err := key.Validate(); err != nil {
+		return Result{}, err
+	}
+	if tx == nil {
+		return Result{}, fmt.Errorf("%w: nil transaction", ErrInvalid)
+	}
+	for attempt := 0; ; attempt++ {
+		claimed, rec, found, err := p.claimTx(ctx, tx, key, fp)
+		if err != nil {
+			return Result{}, err
+		}
+		if claimed {
+			break
+		}
+		if !found {
+			// Deleted between our insert and our read (a failed first
+			// execution that removed its claim and committed): try again.
+			if attempt < 3 {
+				continue
+			}
+			return Result{}, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
+		}
+		res, err := classify(rec, fp, p.cfg.RetryAfter)
+		if err != nil {
+			return Result{}, err
+		}
+		return *res, nil
+	}
+
+	res, err := fn(context.WithValue(ctx, txKey{}, tx))
+	if err != nil {
+		if _, derr := tx.Exec(context.WithoutCancel(ctx), p.sql.abandonTx, key.Tenant, key.ID); derr != nil {
+			return Result{}, errors.Join(err, fmt.Errorf("idempotency: abandon %s: %w", key, derr))
+		}
+		return Result{}, err
+	}
+	res.Replayed = false
+	header, err := encodeHeader(res.Header)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := tx.Exec(ctx, p.sql.completeTx, key.Tenant, key.ID, res.Status, header, res.Body); err != nil {
+		return Result{}, fmt.Errorf("idempotency: complete %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// claimTx runs the claim batch in one round trip.
+func (p *Postgres) claimTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint) (claimed bool, rec Record, found bool, err error) {
+	var b pgx.Batch
+	b.Queue(p.sql.savepoint)
+	b.Queue(p.sql.saveTimeout)
+	b.Queue(p.sql.setTimeout, fmt.Sprintf("%dms", max(1, p.cfg.InFlightWait.Milliseconds())))
+	b.Queue(p.sql.claimTx, key.Tenant, key.ID, fp[:])
+	b.Queue(p.sql.lookup, key.Tenant, key.ID)
+	b.Queue(p.sql.restoreTimeout)
+	b.Queue(p.sql.release)
+	br := tx.SendBatch(ctx, &b)
+	for i := 0; i < 3 && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		rec, found, err = scanRecord(br.QueryRow(), key)
+	}
+	for i := 0; i < 2 && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Undo the savepoint (and with it the lock_timeout) so that tx
+		// stays usable; a broken connection makes this fail too, which is
+		// reported with the cause.
+		bctx := context.WithoutCancel(ctx)
+		if _, rerr := tx.Exec(bctx, p.sql.rollback+"; "+p.sql.release); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014") && ctx.Err() == nil {
+			// lock_not_available / query_canceled: the bounded wait ended.
+			return false, Record{}, false, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
+		}
+		if ctx.Err() != nil {
+			return false, Record{}, false, errors.Join(context.Cause(ctx), err)
+		}
+		return false, Record{}, false, fmt.Errorf("idempotency: claim %s: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, rec, found, nil
+}
+
+func encodeHeader(h http.Header) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: encode header: %w", err)
+	}
+	return string(b), nil
+}
+
+// scanRecord reads one row of the lookup query.
+func scanRecord(row pgx.Row, key Key) (Record, bool, error) {
+	var (
+		rec          = Record{Key: key}
+		fp, header   []byte
+		status       int32
+		leaseExpires *time.Time
+		state        int
+		leaseLeft    float64
+	)
+	err := row.Scan(&fp, &rec.Token, &rec.RecoveryPoint, &status, &header, &rec.Result.Body,
+		&leaseExpires, &rec.Expires, &state, &leaseLeft)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	copy(rec.Fingerprint[:], fp)
+	rec.State = State(state)
+	rec.leaseLeft = time.Duration(leaseLeft * float64(time.Second))
+	if leaseExpires != nil {
+		rec.LeaseExpires = *leaseExpires
+	}
+	if rec.State == Done {
+		rec.Result.Status = int(status)
+		if len(header) > 0 {
+			if err := json.Unmarshal(header, &rec.Result.Header); err != nil {
+				return Record{}, false, fmt.Errorf("idempotency: decode header of %s: %w", key, err)
+			}
+		}
+	} else {
+		rec.Result = Result{}
+	}
+	return rec, true, nil
+}
+
+// Claim implements LeaseStore. It runs its statements in one round trip.
+func (p *Postgres) Claim(ctx context.Context, key Key, fp Fingerprint, ttl time.Duration) (Lease, *Result, error) {
+	if err := validClaim(key, ttl); err != nil {
+		return Lease{}, nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		var b pgx.Batch
+		b.Queue(p.sql.ensure, key.Tenant, key.ID, fp[:])
+		b.Queue(p.sql.takeover, key.Tenant, key.ID, fp[:], ttl.Microseconds())
+		b.Queue(p.sql.lookup, key.Tenant, key.ID)
+		br := p.db.SendBatch(ctx, &b)
+		l := Lease{Key: key, TTL: ttl, sent: sent}
+		_, err := br.Exec()
+		var took bool
+		if err == nil {
+			err = br.QueryRow().Scan(&l.Token, &l.Expires, &l.RecoveryPoint)
+			took = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+		}
+		var rec Record
+		var found bool
+		if err == nil {
+			rec, found, err = scanRecord(br.QueryRow(), key)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return Lease{}, nil, fmt.Errorf("idempotency: claim %s: %w", key, err)
+		}
+		if took {
+			return l, nil, nil
+		}
+		// Missed: the lease is current, the key is done, expired or bound
+		// to another fingerprint — or the record changed between the
+		// statements (released, or its lease ran out just now): look again.
+		raced := !found || (rec.State == Running && rec.Fingerprint == fp && rec.leaseLeft == 0 && !rec.LeaseExpires.IsZero())
+		if !raced {
+			res, err := classify(rec, fp, p.cfg.RetryAfter)
+			return Lease{}, res, err
+		}
+		if attempt == 3 {
+			return Lease{}, nil, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
+		}
+	}
+}
+
+// superseded reports why a compare-and-set on l's token missed.
+func (p *Postgres) superseded(ctx context.Context, l Lease) error {
+	var cur int64
+	err := p.db.QueryRow(ctx, p.sql.token, l.Key.Tenant, l.Key.ID).Scan(&cur)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("idempotency: token of %s: %w", l.Key, err)
+	}
+	return &SupersededError{Key: l.Key, Presented: l.Token, Current: cur}
+}
+
+// Renew implements LeaseStore.
+func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
+	if err := validLease(l); err != nil {
+		return Lease{}, err
+	}
+	sent := time.Now()
+	err := p.db.QueryRow(ctx, p.sql.renew, l.Key.Tenant, l.Key.ID, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		serr := p.superseded(ctx, l)
+		var s *SupersededError
+		if errors.As(serr, &s) && s.Current == l.Token {
+			return Lease{}, fmt.Errorf("%w: lease %d of %s expired", ErrLeaseLost, l.Token, l.Key)
+		}
+		return Lease{}, serr
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("idempotency: renew %s: %w", l.Key, err)
+	}
+	l.sent = sent
+	return l, nil
+}
+
+// Checkpoint implements LeaseStore. Run it on the transaction of the step's
+// own writes (WithDB) to record both atomically.
+func (p *Postgres) Checkpoint(ctx context.Context, l Lease, step string) error {
+	if err := validLease(l); err != nil {
+		return err
+	}
+	if err := validStep(step); err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, p.sql.checkpoint, l.Key.Tenant, l.Key.ID, l.Token, step)
+	if err != nil {
+		return fmt.Errorf("idempotency: checkpoint %s: %w", l.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return p.superseded(ctx, l)
+	}
+	return nil
+}
+
+// Complete implements LeaseStore.
+func (p *Postgres) Complete(ctx context.Context, l Lease, r Result) error {
+	if err := validLease(l); err != nil {
+		return err
+	}
+	header, err := encodeHeader(r.Header)
+	if err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, p.sql.complete, l.Key.Tenant, l.Key.ID, l.Token, r.Status, header, r.Body)
+	if err != nil {
+		return fmt.Errorf("idempotency: complete %s: %w", l.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return p.superseded(ctx, l)
+	}
+	return nil
+}
+
+// Release implements LeaseStore.
+func (p *Postgres) Release(ctx context.Context, l Lease) error {
+	if err := validLease(l); err != nil {
+		return err
+	}
+	var n int64
+	if err := p.db.QueryRow(ctx, p.sql.release2, l.Key.Tenant, l.Key.ID, l.Token).Scan(&n); err != nil {
+		return fmt.Errorf("idempotency: release %s: %w", l.Key, err)
+	}
+	if n == 0 {
+		return p.superseded(ctx, l)
+	}
+	return nil
+}
+
+// Lookup implements FencedStore.
+func (p *Postgres) Lookup(ctx context.Context, key Key) (Record, bool, error) {
+	if err := key.Validate(); err != nil {
+		return Record{}, false, err
+	}
+	rec, found, err := scanRecord(p.db.QueryRow(ctx, p.sql.lookup, key.Tenant, key.ID), key)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("idempotency: lookup %s: %w", key, err)
+	}
+	return rec, found, nil
+}
+
+// PutFenced implements FencedStore.
+func (p *Postgres) PutFenced(ctx context.Context, key Key, fp Fingerprint, token int64, r Result) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: fencing token %d", ErrInvalid, token)
+	}
+	header, err := encodeHeader(r.Header)
+	if err != nil {
+		return err
+	}
+	tag, err := p.db.Exec(ctx, p.sql.putFenced, key.Tenant, key.ID, fp[:], token, r.Status, header, r.Body)
+	if err != nil {
+		return fmt.Errorf("idempotency: fenced put %s: %w", key, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var cur int64
+	if err := p.db.QueryRow(ctx, p.sql.token, key.Tenant, key.ID).Scan(&cur); err != nil {
+		return fmt.Errorf("idempotency: fenced put %s: %w", key, err)
+	}
+	return &fencedlock.FencedError{Presented: token, Required: cur}
+}
+
+// Purge turns up to limit expired records into tombstones (dropping their
+// results; the key stays spent, so a late retry gets ErrExpired) and then
+// deletes tombstones older than Config.TombstoneRetention, up to limit
+// records in all, and returns how many it changed. Call it in a loop until it
+// returns less than limit; records locked by a running claim are skipped,
+// not waited for.
+func (p *Postgres) Purge(ctx context.Context, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("%w: purge limit %d", ErrInvalid, limit)
+	}
+	tag, err := p.db.Exec(ctx, p.sql.tombstone, limit)
+	if err != nil {
+		return 0, fmt.Errorf("idempotency: purge: %w", err)
+	}
+	n := tag.RowsAffected()
+	if n == int64(limit) {
+		return n, nil
+	}
+	tag, err = p.db.Exec(ctx, p.sql.deleteTombstones, int64(limit)-n, p.cfg.TombstoneRetention.Microseconds())
+	if err != nil {
+		return n, fmt.Errorf("idempotency: purge: %w", err)
+	}
+	return n + tag.RowsAffected(), nil
+}
