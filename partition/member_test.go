@@ -1,0 +1,571 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+var ctx = context.Background()
+
+// backends are the stores the member tests run on.
+var backends = []struct {
+	name string
+	new  func(t *testing.T) partition.Membership
+}{
+	{"memory", func(t *testing.T) partition.Membership { return partition.NewMemory(nil) }},
+	{"postgres", func(t *testing.T) partition.Membership {
+		db := testdb.New(t, partition.Migrations()...)
+		s := newPostgres(t, db)
+		pools.Store(s, db.Pool)
+		return s
+	}},
+}
+
+// watcher checks, from the members' events and from inside the functions
+// they run, that no partition ever has two accepting owners or two running
+// functions, and records when partitions stop and start.
+type watcher struct {
+	t  testing.TB
+	mu sync.Mutex
+	// accepting is the member accepting work for each partition.
+	accepting  map[int]string
+	violations []string
+	stopped    map[int]time.Time // last Stopped (handoff) per partition
+	windows    []time.Duration   // Stopped(old) → Started(new) per move
+	starts     int
+	running    [partition.MaxPartitions]atomic.Int32
+}
+
+func newWatcher(t testing.TB) *watcher {
+	return &watcher{t: t, accepting: map[int]string{}, stopped: map[int]time.Time{}}
+}
+
+func (w *watcher) onEvent(e partition.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, who := e.Epoch.Partition, e.Epoch.Owner
+	switch e.Kind {
+	case partition.Started:
+		if cur, ok := w.accepting[p]; ok && cur != who {
+			w.violations = append(w.violations, fmt.Sprintf("partition %d started on %s while %s accepts", p, who, cur))
+		}
+		w.accepting[p] = who
+		w.starts++
+		if at, ok := w.stopped[p]; ok {
+			w.windows = append(w.windows, time.Since(at))
+			delete(w.stopped, p)
+		}
+	case partition.Stopped:
+		if w.accepting[p] == who {
+			delete(w.accepting, p)
+		}
+		w.stopped[p] = time.Now()
+	}
+}
+
+// forget is for a member that crashed: it accepts nothing any more.
+func (w *watcher) forget(member string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p, m := range w.accepting {
+		if m == member {
+			delete(w.accepting, p)
+			w.stopped[p] = time.Now()
+		}
+	}
+}
+
+// run wraps fn to detect two functions of one partition running at once.
+func (w *watcher) run(e partition.Epoch, fn func() error) error {
+	if n := w.running[e.Partition].Add(1); n > 1 {
+		w.mu.Lock()
+		w.violations = append(w.violations, fmt.Sprintf("partition %d: %d functions at once", e.Partition, n))
+		w.mu.Unlock()
+	}
+	defer w.running[e.Partition].Add(-1)
+	return fn()
+}
+
+func (w *watcher) check() {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.violations) > 0 {
+		w.t.Fatalf("%d violations, first: %s", len(w.violations), w.violations[0])
+	}
+}
+
+// takeWindows returns and clears the recorded handover windows.
+func (w *watcher) takeWindows() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.windows
+	w.windows = nil
+	return out
+}
+
+// fleet is a set of members in this process over one store.
+type fleet struct {
+	t       testing.TB
+	store   partition.Membership
+	w       *watcher
+	cfg     partition.Config
+	mu      sync.Mutex
+	members map[string]*partition.Member
+}
+
+func newFleet(t testing.TB, store partition.Membership, cfg partition.Config) *fleet {
+	f := &fleet{t: t, store: store, w: newWatcher(t), cfg: cfg, members: map[string]*partition.Member{}}
+	t.Cleanup(func() {
+		for _, m := range f.all() {
+			m.Close(ctx)
+		}
+	})
+	return f
+}
+
+func (f *fleet) start(name string) *partition.Member {
+	f.t.Helper()
+	cfg := f.cfg
+	cfg.Name, cfg.Addr, cfg.OnEvent = name, name+".test:80", f.w.onEvent
+	m, err := partition.NewMember(ctx, cfg, f.store)
+	if err != nil {
+		f.t.Fatalf("NewMember(%s): %v", name, err)
+	}
+	f.mu.Lock()
+	f.members[name] = m
+	f.mu.Unlock()
+	return m
+}
+
+func (f *fleet) remove(name string) *partition.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.members[name]
+	delete(f.members, name)
+	return m
+}
+
+func (f *fleet) all() []*partition.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ms []*partition.Member
+	for _, m := range f.members {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+func (f *fleet) member(name string) *partition.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.members[name]
+}
+
+// settled waits until every member computes the same ring over exactly the
+// running members and owns exactly what that ring places on it.
+func (f *fleet) settled(timeout time.Duration) *partition.Ring {
+	f.t.Helper()
+	var ring *partition.Ring
+	waitFor(f.t, timeout, func() bool {
+		ms := f.all()
+		var names []string
+		for _, m := range ms {
+			names = append(names, m.Name())
+		}
+		slices.Sort(names)
+		for _, m := range ms {
+			r := m.Ring()
+			if !slices.Equal(r.Members(), names) {
+				return false
+			}
+			var want []int
+			for p := range r.Partitions() {
+				if r.Owner(p) == m.Name() {
+					want = append(want, p)
+				}
+			}
+			var got []int
+			for _, e := range m.Owned() {
+				got = append(got, e.Partition)
+			}
+			if !slices.Equal(got, want) {
+				return false
+			}
+			ring = r
+		}
+		return ring != nil
+	})
+	return ring
+}
+
+// do routes key like a client would: ask any member, follow NotOwnerError,
+// retry ErrMoving, until fn ran or ctx ends.
+func (f *fleet) do(ctx context.Context, key string, fn func(context.Context, partition.Epoch) error) error {
+	var via *partition.Member
+	for {
+		if via == nil {
+			ms := f.all()
+			if len(ms) == 0 {
+				return errors.New("no members")
+			}
+			via = ms[0]
+		}
+		err := via.Do(ctx, key, fn)
+		var notOwner *partition.NotOwnerError
+		switch {
+		case errors.As(err, &notOwner):
+			via = f.member(notOwner.Owner)
+		case errors.Is(err, partition.ErrMoving), errors.Is(err, partition.ErrClosed):
+			via = nil
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(time.Millisecond):
+			}
+		default:
+			return err
+		}
+	}
+}
+
+var testConfig = partition.Config{TTL: time.Second, Interval: 100 * time.Millisecond, MoveInterval: 10 * time.Millisecond}
+
+// Three members route every key to exactly one owner; a fourth joins and
+// one leaves while clients keep calling: no partition ever has two
+// accepting owners or two running functions, and every call is served.
+func TestJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, b.new(t), testConfig)
+			for _, n := range []string{"member-0", "member-1", "member-2"} {
+				f.start(n)
+			}
+			three := f.settled(30 * time.Second)
+			checkRouting(t, f, three)
+			f.w.takeWindows()
+
+			// Clients: each key's calls must be served in order, once each.
+			cctx, stop := context.WithCancel(ctx)
+			var served atomic.Int64
+			var clients sync.WaitGroup
+			var gapMu sync.Mutex
+			var maxGap time.Duration
+			counts := make([]int, 64)
+			for c := range 64 {
+				clients.Add(1)
+				go func() {
+					defer clients.Done()
+					key := fmt.Sprintf("account-%d", c)
+					last := time.Now()
+					for cctx.Err() == nil {
+						err := f.do(cctx, key, func(_ context.Context, e partition.Epoch) error {
+							return f.w.run(e, func() error { counts[c]++; return nil })
+						})
+						if err != nil {
+							if cctx.Err() == nil {
+								t.Errorf("client %d: %v", c, err)
+							}
+							return
+						}
+						served.Add(1)
+						now := time.Now()
+						gapMu.Lock()
+						maxGap = max(maxGap, now.Sub(last))
+						gapMu.Unlock()
+						last = now
+					}
+				}()
+			}
+
+			f.start("member-3")
+			four := f.settled(30 * time.Second)
+			joinMoved, joinWindows := len(partition.Moved(three, four)), f.w.takeWindows()
+
+			leaving := f.remove("member-1")
+			if err := leaving.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			after := f.settled(30 * time.Second)
+			leaveMoved, leaveWindows := len(partition.Moved(four, after)), f.w.takeWindows()
+			stop()
+			clients.Wait()
+			f.w.check()
+
+			if joinMoved == 0 || leaveMoved == 0 || len(joinWindows) != joinMoved || len(leaveWindows) != leaveMoved {
+				t.Fatalf("moved %d/%d partitions with %d/%d handovers", joinMoved, leaveMoved, len(joinWindows), len(leaveWindows))
+			}
+			checkRouting(t, f, after)
+			t.Logf("%s: join 3→4 moved %d of %d partitions, handover window %s; leave 4→3 moved %d, window %s; "+
+				"longest client wait %v over %d calls",
+				b.name, joinMoved, four.Partitions(), summary(joinWindows), leaveMoved, summary(leaveWindows), maxGap, served.Load())
+		})
+	}
+}
+
+// checkRouting: for every key exactly one member runs the call; the others
+// name that member.
+func checkRouting(t *testing.T, f *fleet, ring *partition.Ring) {
+	t.Helper()
+	for i := range 200 {
+		key := fmt.Sprintf("key-%d", i)
+		owner := ring.Owner(ring.Partition(key))
+		ran := 0
+		for _, m := range f.all() {
+			err := m.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+				if e.Owner != m.Name() || e.Partition != ring.Partition(key) || e.Token <= 0 {
+					return fmt.Errorf("epoch %+v", e)
+				}
+				ran++
+				return nil
+			})
+			var notOwner *partition.NotOwnerError
+			switch {
+			case m.Name() == owner && err != nil:
+				t.Fatalf("%s, the owner of %q, failed: %v", owner, key, err)
+			case m.Name() != owner && (!errors.As(err, &notOwner) || notOwner.Owner != owner || notOwner.Addr != owner+".test:80"):
+				t.Fatalf("%s for %q: %v, want NotOwnerError naming %s", m.Name(), key, err, owner)
+			}
+		}
+		if ran != 1 {
+			t.Fatalf("%q ran on %d members", key, ran)
+		}
+	}
+}
+
+func summary(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("p50 %v max %v", ds[len(ds)/2].Round(time.Microsecond), ds[len(ds)-1].Round(time.Microsecond))
+}
+
+// A member that crashes (no handoff, no release) loses its partitions when
+// its lease expires; the new owner's epochs are one above the crashed
+// member's.
+func TestCrashedMemberPartitionsMove(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet(t, b.new(t), testConfig)
+			f.start("a")
+			crashed := f.start("b")
+			f.settled(30 * time.Second)
+			owned := crashed.Owned()
+			partition.Crash(f.remove("b"))
+			f.w.forget("b")
+			f.settled(30 * time.Second)
+			after := f.member("a").Owned()
+			if len(after) != f.member("a").Ring().Partitions() {
+				t.Fatalf("a owns %d partitions", len(after))
+			}
+			for _, e := range owned {
+				if after[e.Partition].Token != e.Token+1 {
+					t.Fatalf("partition %d: epoch %d after %d", e.Partition, after[e.Partition].Token, e.Token)
+				}
+			}
+			f.w.check()
+		})
+	}
+}
+
+func TestNewMemberRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	store := partition.NewMemory(nil)
+	tests := []struct {
+		name string
+		cfg  partition.Config
+	}{
+		{"no name", partition.Config{}},
+		{"long address", partition.Config{Name: "a", Addr: fmt.Sprintf("%0300d", 1)}},
+		{"ttl too short", partition.Config{Name: "a", TTL: time.Microsecond}},
+		{"interval not below ttl", partition.Config{Name: "a", TTL: time.Second, Interval: time.Second}},
+		{"interval into the margin", partition.Config{Name: "a", TTL: time.Second, Margin: 500 * time.Millisecond, Interval: 600 * time.Millisecond}},
+		{"move interval above interval", partition.Config{Name: "a", Interval: time.Second, MoveInterval: 2 * time.Second}},
+		{"negative drain", partition.Config{Name: "a", DrainTimeout: -1}},
+		{"negative queue", partition.Config{Name: "a", QueueSize: -1}},
+		{"load below 1", partition.Config{Name: "a", Ring: partition.RingConfig{Load: 0.9}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := partition.NewMember(ctx, tt.cfg, store); !errors.Is(err, partition.ErrInvalid) {
+				t.Fatalf("NewMember = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("bad configs joined: %v", live)
+	}
+}
+
+// A fleet must agree on the ring: a member with another partition count is
+// refused, and leaves no lease behind.
+func TestRingMismatchIsRefused(t *testing.T) {
+	t.Parallel()
+	store := partition.NewMemory(nil)
+	f := newFleet(t, store, testConfig)
+	f.start("a")
+	cfg := testConfig
+	cfg.Name, cfg.Ring = "b", partition.RingConfig{Partitions: 64}
+	if _, err := partition.NewMember(ctx, cfg, store); !errors.Is(err, partition.ErrRingMismatch) {
+		t.Fatalf("NewMember with another ring = %v, want ErrRingMismatch", err)
+	}
+	if live, _ := store.Live(ctx); len(live) != 1 {
+		t.Fatalf("live = %v", live)
+	}
+}
+
+// A second process under a live member's name waits for that lease.
+func TestDuplicateNameWaits(t *testing.T) {
+	t.Parallel()
+	store := partition.NewMemory(nil)
+	f := newFleet(t, store, testConfig)
+	f.start("a")
+	cfg := testConfig
+	cfg.Name = "a"
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := partition.NewMember(wctx, cfg, store); !errors.Is(err, partition.ErrNameInUse) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("NewMember under a live name = %v", err)
+	}
+}
+
+func TestDoErrors(t *testing.T) {
+	t.Parallel()
+	store := partition.NewMemory(nil)
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, err := partition.NewMember(ctx, cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, "k", nil); !errors.Is(err, partition.ErrInvalid) {
+		t.Fatalf("nil fn: %v", err)
+	}
+	boom := errors.New("boom")
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return boom }); err != boom {
+		t.Fatalf("fn's error: %v", err)
+	}
+	// A call whose context ends while it waits in the queue never runs.
+	block, started := make(chan struct{}), make(chan struct{})
+	go m.Do(ctx, "k", func(context.Context, partition.Epoch) error { close(started); <-block; return nil })
+	<-started
+	qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	ran := false
+	err = m.Do(qctx, "k", func(context.Context, partition.Epoch) error { ran = true; return nil })
+	cancel()
+	close(block)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued call past its deadline: %v", err)
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ran {
+		t.Fatal("a call whose context ended in the queue ran")
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrClosed) {
+		t.Fatalf("Do after Close: %v", err)
+	}
+	if err := m.Close(ctx); !errors.Is(err, partition.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("Close left a lease: %v", live)
+	}
+	owners, _ := store.Owners(ctx, 271)
+	for _, o := range owners {
+		if o.Owner != "" {
+			t.Fatalf("Close left partition %d owned", o.Partition)
+		}
+	}
+}
+
+// Calls to one partition run one at a time, in arrival order.
+func TestDoIsSerialPerPartition(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	w := newWatcher(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("k%d", c%3)
+			for i := range 200 {
+				err := m.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+					return w.run(e, func() error {
+						mu.Lock()
+						seen[fmt.Sprint(key, c)] = append(seen[fmt.Sprint(key, c)], i)
+						mu.Unlock()
+						return nil
+					})
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	w.check()
+	for k, is := range seen {
+		if !sort.IntsAreSorted(is) || len(is) != 200 {
+			t.Fatalf("%s: calls ran out of order or lost: %d", k, len(is))
+		}
+	}
+}
+
+// The memory store's clock decides expiry: advancing it makes a member
+// lose its lease while its process keeps running.
+func TestManualClockExpiry(t *testing.T) {
+	t.Parallel()
+	c := &clock.Manual{}
+	store := partition.NewMemory(c)
+	f := newFleet(t, store, testConfig)
+	a := f.start("a")
+	before := a.Owned()
+	c.Advance(time.Hour) // a's heartbeats are now late on the store's clock
+	waitFor(t, 30*time.Second, func() bool {
+		after := a.Owned()
+		return len(after) == len(before) && after[0].Token > before[0].Token
+	})
+}
+
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
