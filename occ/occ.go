@@ -21,6 +21,11 @@
 // keep versions across deletions. On one hot row OCC wastes attempts (see the
 // package benchmarks); many keys with low contention are where it wins.
 //
+//	v, err := occ.Update(ctx, accounts, "alice", func(a *Account) error {
+//		a.Balance -= 30 // runs again on a fresh row after a conflict
+//		return nil
+//	})
+//
 // Two backends implement [Store]: [Postgres] on any table with a version
 // column, and [Memory] for tests and single-process programs. [Fenced] is the
 // same read-modify-write done with a fenced lease lock, for comparison.
