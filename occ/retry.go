@@ -139,7 +139,9 @@ func (e mutateError) Error() string { return e.err.Error() }
 // mutate may be called several times, each time on a freshly loaded row; it
 // must not change the key (ErrInvalid), and changes it makes to the version
 // field are ignored. An error from mutate ends Update with that error and
-// nothing written. ErrNotFound is not retried.
+// nothing written. ErrNotFound is not retried. When s runs in the caller's
+// transaction (Postgres.WithDB), a serialization failure aborts that whole
+// transaction: retry the transaction with RetryOnConflict instead.
 func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T) error, opts ...Option) (int64, error) {
 	o := options{backoff: DefaultRetry}
 	for _, opt := range opts {
