@@ -1,0 +1,75 @@
+package singlewriter_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/singlewriter"
+)
+
+func TestInboxClaimAndAdvance(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, singlewriter.Migrations()...)
+	inbox, err := singlewriter.NewInbox(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := inbox.Offset(ctx, "g", "t", 0); ok || err != nil {
+		t.Fatalf("Offset before any claim: ok=%v err=%v", ok, err)
+	}
+	a, err := inbox.Claim(ctx, "g", "t", 0, "a", kafka.FirstOffset)
+	if err != nil || a.Epoch != 1 || a.Next != kafka.FirstOffset {
+		t.Fatalf("first claim = %+v, %v", a, err)
+	}
+	if err := inbox.Advance(ctx, db.Pool, a, a.Next, 5); err != nil {
+		t.Fatal(err)
+	}
+	var stale *singlewriter.StaleOffsetError
+	if err := inbox.Advance(ctx, db.Pool, a, 3, 6); !errors.As(err, &stale) || stale.Expected != 3 || stale.Actual != 5 {
+		t.Fatalf("advance from a wrong offset = %v", err)
+	}
+	b, err := inbox.Claim(ctx, "g", "t", 0, "b", kafka.FirstOffset)
+	if err != nil || b.Epoch != 2 || b.Next != 5 {
+		t.Fatalf("takeover claim = %+v, %v", b, err)
+	}
+	// The old owner, with the right offset, is fenced by the epoch.
+	var fenced *singlewriter.FencedError
+	if err := inbox.Advance(ctx, db.Pool, a, 5, 6); !errors.As(err, &fenced) || fenced.Presented != 1 || fenced.Current != 2 {
+		t.Fatalf("zombie advance = %v", err)
+	}
+	if !errors.Is(fenced, singlewriter.ErrFenced) || !errors.Is(stale, singlewriter.ErrStaleOffset) {
+		t.Fatal("typed errors do not match their sentinels")
+	}
+	// Inside a transaction that rolls back, nothing moves.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.Advance(ctx, tx, b, 5, 9); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback(ctx)
+	if next, epoch, ok, err := inbox.Offset(ctx, "g", "t", 0); next != 5 || epoch != 2 || !ok || err != nil {
+		t.Fatalf("after rollback: %d/%d/%v/%v", next, epoch, ok, err)
+	}
+
+	for name, err := range map[string]error{
+		"empty group":   claimErr(inbox, "", "t", 0, kafka.FirstOffset),
+		"empty topic":   claimErr(inbox, "g", "", 0, kafka.FirstOffset),
+		"neg partition": claimErr(inbox, "g", "t", -1, kafka.FirstOffset),
+		"bad start":     claimErr(inbox, "g", "t", 0, 42),
+		"backwards":     inbox.Advance(ctx, db.Pool, b, 5, 5),
+	} {
+		if !errors.Is(err, singlewriter.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func claimErr(in *singlewriter.Inbox, g, topic string, p int, start int64) error {
+	_, err := in.Claim(ctx, g, topic, p, "x", start)
+	return err
+}
