@@ -389,6 +389,24 @@ func TestFenceUpdate(t *testing.T) {
 	if err := resource.Update(ctx, db.Pool, "missing", 9, "owner = $1", "x"); !errors.Is(err, fencedlock.ErrNotFound) {
 		t.Fatalf("missing row: %v", err)
 	}
+	// A fenced read raises the row's token: a holder that read with 6 cannot
+	// be overtaken by a late write with 5.
+	var owner string
+	if err := resource.Read(ctx, db.Pool, "res", 6, "owner", &owner); err != nil || owner != "five again" {
+		t.Fatalf("fenced read = %q, %v", owner, err)
+	}
+	if err := resource.Update(ctx, db.Pool, "res", 5, "owner = $1", "late five"); !errors.As(err, &fe) || fe.Required != 6 {
+		t.Fatalf("write with 5 after a read with 6: %v", err)
+	}
+	if err := resource.Read(ctx, db.Pool, "res", 4, "owner", &owner); !errors.As(err, &fe) || fe.Required != 6 {
+		t.Fatalf("stale fenced read: %v", err)
+	}
+	if err := resource.Read(ctx, db.Pool, "missing", 9, "owner", &owner); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Fatalf("fenced read of a missing row: %v", err)
+	}
+	if err := resource.Update(ctx, db.Pool, "res", 6, "owner = $1", "five again"); err != nil {
+		t.Fatal(err)
+	}
 	for _, bad := range []struct {
 		f     fencedlock.Fence
 		token int64
@@ -402,10 +420,9 @@ func TestFenceUpdate(t *testing.T) {
 			t.Errorf("Update(%+v, %d, %q) = %v, want ErrInvalid", bad.f, bad.token, bad.set, err)
 		}
 	}
-	var owner string
 	var token int64
 	db.Pool.QueryRow(ctx, `SELECT owner, fencing_token FROM resource WHERE id = 'res'`).Scan(&owner, &token)
-	if owner != "five again" || token != 5 {
+	if owner != "five again" || token != 6 {
 		t.Fatalf("row = %q/%d", owner, token)
 	}
 }

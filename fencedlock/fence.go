@@ -18,8 +18,9 @@ type Querier interface {
 }
 
 // Fence makes updates of a user's table fenced: each row keeps the highest
-// token that wrote it, and an update carrying a lower token changes nothing
-// and returns a *FencedError. The table needs a bigint token column (NOT
+// token that read or wrote it, and an update carrying a lower token changes
+// nothing and returns a *FencedError. A read-modify-write under a lease reads
+// with Read and writes with Update. The table needs a bigint token column (NOT
 // NULL DEFAULT 0), e.g.
 //
 //	ALTER TABLE inventory ADD COLUMN fencing_token bigint NOT NULL DEFAULT 0;
@@ -50,6 +51,50 @@ func (f Fence) names() (table, key, token string, err error) {
 		id = pgx.Identifier{f.Schema, f.Table}
 	}
 	return id.Sanitize(), pgx.Identifier{f.Key}.Sanitize(), pgx.Identifier{tok}.Sanitize(), nil
+}
+
+// Read is the fenced read that starts a read-modify-write under a lease:
+//
+//	UPDATE table SET token = <token> WHERE key = <key> AND token <= <token> RETURNING <columns>
+//
+// scanning the row's columns into dest. Raising the row's token as it reads
+// matters: with a plain SELECT, a paused former holder could still write
+// between this holder's read and write — its token is not yet stale at the
+// resource — and this holder's write, computed from the older read, would
+// silently overwrite it. After Read, every lower token is rejected. It returns
+// a *FencedError or ErrNotFound like Update.
+func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, columns string, dest ...any) error {
+	table, keyCol, tokCol, err := f.names()
+	if err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: fencing token %d", ErrInvalid, token)
+	}
+	if strings.TrimSpace(columns) == "" || len(dest) == 0 {
+		return fmt.Errorf("%w: fenced read needs columns and destinations", ErrInvalid)
+	}
+	sql := fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1 AND %s <= $2 RETURNING %s", table, tokCol, keyCol, tokCol, columns)
+	err = db.QueryRow(ctx, sql, key, token).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return f.miss(ctx, db, table, keyCol, tokCol, key, token)
+	}
+	if err != nil {
+		return fmt.Errorf("fencedlock: fenced read of %s: %w", table, err)
+	}
+	return nil
+}
+
+func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol string, key any, token int64) error {
+	var current int64
+	err := db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s %v", ErrNotFound, table, key)
+	}
+	if err != nil {
+		return fmt.Errorf("fencedlock: fenced access to %s: %w", table, err)
+	}
+	return &FencedError{Presented: token, Required: current}
 }
 
 // Update runs
@@ -83,13 +128,5 @@ func (f Fence) Update(ctx context.Context, db Querier, key any, token int64, set
 	if tag.RowsAffected() > 0 {
 		return nil
 	}
-	var current int64
-	err = db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s %v", ErrNotFound, table, key)
-	}
-	if err != nil {
-		return fmt.Errorf("fencedlock: fenced update of %s: %w", table, err)
-	}
-	return &FencedError{Presented: token, Required: current}
+	return f.miss(ctx, db, table, keyCol, tokCol, key, token)
 }

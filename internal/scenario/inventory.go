@@ -130,9 +130,13 @@ func (w *inventory) Op(ctx context.Context, client int, rnd *rand.Rand) Outcome 
 func (w *inventory) lockedSale(ctx context.Context, rnd *rand.Rand, k int, lease fencedlock.Lease) (Outcome, error) {
 	sku := w.keys[k]
 	if w.env.Memory() {
-		w.mu.Lock()
-		q := w.stock[k]
-		w.mu.Unlock()
+		var q int64
+		read := func() error { w.mu.Lock(); q = w.stock[k]; w.mu.Unlock(); return nil }
+		if w.approach == NaiveLock {
+			read()
+		} else if err := w.gates[k].Do(lease.Token, read); err != nil {
+			return Outcome{}, err // a fenced read raises the gate, so no older holder writes after it
+		}
 		w.env.Pause(ctx, rnd)
 		if q < 1 {
 			return Outcome{Rejected: true}, nil
@@ -144,7 +148,15 @@ func (w *inventory) lockedSale(ctx context.Context, rnd *rand.Rand, k int, lease
 		return Outcome{}, w.gates[k].Do(lease.Token, write)
 	}
 	var q int64
-	if err := w.env.DB.QueryRow(ctx, `SELECT quantity FROM inventory WHERE sku = $1`, sku).Scan(&q); err != nil {
+	var err error
+	if w.approach == NaiveLock {
+		err = w.env.DB.QueryRow(ctx, `SELECT quantity FROM inventory WHERE sku = $1`, sku).Scan(&q)
+	} else {
+		// The fenced read raises the row's token, so no older holder can
+		// write between this read and this write.
+		err = w.fence.Read(ctx, w.env.DB, sku, lease.Token, "quantity", &q)
+	}
+	if err != nil {
 		return Outcome{}, err
 	}
 	w.env.Pause(ctx, rnd)

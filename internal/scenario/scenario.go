@@ -163,6 +163,7 @@ type Env struct {
 	Kafka []string
 
 	pausing atomic.Bool
+	paused  atomic.Bool
 	pauses  atomic.Int64
 }
 
@@ -170,10 +171,14 @@ type Env struct {
 func (e *Env) Memory() bool { return e.DB == nil }
 
 // Pause is the hook between an operation's read (or acquire) and its write.
-// Under the pause fault, about one operation in twenty sleeps for twice the
-// lease, long enough for the lease to expire and another client to take over.
+// Under the pause fault, the first operation to reach it and about one in
+// twenty after that sleep for twice the lease, long enough for the lease to
+// expire and another client to take over.
 func (e *Env) Pause(ctx context.Context, rnd *rand.Rand) {
-	if !e.pausing.Load() || rnd.IntN(20) != 0 {
+	if !e.pausing.Load() {
+		return
+	}
+	if !e.paused.CompareAndSwap(false, true) && rnd.IntN(20) != 0 {
 		return
 	}
 	e.pauses.Add(1)
@@ -438,7 +443,7 @@ func percentile(ds []time.Duration, p float64) float64 {
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	i := int(float64(len(ds)-1) * p)
-	return float64(ds[i].Microseconds()) / 1000
+	return float64(ds[i].Nanoseconds()) / 1e6
 }
 
 func startProgress(ctx context.Context, w io.Writer, name string, a Approach, ops *atomic.Int64) <-chan struct{} {
