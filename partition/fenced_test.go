@@ -1,0 +1,114 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+// The twin serialises the calls of one key across holders sharing the lock
+// store, as Member.Do does for the owner.
+func TestFencedSerialisesPerKey(t *testing.T) {
+	t.Parallel()
+	locks := fencedlock.NewMemory(nil)
+	w := newWatcher(t)
+	var wg sync.WaitGroup
+	counts := map[string]int{}
+	var mu sync.Mutex
+	for c := range 8 {
+		f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: fmt.Sprintf("worker-%d", c),
+			Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 48 {
+				key := fmt.Sprintf("account-%d", i%4)
+				err := f.Do(ctx, key, func(_ context.Context, l fencedlock.Lease) error {
+					return w.run(partition.Epoch{Partition: i % 4}, func() error {
+						mu.Lock()
+						counts[key]++
+						mu.Unlock()
+						return nil
+					})
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	w.check()
+	for k, n := range counts {
+		if n != 96 {
+			t.Fatalf("%s: %d calls", k, n)
+		}
+	}
+}
+
+// A holder paused past its lease is fenced by the resource, as with the
+// partitioned member; without the gate its write lands.
+func TestFencedPausedHolder(t *testing.T) {
+	t.Parallel()
+	for _, fenced := range []bool{true, false} {
+		c := &clock.Manual{}
+		locks := fencedlock.NewMemory(c)
+		a, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Second,
+			Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}})
+		b, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "b", TTL: time.Second})
+		var gate fencedlock.Gate
+		owner := "nobody"
+		write := func(l fencedlock.Lease, who string) error {
+			if !fenced {
+				owner = who
+				return nil
+			}
+			return gate.Do(l.Token, func() error { owner = who; return nil })
+		}
+		err := a.Do(ctx, "acct", func(_ context.Context, l fencedlock.Lease) error {
+			c.Advance(2 * time.Second) // a pauses past its lease
+			if err := b.Do(ctx, "acct", func(_ context.Context, l fencedlock.Lease) error { return write(l, "b") }); err != nil {
+				return err
+			}
+			return write(l, "a")
+		})
+		if fenced && (!errors.Is(err, fencedlock.ErrFenced) || owner != "b") {
+			t.Fatalf("fenced: %v, owner %s", err, owner)
+		}
+		if !fenced && (err != nil || owner != "a") {
+			t.Fatalf("naive: %v, owner %s; the fault did not happen", err, owner)
+		}
+	}
+}
+
+func TestNewFencedRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	locks := fencedlock.NewMemory(nil)
+	for _, cfg := range []partition.FencedConfig{
+		{},
+		{Holder: "a", TTL: -time.Second},
+		{Holder: "a", Prefix: fmt.Sprintf("%0300d", 0)},
+	} {
+		if _, err := partition.NewFenced(locks, cfg); !errors.Is(err, partition.ErrInvalid) {
+			t.Errorf("NewFenced(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+	if _, err := partition.NewFenced(nil, partition.FencedConfig{Holder: "a"}); !errors.Is(err, partition.ErrInvalid) {
+		t.Errorf("nil store: %v", err)
+	}
+	f, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a"})
+	if err := f.Do(ctx, "k", nil); !errors.Is(err, partition.ErrInvalid) {
+		t.Errorf("nil fn: %v", err)
+	}
+}
