@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 )
@@ -46,11 +49,14 @@ type FencedConfig struct {
 // column too (version + 1), so both approaches can share a table. It is safe
 // for concurrent use.
 type Fenced[T any] struct {
-	locks  fencedlock.Store
-	store  Store[T]
-	m      *mapping
-	cfg    FencedConfig
-	write  func(ctx context.Context, row T, loaded, token int64) (int64, error)
+	locks fencedlock.Store
+	store Store[T]
+	m     *mapping
+	cfg   FencedConfig
+	write func(ctx context.Context, row T, loaded, token int64) (int64, error)
+	// stamp raises the row\'s fencing token before the read (nil for the
+	// naive variant), so that no older holder can write after this read.
+	stamp  func(ctx context.Context, key any, token int64) error
 	prefix string
 }
 
@@ -86,16 +92,28 @@ func NewFenced[T any](locks fencedlock.Store, store Store[T], cfg FencedConfig) 
 		f.write = func(ctx context.Context, row T, loaded, token int64) (int64, error) {
 			return s.writeLocked(ctx, row, loaded, fence, token, !cfg.Unfenced)
 		}
+		f.stamp = func(ctx context.Context, key any, token int64) error {
+			var v int64
+			err := fence.Read(ctx, s.db, key, token, pgx.Identifier{s.cfg.Version}.Sanitize(), &v)
+			if errors.Is(err, fencedlock.ErrNotFound) {
+				return fmt.Errorf("%w: %w", ErrNotFound, err)
+			}
+			return err
+		}
 	case *Memory[T]:
 		f.m, f.prefix = s.m, "occ/"
 		f.write = func(ctx context.Context, row T, _, token int64) (int64, error) {
 			return s.writeLocked(ctx, row, token, !cfg.Unfenced)
 		}
+		f.stamp = s.stamp
 	default:
 		return nil, fmt.Errorf("%w: invalid config: Fenced needs a *occ.Postgres or *occ.Memory, not %T", ErrInvalid, store)
 	}
 	if cfg.LockPrefix != "" {
 		f.prefix = cfg.LockPrefix
+	}
+	if cfg.Unfenced {
+		f.stamp = nil
 	}
 	return f, nil
 }
@@ -127,6 +145,14 @@ func (f *Fenced[T]) Update(ctx context.Context, key any, mutate func(row *T) err
 		_ = f.locks.Release(rctx, lease)
 		cancel()
 	}()
+	if f.stamp != nil {
+		// A fenced read: with a plain read, a paused former holder could
+		// write between this read and this write, and this write would
+		// overwrite it unchecked.
+		if err := f.stamp(ctx, k, lease.Token); err != nil {
+			return 0, err
+		}
+	}
 	row, v, err := f.store.Load(ctx, k)
 	if err != nil {
 		return 0, err

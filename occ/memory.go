@@ -160,6 +160,25 @@ func (s *Memory[T]) writeLocked(ctx context.Context, row T, token int64, fenced 
 	return r.version, nil
 }
 
+// stamp raises key's fencing token to token (the fenced read of the twin),
+// or returns a *fencedlock.FencedError when the row has seen a higher one.
+func (s *Memory[T]) stamp(ctx context.Context, key any, token int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[key]
+	switch {
+	case r == nil:
+		return fmt.Errorf("%w: key %v", ErrNotFound, key)
+	case token < r.token:
+		return &fencedlock.FencedError{Presented: token, Required: r.token}
+	}
+	r.token = token
+	return nil
+}
+
 func deepCopy[T any](v T) T {
 	var out T
 	o := reflect.ValueOf(&out).Elem()
