@@ -1,0 +1,133 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/idempotency"
+)
+
+// The second request with the same key gets the first one's result, and the
+// charge happens once.
+func Example() {
+	store, _ := idempotency.NewMemory(nil, nil)
+	key := idempotency.Key{Tenant: "acme", ID: "order-42"}
+	fp := idempotency.NewFingerprint([]byte("POST /charges"), []byte(`{"amount":100}`))
+	charges := 0
+	charge := func(ctx context.Context) (idempotency.Result, error) {
+		charges++
+		return idempotency.Result{Status: 201, Body: []byte(fmt.Sprintf("charge #%d", charges))}, nil
+	}
+	for range 2 {
+		res, err := store.Do(context.Background(), key, fp, charge)
+		fmt.Println(res.Status, string(res.Body), res.Replayed, err)
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// 201 charge #1 false <nil>
+	// 201 charge #1 true <nil>
+	// charges: 1
+}
+
+// A key reused for a different request is refused.
+func ExampleErrKeyReused() {
+	store, _ := idempotency.NewMemory(nil, nil)
+	key := idempotency.Key{ID: "k"}
+	ok := func(context.Context) (idempotency.Result, error) { return idempotency.Result{Status: 200}, nil }
+	store.Do(context.Background(), key, idempotency.NewFingerprint([]byte("amount=100")), ok)
+	_, err := store.Do(context.Background(), key, idempotency.NewFingerprint([]byte("amount=999")), ok)
+	fmt.Println(errors.Is(err, idempotency.ErrKeyReused))
+	// Output: true
+}
+
+// Leased mode for an external call: the provider gets a key derived from the
+// request's, the same for every attempt, and a retry resumes after the last
+// completed step.
+func ExampleLeased() {
+	store, _ := idempotency.NewMemory(nil, nil)
+	leased, _ := idempotency.NewLeased(store, nil)
+	key := idempotency.Key{ID: "order-7"}
+	fail := true
+	work := func(ctx context.Context) (idempotency.Result, error) {
+		a, _ := idempotency.AttemptFrom(ctx)
+		err := a.Step(ctx, "charge", func(ctx context.Context) error {
+			fmt.Println("charging with provider key", a.DeriveKey("charge")[:12])
+			return nil
+		})
+		if err != nil {
+			return idempotency.Result{}, err
+		}
+		err = a.Step(ctx, "ship", func(ctx context.Context) error {
+			if fail {
+				fail = false
+				return errors.New("carrier unavailable")
+			}
+			fmt.Println("shipping")
+			return nil
+		})
+		return idempotency.Result{Status: 201, Body: []byte("done")}, err
+	}
+	_, err := leased.Do(context.Background(), key, idempotency.Fingerprint{}, work)
+	fmt.Println("first attempt:", err)
+	res, err := leased.Do(context.Background(), key, idempotency.Fingerprint{}, work)
+	fmt.Println("retry:", string(res.Body), err)
+	// Output:
+	// charging with provider key d2027e782297
+	// first attempt: carrier unavailable
+	// shipping
+	// retry: done <nil>
+}
+
+// The middleware in front of a handler: a retry is replayed, a request
+// without a key is refused.
+func ExampleMiddleware() {
+	store, _ := idempotency.NewMemory(nil, nil)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "created")
+	})
+	srv := httptest.NewServer(idempotency.Middleware(store, nil)(handler))
+	defer srv.Close()
+	for _, key := range []string{`"a1b2"`, `"a1b2"`, ""} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, _ := http.DefaultClient.Do(req)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%d %q %q %.9s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Content-Type"), body)
+	}
+	// Output:
+	// 201 "" "text/plain; charset=utf-8" created
+	// 201 "true" "text/plain; charset=utf-8" created
+	// 400 "" "application/problem+json" {"type":"
+}
+
+// Transactional mode in the caller's transaction: the claim, the charge and
+// the stored result commit together, or not at all.
+func ExamplePostgres_DoTx() {
+	pool, _ := pgxpool.New(context.Background(), "postgres://localhost/app")
+	store, _ := idempotency.NewPostgres(pool, nil)
+	key := idempotency.Key{Tenant: "acme", ID: "order-42"}
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		res, err := store.DoTx(context.Background(), tx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, 100)`, key.ID)
+			return idempotency.Result{Status: 201}, err
+		})
+		fmt.Println(res.Status, res.Replayed)
+		return err
+	})
+	if errors.Is(err, idempotency.ErrInFlight) {
+		fmt.Println("a duplicate is running; retry later")
+	}
+}

@@ -1,0 +1,11 @@
+package idempotency_test
+
+import (
+	"testing"
+
+	"github.com/lockfree-go/lockfree/internal/testproc"
+)
+
+func TestMain(m *testing.M) {
+	testproc.Main(m, map[string]testproc.Program{"payer": payer})
+}
