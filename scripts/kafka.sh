@@ -50,7 +50,7 @@ kafka_pid() {
   pid="$(<"$PIDFILE")"
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka' || return 1
+  grep -qa 'kafka\.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
 }
 
@@ -74,8 +74,8 @@ check_version() {
   local major minor
   IFS=. read -r major minor _ <<<"$KAFKA_VERSION"
   [[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || die "KAFKA_VERSION=$KAFKA_VERSION is not a version"
-  # JoinGroup v0–v1 (kafka-go's consumer groups) are missing in 4.0.0; < 4 still needs ZooKeeper
-  # or a different config. See notes/kafka-broker.md.
+  # 4.0.0 dropped old protocol versions (KIP-896), some of them restored in 4.0.1/4.1.0; 3.x
+  # needs another config. kafka-go's consumer groups are verified against 4.1.1 and 4.4.0.
   if ((major < 4 || (major == 4 && minor < 1))); then
     die "KAFKA_VERSION=$KAFKA_VERSION: need 4.1 or newer"
   fi
@@ -129,9 +129,11 @@ EOF
   fi
   log "fetching Kafka $KAFKA_VERSION jars with Maven into $LIBS (first run only)"
   rm -rf "$LIBS.tmp" "$marker"
+  # (Maven 3.8 prints colour resets even with -B -q; sed drops them.)
   (cd "$CACHE" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-    -DoutputDirectory="$LIBS.tmp") >&2 || die "mvn dependency:copy-dependencies failed"
-  ls "$LIBS.tmp"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 \
+    -DoutputDirectory="$LIBS.tmp" 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^$/d' >&2) \
+    || die "mvn dependency:copy-dependencies failed"
+  [[ -f "$LIBS.tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] \
     || die "Maven finished but $LIBS.tmp has no kafka_2.13-$KAFKA_VERSION.jar"
   rm -rf "$LIBS"
   mv "$LIBS.tmp" "$LIBS"
@@ -177,10 +179,12 @@ num.io.threads=2
 num.recovery.threads.per.data.dir=1
 background.threads=4
 
-# test data is short-lived: small segments, one day of retention (log.flush.* left at defaults)
+# test data is short-lived: small segments, one day of retention, deleted topics' files removed
+# after 5 s (log.flush.* left at defaults)
 log.segment.bytes=16777216
 log.retention.hours=24
 log.retention.check.interval.ms=60000
+file.delete.delay.ms=5000
 EOF
   mv "$SVC/server.properties.tmp" "$SVC/server.properties"
 
@@ -300,6 +304,11 @@ cmd_up() {
   lock
   if answering; then
     log "already running (pid $(<"$PIDFILE"), 127.0.0.1:$KAFKA_PORT)"
+    local running
+    running="$(cat "$SVC/kafka.version" 2>/dev/null || true)"
+    if [[ -n $running && $running != "$KAFKA_VERSION" ]]; then
+      log "note: it runs Kafka $running, not $KAFKA_VERSION (down, then up, to switch)"
+    fi
     return 0
   fi
   if pid="$(kafka_pid)"; then
@@ -328,13 +337,14 @@ cmd_up() {
 
   log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (logs in $LOGS)"
   # setsid+nohup: the broker outlives this shell and its terminal; both exec, so $! is java.
+  # 9>&-: the broker must not inherit (and so hold forever) the lock taken by lock().
   setsid nohup "$JAVA" -Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
     -Xlog:gc*:file="$LOGS/gc.log":time,tags:filecount=2,filesize=10M \
     -Dlog4j2.configurationFile="$SVC/log4j2.properties" -Dkafka.logs.dir="$LOGS" \
     -cp "$LIBS/*" kafka.Kafka "$SVC/server.properties" \
-    >"$LOGS/kafka.out" 2>&1 </dev/null &
+    >"$LOGS/kafka.out" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$PIDFILE"
   echo "$KAFKA_VERSION" >"$SVC/kafka.version"

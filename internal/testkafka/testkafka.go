@@ -51,6 +51,9 @@ func Brokers(t testing.TB) []string {
 				brokers = append(brokers, b)
 			}
 		}
+		if len(brokers) == 0 {
+			t.Fatalf("testkafka: %s=%q lists no broker", EnvBrokers, v)
+		}
 		return brokers
 	}
 	brokers, err := containerBrokers()
