@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/partition"
+	"github.com/lockfree-go/lockfree/singlewriter"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -61,12 +64,11 @@ type usageError struct{ error }
 func migrations() []migrate.Migration {
 	var ms []migrate.Migration
 	ms = append(ms, fencedlock.Migrations()...)
-	ms = append(ms, packageMigrations...)
+	ms = append(ms, idempotency.Migrations()...)
+	ms = append(ms, partition.Migrations()...)
+	ms = append(ms, singlewriter.Migrations()...)
 	return ms
 }
-
-// packageMigrations is filled by the packages' registration files.
-var packageMigrations []migrate.Migration
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "up" && args[0] != "print") {

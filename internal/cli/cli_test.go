@@ -1,0 +1,99 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/internal/cli"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCompareJSONShape(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	report := filepath.Join(t.TempDir(), "report.md")
+	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "300ms",
+		"--clients", "4", "--json", "--chart", chart, "--out", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rep); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"scenario", "backend", "clients", "keys", "duration_s", "faults", "results"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("missing %q in %s", k, out)
+		}
+	}
+	results := rep["results"].([]any)
+	if len(results) < 3 {
+		t.Fatalf("results = %v", results)
+	}
+	for _, r := range results {
+		for _, k := range []string{"approach", "label", "ops", "ops_per_sec", "p50_ms", "p99_ms", "retries", "rejected", "violations"} {
+			if _, ok := r.(map[string]any)[k]; !ok {
+				t.Errorf("result lacks %q: %v", k, r)
+			}
+		}
+	}
+	if !strings.Contains(errs, "backend memory") || !strings.Contains(errs, "ops") {
+		t.Errorf("stderr lacks the backend and progress: %q", errs)
+	}
+	for _, f := range []string{chart, report} {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"compare", "--scenario", "nope"},
+		{"compare", "--faults", "fire"},
+		{"compare", "--clients", "0"},
+		{"compare", "--backend", "oracle"},
+		{"migrate"},
+		{"frobnicate"},
+	} {
+		if code, _, _ := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	code, out, _ := run(t, "migrate", "print", "--prefix", "lf_", "--schema", "app")
+	if code != 0 || !strings.Contains(out, `"app"."lf_locks"`) {
+		t.Fatalf("migrate print: %d\n%s", code, out)
+	}
+	db := testdb.New(t)
+	for i := 0; i < 2; i++ { // the second run finds nothing to do
+		if code, _, errs := run(t, "migrate", "up", "--postgres", db.URL); code != 0 {
+			t.Fatalf("migrate up: %d %s", code, errs)
+		}
+	}
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM lockfree_locks`).Scan(&n); err != nil {
+		t.Fatalf("the lock table is missing after migrate up: %v", err)
+	}
+}
