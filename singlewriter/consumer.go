@@ -260,6 +260,12 @@ func (c *Consumer) Assigned() map[int]int64 {
 // returns the *PoisonError). A transaction in progress when ctx ends is
 // rolled back; its message is applied by the next owner. Run may be called
 // only once.
+//
+// When a generation ends (a rebalance), each partition stops fetching at
+// once; a transaction already running finishes, and its commit is rejected
+// with ErrFenced if a new owner has claimed the partition meanwhile. A handler
+// that does not return within RebalanceTimeout gets this member evicted from
+// the group; its partitions go to others, and its late commit is fenced.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalid)
@@ -363,7 +369,7 @@ func (c *Consumer) partition(run, gctx context.Context, gen *kafka.Generation, p
 	if err := r.SetOffset(claim.Next); err != nil {
 		return fmt.Errorf("singlewriter: seek %s/%d to %d: %w", c.cfg.Topic, p, claim.Next, err)
 	}
-	pp := &partitionRun{c: c, gen: gen, claim: claim, expected: claim.Next, reader: r, log: log}
+	pp := &partitionRun{c: c, run: run, gen: gen, claim: claim, expected: claim.Next, reader: r, log: log}
 	for ctx.Err() == nil {
 		batch, err := pp.fetch(ctx)
 		if err != nil {
@@ -391,7 +397,12 @@ func (c *Consumer) partition(run, gctx context.Context, gen *kafka.Generation, p
 }
 
 type partitionRun struct {
-	c        *Consumer
+	c *Consumer
+	// run is Run's context: a transaction already started when the
+	// generation ends finishes under it (and is fenced if a new owner has
+	// claimed the partition meanwhile). The generation's end stops only
+	// fetching, waiting and retrying.
+	run      context.Context
 	gen      *kafka.Generation
 	claim    Claim
 	expected int64 // the stored next offset, as this owner last wrote it
@@ -471,18 +482,20 @@ func (pp *partitionRun) applyOne(ctx context.Context, m kafka.Message) error {
 // failed commit) are retried here, until ctx ends.
 func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 	for {
-		err := pp.tryTx(ctx, msgs)
+		err := pp.tryTx(pp.run, msgs)
 		var stale *StaleOffsetError
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err() // not the message's fault: never counted as an attempt
-		case err == nil, isHandlerError(err), errors.Is(err, ErrFenced):
+		case err == nil, errors.Is(err, ErrFenced):
 			return err
 		case errors.As(err, &stale):
 			// Only this epoch can move the offset: an earlier commit whose
 			// outcome we missed (connection lost during COMMIT) went through.
 			pp.log.Info("singlewriter: stored offset ahead; resuming from it", "expected", stale.Expected, "stored", stale.Actual)
 			return pp.resync(stale.Actual)
+		case ctx.Err() != nil:
+			return ctx.Err() // not the message's fault: never counted as an attempt
+		case isHandlerError(err):
+			return err
 		}
 		pp.log.Warn("singlewriter: transaction failed; retrying", "err", err)
 		if !sleep(ctx, pp.c.cfg.RetryBackoff) {

@@ -7,5 +7,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testproc.Main(m, map[string]testproc.Program{})
+	testproc.Main(m, map[string]testproc.Program{"consumer": childConsumer})
 }
