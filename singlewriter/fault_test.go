@@ -243,7 +243,9 @@ func TestKilledMidBatchLosesAndRepeatsNothing(t *testing.T) {
 
 			h := recordHandler("B")
 			if outside {
-				h = func(ctx context.Context, _ pgx.Tx, m kafka.Message) error { return insertApplied(ctx, e.db.Pool, m, "B") }
+				h = func(ctx context.Context, _ pgx.Tx, m kafka.Message) error {
+					return insertApplied(ctx, e.db.Pool, m, "B")
+				}
 			}
 			cfg := e.consumerConfig("B", h)
 			cfg.BatchSize = 10
