@@ -104,6 +104,17 @@ type ConsumerConfig struct {
 	Unguarded bool
 }
 
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	owner := host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	if len(owner) > 255 {
+		owner = owner[len(owner)-255:]
+	}
+	return owner
+}
+
 // Headers set on dead-lettered messages, besides the original key, value
 // and headers.
 const (
@@ -116,13 +127,7 @@ const (
 
 func (c *ConsumerConfig) setDefaults() {
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		c.Owner = host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
-		if len(c.Owner) > 255 {
-			c.Owner = c.Owner[len(c.Owner)-255:]
-		}
+		c.Owner = defaultOwner()
 	}
 	if c.StartOffset == 0 {
 		c.StartOffset = kafka.FirstOffset
