@@ -91,9 +91,10 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	actx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go a.keep(actx, cancel, l.cfg, done)
+	stop := func() { cancel(errStopped); <-done }
+	defer stop() // a panicking fn still stops the renewals; its lease runs out
 	res, ferr := fn(context.WithValue(actx, attemptKey{}, a))
-	cancel(errStopped)
-	<-done
+	stop()
 
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 	defer wcancel()

@@ -344,14 +344,13 @@ func (m *Memory) Purge(ctx context.Context, limit int) (int64, error) {
 	defer m.mu.Unlock()
 	now := m.clock.Now()
 	var n int64
-	for k, r := range m.recs {
+	for _, r := range m.recs {
 		if n == int64(limit) {
 			return n, nil
 		}
 		if r.state != "tombstone" && r.done == nil && !now.Before(r.expires) &&
 			(r.state != "running" || !now.Before(r.leaseExpires)) {
 			r.state, r.result, r.recovery = "tombstone", Result{}, ""
-			m.recs[k] = r
 			n++
 		}
 	}

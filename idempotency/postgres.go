@@ -85,12 +85,15 @@ func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
 	p.sql.release = `RELEASE SAVEPOINT lockfree_idempotency_claim`
 	p.sql.rollback = `ROLLBACK TO SAVEPOINT lockfree_idempotency_claim`
 	// A concurrent claim of the same key waits here, on the unique index,
-	// until the first transaction ends.
+	// until the first transaction ends. The row is inserted as done: nobody
+	// else can see it before the transaction commits, and by then the work
+	// is done too. The result is added by completeTx (skipped for an empty
+	// result, which saves a round trip); a failed execution deletes the row.
 	p.sql.claimTx = r(`INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, created_at, expires_at)
-		VALUES ($1, $2, $3, 'running', clock_timestamp(), ` + ret + `) ON CONFLICT (tenant, key) DO NOTHING`)
-	p.sql.completeTx = r(`UPDATE {{idempotency_keys}} SET state = 'done', status = $3, header = $4, body = $5,
-		expires_at = ` + ret + ` ` + where + ` AND state = 'running' AND token = 0`)
-	p.sql.abandonTx = r(`DELETE FROM {{idempotency_keys}} ` + where + ` AND state = 'running' AND token = 0`)
+		VALUES ($1, $2, $3, 'done', clock_timestamp(), ` + ret + `) ON CONFLICT (tenant, key) DO NOTHING`)
+	p.sql.completeTx = r(`UPDATE {{idempotency_keys}} SET status = $3, header = $4, body = $5
+		` + where + ` AND state = 'done' AND token = 0`)
+	p.sql.abandonTx = r(`DELETE FROM {{idempotency_keys}} ` + where + ` AND state = 'done' AND token = 0`)
 
 	// Leased mode. ensure gives a new key a running record with no token
 	// and an expired lease, so that the token is always minted by takeover,
@@ -206,6 +209,9 @@ func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx 
 // Replayed set and nothing written. The claim also returns ErrKeyReused,
 // ErrExpired or ErrInvalid without running fn.
 //
+// An empty Result (no Status, Header or Body) is stored by the claim itself,
+// which saves the statement that stores a result.
+//
 // When fn fails, DoTx removes the claim and returns fn's error; the caller
 // should roll tx back, which also undoes fn's own writes. Under REPEATABLE
 // READ or SERIALIZABLE a concurrent completion surfaces as a serialization
@@ -248,6 +254,9 @@ func (p *Postgres) DoTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint,
 		return Result{}, err
 	}
 	res.Replayed = false
+	if res.Status == 0 && len(res.Header) == 0 && len(res.Body) == 0 {
+		return res, nil
+	}
 	header, err := encodeHeader(res.Header)
 	if err != nil {
 		return Result{}, err
