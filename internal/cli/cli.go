@@ -12,9 +12,9 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter"
-	"github.com/lockfree-go/lockfree/migrate"
 )
 
 const usage = `lockfree: distributed locks, and what to use instead
