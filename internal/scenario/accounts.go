@@ -1,0 +1,427 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+// accountsDDL has no unique constraint on (account, seq) on purpose: a
+// duplicate or a gap must reach the checker, not be refused by the table.
+const accountsDDL = `CREATE TABLE accounts (
+	id            text   PRIMARY KEY,
+	last_seq      bigint NOT NULL DEFAULT 0,
+	fencing_token bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE account_events (
+	account text   NOT NULL,
+	seq     bigint NOT NULL
+)`
+
+// accountsMembers is how many partition members the alternative runs
+// in-process.
+const accountsMembers = 3
+
+func init() {
+	register(Scenario{
+		Name:        "accounts",
+		Description: "clients append the next sequence number to a random entity's event log; per entity, no gap and no duplicate",
+		Approaches:  []Approach{Alternative, FencedLock, NaiveLock, Raw},
+		Labels: map[Approach]string{
+			Alternative: "partition.Member.Do: owner's serial executor, epoch verified in the write's transaction",
+			FencedLock:  "fencedlock: lock entity → fenced read → fenced write + event → release",
+			NaiveLock:   "lease lock: lock entity → read → unfenced write + event → release",
+			Raw:         "bare SQL: UPDATE … last_seq + 1 RETURNING, INSERT event (the row lock orders them)",
+		},
+		Migrations: partition.Migrations(),
+		New:        newAccounts,
+	})
+}
+
+// account is one entity's state on the memory backend.
+type account struct {
+	mu   sync.Mutex
+	last int64
+	seqs []int64 // the event log's sequence numbers, in append order
+	gate fencedlock.Gate
+}
+
+type accounts struct {
+	env      *Env
+	approach Approach
+	keys     []string
+	accepted []atomic.Int64
+	unsure   []atomic.Int64
+	fence    fencedlock.Fence
+
+	// the alternative
+	members []*partition.Member
+	byName  map[string]*partition.Member
+	pgStore *partition.Postgres
+	memMem  *partition.Memory
+
+	mem []account // memory backend
+}
+
+func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
+	w := &accounts{env: env, approach: a, fence: fencedlock.Fence{Table: "accounts", Key: "id"}}
+	for i := 0; i < env.Keys; i++ {
+		w.keys = append(w.keys, "account-"+strconv.Itoa(i))
+	}
+	w.accepted = make([]atomic.Int64, env.Keys)
+	w.unsure = make([]atomic.Int64, env.Keys)
+	var store partition.Membership
+	if env.Memory() {
+		if a == Raw {
+			return nil, errSkip
+		}
+		w.mem = make([]account, env.Keys)
+		w.memMem = partition.NewMemory(nil)
+		store = w.memMem
+	} else {
+		if _, err := env.Admin.Exec(ctx, accountsDDL); err != nil {
+			return nil, err
+		}
+		if _, err := env.Admin.Exec(ctx, `INSERT INTO accounts (id) SELECT 'account-' || i FROM generate_series(0, $1 - 1) AS i`, env.Keys); err != nil {
+			return nil, err
+		}
+		p, err := partition.NewPostgres(env.DB, nil)
+		if err != nil {
+			return nil, err
+		}
+		w.pgStore, store = p, p
+	}
+	if a == Alternative {
+		if err := w.startMembers(ctx, store); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// startMembers starts the fleet and waits until every partition is owned
+// by the member the ring places it on, so the run does not measure the
+// initial handovers.
+func (w *accounts) startMembers(ctx context.Context, store partition.Membership) error {
+	w.byName = map[string]*partition.Member{}
+	for i := 0; i < accountsMembers; i++ {
+		m, err := partition.NewMember(ctx, partition.Config{
+			Name: "m" + strconv.Itoa(i), TTL: 2 * time.Second,
+			Interval: 200 * time.Millisecond, MoveInterval: 10 * time.Millisecond,
+		}, store)
+		if err != nil {
+			return err
+		}
+		w.members = append(w.members, m)
+		w.byName[m.Name()] = m
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !w.settled() {
+		if time.Now().After(deadline) {
+			return errors.New("accounts: partitions did not settle on the members within 30s")
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// settled reports whether every member sees the whole fleet and owns
+// exactly the partitions its ring places on it. The ring is a pure function
+// of the member names, so equal member lists mean equal placements.
+func (w *accounts) settled() bool {
+	owned := 0
+	for _, m := range w.members {
+		r := m.Ring()
+		if len(r.Members()) != len(w.members) {
+			return false
+		}
+		want := 0
+		for p := 0; p < r.Partitions(); p++ {
+			if r.Owner(p) == m.Name() {
+				want++
+			}
+		}
+		es := m.Owned()
+		for _, e := range es {
+			if r.Owner(e.Partition) != m.Name() {
+				return false
+			}
+		}
+		if len(es) != want {
+			return false
+		}
+		owned += len(es)
+	}
+	return len(w.members) > 0 && owned == w.members[0].Ring().Partitions()
+}
+
+// Close stops the alternative's members (Run calls it after the check).
+func (w *accounts) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(w.members))
+	for i, m := range w.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.Close(ctx)
+		}()
+	}
+	wg.Wait()
+	w.members = nil
+	return errors.Join(errs...)
+}
+
+func (w *accounts) Op(ctx context.Context, client int, rnd *rand.Rand) Outcome {
+	k := rnd.IntN(len(w.keys))
+	id := w.keys[k]
+	var out Outcome
+	switch w.approach {
+	case Alternative:
+		out = w.partitioned(ctx, client, rnd, k)
+	case Raw:
+		w.env.Pause(ctx, rnd)
+		// One statement: the UPDATE's row lock orders the appends.
+		_, err := w.env.DB.Exec(ctx, `WITH u AS (
+				UPDATE accounts SET last_seq = last_seq + 1 WHERE id = $1 RETURNING id, last_seq)
+			INSERT INTO account_events (account, seq) SELECT id, last_seq FROM u`, id)
+		out = writeOutcome(err)
+	case FencedLock, NaiveLock:
+		out = lockedOp(ctx, w.env, rnd, "accounts/"+id, func(ctx context.Context, lease fencedlock.Lease) (Outcome, error) {
+			return w.lockedAppend(ctx, rnd, k, lease)
+		})
+	}
+	switch {
+	case out.Uncertain:
+		w.unsure[k].Add(1)
+	case out.Err == nil && !out.Rejected:
+		w.accepted[k].Add(1)
+	}
+	return out
+}
+
+// partitioned is the alternative: the client asks its member (client %
+// members), which runs the append on the key's partition executor or names
+// the owner, to which the client forwards.
+func (w *accounts) partitioned(ctx context.Context, client int, rnd *rand.Rand, k int) Outcome {
+	// fn may outlive Do (when ctx ends while it runs): give it its own
+	// random source rather than the client's.
+	prnd := rand.New(rand.NewPCG(rnd.Uint64(), rnd.Uint64()))
+	fn := func(ctx context.Context, e partition.Epoch) error { return w.append(ctx, prnd, k, e) }
+	m := w.members[client%len(w.members)]
+	retries := 0
+	for {
+		err := m.Do(ctx, w.keys[k], fn)
+		var notOwner *partition.NotOwnerError
+		switch {
+		case err == nil:
+			return Outcome{Retries: retries}
+		case errors.As(err, &notOwner) && w.byName[notOwner.Owner] != nil:
+			m = w.byName[notOwner.Owner]
+			retries++
+			continue
+		case errors.Is(err, partition.ErrMoving), errors.Is(err, partition.ErrNotOwner):
+			retries++
+			if sleepCtx(ctx, time.Millisecond) {
+				continue
+			}
+			return Outcome{Err: err, Retries: retries} // never queued: no effect
+		case errors.Is(err, partition.ErrFenced):
+			return Outcome{Rejected: true, Retries: retries}
+		case ctx.Err() != nil:
+			// Do returns when ctx ends, possibly while fn runs.
+			return Outcome{Err: err, Uncertain: true, Retries: retries}
+		}
+		out := writeOutcome(err)
+		out.Retries = retries
+		return out
+	}
+}
+
+// append is the single writer's read-modify-write, run on the executor of
+// the key's partition with the partition's epoch.
+func (w *accounts) append(ctx context.Context, rnd *rand.Rand, k int, e partition.Epoch) error {
+	if w.env.Memory() {
+		a := &w.mem[k]
+		var last int64
+		if err := w.memMem.Verify(e, func() error { a.mu.Lock(); last = a.last; a.mu.Unlock(); return nil }); err != nil {
+			return err
+		}
+		w.env.Pause(ctx, rnd) // outside Verify, which would hold off every claim meanwhile
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Verify again: the epoch fences the write, so a new owner that
+		// appended meanwhile makes this one fail rather than duplicate.
+		return w.memMem.Verify(e, func() error {
+			a.mu.Lock()
+			a.last = last + 1
+			a.seqs = append(a.seqs, last+1)
+			a.mu.Unlock()
+			return nil
+		})
+	}
+	id := w.keys[k]
+	return pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
+		// The epoch's ownership row stays share-locked until commit: no
+		// claim of the partition can land between this check and the write.
+		if err := w.pgStore.Verify(ctx, tx, e); err != nil {
+			return err
+		}
+		var last int64
+		if err := tx.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, id).Scan(&last); err != nil {
+			return err
+		}
+		w.env.Pause(ctx, rnd)
+		_, err := tx.Exec(ctx, `WITH u AS (UPDATE accounts SET last_seq = $2 WHERE id = $1)
+			INSERT INTO account_events (account, seq) VALUES ($1, $2)`, id, last+1)
+		return err
+	})
+}
+
+// lockedAppend is the twins' critical section: read, (pause), write the
+// sequence number and the event.
+func (w *accounts) lockedAppend(ctx context.Context, rnd *rand.Rand, k int, lease fencedlock.Lease) (Outcome, error) {
+	id := w.keys[k]
+	if w.env.Memory() {
+		a := &w.mem[k]
+		var last int64
+		read := func() error { a.mu.Lock(); last = a.last; a.mu.Unlock(); return nil }
+		if w.approach == NaiveLock {
+			read()
+		} else if err := a.gate.Do(lease.Token, read); err != nil {
+			return Outcome{}, err // the fenced read raises the gate
+		}
+		w.env.Pause(ctx, rnd)
+		write := func() error {
+			a.mu.Lock()
+			a.last = last + 1
+			a.seqs = append(a.seqs, last+1)
+			a.mu.Unlock()
+			return nil
+		}
+		if w.approach == NaiveLock {
+			return Outcome{}, write()
+		}
+		return Outcome{}, a.gate.Do(lease.Token, write)
+	}
+	var last int64
+	var err error
+	if w.approach == NaiveLock {
+		err = w.env.DB.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, id).Scan(&last)
+	} else {
+		// Stamps the row with the token as it reads: no older holder can
+		// write between this read and this write.
+		err = w.fence.Read(ctx, w.env.DB, id, lease.Token, "last_seq", &last)
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	w.env.Pause(ctx, rnd)
+	err = pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
+		if w.approach == NaiveLock {
+			if _, err := tx.Exec(ctx, `UPDATE accounts SET last_seq = $1 WHERE id = $2`, last+1, id); err != nil {
+				return err
+			}
+		} else if err := w.fence.Update(ctx, tx, id, lease.Token, "last_seq = $1", last+1); err != nil {
+			return err // a fenced update rolls the event back too
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO account_events (account, seq) VALUES ($1, $2)`, id, last+1)
+		return err
+	})
+	return writeOutcome(err), nil
+}
+
+// accountStats summarises one entity's event log.
+type accountStats struct {
+	rows, distinct, max, last int64
+}
+
+func (w *accounts) Check(ctx context.Context) (int64, string, error) {
+	stats := make([]accountStats, len(w.keys))
+	if w.env.Memory() {
+		for i := range w.mem {
+			a := &w.mem[i]
+			a.mu.Lock()
+			seen := map[int64]bool{}
+			s := accountStats{rows: int64(len(a.seqs)), last: a.last}
+			for _, q := range a.seqs {
+				if !seen[q] {
+					seen[q] = true
+					s.distinct++
+				}
+				s.max = max(s.max, q)
+			}
+			a.mu.Unlock()
+			stats[i] = s
+		}
+	} else {
+		idx := map[string]int{}
+		for i, k := range w.keys {
+			idx[k] = i
+		}
+		rows, err := w.env.Admin.Query(ctx, `SELECT a.id, coalesce(e.n, 0), coalesce(e.d, 0), coalesce(e.mx, 0), a.last_seq
+			FROM accounts a LEFT JOIN (
+				SELECT account, count(*) AS n, count(DISTINCT seq) AS d, max(seq) AS mx
+				FROM account_events GROUP BY account) e ON e.account = a.id`)
+		if err != nil {
+			return 0, "", err
+		}
+		for rows.Next() {
+			var id string
+			var s accountStats
+			if err := rows.Scan(&id, &s.rows, &s.distinct, &s.max, &s.last); err != nil {
+				return 0, "", err
+			}
+			if i, ok := idx[id]; ok {
+				stats[i] = s
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return 0, "", err
+		}
+		var stray int64
+		if err := w.env.Admin.QueryRow(ctx, `SELECT count(*) FROM account_events e
+			WHERE seq < 1 OR NOT EXISTS (SELECT 1 FROM accounts a WHERE a.id = e.account)`).Scan(&stray); err != nil {
+			return 0, "", err
+		}
+		if stray > 0 {
+			return stray, fmt.Sprintf("%d events with a sequence number below 1 or no entity", stray), nil
+		}
+	}
+	var dups, gaps, lost, phantom, drift int64
+	for i, s := range stats {
+		acc, unsure := w.accepted[i].Load(), w.unsure[i].Load()
+		dups += s.rows - s.distinct // the same number appended twice
+		gaps += s.max - s.distinct  // numbers in 1…max never appended
+		switch {
+		case s.rows < acc:
+			lost += acc - s.rows // acknowledged appends missing
+		case s.rows > acc+unsure:
+			phantom += s.rows - acc - unsure // appends no client was told of
+		}
+		if s.last != s.max {
+			drift++ // the entity's last_seq disagrees with its log
+		}
+	}
+	v := dups + gaps + lost + phantom + drift
+	if v == 0 {
+		return 0, "", nil
+	}
+	return v, fmt.Sprintf("%d duplicate sequence numbers, %d gaps, %d acknowledged appends missing, %d appends no client was told of, %d entities whose last_seq disagrees with their log",
+		dups, gaps, lost, phantom, drift), nil
+}
