@@ -144,12 +144,15 @@ func BenchmarkMemory(b *testing.B) {
 	})
 }
 
-// BenchmarkOverhead interleaves the bare transaction and transactional mode
-// (same effect, new key each) so that both see the same machine load, and
-// reports their mean latencies and the ratio transactional / bare. With a
-// result to store (an HTTP response) the claim and the completion cost a
-// round trip each; an empty result (the effect is all that matters) skips
-// the completion.
+// BenchmarkOverhead interleaves the bare transaction (BEGIN, effect, COMMIT)
+// and transactional mode (same effect, new key each) so that both see the
+// same machine load, and reports their mean latencies and the ratio
+// transactional / bare. "do" is Postgres.Do in its own transaction, which
+// sends BEGIN with the claim and the result with COMMIT, so it costs the
+// bare transaction's round trips; "tx" is DoTx in the caller's transaction,
+// which adds the claim's round trip and, with a result to store (an HTTP
+// response), the completion's. An empty result ("effect-only") is stored by
+// the claim.
 func BenchmarkOverhead(b *testing.B) {
 	db := testdb.New(b, idempotency.Migrations()...)
 	if _, err := db.Pool.Exec(ctx, benchDDL); err != nil {
@@ -157,41 +160,51 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	store := newPostgres(b, db, nil)
 	fp := idempotency.NewFingerprint([]byte("bench"))
-	for _, tc := range []struct {
-		name   string
-		result idempotency.Result
-	}{{"with-result", benchResult}, {"effect-only", idempotency.Result{}}} {
-		b.Run(tc.name, func(b *testing.B) {
-			var bare, guarded time.Duration
-			n := 0
-			for i := 0; b.Loop(); i++ {
-				key := nextKey()
-				start := time.Now()
-				if i%2 == 0 {
-					err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return benchEffect(ctx, tx, key, i) })
+	for _, mode := range []string{"do", "tx"} {
+		for _, tc := range []struct {
+			name   string
+			result idempotency.Result
+		}{{"with-result", benchResult}, {"effect-only", idempotency.Result{}}} {
+			b.Run(mode+"/"+tc.name, func(b *testing.B) {
+				var bare, guarded time.Duration
+				n := 0
+				for i := 0; b.Loop(); i++ {
+					key := nextKey()
+					start := time.Now()
+					if i%2 == 0 {
+						err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return benchEffect(ctx, tx, key, i) })
+						if err != nil {
+							b.Fatal(err)
+						}
+						bare += time.Since(start)
+						n++
+						continue
+					}
+					var err error
+					if mode == "do" {
+						_, err = store.Do(ctx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+							tx, _ := idempotency.TxFrom(ctx)
+							return tc.result, benchEffect(ctx, tx, key, i)
+						})
+					} else {
+						err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+							_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+								return tc.result, benchEffect(ctx, tx, key, i)
+							})
+							return err
+						})
+					}
 					if err != nil {
 						b.Fatal(err)
 					}
-					bare += time.Since(start)
-					n++
-					continue
+					guarded += time.Since(start)
 				}
-				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-					_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
-						return tc.result, benchEffect(ctx, tx, key, i)
-					})
-					return err
-				})
-				if err != nil {
-					b.Fatal(err)
+				if m := b.N - n; n > 0 && m > 0 {
+					b.ReportMetric(float64(bare.Microseconds())/float64(n), "bare-µs/tx")
+					b.ReportMetric(float64(guarded.Microseconds())/float64(m), "idem-µs/tx")
+					b.ReportMetric((float64(guarded)/float64(m))/(float64(bare)/float64(n)), "ratio")
 				}
-				guarded += time.Since(start)
-			}
-			if m := b.N - n; n > 0 && m > 0 {
-				b.ReportMetric(float64(bare.Microseconds())/float64(n), "bare-µs/tx")
-				b.ReportMetric(float64(guarded.Microseconds())/float64(m), "idem-µs/tx")
-				b.ReportMetric((float64(guarded)/float64(m))/(float64(bare)/float64(n)), "ratio")
-			}
-		})
+			})
+		}
 	}
 }

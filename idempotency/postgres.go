@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/migrate"
@@ -51,8 +52,8 @@ type Postgres struct {
 	db  DB
 	cfg Config
 	sql struct {
-		savepoint, saveTimeout, setTimeout, restoreTimeout, release, rollback  string
-		claimTx, completeTx, abandonTx                                         string
+		savepoint, restoreTimeout, release, rollback, lookupRestore            string
+		claimTx, completeTx, completeCommit, abandonTx                         string
 		ensure, takeover, lookup, renew, checkpoint, complete, release2, token string
 		putFenced, tombstone, deleteTombstones                                 string
 	}
@@ -74,25 +75,45 @@ func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
 	ret := fmt.Sprintf("clock_timestamp() + %d * interval '1 microsecond'", c.Retention.Microseconds())
 	const where = `WHERE tenant = $1 AND key = $2`
 
-	// The claim of transactional mode runs inside a savepoint with a
-	// bounded lock_timeout, so that a wait that times out rolls back to the
-	// savepoint instead of aborting the caller's transaction. The caller's
-	// own lock_timeout is kept in a custom setting and restored.
+	// The claim of transactional mode is one statement that sets a bounded
+	// lock_timeout for its own wait and restores the caller's afterwards:
+	// the source row's condition saves the caller's value in a custom
+	// setting and sets the bound (the saving call is an argument of the
+	// setting one, contributing '', so it runs first), before the row is
+	// inserted; RETURNING restores it once the row is in. A concurrent
+	// claim of the same key waits in between, on the unique index, until
+	// the first transaction ends. A claim that inserts nothing returns no
+	// row: the lookup that follows it restores the setting.
+	//
+	// The row is inserted as done: nobody else can see it before the
+	// transaction commits, and by then the work is done too. The result is
+	// added by completeTx (skipped for an empty result, which saves a
+	// statement); a failed execution deletes the row or rolls back.
+	//
+	// In the caller's transaction the claim runs inside a savepoint, so that
+	// a wait that times out rolls back to the savepoint instead of aborting
+	// the transaction.
 	p.sql.savepoint = `SAVEPOINT lockfree_idempotency_claim`
-	p.sql.saveTimeout = `SELECT set_config('lockfree.idempotency_lock_timeout', current_setting('lock_timeout'), true)`
-	p.sql.setTimeout = `SELECT set_config('lock_timeout', $1, true)`
-	p.sql.restoreTimeout = `SELECT set_config('lock_timeout', current_setting('lockfree.idempotency_lock_timeout'), true)`
 	p.sql.release = `RELEASE SAVEPOINT lockfree_idempotency_claim`
 	p.sql.rollback = `ROLLBACK TO SAVEPOINT lockfree_idempotency_claim`
-	// A concurrent claim of the same key waits here, on the unique index,
-	// until the first transaction ends. The row is inserted as done: nobody
-	// else can see it before the transaction commits, and by then the work
-	// is done too. The result is added by completeTx (skipped for an empty
-	// result, which saves a round trip); a failed execution deletes the row.
+	const restore = `set_config('lock_timeout', current_setting('lockfree.idempotency_lock_timeout'), true)`
+	p.sql.restoreTimeout = `SELECT ` + restore
 	p.sql.claimTx = r(`INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, created_at, expires_at)
-		VALUES ($1, $2, $3, 'done', clock_timestamp(), ` + ret + `) ON CONFLICT (tenant, key) DO NOTHING`)
+		SELECT $1, $2, $3, 'done', clock_timestamp(), ` + ret + `
+		WHERE set_config('lock_timeout', $4 || left(set_config('lockfree.idempotency_lock_timeout', current_setting('lock_timeout'), true), 0), true) IS NOT NULL
+		ON CONFLICT (tenant, key) DO NOTHING
+		RETURNING ` + restore)
 	p.sql.completeTx = r(`UPDATE {{idempotency_keys}} SET status = $3, header = $4, body = $5
 		` + where + ` AND state = 'done' AND token = 0`)
+	// completeCommit is completeTx for the batch that ends with COMMIT: a
+	// missing claim (fn removed it through the transaction) must not let
+	// the COMMIT queued behind it go through, so it fails the statement
+	// (division by zero), which aborts the transaction: the server then
+	// skips the COMMIT.
+	p.sql.completeCommit = r(`WITH stored AS (
+			UPDATE {{idempotency_keys}} SET status = $3, header = $4, body = $5
+			` + where + ` AND state = 'done' AND token = 0 RETURNING 1)
+		SELECT 1 / count(*) FROM stored`)
 	p.sql.abandonTx = r(`DELETE FROM {{idempotency_keys}} ` + where + ` AND state = 'done' AND token = 0`)
 
 	// Leased mode. ensure gives a new key a running record with no token
@@ -105,14 +126,21 @@ func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
 		` + where + ` AND fingerprint = $3 AND state = 'running' AND lease_expires_at <= clock_timestamp()
 		  AND expires_at > clock_timestamp()
 		RETURNING token, lease_expires_at, recovery_point`)
-	p.sql.lookup = r(`SELECT fingerprint, token, recovery_point, COALESCE(status, 0), header, body,
+	lookupCols := `fingerprint, token, recovery_point, COALESCE(status, 0), header, body,
 		CASE WHEN isfinite(lease_expires_at) THEN lease_expires_at END, expires_at,
 		CASE WHEN state = 'tombstone' THEN 3
 		     WHEN state = 'running' AND (lease_expires_at IS NULL OR lease_expires_at > clock_timestamp()) THEN 1
 		     WHEN expires_at <= clock_timestamp() THEN 3
 		     WHEN state = 'done' THEN 2
 		     ELSE 1 END,
-		GREATEST(COALESCE(extract(epoch FROM lease_expires_at - clock_timestamp()), 0), 0)::float8
+		GREATEST(COALESCE(extract(epoch FROM lease_expires_at - clock_timestamp()), 0), 0)::float8`
+	p.sql.lookup = r(`SELECT ` + lookupCols + ` FROM {{idempotency_keys}} ` + where)
+	// lookupRestore is the lookup after a claim that inserted nothing, which
+	// also restores the caller's lock_timeout, sparing a statement. It does
+	// so only when it finds the record: the claim restores it itself when
+	// not.
+	p.sql.lookupRestore = r(`SELECT ` + lookupCols + `,
+		set_config('lock_timeout', current_setting('lockfree.idempotency_lock_timeout'), true)
 		FROM {{idempotency_keys}} ` + where)
 	p.sql.renew = r(`UPDATE {{idempotency_keys}} SET lease_expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 		` + where + ` AND token = $3 AND state = 'running' AND lease_expires_at > clock_timestamp()
@@ -168,13 +196,34 @@ func TxFrom(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
-// Do runs fn at most once per key in a transaction of its own (begun on the
-// store's DB and available to fn through TxFrom), as DoTx describes, and
-// commits it. It implements Executor. If the commit fails the result is not
-// returned, and nothing is stored: a retry runs fn again.
+// Do runs fn at most once per key in a transaction of its own (available
+// to fn through TxFrom, and valid only until fn returns), as DoTx describes,
+// and commits it. It implements Executor. If the commit fails the result is
+// not returned, and nothing is stored: a retry runs fn again (a commit whose
+// acknowledgement was lost with the connection may still have committed: the
+// retry then replays).
+//
+// On a *pgxpool.Pool or a *pgx.Conn, Do costs the round trips of the bare
+// transaction: BEGIN travels with the claim in one batch, and the result
+// with COMMIT in another; a failed store aborts the transaction, so the
+// COMMIT behind it is not executed. On any other DB (a pgx.Tx: the
+// transaction is a savepoint) it begins, claims, stores and commits one
+// statement batch at a time, as DoTx does.
 func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	if err := key.Validate(); err != nil {
 		return Result{}, err
+	}
+	switch db := p.db.(type) {
+	case acquirer:
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return Result{}, fmt.Errorf("idempotency: acquire a connection: %w", err)
+		}
+		// Release destroys a connection left in a transaction.
+		defer c.Release()
+		return p.doPipelined(ctx, c.Conn(), key, fp, fn)
+	case *pgx.Conn:
+		return p.doPipelined(ctx, db, key, fp, fn)
 	}
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
@@ -188,10 +237,142 @@ func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx 
 	if res.Replayed {
 		return res, nil // nothing was written
 	}
+	if c := tx.Conn(); c != nil && c.PgConn().TxStatus() != 'T' {
+		st := c.PgConn().TxStatus()
+		// Aborted by a failed statement of fn: a nested transaction's
+		// failed commit (RELEASE SAVEPOINT) would close it without rolling
+		// back to the savepoint.
+		return Result{}, fmt.Errorf("idempotency: commit %s: the transaction is not open (status %q)", key, st)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return Result{}, fmt.Errorf("idempotency: commit %s: %w", key, err)
 	}
 	return res, nil
+}
+
+// acquirer is a connection pool (*pgxpool.Pool): Do takes a connection of
+// its own from it, to pipeline BEGIN and COMMIT.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// doPipelined is Do on a connection of its own. The claim needs no
+// savepoint here: a claim that fails (the bounded wait ended) rolls back
+// the whole transaction, which holds nothing else yet.
+func (p *Postgres) doPipelined(ctx context.Context, conn *pgx.Conn, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(p.sql.claimTx, key.Tenant, key.ID, fp[:], p.inFlightWait())
+	br := conn.SendBatch(ctx, &b)
+	tx := br.Tx()
+	// Whatever happens below, the connection leaves Do outside a
+	// transaction: rolled back unless the COMMIT went through. A broken
+	// connection makes the rollback fail, and pgx closes it.
+	defer func() {
+		if conn.PgConn().TxStatus() != 'I' {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	_, err := br.Exec() // BEGIN
+	took := false
+	if err == nil {
+		var restored string
+		err = br.QueryRow().Scan(&restored)
+		took = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Result{}, p.claimError(ctx, key, err)
+	}
+	if !took {
+		// A replay (one more round trip: the claim is built for the first
+		// execution), a conflict or an error.
+		rec, found, err := p.lookupAfterClaim(ctx, tx, key)
+		if err != nil {
+			return Result{}, p.claimError(ctx, key, err)
+		}
+		res, err := p.claimed(ctx, tx, key, fp, rec, found)
+		if err != nil {
+			return Result{}, err
+		}
+		if res != nil {
+			return *res, nil // nothing was written; the rollback ends it
+		}
+	}
+
+	res, err := fn(context.WithValue(ctx, txKey{}, tx))
+	if err != nil {
+		return Result{}, err // the rollback removes the claim with fn's writes
+	}
+	res.Replayed = false
+	if conn.PgConn().TxStatus() != 'T' {
+		// fn committed, rolled back or broke the transaction.
+		return Result{}, fmt.Errorf("idempotency: complete %s: the transaction is no longer open (status %q)", key, conn.PgConn().TxStatus())
+	}
+	var cb pgx.Batch
+	store := res.Status != 0 || len(res.Header) > 0 || len(res.Body) > 0
+	if store {
+		header, err := encodeHeader(res.Header)
+		if err != nil {
+			return Result{}, err
+		}
+		cb.Queue(p.sql.completeCommit, key.Tenant, key.ID, res.Status, header, res.Body)
+	}
+	cb.Queue("commit")
+	cbr := conn.SendBatch(ctx, &cb)
+	var tag pgconn.CommandTag
+	if store {
+		_, err = cbr.Exec()
+	}
+	if err == nil {
+		tag, err = cbr.Exec()
+	}
+	if cerr := cbr.Close(); err == nil {
+		err = cerr
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "22012":
+		return Result{}, fmt.Errorf("idempotency: complete %s: the claim is gone (removed through the transaction?); nothing committed", key)
+	case err != nil:
+		return Result{}, fmt.Errorf("idempotency: complete and commit %s: %w", key, err)
+	case tag.String() != "COMMIT":
+		return Result{}, fmt.Errorf("idempotency: commit %s: %w", key, pgx.ErrTxCommitRollback)
+	}
+	return res, nil
+}
+
+func (p *Postgres) inFlightWait() string {
+	return fmt.Sprintf("%dms", max(1, p.cfg.InFlightWait.Milliseconds()))
+}
+
+// claimed decides a claim that inserted nothing, from the record read in
+// the same batch: a replay (res set) or an error. When the record vanished
+// between the insert and the read (a failed first execution removed its
+// claim), it claims again in tx, and returns nil, nil once it holds the key.
+func (p *Postgres) claimed(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint, rec Record, found bool) (*Result, error) {
+	for attempt := 0; ; attempt++ {
+		if found {
+			return classify(rec, fp, p.cfg.RetryAfter)
+		}
+		if attempt == 3 {
+			return nil, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
+		}
+		var took bool
+		var err error
+		took, rec, found, err = p.claimTx(ctx, tx, key, fp)
+		if err != nil {
+			return nil, err
+		}
+		if took {
+			return nil, nil
+		}
+	}
 }
 
 // DoTx is transactional mode inside the caller's transaction tx: it claims
@@ -212,6 +393,10 @@ func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx 
 // An empty Result (no Status, Header or Body) is stored by the claim itself,
 // which saves the statement that stores a result.
 //
+// DoTx costs the caller's transaction one round trip for the claim (two when
+// the key was taken already) and, for a non-empty result, one to store it;
+// Do, in a transaction of its own, sends these with BEGIN and COMMIT.
+//
 // When fn fails, DoTx removes the claim and returns fn's error; the caller
 // should roll tx back, which also undoes fn's own writes. Under REPEATABLE
 // READ or SERIALIZABLE a concurrent completion surfaces as a serialization
@@ -223,27 +408,18 @@ func (p *Postgres) DoTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint,
 	if tx == nil {
 		return Result{}, fmt.Errorf("%w: nil transaction", ErrInvalid)
 	}
-	for attempt := 0; ; attempt++ {
-		claimed, rec, found, err := p.claimTx(ctx, tx, key, fp)
+	took, rec, found, err := p.claimTx(ctx, tx, key, fp)
+	if err != nil {
+		return Result{}, err
+	}
+	if !took {
+		res, err := p.claimed(ctx, tx, key, fp, rec, found)
 		if err != nil {
 			return Result{}, err
 		}
-		if claimed {
-			break
+		if res != nil {
+			return *res, nil
 		}
-		if !found {
-			// Deleted between our insert and our read (a failed first
-			// execution that removed its claim and committed): try again.
-			if attempt < 3 {
-				continue
-			}
-			return Result{}, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
-		}
-		res, err := classify(rec, fp, p.cfg.RetryAfter)
-		if err != nil {
-			return Result{}, err
-		}
-		return *res, nil
 	}
 
 	res, err := fn(context.WithValue(ctx, txKey{}, tx))
@@ -261,38 +437,46 @@ func (p *Postgres) DoTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint,
 	if err != nil {
 		return Result{}, err
 	}
-	if _, err := tx.Exec(ctx, p.sql.completeTx, key.Tenant, key.ID, res.Status, header, res.Body); err != nil {
+	tag, err := tx.Exec(ctx, p.sql.completeTx, key.Tenant, key.ID, res.Status, header, res.Body)
+	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: complete %s: %w", key, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return Result{}, fmt.Errorf("idempotency: complete %s: the claim is gone (removed through the transaction?); roll back", key)
 	}
 	return res, nil
 }
 
-// claimTx runs the claim batch in one round trip.
-func (p *Postgres) claimTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint) (claimed bool, rec Record, found bool, err error) {
+// claimTx claims key in the caller's transaction tx, inside a savepoint, and
+// reads the record when the key was taken already: one round trip.
+func (p *Postgres) claimTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint) (took bool, rec Record, found bool, err error) {
 	var b pgx.Batch
 	b.Queue(p.sql.savepoint)
-	b.Queue(p.sql.saveTimeout)
-	b.Queue(p.sql.setTimeout, fmt.Sprintf("%dms", max(1, p.cfg.InFlightWait.Milliseconds())))
-	b.Queue(p.sql.claimTx, key.Tenant, key.ID, fp[:])
-	b.Queue(p.sql.lookup, key.Tenant, key.ID)
-	b.Queue(p.sql.restoreTimeout)
+	b.Queue(p.sql.claimTx, key.Tenant, key.ID, fp[:], p.inFlightWait())
+	b.Queue(p.sql.lookupRestore, key.Tenant, key.ID)
 	b.Queue(p.sql.release)
 	br := tx.SendBatch(ctx, &b)
-	for i := 0; i < 3 && err == nil; i++ {
-		_, err = br.Exec()
-	}
-	var tag pgconn.CommandTag
+	_, err = br.Exec() // savepoint
 	if err == nil {
-		tag, err = br.Exec()
+		var restored string
+		err = br.QueryRow().Scan(&restored)
+		took = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
 	}
 	if err == nil {
-		rec, found, err = scanRecord(br.QueryRow(), key)
+		var restored string
+		rec, found, err = scanRecord(br.QueryRow(), key, &restored)
 	}
-	for i := 0; i < 2 && err == nil; i++ {
-		_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec() // release
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && !took && !found {
+		_, err = tx.Exec(ctx, p.sql.restoreTimeout) // neither statement did
 	}
 	if err != nil {
 		// Undo the savepoint (and with it the lock_timeout) so that tx
@@ -302,17 +486,34 @@ func (p *Postgres) claimTx(ctx context.Context, tx pgx.Tx, key Key, fp Fingerpri
 		if _, rerr := tx.Exec(bctx, p.sql.rollback+"; "+p.sql.release); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014") && ctx.Err() == nil {
-			// lock_not_available / query_canceled: the bounded wait ended.
-			return false, Record{}, false, &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
-		}
-		if ctx.Err() != nil {
-			return false, Record{}, false, errors.Join(context.Cause(ctx), err)
-		}
-		return false, Record{}, false, fmt.Errorf("idempotency: claim %s: %w", key, err)
+		return false, Record{}, false, p.claimError(ctx, key, err)
 	}
-	return tag.RowsAffected() == 1, rec, found, nil
+	return took, rec, found, nil
+}
+
+// lookupAfterClaim reads the record after a claim that inserted nothing,
+// and restores the caller's lock_timeout.
+func (p *Postgres) lookupAfterClaim(ctx context.Context, tx pgx.Tx, key Key) (Record, bool, error) {
+	var restored string
+	rec, found, err := scanRecord(tx.QueryRow(ctx, p.sql.lookupRestore, key.Tenant, key.ID), key, &restored)
+	if err == nil && !found {
+		_, err = tx.Exec(ctx, p.sql.restoreTimeout)
+	}
+	return rec, found, err
+}
+
+// claimError turns a failed claim into Do's answer: an *InFlightError when
+// the bounded wait for a concurrent execution ended.
+func (p *Postgres) claimError(ctx context.Context, key Key, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014") && ctx.Err() == nil {
+		// lock_not_available / query_canceled: the bounded wait ended.
+		return &InFlightError{Key: key, RetryAfter: p.cfg.RetryAfter}
+	}
+	if ctx.Err() != nil {
+		return errors.Join(context.Cause(ctx), err)
+	}
+	return fmt.Errorf("idempotency: claim %s: %w", key, err)
 }
 
 func encodeHeader(h http.Header) (any, error) {
@@ -327,7 +528,8 @@ func encodeHeader(h http.Header) (any, error) {
 }
 
 // scanRecord reads one row of the lookup query.
-func scanRecord(row pgx.Row, key Key) (Record, bool, error) {
+// extra receives the columns a query adds after the record's.
+func scanRecord(row pgx.Row, key Key, extra ...any) (Record, bool, error) {
 	var (
 		rec          = Record{Key: key}
 		fp, header   []byte
@@ -336,8 +538,9 @@ func scanRecord(row pgx.Row, key Key) (Record, bool, error) {
 		state        int
 		leaseLeft    float64
 	)
-	err := row.Scan(&fp, &rec.Token, &rec.RecoveryPoint, &status, &header, &rec.Result.Body,
-		&leaseExpires, &rec.Expires, &state, &leaseLeft)
+	dest := append([]any{&fp, &rec.Token, &rec.RecoveryPoint, &status, &header, &rec.Result.Body,
+		&leaseExpires, &rec.Expires, &state, &leaseLeft}, extra...)
+	err := row.Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, false, nil
 	}

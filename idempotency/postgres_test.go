@@ -116,3 +116,215 @@ func TestRollbackLeavesNoTrace(t *testing.T) {
 		t.Fatalf("%d charges, want 1", n)
 	}
 }
+
+// Do sends the result with COMMIT in one batch: whatever makes the store
+// fail must keep the COMMIT from happening, on every kind of DB (a pool and
+// a connection take the pipelined path, a transaction the savepoint path),
+// and leave the key free for a retry.
+func TestDoFailedStoreDoesNotCommit(t *testing.T) {
+	t.Parallel()
+	failures := []struct {
+		name string
+		fn   func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error)
+	}{
+		{"claim removed", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			_, err := tx.Exec(ctx, `DELETE FROM lockfree_idempotency_keys WHERE key = $1`, key.ID)
+			return idempotency.Result{Status: 201}, err
+		}},
+		{"result not encodable", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			return idempotency.Result{Status: 1 << 40}, nil // outside integer: refused by the client
+		}},
+		{"statement failed, error ignored", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			tx.Exec(ctx, `SELECT 1 / 0`) // aborts the transaction
+			return idempotency.Result{Status: 201}, nil
+		}},
+		{"statement failed, empty result", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			tx.Exec(ctx, `SELECT 1 / 0`)
+			return idempotency.Result{}, nil
+		}},
+		{"fn failed", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			return idempotency.Result{}, errors.New("declined")
+		}},
+	}
+	for _, kind := range []string{"pool", "conn", "tx"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			tdb := testdb.New(t, idempotency.Migrations()...)
+			if _, err := tdb.Pool.Exec(ctx, `CREATE TABLE charges (key text NOT NULL, amount int NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			var db idempotency.DB = tdb.Pool
+			switch kind {
+			case "conn":
+				conn, err := pgx.Connect(ctx, tdb.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close(ctx) })
+				db = conn
+			case "tx":
+				tx, err := tdb.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { tx.Rollback(ctx) })
+				db = tx
+			}
+			store, err := idempotency.NewPostgres(db, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			charges := func(key idempotency.Key) int {
+				t.Helper()
+				var n int
+				if err := db.QueryRow(ctx, `SELECT count(*) FROM charges WHERE key = $1`, key.ID).Scan(&n); err != nil {
+					t.Fatalf("%s: %v", key.ID, err)
+				}
+				return n
+			}
+			for _, f := range failures {
+				key := idempotency.Key{ID: f.name}
+				_, err := store.Do(ctx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+					tx, _ := idempotency.TxFrom(ctx)
+					if _, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, 100)`, key.ID); err != nil {
+						return idempotency.Result{}, err
+					}
+					return f.fn(ctx, tx, key)
+				})
+				if err == nil {
+					t.Fatalf("%s: Do succeeded", f.name)
+				}
+				if n := charges(key); n != 0 {
+					t.Fatalf("%s: %d charges committed by a failed store (%v)", f.name, n, err)
+				}
+				if _, found, err := store.Lookup(ctx, key); err != nil || found {
+					t.Fatalf("%s: the failed execution left its key (found %v, %v)", f.name, found, err)
+				}
+				// The connection is usable and the retry runs.
+				res, err := store.Do(ctx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+					tx, _ := idempotency.TxFrom(ctx)
+					_, err := tx.Exec(ctx, `INSERT INTO charges VALUES ($1, 100)`, key.ID)
+					return idempotency.Result{Status: 201, Body: []byte("retry")}, err
+				})
+				if err != nil || res.Replayed {
+					t.Fatalf("%s: retry = %+v, %v", f.name, res, err)
+				}
+				res, err = store.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {
+					t.Errorf("%s: ran after the retry committed", f.name)
+					return idempotency.Result{}, nil
+				})
+				if err != nil || !res.Replayed || string(res.Body) != "retry" || res.Status != 201 {
+					t.Fatalf("%s: replay = %+v, %v", f.name, res, err)
+				}
+				if n := charges(key); n != 1 {
+					t.Fatalf("%s: %d charges after the retry, want 1", f.name, n)
+				}
+			}
+		})
+	}
+}
+
+// A duplicate that gives up waiting (pipelined claim: the bounded wait
+// aborts Do's own transaction) leaves its pooled connection idle and usable.
+func TestDoInFlightReleasesConnection(t *testing.T) {
+	t.Parallel()
+	tdb := testdb.New(t, idempotency.Migrations()...)
+	store := newPostgres(t, tdb, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+	key := idempotency.Key{ID: "busy"}
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {
+			close(started)
+			<-finish
+			return idempotency.Result{Status: 200}, nil
+		})
+		done <- err
+	}()
+	<-started
+	for i := 0; i < 3; i++ {
+		if _, err := store.Do(ctx, key, idempotency.Fingerprint{}, mustNotRunHere(t)); !errors.Is(err, idempotency.ErrInFlight) {
+			t.Fatalf("duplicate = %v, want ErrInFlight", err)
+		}
+	}
+	var timeout string
+	if err := tdb.Pool.QueryRow(ctx, `SHOW lock_timeout`).Scan(&timeout); err != nil || timeout != "0" {
+		t.Fatalf("a pooled connection kept lock_timeout %q (%v)", timeout, err)
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res, err := store.Do(ctx, key, idempotency.Fingerprint{}, mustNotRunHere(t)); err != nil || !res.Replayed || res.Status != 200 {
+		t.Fatalf("after completion = %+v, %v", res, err)
+	}
+	if st := tdb.Pool.Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired", st.AcquiredConns())
+	}
+}
+
+func mustNotRunHere(t *testing.T) func(context.Context) (idempotency.Result, error) {
+	return func(context.Context) (idempotency.Result, error) {
+		t.Error("a duplicate ran")
+		return idempotency.Result{}, nil
+	}
+}
+
+// The claim bounds its own wait with lock_timeout and gives the caller's
+// setting back: fn, and the connection afterwards, see the caller's value,
+// after a first execution, a replay and a claim in the caller's transaction.
+func TestClaimRestoresLockTimeout(t *testing.T) {
+	t.Parallel()
+	tdb := testdb.New(t, idempotency.Migrations()...)
+	conn, err := pgx.Connect(ctx, tdb.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '42s'`); err != nil {
+		t.Fatal(err)
+	}
+	show := func(db idempotency.DB) string {
+		t.Helper()
+		var v string
+		if err := db.QueryRow(ctx, `SHOW lock_timeout`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	store, err := idempotency.NewPostgres(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{ID: "timeout"}
+	for _, step := range []string{"first", "replay"} {
+		_, err := store.Do(ctx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+			tx, _ := idempotency.TxFrom(ctx)
+			if v := show(tx); v != "42s" {
+				t.Errorf("fn sees lock_timeout %q, want the caller's 42s", v)
+			}
+			return idempotency.Result{Status: 200}, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if v := show(conn); v != "42s" {
+			t.Fatalf("after the %s execution lock_timeout = %q, want 42s", step, v)
+		}
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := store.DoTx(ctx, tx, idempotency.Key{ID: "in-tx"}, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+			if v := show(tx); v != "42s" {
+				t.Errorf("fn in the caller's transaction sees lock_timeout %q", v)
+			}
+			return idempotency.Result{}, nil
+		})
+		if v := show(tx); v != "42s" {
+			t.Errorf("after DoTx lock_timeout = %q", v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
