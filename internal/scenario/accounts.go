@@ -38,7 +38,7 @@ func init() {
 		Description: "clients append the next sequence number to a random entity's event log; per entity, no gap and no duplicate",
 		Approaches:  []Approach{Alternative, FencedLock, NaiveLock, Raw},
 		Labels: map[Approach]string{
-			Alternative: "partition.Member.Do: owner's serial executor, epoch verified in the write's transaction",
+			Alternative: "partition.Member.Do: owner's serial executor; epoch verified at commit (group commit)",
 			FencedLock:  "fencedlock: lock entity → fenced read → fenced write + event → release",
 			NaiveLock:   "lease lock: lock entity → read → unfenced write + event → release",
 			Raw:         "bare SQL: UPDATE … last_seq + 1 RETURNING, INSERT event (the row lock orders them)",
@@ -65,10 +65,12 @@ type accounts struct {
 	fence    fencedlock.Fence
 
 	// the alternative
-	members []*partition.Member
-	byName  map[string]*partition.Member
-	pgStore *partition.Postgres
-	memMem  *partition.Memory
+	members    []*partition.Member
+	byName     map[string]*partition.Member
+	pgStore    *partition.Postgres
+	memMem     *partition.Memory
+	committers map[string]*committer // by member name, on PostgreSQL
+	known      knownSeqs
 
 	mem []account // memory backend
 }
@@ -125,6 +127,13 @@ func (w *accounts) startMembers(ctx context.Context, store partition.Membership)
 		}
 		w.members = append(w.members, m)
 		w.byName[m.Name()] = m
+	}
+	if w.pgStore != nil {
+		w.committers = map[string]*committer{}
+		for _, m := range w.members {
+			c := newCommitter(w)
+			w.committers[m.Name()] = c
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !w.settled() {
@@ -183,6 +192,10 @@ func (w *accounts) Close() error {
 	}
 	wg.Wait()
 	w.members = nil
+	for _, c := range w.committers {
+		c.close() // after the members: their drained functions waited for it
+	}
+	w.committers = nil
 	return errors.Join(errs...)
 }
 
@@ -240,7 +253,7 @@ func (w *accounts) partitioned(ctx context.Context, client int, rnd *rand.Rand, 
 				continue
 			}
 			return Outcome{Err: err, Retries: retries} // never queued: no effect
-		case errors.Is(err, partition.ErrFenced):
+		case errors.Is(err, partition.ErrFenced), errors.Is(err, errStaleSeq):
 			return Outcome{Rejected: true, Retries: retries}
 		case ctx.Err() != nil:
 			// Do returns when ctx ends, possibly while fn runs.
@@ -275,22 +288,229 @@ func (w *accounts) append(ctx context.Context, rnd *rand.Rand, k int, e partitio
 			return nil
 		})
 	}
-	id := w.keys[k]
-	return pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
-		// The epoch's ownership row stays share-locked until commit: no
-		// claim of the partition can land between this check and the write.
-		if err := w.pgStore.Verify(ctx, tx, e); err != nil {
+	// The single writer knows each entity's last number from its own
+	// appends in this epoch; it reads the table on a miss only.
+	last, ok := w.known.get(e, k)
+	if !ok {
+		if err := w.env.DB.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, w.keys[k]).Scan(&last); err != nil {
 			return err
 		}
-		var last int64
-		if err := tx.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, id).Scan(&last); err != nil {
-			return err
-		}
-		w.env.Pause(ctx, rnd)
-		_, err := tx.Exec(ctx, `WITH u AS (UPDATE accounts SET last_seq = $2 WHERE id = $1)
-			INSERT INTO account_events (account, seq) VALUES ($1, $2)`, id, last+1)
+	}
+	w.env.Pause(ctx, rnd)
+	if err := ctx.Err(); err != nil {
+		w.known.forget(e, k)
 		return err
+	}
+	// Not cancellable: the next function of this partition must not run
+	// before this append's fate is known.
+	err := w.committers[e.Owner].append(e, k, last+1)
+	if err != nil {
+		w.known.forget(e, k)
+		return err
+	}
+	w.known.set(e, k, last+1)
+	return nil
+}
+
+// knownSeqs is what the single writers know of their entities' last
+// sequence numbers, per epoch: in one epoch only the owner's executor
+// appends to the partition's entities, and each append it makes (or fails
+// to make) goes through here, so a known number is the table's.
+type knownSeqs struct {
+	mu sync.Mutex
+	m  map[partition.Epoch]map[int]int64
+}
+
+func (c *knownSeqs) get(e partition.Epoch, k int) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[e][k]
+	return v, ok
+}
+
+func (c *knownSeqs) set(e partition.Epoch, k int, v int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[partition.Epoch]map[int]int64{}
+	}
+	byKey := c.m[e]
+	if byKey == nil {
+		for old := range c.m {
+			if old.Partition == e.Partition {
+				delete(c.m, old) // an earlier tenure: its numbers may be stale
+			}
+		}
+		byKey = map[int]int64{}
+		c.m[e] = byKey
+	}
+	byKey[k] = v
+}
+
+func (c *knownSeqs) forget(e partition.Epoch, k int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m[e], k)
+}
+
+// errStaleSeq is an append whose expected last number was not the table's:
+// the write changed nothing.
+var errStaleSeq = errors.New("accounts: last sequence number changed since it was read")
+
+// committer is one member's group commit: the appends its partition
+// executors submit while a transaction is in flight go into the next one,
+// which verifies each append's epoch (share-locking the ownership rows until
+// commit) and writes them all in one statement. Each executor still waits
+// for its own append, so a partition's appends stay serial.
+type committer struct {
+	w       *accounts
+	mu      sync.Mutex
+	pending []*appendReq
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type appendReq struct {
+	e    partition.Epoch
+	k    int
+	seq  int64
+	done chan error
+}
+
+func newCommitter(w *accounts) *committer {
+	c := &committer{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+// append writes event (k, seq) and sets k's last number to seq if it is
+// seq−1 and e is still its partition's epoch at commit. It returns a
+// *partition.FencedError, errStaleSeq, or the transaction's error.
+func (c *committer) append(e partition.Epoch, k int, seq int64) error {
+	r := &appendReq{e: e, k: k, seq: seq, done: make(chan error, 1)}
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-c.done:
+		select {
+		case err := <-r.done:
+			return err
+		default:
+			return errors.New("accounts: committer closed")
+		}
+	}
+}
+
+func (c *committer) close() {
+	close(c.stop)
+	<-c.done
+}
+
+func (c *committer) run() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		}
+		for {
+			c.mu.Lock()
+			batch := c.take()
+			c.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			c.commit(batch)
+		}
+	}
+}
+
+// take removes the pending appends for distinct entities (one per entity:
+// the UPDATE writes a row once). The caller holds mu.
+func (c *committer) take() []*appendReq {
+	var batch, rest []*appendReq
+	seen := map[int]bool{}
+	for _, r := range c.pending {
+		if seen[r.k] {
+			rest = append(rest, r)
+			continue
+		}
+		seen[r.k] = true
+		batch = append(batch, r)
+	}
+	c.pending = rest
+	return batch
+}
+
+func (c *committer) commit(batch []*appendReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	results := make([]error, len(batch))
+	err := pgx.BeginFunc(ctx, c.w.env.DB, func(tx pgx.Tx) error {
+		var ids []string
+		var seqs []int64
+		verified := map[partition.Epoch]error{}
+		for i, r := range batch {
+			verr, ok := verified[r.e]
+			if !ok {
+				// Share-locks the ownership row until commit: no claim of the
+				// partition lands between this check and the write.
+				verr = c.w.pgStore.Verify(ctx, tx, r.e)
+				if verr != nil && !errors.Is(verr, partition.ErrFenced) {
+					return verr
+				}
+				verified[r.e] = verr
+			}
+			if verr != nil {
+				results[i] = verr
+				continue
+			}
+			ids = append(ids, c.w.keys[r.k])
+			seqs = append(seqs, r.seq)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Conditional on the expected last number, so that a write whose
+		// fate was unknown (and that may land late, in the same epoch)
+		// cannot make a later append of the same number count twice.
+		rows, err := tx.Query(ctx, `WITH v AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS v(id, seq)),
+			u AS (UPDATE accounts a SET last_seq = v.seq FROM v
+			      WHERE a.id = v.id AND a.last_seq = v.seq - 1 RETURNING a.id, a.last_seq)
+			INSERT INTO account_events (account, seq) SELECT id, last_seq FROM u RETURNING account`, ids, seqs)
+		if err != nil {
+			return err
+		}
+		written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		ok := map[string]bool{}
+		for _, id := range written {
+			ok[id] = true
+		}
+		for i, r := range batch {
+			if results[i] == nil && !ok[c.w.keys[r.k]] {
+				results[i] = errStaleSeq
+			}
+		}
+		return nil
 	})
+	for i, r := range batch {
+		if err != nil {
+			results[i] = err
+		}
+		r.done <- results[i]
+	}
 }
 
 // lockedAppend is the twins' critical section: read, (pause), write the

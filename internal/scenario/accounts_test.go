@@ -49,6 +49,12 @@ func TestAccountsPauseFault(t *testing.T) {
 						t.Errorf("%s: no operation succeeded", r.Approach)
 					}
 				}
+				// No partition moves and no write is uncertain here: the
+				// serial executor alone keeps the sequence, so the
+				// alternative's conditional write never has to refuse one.
+				if r.Approach == scenario.Alternative && r.Rejected != 0 {
+					t.Errorf("alternative: %d appends rejected without a partition move", r.Rejected)
+				}
 			}
 			for _, a := range []scenario.Approach{scenario.Alternative, scenario.FencedLock, scenario.NaiveLock} {
 				if !seen[a] {
