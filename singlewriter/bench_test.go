@@ -149,7 +149,7 @@ func BenchmarkFencedConsumerThroughput(b *testing.B) {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- c.Run(cctx) }()
-		for s := c.Stats(); s.Applied+s.Transactions < benchEvents; s = c.Stats() {
+		for s := c.Stats(); s.Applied+s.Skipped < benchEvents; s = c.Stats() {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()

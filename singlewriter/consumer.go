@@ -189,6 +189,7 @@ type Stats struct {
 	Failed       int64 // failed handler attempts
 	DeadLettered int64 // messages sent to the dead-letter topic and skipped
 	Mirrored     int64 // offset commits mirrored to Kafka
+	Skipped      int64 // redelivered messages found already applied (FencedConsumer)
 }
 
 // Consumer applies a topic's messages to PostgreSQL exactly once and in

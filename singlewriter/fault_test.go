@@ -114,7 +114,7 @@ func (e *env) appliedBy(p int, off int64, consumer string) int {
 var guardedCases = []struct {
 	name      string
 	unguarded bool
-}{{"inbox rejects the zombie", false}, {"unguarded twin double-applies", true}}
+}{{"zombie write rejected", false}, {"unguarded twin double-applies", true}}
 
 // A consumer whose handler hangs (an in-process pause) past the rebalance
 // timeout loses its partitions to the other consumer; when it resumes and
@@ -148,6 +148,9 @@ func TestPausedConsumerIsFenced(t *testing.T) {
 			cfgA := e.consumerConfig("A", hA)
 			cfgA.Unguarded = tc.unguarded
 			a, _ := start(t, cfgA)
+			var once sync.Once
+			wake := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(wake) // runs before the consumer's own cleanup
 			at := <-paused
 
 			// B joins; A cannot rejoin while paused, is evicted after the
@@ -160,7 +163,7 @@ func TestPausedConsumerIsFenced(t *testing.T) {
 				t.Logf("B owns %v", got)
 			}
 
-			close(release) // A wakes up and finishes its message
+			wake() // A wakes up and finishes its message
 			if !tc.unguarded {
 				waitFor(t, 60*time.Second, func() bool { return a.Stats().Fenced > 0 })
 			} else {

@@ -180,6 +180,12 @@ type FencedConsumerConfig struct {
 	Topic   string
 	DB      TxDB
 	Handler Handler
+	// Stream names the lock and progress namespace: consumers with the
+	// same Stream exclude each other per entity. Consumers in one group
+	// split the partitions and meet only around rebalances; consumers in
+	// different groups with the same Stream all receive every message and
+	// compete for each. Defaults to Topic.
+	Stream string
 	// Fenced configures the per-entity locks; Fenced.Locks is required.
 	Fenced FencedConfig
 	// RetryBackoff is the delay after a failed message; it doubles up to
@@ -232,12 +238,13 @@ func NewFencedConsumer(cfg FencedConsumerConfig) (*FencedConsumer, error) {
 	return &FencedConsumer{cfg: cfg, fenced: f}, nil
 }
 
-// Stats returns the consumer's counters: Applied (messages applied),
-// Fenced (applications rejected by the fencing token), Failed (handler or
-// infrastructure failures, retried) and, in Transactions, the messages
-// skipped as already applied.
+// Stats returns the consumer's counters: Applied (messages applied, one
+// transaction each), Fenced (applications rejected by the fencing token),
+// Failed (handler or infrastructure failures, retried) and Skipped
+// (redeliveries already applied). It is safe to call at any time.
 func (c *FencedConsumer) Stats() Stats {
-	return Stats{Applied: c.applied.Load(), Fenced: c.rejects.Load(), Failed: c.failed.Load(), Transactions: c.skipped.Load()}
+	a := c.applied.Load()
+	return Stats{Applied: a, Transactions: a, Fenced: c.rejects.Load(), Failed: c.failed.Load(), Skipped: c.skipped.Load()}
 }
 
 // Run consumes until ctx ends, then leaves the group and returns nil. Run
@@ -254,7 +261,10 @@ func (c *FencedConsumer) Run(ctx context.Context) error {
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { c.cfg.Logger.Debug(fmt.Sprintf(msg, args...)) }),
 	})
 	defer r.Close()
-	stream := c.cfg.GroupID + "/" + c.cfg.Topic
+	stream := c.cfg.Stream
+	if stream == "" {
+		stream = c.cfg.Topic
+	}
 	for {
 		m, err := r.FetchMessage(ctx)
 		if ctx.Err() != nil {

@@ -3,6 +3,7 @@ package singlewriter_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,57 +99,74 @@ func TestFencedApplyValidation(t *testing.T) {
 	}
 }
 
-// The twin under the same fault as TestPausedConsumerIsFenced: competing
-// consumers with a per-entity fenced lock also apply each event once, the
-// paused one being fenced by its token.
+// The twin under a pause: competing consumers (each in its own group, so
+// both receive every message) apply each event under its entity's fenced
+// lock. A pauses in its handler past the lock's TTL; B takes the lock and
+// applies the event; A wakes and is fenced by its token. The naive lock
+// (unguarded) applies the event twice.
 func TestFencedConsumerRejectsPausedConsumer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 3)
-	if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()...); err != nil {
-		t.Fatal(err)
+	for _, tc := range guardedCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 3)
+			if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+				t.Fatal(err)
+			}
+			locks, err := fencedlock.NewPostgres(e.db.Pool, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.produce(t, 0, 60, 6)
+			paused := make(chan kafka.Message, 1)
+			release := make(chan struct{})
+			var first atomic.Bool
+			hA := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+				if err := insertApplied(ctx, tx, m, "A"); err != nil {
+					return err
+				}
+				if first.CompareAndSwap(false, true) {
+					paused <- m
+					<-release
+				}
+				return nil
+			}
+			cfg := func(name string, h singlewriter.Handler) singlewriter.FencedConsumerConfig {
+				return singlewriter.FencedConsumerConfig{
+					Brokers: e.brokers, GroupID: e.group + "-" + name, Topic: e.topic, DB: e.db.Pool, Handler: h,
+					Fenced:         singlewriter.FencedConfig{Locks: locks, Holder: name, TTL: time.Second, Unguarded: tc.unguarded},
+					SessionTimeout: sessionTimeout, RebalanceTimeout: rebalanceTimeout, HeartbeatInterval: heartbeat,
+					RetryBackoff: 20 * time.Millisecond,
+				}
+			}
+			a := startFenced(t, cfg("A", hA))
+			var once sync.Once
+			wake := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(wake) // runs before the consumer's own cleanup
+			m := <-paused
+			b := startFenced(t, cfg("B", recordHandler("B")))
+			waitFor(t, 120*time.Second, func() bool { return e.appliedBy(m.Partition, m.Offset, "B") == 1 })
+			wake()
+			if !tc.unguarded {
+				waitFor(t, 60*time.Second, func() bool { return a.Stats().Fenced > 0 })
+			} else {
+				waitFor(t, 60*time.Second, func() bool { return e.appliedBy(m.Partition, m.Offset, "") >= 2 })
+			}
+			e.produce(t, 60, 30, 6)
+			waitFor(t, 120*time.Second, func() bool {
+				sa, sb := a.Stats(), b.Stats()
+				return sa.Applied+sa.Skipped+sa.Fenced >= 90 && sb.Applied+sb.Skipped+sb.Fenced >= 90
+			})
+			d := e.check(t, 90, !tc.unguarded)
+			switch {
+			case !tc.unguarded && d != 0:
+				t.Fatalf("%d duplicates under the fenced lock", d)
+			case tc.unguarded && d == 0:
+				t.Fatal("the naive lock applied nothing twice: the pause did not take effect")
+			}
+			t.Logf("paused at %d/%d; duplicates %d; A %+v; B %+v", m.Partition, m.Offset, d, a.Stats(), b.Stats())
+		})
 	}
-	locks, err := fencedlock.NewPostgres(e.db.Pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.produce(t, 0, 60, 6)
-	paused := make(chan kafka.Message, 1)
-	release := make(chan struct{})
-	var first atomic.Bool
-	hA := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-		if err := insertApplied(ctx, tx, m, "A"); err != nil {
-			return err
-		}
-		if first.CompareAndSwap(false, true) {
-			paused <- m
-			<-release
-		}
-		return nil
-	}
-	cfg := func(name string, h singlewriter.Handler) singlewriter.FencedConsumerConfig {
-		return singlewriter.FencedConsumerConfig{
-			Brokers: e.brokers, GroupID: e.group, Topic: e.topic, DB: e.db.Pool, Handler: h,
-			Fenced:         singlewriter.FencedConfig{Locks: locks, Holder: name, TTL: 2 * time.Second},
-			SessionTimeout: sessionTimeout, RebalanceTimeout: rebalanceTimeout, HeartbeatInterval: heartbeat,
-			RetryBackoff: 20 * time.Millisecond,
-		}
-	}
-	a := startFenced(t, cfg("A", hA))
-	m := <-paused
-	b := startFenced(t, cfg("B", recordHandler("B")))
-	waitFor(t, 120*time.Second, func() bool { return e.appliedBy(m.Partition, m.Offset, "B") == 1 })
-	close(release)
-	waitFor(t, 60*time.Second, func() bool { return a.Stats().Fenced > 0 })
-	e.produce(t, 60, 30, 6)
-	waitFor(t, 120*time.Second, func() bool {
-		var n int
-		e.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT value) FROM applied`).Scan(&n)
-		return n == 90
-	})
-	if d := e.check(t, 90, true); d != 0 {
-		t.Fatalf("%d duplicates", d)
-	}
-	t.Logf("A %+v; B %+v", a.Stats(), b.Stats())
 }
 
 func startFenced(t testing.TB, cfg singlewriter.FencedConsumerConfig) *singlewriter.FencedConsumer {
