@@ -1,0 +1,320 @@
+// Command cache-rebuild is the counter-example: a lock that only saves work
+// (efficiency) and is fine as it is. Eight requests find the cached report
+// stale; the lock lets one of them rebuild it while the others serve the
+// stale copy. A holder that pauses past its lease causes a second rebuild —
+// wasted work, not a wrong result. See README.md.
+//
+//	go run ./examples/cache-rebuild [-postgres URL|memory] [-mode lock|alternative|both] [-pause=false]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/examples/internal/backend"
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+const (
+	lockName = "cache/daily-report"
+	requests = 8               // requests that find the cache stale at once
+	ttl      = 1 * time.Second // the lock's lease
+)
+
+type config struct {
+	// DB is the database that holds the lock; nil uses the memory lock
+	// service. The cache and its source stay in memory either way.
+	DB *pgxpool.Pool
+	// Mode is "lock" (rebuild under the lock), "alternative" (no lock at
+	// all, for comparison) or "both".
+	Mode string
+	// Pause stops the first rebuilder before it rebuilds, until its lease
+	// has expired and the other requests have been served.
+	Pause bool
+}
+
+func main() {
+	pg := flag.String("postgres", os.Getenv("DATABASE_URL"), `PostgreSQL URL; "memory" for the memory backends; empty: a throwaway local PostgreSQL if its binaries exist, else memory`)
+	mode := flag.String("mode", "both", "lock, alternative or both")
+	pause := flag.Bool("pause", true, "pause the first rebuilder past its lease")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := open(ctx, *pg, config{Mode: *mode, Pause: *pause}); err != nil {
+		fmt.Fprintln(os.Stderr, "cache-rebuild:", err)
+		os.Exit(1)
+	}
+}
+
+func open(ctx context.Context, pg string, cfg config) error {
+	b, err := backend.Open(ctx, pg, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	cfg.DB = b.Pool
+	return run(ctx, cfg, os.Stdout)
+}
+
+// run serves the requests once per approach the mode selects and prints one
+// line per approach.
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	lock, alt := cfg.Mode == "lock" || cfg.Mode == "both", cfg.Mode == "alternative" || cfg.Mode == "both"
+	if !lock && !alt {
+		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
+	}
+	if cfg.DB != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+			return err
+		}
+	}
+	if lock {
+		locks, expire := newLockSetup(cfg.DB)
+		t, err := burst(ctx, cfg, expire, func(ctx context.Context, c *cache, req int, paused func()) (bool, error) {
+			return serveWithLock(ctx, locks, c, fmt.Sprintf("request-%d", req), paused)
+		})
+		if err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		t.print(w, "lock")
+	}
+	if alt {
+		t, err := burst(ctx, cfg, func(context.Context) error { return nil }, func(ctx context.Context, c *cache, _ int, paused func()) (bool, error) {
+			return serveWithoutLock(ctx, c, paused)
+		})
+		if err != nil {
+			return fmt.Errorf("no lock: %w", err)
+		}
+		t.print(w, "no lock")
+	}
+	return nil
+}
+
+// --- The code, which stays ----------------------------------------------------
+
+// serveWithLock serves the report. When the cached copy is stale, the
+// request that gets the lock rebuilds it; the others do not wait — they
+// serve the stale copy. No fencing token, no keepalive: if two requests
+// ever rebuild at once, both compute the same report from the source and
+// write it whole, so the worst case is the work the lock was meant to save.
+func serveWithLock(ctx context.Context, locks fencedlock.Store, c *cache, holder string, paused func()) (rebuilt bool, err error) {
+	if c.fresh() {
+		return false, nil
+	}
+	lease, err := locks.Acquire(ctx, lockName, holder, ttl)
+	if errors.Is(err, fencedlock.ErrHeld) {
+		c.arrived()
+		return false, nil // someone is rebuilding: serve the stale copy
+	}
+	if err != nil {
+		return false, err
+	}
+	defer locks.Release(context.WithoutCancel(ctx), lease) // ErrNotHeld if the lease ran out: nothing to free
+	c.arrived()
+	if c.fresh() { // rebuilt while we were asking for the lock
+		return false, nil
+	}
+	paused() // a GC pause, swap, a VM migration, SIGSTOP …
+	return true, c.rebuild(ctx)
+}
+
+// serveWithoutLock is the comparison: every request that finds the cache
+// stale rebuilds it. Still correct; just wasteful.
+func serveWithoutLock(ctx context.Context, c *cache, paused func()) (rebuilt bool, err error) {
+	if c.fresh() {
+		return false, nil
+	}
+	c.arrived()
+	paused()
+	return true, c.rebuild(ctx)
+}
+
+// --- The cache and its source ---------------------------------------------------
+
+// cache is the shared cache (a Redis key, a table row) of a report computed
+// from the source of truth.
+type cache struct {
+	mu       sync.Mutex
+	source   []int64 // the source of truth: today's orders
+	report   int64   // the cached report: their total
+	isFresh  bool
+	rebuilds int
+
+	// looked counts the requests that have looked at the lock; a rebuild
+	// takes until all of them have, as a real one takes longer than a burst
+	// of requests takes to arrive.
+	looked  int
+	allSeen chan struct{}
+}
+
+func newCache() *cache {
+	return &cache{source: []int64{120, 80, 45, 300, 15}, report: 0, allSeen: make(chan struct{})}
+}
+
+func (c *cache) fresh() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.isFresh }
+
+func (c *cache) arrived() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.looked++
+	if c.looked == requests {
+		close(c.allSeen)
+	}
+}
+
+// rebuild computes the report from the source and stores it whole.
+func (c *cache) rebuild(ctx context.Context) error {
+	select {
+	case <-c.allSeen:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var total int64
+	for _, v := range c.source {
+		total += v
+	}
+	c.report, c.isFresh = total, true
+	c.rebuilds++
+	return nil
+}
+
+func (c *cache) correct() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var total int64
+	for _, v := range c.source {
+		total += v
+	}
+	return c.isFresh && c.report == total
+}
+
+// --- Setup and the scenario ---------------------------------------------------
+
+// newLockSetup returns the lock service and the function that makes the
+// paused rebuilder's lease expire: on the memory backend the lock service's
+// clock jumps past the lease; on PostgreSQL the database clock decides, so
+// it waits for the lease to run out.
+func newLockSetup(db *pgxpool.Pool) (fencedlock.Store, func(context.Context) error) {
+	if db == nil {
+		c := &clock.Manual{}
+		return fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+	}
+	locks, err := fencedlock.NewPostgres(db, nil)
+	if err != nil {
+		panic(err) // a nil config is valid
+	}
+	return locks, func(ctx context.Context) error {
+		for {
+			_, held, err := locks.Holder(ctx, lockName)
+			if err != nil || !held {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+type tally struct {
+	rebuilds, stale int
+	correct         bool
+}
+
+func (t tally) print(w io.Writer, label string) {
+	fmt.Fprintf(w, "%s: %d requests found the cache stale, %d rebuilt it", label, requests, t.rebuilds)
+	switch {
+	case t.rebuilds > 1 && label == "lock":
+		fmt.Fprintf(w, " (%d wasted: a holder outlived its lease)", t.rebuilds-1)
+	case t.rebuilds > 1:
+		fmt.Fprintf(w, " (%d wasted)", t.rebuilds-1)
+	}
+	fmt.Fprintf(w, ", %d served the stale copy; ", t.stale)
+	if t.correct {
+		fmt.Fprintln(w, "the cache matches the source")
+	} else {
+		fmt.Fprintln(w, "the cache does NOT match the source")
+	}
+}
+
+// burst empties the cache and serves the requests. Request 1 comes first;
+// with cfg.Pause it stops where serve calls paused until its lease has
+// expired (expire) and requests 2–8, arriving together, have been served;
+// then it wakes and finishes.
+func burst(ctx context.Context, cfg config, expire func(context.Context) error,
+	serve func(ctx context.Context, c *cache, req int, paused func()) (bool, error)) (tally, error) {
+	c := newCache()
+	var (
+		mu   sync.Mutex
+		t    tally
+		errs []error
+	)
+	record := func(rebuilt bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case rebuilt:
+			t.rebuilds++
+		default:
+			t.stale++
+		}
+	}
+
+	isPaused, resume, first := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(first)
+		record(serve(ctx, c, 1, func() {
+			if cfg.Pause {
+				close(isPaused)
+				<-resume
+			}
+		}))
+	}()
+	if cfg.Pause {
+		select {
+		case <-isPaused:
+		case <-first:
+		}
+		if err := expire(ctx); err != nil {
+			return tally{}, err
+		}
+	} else {
+		// Request 1 is rebuilding (it has looked at the lock) when the others
+		// arrive.
+		for {
+			c.mu.Lock()
+			n := c.looked
+			c.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			select {
+			case <-first: // finished without looking (e.g. an error)
+				return tally{}, errors.Join(errs...)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for r := 2; r <= requests; r++ {
+		wg.Go(func() { record(serve(ctx, c, r, func() {})) })
+	}
+	wg.Wait()
+	close(resume)
+	<-first
+	t.correct = c.correct()
+	return t, errors.Join(errs...)
+}
