@@ -21,10 +21,12 @@ services-down:
 	@scripts/kafka.sh down
 	@scripts/postgres.sh down
 
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
-	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: ran gofmt and go vet" >&2; fi
+	$(GOLANGCI_LINT) run ./...
 
 bench: services
 	@$(SERVICES_ENV) && $(GO) test -run '^$$' -bench . -benchtime 2s ./...

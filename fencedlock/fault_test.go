@@ -193,7 +193,7 @@ func TestTokensSurviveRestartAndPurge(t *testing.T) {
 	if err := store.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	l = next("after release")
+	next("after release")
 	waitFor(t, 30*time.Second, func() bool { _, held, _ := store.Holder(ctx, "durable"); return !held })
 	l = next("after expiry")
 	if err := store.Release(ctx, l); err != nil {
@@ -203,7 +203,7 @@ func TestTokensSurviveRestartAndPurge(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Purge = %d, %v; want the one row", n, err)
 	}
-	l = next("after purge")
+	next("after purge")
 	db.Control("restart")
 	l = next("after restart")
 	if err := store.Release(ctx, l); err != nil {

@@ -50,7 +50,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	type unexported struct {
 		ID      string `db:"id"`
-		secret  string `db:"secret"`
+		secret  string `db:"secret"` //nolint:unused // an unexported field must be rejected
 		Version int64  `db:"version"`
 	}
 	tests := []struct {

@@ -165,7 +165,7 @@ func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T)
 		version, err = s.Update(ctx, row, v)
 		return err
 	})
-	if me, ok := err.(mutateError); ok {
+	if me := (mutateError{}); errors.As(err, &me) {
 		return 0, me.err
 	}
 	if err != nil {

@@ -32,7 +32,7 @@ func TestForward(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close(ctx) })
-		var handler http.Handler = partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
+		handler := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
 			func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
 				w.Header().Set("X-Served-By", e.Owner)
 				fmt.Fprintf(w, "partition %d epoch %d forwarded by %q", e.Partition, e.Token, r.Header.Get(partition.ForwardedHeader))

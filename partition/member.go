@@ -212,7 +212,7 @@ func NewMember(ctx context.Context, cfg Config, store Membership) (*Member, erro
 	if err != nil {
 		m.abortAll(ReasonClosed)
 		m.wg.Wait()
-		m.store.Leave(context.WithoutCancel(ctx), cfg.Name, m.info.Incarnation)
+		_ = m.store.Leave(context.WithoutCancel(ctx), cfg.Name, m.info.Incarnation) // the lease expires anyway
 		return nil, err
 	}
 	loopCtx, stop := context.WithCancelCause(context.Background())

@@ -3,6 +3,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,12 +46,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockfree: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err == flag.ErrHelp {
+	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "lockfree %s: %v\n", args[0], err)
-		if _, ok := err.(usageError); ok {
+		if errors.As(err, new(usageError)) {
 			return 2
 		}
 		return 1

@@ -142,7 +142,7 @@ func (s *Server) Restart(ctx context.Context) error {
 func (s *Server) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s.run(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop")
+	_, _ = s.run(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop") // already stopped is fine
 	os.RemoveAll(s.dir)
 }
 

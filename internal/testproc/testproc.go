@@ -91,8 +91,7 @@ func Start(t testing.TB, name string, env ...string) *Child {
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)
 		cmd.Process.Kill()
-		<-c.done
-		c.done <- nil
+		c.done <- <-c.done // leave the exit status for a later Wait
 	})
 	return c
 }
@@ -137,8 +136,7 @@ func (c *Child) Continue() { c.signal(syscall.SIGCONT) }
 func (c *Child) Kill() {
 	c.t.Helper()
 	c.signal(syscall.SIGKILL)
-	<-c.done
-	c.done <- nil
+	c.done <- <-c.done // leave the exit status for a later Wait
 }
 
 // Wait waits up to timeout for the child to exit and returns its error.

@@ -297,7 +297,7 @@ func testUpdateHelper(t *testing.T, h Harness) {
 		d.Counter = -1
 		return boom
 	})
-	if err != boom {
+	if !errors.Is(err, boom) {
 		t.Fatalf("mutate's error came back as %v", err)
 	}
 	if got, v := load(t, h.Store, key(t)); got.Counter != 10 || v != 2 {
@@ -420,7 +420,7 @@ func twins(t *testing.T, h Harness, unfenced bool) (a, b *occ.Fenced[Doc]) {
 // pausedTwin runs the twin's update as client a, which pauses (inside
 // mutate) past its lease while client b takes the lock and increments; it
 // returns a's error and the final counter.
-func pausedTwin(t *testing.T, h Harness, unfenced bool) (error, int64) {
+func pausedTwin(t *testing.T, h Harness, unfenced bool) (error, int64) { //nolint:staticcheck // reads as "a's error, the counter"
 	insert(t, h.Store, Doc{ID: key(t)})
 	a, b := twins(t, h, unfenced)
 	_, errA := a.Update(ctx, key(t), func(d *Doc) error {
