@@ -492,7 +492,9 @@ func inject(ctx context.Context, cfg Config, env *Env, proxy *faultproxy.Proxy, 
 			}
 			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			infra.Restart(rctx)
+			if err := infra.Restart(rctx); err != nil && cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "restart fault failed: %v\n", err)
+			}
 		}()
 	}
 	wg.Wait()
