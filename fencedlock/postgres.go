@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,11 +19,7 @@ var migrationFiles embed.FS
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
 // and migrate.Print (or `lockfree migrate`).
 func Migrations() []migrate.Migration {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return migrate.FromFS("fencedlock", sub)
+	return migrate.FromDir("fencedlock", migrationFiles, "migrations")
 }
 
 // DB is what the PostgreSQL backend needs from a connection:

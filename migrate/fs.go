@@ -10,6 +10,23 @@ import (
 
 var fileName = regexp.MustCompile(`^(\d+)_([a-z0-9_]+)\.(up|down)\.sql$`)
 
+// FromDir reads the migrations in folder dir of fsys, as FromFS does: the
+// usual form is
+//
+//	//go:embed migrations/*.sql
+//	var migrationFiles embed.FS
+//
+//	func Migrations() []migrate.Migration {
+//		return migrate.FromDir("mypkg", migrationFiles, "migrations")
+//	}
+func FromDir(pkg string, fsys fs.FS, dir string) []Migration {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("migrate: %s: %v", pkg, err))
+	}
+	return FromFS(pkg, sub)
+}
+
 // FromFS reads migrations named NNN_name.up.sql and NNN_name.down.sql from
 // the root of fsys (an embed.FS, usually) for package pkg. It panics on a
 // malformed set: the files are compiled into the binary, so a bad one is a

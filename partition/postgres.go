@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"time"
 
@@ -21,11 +20,7 @@ var migrationFiles embed.FS
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
 // and migrate.Print (or `lockfree migrate`).
 func Migrations() []migrate.Migration {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return migrate.FromFS("partition", sub)
+	return migrate.FromDir("partition", migrationFiles, "migrations")
 }
 
 // Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx

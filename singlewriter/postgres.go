@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -21,11 +20,7 @@ var migrationFiles embed.FS
 // twin's progress table), for migrate.Up and migrate.Print (or `lockfree
 // migrate`).
 func Migrations() []migrate.Migration {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return migrate.FromFS("singlewriter", sub)
+	return migrate.FromDir("singlewriter", migrationFiles, "migrations")
 }
 
 // DB is what the inbox needs from a connection: *pgxpool.Pool, *pgx.Conn and
