@@ -120,7 +120,7 @@ func serveWithLock(ctx context.Context, locks fencedlock.Store, c *cache, holder
 	if err != nil {
 		return false, err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease) // ErrNotHeld if the lease ran out: nothing to free
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }() // ErrNotHeld if the lease ran out: nothing to free
 	c.arrived()
 	if c.fresh() { // rebuilt while we were asking for the lock
 		return false, nil

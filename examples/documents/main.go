@@ -147,7 +147,7 @@ func editNaive(ctx context.Context, locks fencedlock.Store, p pages, holder, lin
 	if err != nil {
 		return err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease) // ErrNotHeld once the lease has run out
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }() // ErrNotHeld once the lease has run out
 
 	body, err := p.read(ctx) // SELECT body FROM documents WHERE id = $1
 	if err != nil {
@@ -166,7 +166,7 @@ func editFenced(ctx context.Context, locks fencedlock.Store, p pages, holder, li
 	if err != nil {
 		return err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease)
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }()
 
 	body, err := p.fencedRead(ctx, lease.Token) // UPDATE … SET fencing_token = $t WHERE id = $1 AND fencing_token <= $t RETURNING body
 	if err != nil {
@@ -234,7 +234,7 @@ func handler(docs occ.Store[Document]) http.Handler {
 		switch r.Method {
 		case http.MethodGet:
 			w.Header().Set("ETag", occ.ETag(v))
-			io.WriteString(w, d.Body)
+			_, _ = io.WriteString(w, d.Body)
 		case http.MethodPut:
 			if !occ.CheckIfMatch(w, r, v, true) {
 				return
@@ -277,7 +277,7 @@ func overHTTP(ctx context.Context, db *pgxpool.Pool, docs occ.Store[Document], w
 		if err != nil {
 			return "", err
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if method == http.MethodPut {
 			cond := "no If-Match"

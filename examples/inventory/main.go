@@ -126,7 +126,7 @@ func buyNaive(ctx context.Context, locks fencedlock.Store, s shelf, holder strin
 	if err != nil {
 		return false, err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease) // ErrNotHeld once the lease has run out
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }() // ErrNotHeld once the lease has run out
 
 	qty, err := s.read(ctx) // SELECT quantity FROM inventory WHERE sku = $1
 	if err != nil || qty < 1 {
@@ -145,7 +145,7 @@ func buyFenced(ctx context.Context, locks fencedlock.Store, s shelf, holder stri
 	if err != nil {
 		return false, err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease)
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }()
 
 	qty, err := s.fencedRead(ctx, lease.Token) // UPDATE … SET fencing_token = $t WHERE sku = $1 AND fencing_token <= $t RETURNING quantity
 	if err != nil || qty < 1 {

@@ -123,7 +123,7 @@ func appendNaive(ctx context.Context, locks fencedlock.Store, l ledger, holder s
 	if err != nil {
 		return err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease) // ErrNotHeld once the lease has run out
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }() // ErrNotHeld once the lease has run out
 
 	last, err := l.last(ctx) // SELECT last_seq FROM accounts WHERE id = $1
 	if err != nil {
@@ -141,7 +141,7 @@ func appendFenced(ctx context.Context, locks fencedlock.Store, l ledger, holder 
 	if err != nil {
 		return err
 	}
-	defer locks.Release(context.WithoutCancel(ctx), lease)
+	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }()
 
 	last, err := l.fencedLast(ctx, lease.Token) // UPDATE accounts SET fencing_token = $t … AND fencing_token <= $t RETURNING last_seq
 	if err != nil {

@@ -96,7 +96,7 @@ func (b *Backend) Close() {
 	if b.schema != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if conn, err := pgx.Connect(ctx, b.base); err == nil {
-			conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
 			conn.Close(ctx)
 		}
 		cancel()
