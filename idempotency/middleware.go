@@ -232,7 +232,7 @@ func Middleware(exec Executor, cfg *MiddlewareConfig) func(http.Handler) http.Ha
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(res.Body)))
 			w.WriteHeader(res.Status)
-			w.Write(res.Body)
+			_, _ = w.Write(res.Body) // the client went away: nothing to do
 		})
 	}
 }
@@ -334,7 +334,7 @@ func problem(w http.ResponseWriter, status int, typ, title, detail string, retry
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(struct {
+	_ = json.NewEncoder(w).Encode(struct { // a write error means the client went away
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
