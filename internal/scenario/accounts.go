@@ -38,7 +38,7 @@ func init() {
 		Description: "clients append the next sequence number to a random entity's event log; per entity, no gap and no duplicate",
 		Approaches:  []Approach{Alternative, FencedLock, NaiveLock, Raw},
 		Labels: map[Approach]string{
-			Alternative: "partition.Member.Do: owner's serial executor; epoch verified at commit (group commit)",
+			Alternative: "partition.Member.Do: owner's serial executor; one statement fenced by the epoch",
 			FencedLock:  "fencedlock: lock entity → fenced read → fenced write + event → release",
 			NaiveLock:   "lease lock: lock entity → read → unfenced write + event → release",
 			Raw:         "bare SQL: UPDATE … last_seq + 1 RETURNING, INSERT event (the row lock orders them)",
@@ -65,12 +65,11 @@ type accounts struct {
 	fence    fencedlock.Fence
 
 	// the alternative
-	members    []*partition.Member
-	byName     map[string]*partition.Member
-	pgStore    *partition.Postgres
-	memMem     *partition.Memory
-	committers map[string]*committer // by member name, on PostgreSQL
-	known      knownSeqs
+	members []*partition.Member
+	byName  map[string]*partition.Member
+	pgStore *partition.Postgres
+	memMem  *partition.Memory
+	known   knownSeqs
 
 	mem []account // memory backend
 }
@@ -127,13 +126,6 @@ func (w *accounts) startMembers(ctx context.Context, store partition.Membership)
 		}
 		w.members = append(w.members, m)
 		w.byName[m.Name()] = m
-	}
-	if w.pgStore != nil {
-		w.committers = map[string]*committer{}
-		for _, m := range w.members {
-			c := newCommitter(w)
-			w.committers[m.Name()] = c
-		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !w.settled() {
@@ -192,10 +184,6 @@ func (w *accounts) Close() error {
 	}
 	wg.Wait()
 	w.members = nil
-	for _, c := range w.committers {
-		c.close() // after the members: their drained functions waited for it
-	}
-	w.committers = nil
 	return errors.Join(errs...)
 }
 
@@ -301,9 +289,24 @@ func (w *accounts) append(ctx context.Context, rnd *rand.Rand, k int, e partitio
 		w.known.forget(e, k)
 		return err
 	}
-	// Not cancellable: the next function of this partition must not run
-	// before this append's fate is known.
-	err := w.committers[e.Owner].append(e, k, last+1)
+	// One statement, fenced by the epoch (the condition share-locks the
+	// ownership row, so no claim lands between the check and the write) and
+	// by the expected last number (a late commit of an earlier append whose
+	// fate was unknown makes this one change nothing rather than duplicate).
+	// It is not cancelled with ctx: the partition's next function must not
+	// run before this append's fate is known.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cond, cargs := w.pgStore.Condition(e, 4)
+	tag, err := w.env.DB.Exec(wctx, `WITH u AS (
+			UPDATE accounts SET last_seq = $2 WHERE id = $1 AND last_seq = $3 AND `+cond+` RETURNING id)
+		INSERT INTO account_events (account, seq) SELECT id, $2 FROM u`,
+		append([]any{w.keys[k], last + 1, last}, cargs...)...)
+	if err == nil && tag.RowsAffected() == 0 {
+		if err = w.pgStore.Check(wctx, e); err == nil {
+			err = errStaleSeq
+		}
+	}
 	if err != nil {
 		w.known.forget(e, k)
 		return err
@@ -356,162 +359,6 @@ func (c *knownSeqs) forget(e partition.Epoch, k int) {
 // errStaleSeq is an append whose expected last number was not the table's:
 // the write changed nothing.
 var errStaleSeq = errors.New("accounts: last sequence number changed since it was read")
-
-// committer is one member's group commit: the appends its partition
-// executors submit while a transaction is in flight go into the next one,
-// which verifies each append's epoch (share-locking the ownership rows until
-// commit) and writes them all in one statement. Each executor still waits
-// for its own append, so a partition's appends stay serial.
-type committer struct {
-	w       *accounts
-	mu      sync.Mutex
-	pending []*appendReq
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-type appendReq struct {
-	e    partition.Epoch
-	k    int
-	seq  int64
-	done chan error
-}
-
-func newCommitter(w *accounts) *committer {
-	c := &committer{w: w, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go c.run()
-	return c
-}
-
-// append writes event (k, seq) and sets k's last number to seq if it is
-// seq−1 and e is still its partition's epoch at commit. It returns a
-// *partition.FencedError, errStaleSeq, or the transaction's error.
-func (c *committer) append(e partition.Epoch, k int, seq int64) error {
-	r := &appendReq{e: e, k: k, seq: seq, done: make(chan error, 1)}
-	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-c.done:
-		select {
-		case err := <-r.done:
-			return err
-		default:
-			return errors.New("accounts: committer closed")
-		}
-	}
-}
-
-func (c *committer) close() {
-	close(c.stop)
-	<-c.done
-}
-
-func (c *committer) run() {
-	defer close(c.done)
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-c.wake:
-		}
-		for {
-			c.mu.Lock()
-			batch := c.take()
-			c.mu.Unlock()
-			if len(batch) == 0 {
-				break
-			}
-			c.commit(batch)
-		}
-	}
-}
-
-// take removes the pending appends for distinct entities (one per entity:
-// the UPDATE writes a row once). The caller holds mu.
-func (c *committer) take() []*appendReq {
-	var batch, rest []*appendReq
-	seen := map[int]bool{}
-	for _, r := range c.pending {
-		if seen[r.k] {
-			rest = append(rest, r)
-			continue
-		}
-		seen[r.k] = true
-		batch = append(batch, r)
-	}
-	c.pending = rest
-	return batch
-}
-
-func (c *committer) commit(batch []*appendReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	results := make([]error, len(batch))
-	err := pgx.BeginFunc(ctx, c.w.env.DB, func(tx pgx.Tx) error {
-		var ids []string
-		var seqs []int64
-		verified := map[partition.Epoch]error{}
-		for i, r := range batch {
-			verr, ok := verified[r.e]
-			if !ok {
-				// Share-locks the ownership row until commit: no claim of the
-				// partition lands between this check and the write.
-				verr = c.w.pgStore.Verify(ctx, tx, r.e)
-				if verr != nil && !errors.Is(verr, partition.ErrFenced) {
-					return verr
-				}
-				verified[r.e] = verr
-			}
-			if verr != nil {
-				results[i] = verr
-				continue
-			}
-			ids = append(ids, c.w.keys[r.k])
-			seqs = append(seqs, r.seq)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		// Conditional on the expected last number, so that a write whose
-		// fate was unknown (and that may land late, in the same epoch)
-		// cannot make a later append of the same number count twice.
-		rows, err := tx.Query(ctx, `WITH v AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS v(id, seq)),
-			u AS (UPDATE accounts a SET last_seq = v.seq FROM v
-			      WHERE a.id = v.id AND a.last_seq = v.seq - 1 RETURNING a.id, a.last_seq)
-			INSERT INTO account_events (account, seq) SELECT id, last_seq FROM u RETURNING account`, ids, seqs)
-		if err != nil {
-			return err
-		}
-		written, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		ok := map[string]bool{}
-		for _, id := range written {
-			ok[id] = true
-		}
-		for i, r := range batch {
-			if results[i] == nil && !ok[c.w.keys[r.k]] {
-				results[i] = errStaleSeq
-			}
-		}
-		return nil
-	})
-	for i, r := range batch {
-		if err != nil {
-			results[i] = err
-		}
-		r.done <- results[i]
-	}
-}
 
 // lockedAppend is the twins' critical section: read, (pause), write the
 // sequence number and the event.
