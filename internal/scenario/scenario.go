@@ -99,6 +99,17 @@ type Workload interface {
 	Check(ctx context.Context) (violations int64, detail string, err error)
 }
 
+// Drainer is an optional Workload ability, for scenarios whose operations
+// hand work to a pipeline that finishes it later (events produced to Kafka
+// and applied by consumers). After the clients stop and before Check, Run
+// calls Drain, which waits until the pipeline has finished the work (or ctx
+// ends: Check then reports what is missing) and returns how many units it
+// finished and over how long. Run reports those as Ops and OpsPerSec, and the
+// clients' own count as Submitted.
+type Drainer interface {
+	Drain(ctx context.Context) (completed int64, busy time.Duration, err error)
+}
+
 // Scenario is one problem solved by several approaches.
 type Scenario struct {
 	Name        string
@@ -232,6 +243,9 @@ type Result struct {
 	Uncertain int64  `json:"uncertain"`
 	Pauses    int64  `json:"pauses"`
 	Detail    string `json:"detail,omitempty"`
+	// Submitted is the clients' own count of successful operations when
+	// Ops counts something else: the units a Drainer finished.
+	Submitted int64 `json:"submitted,omitempty"`
 }
 
 // Report is one scenario's run.
@@ -422,6 +436,17 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 
 	checkCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if d, ok := w.(Drainer); ok {
+		n, busy, err := d.Drain(checkCtx)
+		if err != nil {
+			return res, fmt.Errorf("draining: %w", err)
+		}
+		res.Submitted, res.Ops = res.Ops, n
+		res.OpsPerSec = 0
+		if busy > 0 {
+			res.OpsPerSec = float64(n) / busy.Seconds()
+		}
+	}
 	var cerr error
 	for attempt := 0; attempt < 30; attempt++ {
 		// After a restart or partition the first queries may still fail.
