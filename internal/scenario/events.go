@@ -436,7 +436,7 @@ func (w *events) memTwin(c int) func(context.Context, event) error {
 		}
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			w.env.Locks.Release(rctx, lease) // an expired lease has nothing to release
+			_ = w.env.Locks.Release(rctx, lease) // an expired lease has nothing to release
 			cancel()
 		}()
 		fenced := w.approach == FencedLock
@@ -739,6 +739,10 @@ func (w *events) mechanism() string {
 	switch {
 	case w.topic != "":
 		return fmt.Sprintf("Kafka topic of %d partitions", eventsPartitions)
+	case len(w.env.Kafka) > 0 && (w.group != nil || w.pgGroup != nil):
+		return fmt.Sprintf("Kafka unused on the memory backend: in-process actor group of %d shards", eventsPartitions)
+	case len(w.env.Kafka) > 0:
+		return fmt.Sprintf("Kafka unused on the memory backend: in-process queue of %d partitions", eventsPartitions)
 	case w.group != nil, w.pgGroup != nil:
 		return fmt.Sprintf("no Kafka: in-process actor group of %d shards", eventsPartitions)
 	default:
@@ -834,7 +838,7 @@ func createTopic(ctx context.Context, brokers []string, topic string, partitions
 			return nil
 		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return fmt.Errorf("events: topic %s has no leaders after 30s: %v", topic, err)
+			return fmt.Errorf("events: topic %s has no leaders after 30s: %w", topic, errors.Join(err, ctx.Err()))
 		}
 	}
 }
@@ -872,7 +876,7 @@ func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) 
 			continue
 		}
 		if d, ok := ctx.Deadline(); ok {
-			ctrl.SetDeadline(d)
+			_ = ctrl.SetDeadline(d)
 		}
 		return ctrl, nil
 	}
