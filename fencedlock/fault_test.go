@@ -174,13 +174,13 @@ func TestTokensSurviveRestartAndPurge(t *testing.T) {
 	db := testdb.Faults(t, fencedlock.Migrations()...)
 	store := newPostgres(t, db.DB, false)
 	var last int64
-	next := func(step string) fencedlock.Lease {
+	next := func(step string, ttl time.Duration) fencedlock.Lease {
 		t.Helper()
 		var l fencedlock.Lease
 		// After a restart the pool's first use of an old connection fails.
 		waitFor(t, 60*time.Second, func() bool {
 			var err error
-			l, err = store.Acquire(ctx, "durable", step, 200*time.Millisecond)
+			l, err = store.Acquire(ctx, "durable", step, ttl)
 			return err == nil
 		})
 		if l.Token <= last {
@@ -189,29 +189,26 @@ func TestTokensSurviveRestartAndPurge(t *testing.T) {
 		last = l.Token
 		return l
 	}
-	l := next("first")
-	if err := store.Release(ctx, l); err != nil {
-		t.Fatal(err)
+	release := func(l fencedlock.Lease) {
+		t.Helper()
+		if err := store.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
 	}
-	next("after release")
+	release(next("first", time.Minute))
+	next("after release", 300*time.Millisecond) // left to expire
 	waitFor(t, 30*time.Second, func() bool { _, held, _ := store.Holder(ctx, "durable"); return !held })
-	l = next("after expiry")
-	if err := store.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
+	release(next("after expiry", time.Minute))
 	n, err := store.Purge(ctx, 0, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("Purge = %d, %v; want the one row", n, err)
 	}
-	next("after purge")
+	release(next("after purge", time.Minute))
 	db.Control("restart")
-	l = next("after restart")
-	if err := store.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
+	release(next("after restart", time.Minute))
 	db.Control("stop")
 	db.Control("start")
-	next("after stop and start")
+	next("after stop and start", time.Minute)
 }
 
 // When renewals fail (a partition between the holder and PostgreSQL), the

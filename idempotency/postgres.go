@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"time"
 
@@ -24,11 +23,7 @@ var migrationFiles embed.FS
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
 // and migrate.Print (or `lockfree migrate`).
 func Migrations() []migrate.Migration {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return migrate.FromFS("idempotency", sub)
+	return migrate.FromDir("idempotency", migrationFiles, "migrations")
 }
 
 // DB is what the PostgreSQL backend needs from a connection:
