@@ -105,7 +105,8 @@ type Workload interface {
 // calls Drain, which waits until the pipeline has finished the work (or ctx
 // ends: Check then reports what is missing) and returns how many units it
 // finished and over how long. Run reports those as Ops and OpsPerSec, and the
-// clients' own count as Submitted.
+// clients' own count (warm-up included, as the pipeline finishes that work
+// too) as Submitted.
 type Drainer interface {
 	Drain(ctx context.Context) (completed int64, busy time.Duration, err error)
 }
@@ -364,7 +365,16 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 		defer c.Close()
 	}
 
-	res := Result{Approach: a, Label: sc.Labels[a]}
+	// Warm up, unmeasured and without faults: the pool dials its
+	// connections, statements get prepared, consumers join their groups.
+	// Whichever approach ran first would otherwise pay for it alone.
+	var warmed Result
+	if warm := min(time.Second, cfg.Duration/5); warm > 0 {
+		warmCtx, cancel := context.WithTimeout(ctx, warm)
+		warmed, _ = drive(warmCtx, cfg, w, nil)
+		cancel()
+	}
+
 	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	var faults sync.WaitGroup
@@ -373,15 +383,61 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 		defer faults.Done()
 		inject(runCtx, cfg, env, proxy, infra)
 	}()
+	var ops atomic.Int64
+	progress := startProgress(runCtx, cfg.Progress, sc.Name, a, &ops)
+	start := time.Now()
+	res, latencies := drive(runCtx, cfg, w, &ops)
+	elapsed := time.Since(start)
+	res.Approach, res.Label = a, sc.Labels[a]
+	stop()
+	faults.Wait()
+	<-progress
+	if proxy != nil {
+		proxy.Set(faultproxy.Pass, 0)
+	}
+	res.Pauses = env.pauses.Load()
+	res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
+	res.P50ms, res.P99ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
 
+	checkCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if d, ok := w.(Drainer); ok {
+		n, busy, err := d.Drain(checkCtx)
+		if err != nil {
+			return res, fmt.Errorf("draining: %w", err)
+		}
+		// The pipeline finished the warm-up's work too.
+		res.Submitted, res.Ops = res.Ops+warmed.Ops, n
+		res.OpsPerSec = 0
+		if busy > 0 {
+			res.OpsPerSec = float64(n) / busy.Seconds()
+		}
+	}
+	var cerr error
+	for attempt := 0; attempt < 30; attempt++ {
+		// After a restart or partition the first queries may still fail.
+		res.Violations, res.Detail, cerr = w.Check(checkCtx)
+		if cerr == nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if cerr != nil {
+		return res, fmt.Errorf("checking invariants: %w", cerr)
+	}
+	return res, nil
+}
+
+// drive runs the clients until runCtx ends and returns their counts and the
+// latencies of their successful operations; ops, when not nil, follows the
+// successes as they happen.
+func drive(runCtx context.Context, cfg Config, w Workload, ops *atomic.Int64) (Result, []time.Duration) {
 	var (
+		res       Result
 		mu        sync.Mutex
 		latencies []time.Duration
 		wg        sync.WaitGroup
-		ops       atomic.Int64
 	)
-	start := time.Now()
-	progress := startProgress(runCtx, cfg.Progress, sc.Name, a, &ops)
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
 		go func() {
@@ -408,7 +464,9 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 					r.Rejected++
 				default:
 					r.Ops++
-					ops.Add(1)
+					if ops != nil {
+						ops.Add(1)
+					}
 					local = append(local, d)
 				}
 			}
@@ -423,43 +481,7 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	stop()
-	faults.Wait()
-	<-progress
-	if proxy != nil {
-		proxy.Set(faultproxy.Pass, 0)
-	}
-	res.Pauses = env.pauses.Load()
-	res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
-	res.P50ms, res.P99ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
-
-	checkCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if d, ok := w.(Drainer); ok {
-		n, busy, err := d.Drain(checkCtx)
-		if err != nil {
-			return res, fmt.Errorf("draining: %w", err)
-		}
-		res.Submitted, res.Ops = res.Ops, n
-		res.OpsPerSec = 0
-		if busy > 0 {
-			res.OpsPerSec = float64(n) / busy.Seconds()
-		}
-	}
-	var cerr error
-	for attempt := 0; attempt < 30; attempt++ {
-		// After a restart or partition the first queries may still fail.
-		res.Violations, res.Detail, cerr = w.Check(checkCtx)
-		if cerr == nil {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if cerr != nil {
-		return res, fmt.Errorf("checking invariants: %w", cerr)
-	}
-	return res, nil
+	return res, latencies
 }
 
 func percentile(ds []time.Duration, p float64) float64 {
