@@ -380,6 +380,7 @@ func (m *Member) poke() {
 // join starts a new lease (retrying while the name is in use when wait is
 // set) and records it.
 func (m *Member) join(ctx context.Context, wait bool) error {
+	var inUse error // the last ErrNameInUse, reported with ctx's end
 	for {
 		sent := time.Now()
 		info, err := m.store.Join(ctx, MemberInfo{Name: m.cfg.Name, Addr: m.cfg.Addr, Ring: m.ringID}, m.cfg.TTL)
@@ -390,14 +391,19 @@ func (m *Member) join(ctx context.Context, wait bool) error {
 			m.mu.Unlock()
 			return nil
 		}
+		if inUse != nil && ctx.Err() != nil {
+			// ctx ended while waiting for the name: say both.
+			return errors.Join(context.Cause(ctx), inUse)
+		}
 		if !wait || !errors.Is(err, ErrNameInUse) {
 			return err
 		}
+		inUse = err
 		t := time.NewTimer(m.cfg.Interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(context.Cause(ctx), err)
+			return errors.Join(context.Cause(ctx), inUse)
 		case <-t.C:
 		}
 	}
