@@ -22,9 +22,9 @@ func TestConditionFencesOneStatementWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(name string) partition.Epoch {
+	claim := func(name string, ttl time.Duration) partition.Epoch {
 		t.Helper()
-		m, err := store.Join(ctx, partition.MemberInfo{Name: name, Addr: name + ":80", Ring: "r"}, 300*time.Millisecond)
+		m, err := store.Join(ctx, partition.MemberInfo{Name: name, Addr: name + ":80", Ring: "r"}, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,12 +44,12 @@ func TestConditionFencesOneStatementWrites(t *testing.T) {
 		}
 		return tag.RowsAffected()
 	}
-	a := claim("a")
+	a := claim("a", 300*time.Millisecond)
 	if n := write(a); n != 1 {
 		t.Fatalf("write with the current epoch changed %d rows", n)
 	}
 	// a stops heartbeating; b claims the partition once a's lease expires.
-	b := claim("b")
+	b := claim("b", time.Minute)
 	if b.Token <= a.Token {
 		t.Fatalf("epoch %d after %d", b.Token, a.Token)
 	}
