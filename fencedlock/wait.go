@@ -52,6 +52,7 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 		return Lease{}, errors.Join(ErrInvalid, errors.New("fencedlock: jitter outside [0, 1]"))
 	}
 	delay := c.MinDelay
+	var held error // the last contention seen, reported with ctx's end
 	for {
 		var wake <-chan struct{}
 		stop := func() {}
@@ -60,10 +61,16 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 			wake, stop = c.Wakeups.Released(name)
 		}
 		lease, err := store.Acquire(ctx, name, holder, ttl)
+		if err != nil && held != nil && ctx.Err() != nil {
+			// ctx ended during an attempt: report it as the end of the wait.
+			stop()
+			return Lease{}, errors.Join(context.Cause(ctx), held)
+		}
 		if !errors.Is(err, ErrHeld) {
 			stop()
 			return lease, err
 		}
+		held = err
 		d := time.Duration(float64(delay) * (1 + c.Jitter*(2*rand.Float64()-1)))
 		timer := time.NewTimer(d)
 		select {

@@ -285,7 +285,8 @@ func testConcurrent(t *testing.T, h Harness) {
 
 func testWait(t *testing.T, h Harness) {
 	a := mustAcquire(t, h.Store, name(t), "a", time.Minute)
-	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// Long enough for one attempt to see the lock held on a loaded machine.
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if _, err := fencedlock.AcquireWait(wctx, h.Store, name(t), "b", time.Minute, nil); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencedlock.ErrHeld) {
 		t.Fatalf("AcquireWait on a held lock = %v, want deadline and ErrHeld", err)
