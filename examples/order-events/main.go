@@ -17,11 +17,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -238,10 +236,16 @@ func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	topic := fmt.Sprintf("lockfree-example-orders-%08x", rand.Uint32())
-	if err := createTopic(ctx, cfg.Kafka, topic, 3); err != nil {
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := singlewriter.CreateTopic(tctx, cfg.Kafka, topic, 3, 1); err != nil {
 		return err
 	}
-	defer func() { _ = deleteTopic(cfg.Kafka, topic) }() // best effort
+	defer func() { // best effort
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = singlewriter.DeleteTopic(dctx, cfg.Kafka, topic)
+	}()
 
 	pause := newPauser(cfg.Pause)
 	c, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{
@@ -288,7 +292,7 @@ func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 		}
 		select {
 		case <-ran:
-			return fmt.Errorf("the consumer stopped: %v", runErr)
+			return fmt.Errorf("the consumer stopped: %w", runErr)
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d events applied: %w", last, len(events), context.Cause(ctx))
 		case <-time.After(20 * time.Millisecond):
@@ -705,73 +709,3 @@ func describe(ctx context.Context, w io.Writer, label string, s orders, fenced i
 }
 
 // --- Kafka topics ---------------------------------------------------------------
-
-// createTopic creates a topic with one replica per partition and waits until
-// every partition has a leader.
-func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ctrl, err := dialController(ctx, brokers)
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	if err := ctrl.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	for {
-		ps, err := ctrl.ReadPartitions(topic)
-		ready := err == nil && len(ps) == partitions
-		for _, p := range ps {
-			ready = ready && p.Leader.Host != ""
-		}
-		if ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no leaders after 30s: %w", topic, errors.Join(err, ctx.Err()))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func deleteTopic(brokers []string, topic string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := dialController(ctx, brokers)
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	return ctrl.DeleteTopics(topic)
-}
-
-// dialController connects to the cluster's controller (any broker, with
-// KRaft: it forwards admin requests), with ctx's deadline on the connection.
-func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) {
-	var errs []error
-	for _, b := range brokers {
-		conn, err := kafka.DialContext(ctx, "tcp", b)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c, err := conn.Controller()
-		conn.Close()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		ctrl, err := kafka.DialContext(ctx, "tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if d, ok := ctx.Deadline(); ok {
-			_ = ctrl.SetDeadline(d)
-		}
-		return ctrl, nil
-	}
-	return nil, fmt.Errorf("no Kafka broker answers: %w", errors.Join(errs...))
-}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -181,7 +180,9 @@ func (w *events) run(f func() error) {
 // startKafka creates the run's topic and starts its consumers.
 func (w *events) startKafka(ctx, runCtx context.Context) error {
 	w.topic = fmt.Sprintf("lockfree-events-%s-%08x", w.approach, rand.Uint32())
-	if err := createTopic(ctx, w.env.Kafka, w.topic, eventsPartitions); err != nil {
+	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := singlewriter.CreateTopic(topicCtx, w.env.Kafka, w.topic, eventsPartitions, 1); err != nil {
 		w.topic = ""
 		return err
 	}
@@ -606,7 +607,9 @@ func (w *events) Close() error {
 		errs = append(errs, w.producer.Close())
 	}
 	if w.topic != "" {
-		errs = append(errs, deleteTopic(w.env.Kafka, w.topic))
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, singlewriter.DeleteTopic(dctx, w.env.Kafka, w.topic))
+		cancel()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -813,72 +816,4 @@ func (q *memQueue) read(ctx context.Context, p, offset int) ([]event, bool) {
 			return nil, false
 		}
 	}
-}
-
-// createTopic creates a topic with one replica per partition and waits until
-// every partition has a leader.
-func createTopic(ctx context.Context, brokers []string, topic string, partitions int) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ctrl, err := dialController(ctx, brokers)
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	if err := ctrl.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
-		return fmt.Errorf("events: create topic %s: %w", topic, err)
-	}
-	for {
-		ps, err := ctrl.ReadPartitions(topic)
-		ready := err == nil && len(ps) == partitions
-		for _, p := range ps {
-			ready = ready && p.Leader.Host != ""
-		}
-		if ready {
-			return nil
-		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return fmt.Errorf("events: topic %s has no leaders after 30s: %w", topic, errors.Join(err, ctx.Err()))
-		}
-	}
-}
-
-func deleteTopic(brokers []string, topic string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := dialController(ctx, brokers)
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	return ctrl.DeleteTopics(topic)
-}
-
-// dialController connects to the cluster's controller (any broker, with
-// KRaft: it forwards admin requests), with ctx's deadline on the connection.
-func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) {
-	var errs []error
-	for _, b := range brokers {
-		conn, err := kafka.DialContext(ctx, "tcp", b)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c, err := conn.Controller()
-		conn.Close()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		ctrl, err := kafka.DialContext(ctx, "tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if d, ok := ctx.Deadline(); ok {
-			_ = ctrl.SetDeadline(d)
-		}
-		return ctrl, nil
-	}
-	return nil, fmt.Errorf("events: no Kafka broker answers: %w", errors.Join(errs...))
 }
