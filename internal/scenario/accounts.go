@@ -387,19 +387,11 @@ func (w *accounts) lockedAppend(ctx context.Context, rnd *rand.Rand, k int, leas
 		return Outcome{}, a.gate.Do(lease.Token, write)
 	}
 	var last int64
-	var err error
-	if w.approach == NaiveLock {
-		err = w.env.DB.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, id).Scan(&last)
-	} else {
-		// Stamps the row with the token as it reads: no older holder can
-		// write between this read and this write.
-		err = w.fence.Read(ctx, w.env.DB, id, lease.Token, "last_seq", &last)
-	}
-	if err != nil {
+	if err := twinRead(ctx, w.env, w.approach, w.fence, id, lease, "last_seq", &last); err != nil {
 		return Outcome{}, err
 	}
 	w.env.Pause(ctx, rnd)
-	err = pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
 		if w.approach == NaiveLock {
 			if _, err := tx.Exec(ctx, `UPDATE accounts SET last_seq = $1 WHERE id = $2`, last+1, id); err != nil {
 				return err

@@ -2,12 +2,10 @@ package scenario_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/scenario"
-	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 // Under pauses past the lease, every entity's sequence stays gapless and
@@ -15,10 +13,7 @@ import (
 // lock; the naive lock appends duplicates, which proves the pauses bit and
 // the checker sees them. On PostgreSQL and in memory.
 func TestAccountsPauseFault(t *testing.T) {
-	backends := map[string]string{"memory": ""}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("CI") == "true" {
-		backends["postgres"] = testdb.URL(t)
-	}
+	backends := testBackends(t)
 	sc, ok := scenario.Lookup("accounts")
 	if !ok {
 		t.Fatal("no scenario accounts")
@@ -67,10 +62,7 @@ func TestAccountsPauseFault(t *testing.T) {
 
 // Without faults every approach appends gaplessly, over many entities.
 func TestAccountsNoFault(t *testing.T) {
-	backends := map[string]string{"memory": ""}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("CI") == "true" {
-		backends["postgres"] = testdb.URL(t)
-	}
+	backends := testBackends(t)
 	sc, _ := scenario.Lookup("accounts")
 	for backend, url := range backends {
 		t.Run(backend, func(t *testing.T) {

@@ -148,15 +148,7 @@ func (w *inventory) lockedSale(ctx context.Context, rnd *rand.Rand, k int, lease
 		return Outcome{}, w.gates[k].Do(lease.Token, write)
 	}
 	var q int64
-	var err error
-	if w.approach == NaiveLock {
-		err = w.env.DB.QueryRow(ctx, `SELECT quantity FROM inventory WHERE sku = $1`, sku).Scan(&q)
-	} else {
-		// The fenced read raises the row's token, so no older holder can
-		// write between this read and this write.
-		err = w.fence.Read(ctx, w.env.DB, sku, lease.Token, "quantity", &q)
-	}
-	if err != nil {
+	if err := twinRead(ctx, w.env, w.approach, w.fence, sku, lease, "quantity", &q); err != nil {
 		return Outcome{}, err
 	}
 	w.env.Pause(ctx, rnd)
@@ -237,6 +229,17 @@ func (w *inventory) Check(ctx context.Context) (int64, string, error) {
 		return 0, "", nil
 	}
 	return v, fmt.Sprintf("%d acknowledged sales lost (overwritten), %d units gone unaccounted, %d SKUs below zero", lost, phantom, negative), nil
+}
+
+// twinRead is the read of the lock twins' read-modify-write: a plain
+// SELECT for the naive lock, a fenced read for the fenced lock — it raises
+// the row's token, so no older holder can write between this read and this
+// write.
+func twinRead(ctx context.Context, env *Env, a Approach, f fencedlock.Fence, key string, lease fencedlock.Lease, column string, dest any) error {
+	if a == NaiveLock {
+		return env.DB.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", column, f.Table, f.Key), key).Scan(dest)
+	}
+	return f.Read(ctx, env.DB, key, lease.Token, column, dest)
 }
 
 // lockedOp runs critical under a lease of name: the fenced and naive twins

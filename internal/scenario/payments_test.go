@@ -2,12 +2,10 @@ package scenario_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/scenario"
-	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 // Under pauses past the lease, the naive lock charges some payments twice
@@ -16,10 +14,7 @@ import (
 // that the pause really happened and that the checker sees them; the fenced
 // twin's rejections, that a stale holder did try to charge.
 func TestPaymentsPause(t *testing.T) {
-	backends := map[string]string{"memory": ""}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("CI") == "true" {
-		backends["postgres"] = testdb.URL(t)
-	}
+	backends := testBackends(t)
 	sc, ok := scenario.Lookup("payments")
 	if !ok {
 		t.Fatal("no scenario \"payments\"")

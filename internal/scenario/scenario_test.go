@@ -14,10 +14,7 @@ import (
 // alternative and the fenced lock lose none — on PostgreSQL and in memory.
 // The naive lock's violations prove the pause really happened.
 func TestPauseFault(t *testing.T) {
-	backends := map[string]string{"memory": ""}
-	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("CI") == "true" {
-		backends["postgres"] = testdb.URL(t)
-	}
+	backends := testBackends(t)
 	for _, name := range []string{"inventory", "documents"} {
 		for backend, url := range backends {
 			t.Run(name+"/"+backend, func(t *testing.T) {
@@ -50,4 +47,16 @@ func TestPauseFault(t *testing.T) {
 			})
 		}
 	}
+}
+
+// testBackends maps the backends a scenario test runs on to their database
+// URLs: memory always, PostgreSQL when TEST_DATABASE_URL is set — and under
+// CI=true, where testdb.URL fails the test if it is not.
+func testBackends(t *testing.T) map[string]string {
+	t.Helper()
+	backends := map[string]string{"memory": ""}
+	if os.Getenv("TEST_DATABASE_URL") != "" || os.Getenv("CI") == "true" {
+		backends["postgres"] = testdb.URL(t)
+	}
+	return backends
 }
