@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/kafka.sh — a real single-node Apache Kafka 4.x broker (KRaft, broker+controller in one
-# JVM) for tests and demos, without Docker. See DESIGN.md §6 and notes/kafka-broker.md.
+# JVM) for tests and demos, without Docker.
 #
 #   scripts/kafka.sh up            start the broker (idempotent) and wait until it answers
 #   scripts/kafka.sh down [--purge] stop it (SIGTERM, SIGKILL after 30 s); --purge deletes its data
@@ -9,10 +9,16 @@
 #
 # Environment:
 #   KAFKA_VERSION          org.apache.kafka:kafka_2.13 version, ≥ 4.1 (default 4.4.0)
-#   KAFKA_PORT             PLAINTEXT listener on 127.0.0.1 (default 59092)
-#   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1 (default 59093)
+#   KAFKA_PORT             PLAINTEXT listener on 127.0.0.1 (default: see Ports)
+#   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1 (default: see Ports)
 #   LOCKFREE_CACHE         where the jars are kept (default ~/.cache/lockfree)
 #   JAVA_HOME              optional; otherwise `java` from PATH (Java 17+)
+#
+# Ports: 59092 (broker) and 59093 (controller) when both are free; when another process holds
+# one (another checkout's broker), `up` says so and uses this checkout's own ports (see
+# scripts/lib/service.sh). They are remembered in .services/kafka.ports; `env` prints the ones in
+# use. A broker whose remembered controller port was taken meanwhile is formatted anew: its
+# topics are test data.
 #
 # Layout: jars in $LOCKFREE_CACHE/kafka-<version>/libs (resolved once with Maven from a generated
 # pom); config, data, logs and the pid file in <repo>/.services/kafka/ (git-ignored).
@@ -20,13 +26,18 @@
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
-KAFKA_PORT="${KAFKA_PORT:-59092}"
-KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-59093}"
+# Ports asked for; KAFKA_PORT and KAFKA_CONTROLLER_PORT below are the ports in use.
+want_port="${KAFKA_PORT:-}"
+want_controller_port="${KAFKA_CONTROLLER_PORT:-}"
 LOG4J_VERSION="2.26.1"
 START_TIMEOUT=120 # seconds to wait for the broker to answer
 STOP_TIMEOUT=30   # seconds between SIGTERM and SIGKILL
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root=$ROOT
+me=kafka.sh
+# shellcheck source-path=SCRIPTDIR source=lib/service.sh
+. "$ROOT/scripts/lib/service.sh"
 SVC="$ROOT/.services/kafka"
 DATA="$SVC/data"
 LOGS="$SVC/logs"
@@ -37,11 +48,44 @@ CACHE="${LOCKFREE_CACHE:-$HOME/.cache/lockfree}/kafka-$KAFKA_VERSION"
 LIBS="$CACHE/libs"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+log() { say "$@"; }
 
 # port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# config_ports: sets KAFKA_PORT and KAFKA_CONTROLLER_PORT from the config the broker was started
+# with, if any.
+config_ports() {
+  [[ -f $SVC/server.properties ]] || return 1
+  KAFKA_PORT="$(sed -n 's|^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$SVC/server.properties")"
+  KAFKA_CONTROLLER_PORT="$(sed -n 's|^listeners=.*CONTROLLER://127.0.0.1:\([0-9]*\).*|\1|p' \
+    "$SVC/server.properties")"
+  [[ -n $KAFKA_PORT && -n $KAFKA_CONTROLLER_PORT ]]
+}
+
+# choose_ports: the broker is not running; sets KAFKA_PORT and KAFKA_CONTROLLER_PORT for it.
+choose_ports() {
+  local broker controller
+  KAFKA_PORT=$want_port KAFKA_CONTROLLER_PORT=$want_controller_port
+  broker="$(choose_port kafka broker 59092 10 KAFKA_PORT "59092 59093")"
+  controller="$(choose_port kafka controller 59093 11 KAFKA_CONTROLLER_PORT "59092 59093" "$broker")"
+  KAFKA_PORT=$broker
+  KAFKA_CONTROLLER_PORT=$controller
+}
+
+# check_java: Java 17 or newer, or one line saying how to install it.
+check_java() {
+  local major
+  if [[ -n ${JAVA_HOME:-} ]]; then
+    [[ -x $JAVA ]] || die "no java in JAVA_HOME=$JAVA_HOME: apt-get install openjdk-17-jre-headless" \
+      "(or unset JAVA_HOME)"
+  else
+    need java openjdk-17-jre-headless
+  fi
+  major="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1)"
+  [[ -n $major ]] && ((major >= 17)) && return 0
+  die "$JAVA is Java ${major:-?}, the broker needs 17+: apt-get install openjdk-17-jre-headless"
+}
 
 # kafka_pid: prints the pid from the pid file if that process is alive and is our broker.
 kafka_pid() {
@@ -51,6 +95,7 @@ kafka_pid() {
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   grep -qa 'kafka\.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
+  grep -qaF "$SVC/server.properties" "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
 }
 
@@ -63,12 +108,7 @@ answering() {
 }
 
 # lock: serialise up/down of concurrent callers (e.g. parallel `make test`), when flock exists.
-lock() {
-  mkdir -p "$ROOT/.services"
-  command -v flock >/dev/null || return 0
-  exec 9>"$ROOT/.services/kafka.lock"
-  flock -w $((START_TIMEOUT + 60)) 9 || die "another kafka.sh holds $ROOT/.services/kafka.lock"
-}
+lock() { service_lock kafka; }
 
 check_version() {
   local major minor
@@ -84,7 +124,7 @@ check_version() {
 # ensure_libs: resolve kafka_2.13 plus a log4j2 backend into $LIBS once (marker = pom checksum).
 ensure_libs() {
   local pom="$CACHE/pom.xml" marker="$CACHE/libs.complete" sum
-  command -v mvn >/dev/null || die "mvn (Maven) is needed to fetch the Kafka jars"
+  need mvn maven
   mkdir -p "$CACHE"
   # kafka_2.13 4.x depends on slf4j-api 1.7.36 (check: mvn dependency:tree), so the binding is
   # log4j-slf4j-impl (slf4j 1.7), not log4j-slf4j2-impl. log4j-api/core are pinned to the same
@@ -244,8 +284,15 @@ format_storage() {
   local fver fport fid id
   if [[ -f $FORMATTED && -f $DATA/meta.properties ]]; then
     read -r fver fport fid <"$FORMATTED"
-    [[ $fport == "$KAFKA_CONTROLLER_PORT" ]] || die "data in $DATA was formatted for controller" \
-      "port $fport, not $KAFKA_CONTROLLER_PORT; run: scripts/kafka.sh down --purge"
+    if [[ $fport != "$KAFKA_CONTROLLER_PORT" ]]; then
+      # The controller's address is part of the KRaft quorum in the data.
+      log "data in $DATA was formatted for controller port $fport; formatting it anew for" \
+        "$KAFKA_CONTROLLER_PORT (its topics are dropped)"
+      rm -rf "$DATA" "$FORMATTED"
+      mkdir -p "$DATA"
+      format_storage
+      return 0
+    fi
     if [[ "$(printf '%s\n%s\n' "$fver" "$KAFKA_VERSION" | sort -V | head -1)" != "$fver" ]]; then
       die "data in $DATA was written by Kafka $fver; $KAFKA_VERSION cannot downgrade it;" \
         "run: scripts/kafka.sh down --purge"
@@ -300,8 +347,9 @@ tail_logs() {
 cmd_up() {
   local pid started=$SECONDS
   check_version
-  command -v "$JAVA" >/dev/null || die "java (17+) not found"
+  check_java
   lock
+  config_ports || true
   if answering; then
     log "already running (pid $(<"$PIDFILE"), 127.0.0.1:$KAFKA_PORT)"
     local running
@@ -319,10 +367,7 @@ cmd_up() {
     return 0
   fi
   rm -f "$PIDFILE" "$READYFILE"
-  if port_open "$KAFKA_PORT" || port_open "$KAFKA_CONTROLLER_PORT"; then
-    die "port $KAFKA_PORT or $KAFKA_CONTROLLER_PORT is taken by another process" \
-      "(set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
-  fi
+  choose_ports
 
   ensure_libs
   write_config
@@ -377,16 +422,22 @@ cmd_down() {
   rm -f "$PIDFILE" "$READYFILE"
   if $purge; then
     log "deleting $SVC"
-    rm -rf "$SVC"
+    rm -rf "$SVC" "$(ports_file kafka)"
   fi
 }
 
+# cmd_env: the running broker's port, else the remembered one.
 cmd_env() {
+  if ! { kafka_pid >/dev/null && config_ports; }; then
+    KAFKA_PORT="$(ports_get kafka broker)"
+    [[ -n $KAFKA_PORT ]] || die "not set up in $ROOT: run scripts/kafka.sh up"
+  fi
   echo "export TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 }
 
 cmd_status() {
   local pid
+  config_ports || true
   if answering; then
     log "running (pid $(<"$PIDFILE"), Kafka $(cat "$SVC/kafka.version" 2>/dev/null || echo '?')," \
       "127.0.0.1:$KAFKA_PORT)"
