@@ -297,6 +297,58 @@ func testPostgres(t *testing.T, root, as string) {
 	}
 }
 
+// TestRedis: the Redis server of a private copy, with the default port taken,
+// answers PING where env says, and is gone after down --purge.
+func TestRedis(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed (apt-get install redis-server)")
+		}
+		t.Skip("redis-server is not installed (apt-get install redis-server)")
+	}
+	occupy(t, []int{56379})
+	root := checkout(t)
+	t.Cleanup(func() {
+		if _, errOut, err := script(root, "", nil, "redis.sh", "down", "--purge"); err != nil {
+			t.Errorf("redis.sh down --purge: %v\n%s", err, errOut)
+		}
+	})
+	mustScript(t, root, "", "redis.sh", "up")
+	addr := exports(t, mustScript(t, root, "", "redis.sh", "env"))["TEST_REDIS_ADDR"]
+	if addr == "" || strings.HasSuffix(addr, ":56379") {
+		t.Fatalf("TEST_REDIS_ADDR=%q: want the copy's own port, 56379 is taken", addr)
+	}
+	if reply := ping(t, addr); reply != "+PONG" {
+		t.Fatalf("PING %s: %q", addr, reply)
+	}
+	mustScript(t, root, "", "redis.sh", "down", "--purge")
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("after down, %s still answers", addr)
+	}
+}
+
+func ping(t *testing.T, addr string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(buf[:n]))
+}
+
 // TestMissingPrerequisite: a missing server program is one line that names
 // the package to install, not a stack of errors.
 func TestMissingPrerequisite(t *testing.T) {
@@ -309,6 +361,7 @@ func TestMissingPrerequisite(t *testing.T) {
 	}{
 		{"postgres.sh", []string{"PG_BINDIR=" + empty}, "apt-get install postgresql"},
 		{"kafka.sh", []string{"JAVA_HOME=" + empty}, "apt-get install openjdk-17-jre-headless"},
+		{"redis.sh", []string{"REDIS_SERVER=" + filepath.Join(empty, "redis-server")}, "apt-get install redis-server"},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			_, errOut, err := script(root, "", tc.env, tc.script, "up")
