@@ -23,21 +23,17 @@
 # Binaries: PG_BINDIR, else the folder initdb on PATH links to, else the newest of
 # Debian's /usr/lib/postgresql/<version>/bin.
 #
-# initdb and postgres refuse to run as root, so as root they run as the
-# `postgres` user (created when missing). Its data then stays in the
-# checkout's .services/ when postgres can enter that folder (checked as
-# postgres); otherwise, as in a private home folder, it goes to
-# /var/lib/postgresql/lockfree-<hash of the checkout's path>/, which belongs
-# to postgres: nothing in the user's folders is chmod-ed. `down --purge`
-# deletes it.
+# As root the servers run as the `postgres` user, and their data goes where
+# that user can reach it: see scripts/lib/pg.sh.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 me=postgres.sh
 # shellcheck source-path=SCRIPTDIR source=lib/service.sh
 . "$root/scripts/lib/service.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/pg.sh
+. "$root/scripts/lib/pg.sh"
 db=lockfree
-outside=/var/lib/postgresql/lockfree-$(checkout_hash)
 
 # use INSTANCE sets the variables of one instance.
 use() {
@@ -48,78 +44,9 @@ use() {
 	*) die "unknown instance $instance (PG_INSTANCE is main or faults)" ;;
 	esac
 	me="postgres.sh ($instance)"
-	dir=$(base)/postgres-$instance
+	dir=$(pg_base postgres-main/data/PG_VERSION)/postgres-$instance
 	data=$dir/data
 	log=$dir/postgres.log
-}
-
-# base: the folder holding the instances' folders. As root: the checkout's
-# .services when a cluster is there already or postgres can enter it.
-base() {
-	local inside=$root/.services
-	if ! is_root || [ -f "$inside/postgres-main/data/PG_VERSION" ]; then
-		echo "$inside"
-	elif [ -d "$outside" ]; then
-		echo "$outside"
-	elif id postgres >/dev/null 2>&1 && [ -d "$inside" ] && as_postgres test -x "$inside"; then
-		echo "$inside"
-	else
-		echo "$outside"
-	fi
-}
-
-# find_bin sets bin, the folder of initdb, pg_ctl, pg_isready and psql.
-find_bin() {
-	local c
-	if [ -n "${PG_BINDIR:-}" ]; then
-		bin=$PG_BINDIR
-	elif command -v initdb >/dev/null 2>&1; then
-		bin=$(dirname "$(readlink -f "$(command -v initdb)")")
-	else
-		bin=
-		for c in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-			if [ -x "$c/initdb" ]; then
-				bin=$c
-				break
-			fi
-		done
-	fi
-	for c in initdb pg_ctl pg_isready psql; do
-		[ -n "$bin" ] && [ -x "$bin/$c" ] && continue
-		die "PostgreSQL's $c not found${PG_BINDIR:+ in PG_BINDIR=$PG_BINDIR}: apt-get install postgresql"
-	done
-}
-
-as_postgres() { (cd / && runuser -u postgres -- "$@"); }
-
-# as_owner runs a command as the data folder's owner: postgres when we are root.
-as_owner() {
-	if is_root; then
-		as_postgres "$@"
-	else
-		"$@"
-	fi
-}
-
-# prepare_root makes the postgres user and, as root, the instance's folder,
-# owned by postgres and reachable by it.
-prepare_root() {
-	need runuser util-linux
-	if ! id postgres >/dev/null 2>&1; then
-		need useradd passwd
-		useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
-	fi
-	mkdir -p "$root/.services"
-	use "$instance" # base may change now that postgres exists
-	if [ "$(dirname "$dir")" = "$outside" ] && [ ! -d "$outside" ]; then
-		[ -d /var/lib/postgresql ] || install -d -o postgres -g postgres -m 0755 /var/lib/postgresql
-		install -d -o postgres -g postgres -m 0700 "$outside"
-		echo "$root" >"$outside/checkout"
-		say "postgres cannot enter $root/.services, so the data goes to $outside" \
-			"(scripts/postgres.sh down --purge deletes it)"
-	fi
-	install -d -o postgres -g postgres -m 0700 "$dir"
-	as_postgres test -w "$dir" || die "postgres cannot write to $dir"
 }
 
 # pid_port: the port of the running server, from its pid file.
@@ -133,11 +60,9 @@ running() {
 
 init() {
 	[ -f "$data/PG_VERSION" ] && return
-	if is_root; then
-		prepare_root
-	else
-		mkdir -p "$dir"
-	fi
+	pg_user
+	use "$instance" # where the data goes may change now that postgres exists
+	pg_make_dir "$dir"
 	say "initdb into $data"
 	as_owner "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
 		>"$dir/initdb.log" 2>&1 || die "initdb failed: $(tail -n 1 "$dir/initdb.log")"
@@ -254,10 +179,7 @@ down() {
 		rm -rf "$dir"
 	done
 	rm -rf "$root/.services"/postgres-*
-	if [ -d "$outside" ]; then
-		say "deleting $outside"
-		rm -rf "$outside"
-	fi
+	pg_purge_outside
 	rm -f "$(ports_file postgres)"
 }
 
@@ -284,7 +206,7 @@ print_env() {
 
 case "${1:-}" in
 up | start | stop | restart | down | status)
-	find_bin
+	pg_find_bin
 	use "${PG_INSTANCE:-main}"
 	;;
 esac
