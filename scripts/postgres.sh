@@ -49,6 +49,15 @@ use() {
 	log=$dir/postgres.log
 }
 
+# remembered_port: the instance's port when it is not running: remembered,
+# else (a cluster made before ports were remembered) the one in its config.
+remembered_port() {
+	local p
+	p=$(ports_get postgres "$instance")
+	[ -n "$p" ] || p=$(sed -n 's/^port = \([0-9][0-9]*\)$/\1/p' "$data/postgresql.conf" 2>/dev/null | tail -n 1)
+	echo "$p"
+}
+
 # pid_port: the port of the running server, from its pid file.
 pid_port() { sed -n 4p "$data/postmaster.pid" 2>/dev/null; }
 
@@ -116,7 +125,7 @@ start() {
 		return
 	fi
 	[ -f "$data/PG_VERSION" ] || die "no cluster in $data: run scripts/postgres.sh up"
-	port=$(ports_get postgres "$instance")
+	port=$(remembered_port)
 	[ -n "$port" ] || die "no port remembered for $instance: run scripts/postgres.sh up"
 	if port_taken "$port"; then
 		die "port $port is taken$(port_holder "$port") by another process;" \
@@ -189,7 +198,7 @@ env_port() {
 	use "$1"
 	port=$(pid_port)
 	if [ -z "$port" ] || ! kill -0 "$(sed -n 1p "$data/postmaster.pid")" 2>/dev/null; then
-		port=$(ports_get postgres "$1")
+		port=$(remembered_port)
 	fi
 	[ -n "$port" ] || die "not set up in $root: run scripts/postgres.sh up"
 	echo "$port"

@@ -282,6 +282,29 @@ func testPostgres(t *testing.T, root, as string) {
 		t.Errorf("after restart the fault server is on port %d", port)
 	}
 
+	// A cluster made before ports were remembered: its port is in its config.
+	faultsPort := urlPort(t, vars["TEST_FAULT_DATABASE_URL"])
+	if out, err := command(context.Background(), as, "bash", "-c", ctl+" stop").CombinedOutput(); err != nil {
+		t.Fatalf("%s stop: %v\n%s", ctl, err, out)
+	}
+	if err := os.Remove(filepath.Join(root, ".services", "postgres.ports")); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.OpenFile(filepath.Join(dataDirs[1], "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conf.WriteString("port = " + strconv.Itoa(faultsPort) + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	conf.Close()
+	if out, err := command(context.Background(), as, "bash", "-c", ctl+" start").CombinedOutput(); err != nil {
+		t.Fatalf("%s start of a cluster without remembered port: %v\n%s", ctl, err, out)
+	}
+	if port, _ := server(t, vars["TEST_FAULT_DATABASE_URL"]); port != faultsPort {
+		t.Errorf("the fault server came back on port %d, not %d", port, faultsPort)
+	}
+
 	mustScript(t, root, as, "postgres.sh", "down", "--purge")
 	for _, d := range dataDirs {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
