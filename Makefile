@@ -1,9 +1,10 @@
-# lockfree: `make test` starts PostgreSQL and Kafka (scripts/) and runs every
-# test against them.
+# lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/) and runs
+# every test against them.
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
-SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)"
+SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
+	eval "$$(scripts/redis.sh env)"
 
 .PHONY: test services services-down lint bench compare
 
@@ -13,11 +14,14 @@ test: services
 services:
 	@scripts/postgres.sh up
 	@scripts/kafka.sh up
+	@scripts/redis.sh up
 	@echo "services up; for your shell:" >&2
 	@scripts/postgres.sh env >&2
 	@scripts/kafka.sh env >&2
+	@scripts/redis.sh env >&2
 
 services-down:
+	@scripts/redis.sh down
 	@scripts/kafka.sh down
 	@scripts/postgres.sh down
 

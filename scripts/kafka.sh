@@ -1,49 +1,151 @@
 #!/usr/bin/env bash
-# scripts/kafka.sh — a real single-node Apache Kafka 4.x broker (KRaft, broker+controller in one
-# JVM) for tests and demos, without Docker. See DESIGN.md §6 and notes/kafka-broker.md.
+# scripts/kafka.sh — real Apache Kafka 4.x brokers (KRaft, each node broker and controller in one
+# JVM) for tests and demos, without Docker: one node by default, a cluster of KAFKA_BROKERS nodes
+# on request.
 #
-#   scripts/kafka.sh up            start the broker (idempotent) and wait until it answers
-#   scripts/kafka.sh down [--purge] stop it (SIGTERM, SIGKILL after 30 s); --purge deletes its data
-#   scripts/kafka.sh env           print `export TEST_KAFKA_BROKERS=…` (for eval)
-#   scripts/kafka.sh status        exit 0 if the broker runs and answers
+#   scripts/kafka.sh up              start the node(s) (idempotent) and wait until they answer
+#   scripts/kafka.sh down [--purge]  stop them (SIGTERM, SIGKILL after 30 s); --purge kills them
+#                                    and deletes their data
+#   scripts/kafka.sh env             print the bootstrap addresses as exports (for eval)
+#   scripts/kafka.sh status          exit 0 if every node runs and answers
+#   scripts/kafka.sh kill ID         SIGKILL node ID (1…N): a crash
+#   scripts/kafka.sh stop ID         stop node ID (SIGTERM: controlled shutdown)
+#   scripts/kafka.sh start ID        start node ID again on its ports and wait until it answers
+#
+# KAFKA_BROKERS=1 (the default, `make services`): one node, every topic with replication factor 1;
+# env prints TEST_KAFKA_BROKERS. KAFKA_BROKERS=N (2…8; 3 for the cluster tests): a separate
+# cluster of N nodes, all of them controllers (a static quorum: N=3 survives one node's loss);
+# default and internal topics get replication factor min(3, N) and min.insync.replicas
+# min(2, N); env prints TEST_KAFKA_CLUSTER_BROKERS (every node) and TEST_KAFKA_CLUSTER_CTL (this
+# script with KAFKA_BROKERS set, for kill/stop/start). Both can run at once; give every command
+# the same KAFKA_BROKERS. Heap: 768 MiB for the single node, 512 MiB per cluster node, so three
+# fit beside PostgreSQL on a 2-core, 24 GiB machine.
 #
 # Environment:
 #   KAFKA_VERSION          org.apache.kafka:kafka_2.13 version, ≥ 4.1 (default 4.4.0)
-#   KAFKA_PORT             PLAINTEXT listener on 127.0.0.1 (default 59092)
-#   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1 (default 59093)
+#   KAFKA_BROKERS          number of nodes (default 1)
+#   KAFKA_PORT             single node: PLAINTEXT listener on 127.0.0.1 (default: see Ports)
+#   KAFKA_CONTROLLER_PORT  single node: KRaft controller listener on 127.0.0.1 (default: see Ports)
+#   KAFKA_PORT_<ID>, KAFKA_CONTROLLER_PORT_<ID>   the same for cluster node ID
 #   LOCKFREE_CACHE         where the jars are kept (default ~/.cache/lockfree)
 #   JAVA_HOME              optional; otherwise `java` from PATH (Java 17+)
 #
+# Ports: 59092 (broker) and 59093 (controller) for the single node, 59094 + 2(ID-1) and
+# 59095 + 2(ID-1) for cluster node ID, when all of them are free; when another process holds one
+# (another checkout's broker), `up` says so and uses this checkout's own ports (see
+# scripts/lib/service.sh). They are remembered in .services/kafka.ports (kafka-cluster.ports);
+# `env` prints the ones in use. Data formatted for other controller ports is formatted anew: its
+# topics are test data.
+#
 # Layout: jars in $LOCKFREE_CACHE/kafka-<version>/libs (resolved once with Maven from a generated
-# pom); config, data, logs and the pid file in <repo>/.services/kafka/ (git-ignored).
-# Only `env` writes to stdout; everything for humans goes to stderr.
+# pom); config, data, logs and the pid file in <repo>/.services/kafka/ (cluster:
+# .services/kafka-cluster/node-<ID>/; git-ignored). Only `env` writes to stdout; everything for
+# humans goes to stderr.
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
-KAFKA_PORT="${KAFKA_PORT:-59092}"
-KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-59093}"
+KAFKA_BROKERS="${KAFKA_BROKERS:-1}"
 LOG4J_VERSION="2.26.1"
-START_TIMEOUT=120 # seconds to wait for the broker to answer
+START_TIMEOUT=120 # seconds to wait for a node to answer
 STOP_TIMEOUT=30   # seconds between SIGTERM and SIGKILL
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SVC="$ROOT/.services/kafka"
-DATA="$SVC/data"
-LOGS="$SVC/logs"
-PIDFILE="$SVC/kafka.pid"
-READYFILE="$SVC/kafka.ready"  # holds the pid once that process was seen answering
-FORMATTED="$SVC/formatted"    # "<version> <controller port> <cluster id>" of the formatted data
+root=$ROOT
+me=kafka.sh
+# shellcheck source-path=SCRIPTDIR source=lib/service.sh
+. "$ROOT/scripts/lib/service.sh"
 CACHE="${LOCKFREE_CACHE:-$HOME/.cache/lockfree}/kafka-$KAFKA_VERSION"
 LIBS="$CACHE/libs"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+[[ $KAFKA_BROKERS =~ ^[1-8]$ ]] || die "KAFKA_BROKERS=$KAFKA_BROKERS: 1 to 8"
+N=$KAFKA_BROKERS
+if ((N == 1)); then
+  SERVICE=kafka
+  BASE="$ROOT/.services/kafka"
+  RF=1 ISR=1 HEAP=768m
+else
+  SERVICE=kafka-cluster
+  BASE="$ROOT/.services/kafka-cluster"
+  RF=$((N < 3 ? N : 3)) ISR=$((N < 2 ? N : 2)) HEAP=512m
+  me="kafka.sh (cluster of $N)"
+fi
+
+log() { say "$@"; }
 
 # port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
-# kafka_pid: prints the pid from the pid file if that process is alive and is our broker.
+# node ID: sets the variables of node ID. Its ports are the remembered ones, else those of its
+# config (empty before the first up).
+node() {
+  ID=$1
+  if ! [[ $ID =~ ^[0-9]+$ ]] || ((ID < 1 || ID > N)); then die "no node $ID: nodes are 1 to $N"; fi
+  if ((N == 1)); then
+    SVC=$BASE
+    PORT_NAME=broker CONTROLLER_NAME=controller
+    PORT_VAR=KAFKA_PORT CONTROLLER_VAR=KAFKA_CONTROLLER_PORT
+    DEFAULT_PORT=59092 OFFSET=10
+  else
+    SVC="$BASE/node-$ID"
+    PORT_NAME=broker$ID CONTROLLER_NAME=controller$ID
+    PORT_VAR=KAFKA_PORT_$ID CONTROLLER_VAR=KAFKA_CONTROLLER_PORT_$ID
+    DEFAULT_PORT=$((59094 + 2 * (ID - 1))) OFFSET=$((12 + 2 * (ID - 1)))
+  fi
+  DATA="$SVC/data"
+  LOGS="$SVC/logs"
+  PIDFILE="$SVC/kafka.pid"
+  READYFILE="$SVC/kafka.ready" # holds the pid once that process was seen answering
+  FORMATTED="$SVC/formatted"   # "<version> <quorum> <cluster id>" of the formatted data
+  KAFKA_PORT="$(ports_get "$SERVICE" "$PORT_NAME")"
+  KAFKA_CONTROLLER_PORT="$(ports_get "$SERVICE" "$CONTROLLER_NAME")"
+  # A broker started before ports were remembered: the ports of its config.
+  if [[ -z $KAFKA_PORT && -f $SVC/server.properties ]]; then
+    KAFKA_PORT="$(sed -n 's|^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$SVC/server.properties")"
+    KAFKA_CONTROLLER_PORT="$(sed -n 's|^listeners=.*CONTROLLER://127.0.0.1:\([0-9]*\).*|\1|p' \
+      "$SVC/server.properties")"
+  fi
+}
+
+nodes() { seq 1 "$N"; }
+
+# defaults: every node's default ports.
+defaults() {
+  if ((N == 1)); then echo 59092 59093; else seq 59094 $((59094 + 2 * N - 1)); fi
+}
+
+# choose_ports: no node runs; picks and remembers every node's ports.
+choose_ports() {
+  local id chosen="" p c
+  for id in $(nodes); do
+    node "$id"
+    # shellcheck disable=SC2046,SC2086 # lists
+    p="$(choose_port "$SERVICE" "$PORT_NAME" "$DEFAULT_PORT" "$OFFSET" "$PORT_VAR" "$(defaults)" $chosen)"
+    # shellcheck disable=SC2086
+    c="$(choose_port "$SERVICE" "$CONTROLLER_NAME" $((DEFAULT_PORT + 1)) $((OFFSET + 1)) \
+      "$CONTROLLER_VAR" "$(defaults)" $chosen "$p")"
+    chosen="$chosen $p $c"
+  done
+}
+
+# quorum: what the data is formatted for: the single node's controller port, or the cluster's
+# voters.
+quorum() {
+  local id voters=""
+  if ((N == 1)); then
+    node 1
+    echo "$KAFKA_CONTROLLER_PORT"
+    return
+  fi
+  for id in $(nodes); do
+    node "$id"
+    voters="$voters${voters:+,}$id@127.0.0.1:$KAFKA_CONTROLLER_PORT"
+  done
+  echo "$voters"
+}
+
+
+# kafka_pid: prints the pid from the current node's pid file if that process is alive and is it.
 kafka_pid() {
   local pid
   [[ -f $PIDFILE ]] || return 1
@@ -51,10 +153,11 @@ kafka_pid() {
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   grep -qa 'kafka\.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
+  grep -qaF "$SVC/server.properties" "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
 }
 
-# answering: the broker process from the pid file runs, was seen ready, and its port accepts.
+# answering: the node's process runs, was seen ready, and its port accepts.
 answering() {
   local pid
   pid="$(kafka_pid)" || return 1
@@ -62,12 +165,28 @@ answering() {
   port_open "$KAFKA_PORT"
 }
 
-# lock: serialise up/down of concurrent callers (e.g. parallel `make test`), when flock exists.
-lock() {
-  mkdir -p "$ROOT/.services"
-  command -v flock >/dev/null || return 0
-  exec 9>"$ROOT/.services/kafka.lock"
-  flock -w $((START_TIMEOUT + 60)) 9 || die "another kafka.sh holds $ROOT/.services/kafka.lock"
+# running_any: some node of this mode runs.
+running_any() {
+  local id
+  for id in $(nodes); do
+    node "$id"
+    kafka_pid >/dev/null && return 0
+  done
+  return 1
+}
+
+# check_java: Java 17 or newer, or one line saying how to install it.
+check_java() {
+  local major
+  if [[ -n ${JAVA_HOME:-} ]]; then
+    [[ -x $JAVA ]] || die "no java in JAVA_HOME=$JAVA_HOME: apt-get install openjdk-17-jre-headless" \
+      "(or unset JAVA_HOME)"
+  else
+    need java openjdk-17-jre-headless
+  fi
+  major="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1)"
+  [[ -n $major ]] && ((major >= 17)) && return 0
+  die "$JAVA is Java ${major:-?}, the broker needs 17+: apt-get install openjdk-17-jre-headless"
 }
 
 check_version() {
@@ -84,7 +203,7 @@ check_version() {
 # ensure_libs: resolve kafka_2.13 plus a log4j2 backend into $LIBS once (marker = pom checksum).
 ensure_libs() {
   local pom="$CACHE/pom.xml" marker="$CACHE/libs.complete" sum
-  command -v mvn >/dev/null || die "mvn (Maven) is needed to fetch the Kafka jars"
+  need mvn maven
   mkdir -p "$CACHE"
   # kafka_2.13 4.x depends on slf4j-api 1.7.36 (check: mvn dependency:tree), so the binding is
   # log4j-slf4j-impl (slf4j 1.7), not log4j-slf4j2-impl. log4j-api/core are pinned to the same
@@ -140,13 +259,21 @@ EOF
   echo "$sum" >"$marker"
 }
 
+# write_config: the current node's server.properties and log configs.
 write_config() {
+  local quorum_line
   mkdir -p "$DATA" "$LOGS"
+  if ((N == 1)); then
+    quorum_line="controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT"
+  else
+    quorum_line="controller.quorum.voters=$(quorum)"
+    node "$ID"
+  fi
   cat >"$SVC/server.properties.tmp" <<EOF
-# generated by scripts/kafka.sh — single-node KRaft (broker and controller in one process)
+# generated by scripts/kafka.sh — node $ID of $N (KRaft; broker and controller in one process)
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+node.id=$ID
+$quorum_line
 listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
 advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
 controller.listener.names=CONTROLLER
@@ -154,17 +281,18 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DATA
 
-# one node: every internal topic has replication factor 1 and few partitions
-offsets.topic.replication.factor=1
+# replication factor $RF (min(3, nodes)), min.insync.replicas $ISR; internal topics have few
+# partitions
+offsets.topic.replication.factor=$RF
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$RF
+transaction.state.log.min.isr=$ISR
 transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$RF
+share.coordinator.state.topic.min.isr=$ISR
 share.coordinator.state.topic.num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor=$RF
+min.insync.replicas=$ISR
 num.partitions=1
 auto.create.topics.enable=true
 delete.topic.enable=true
@@ -239,13 +367,36 @@ storage_tool() {
     kafka.tools.StorageTool "$@"
 }
 
-# format_storage: format the KRaft data dir once (a standalone dynamic quorum of this node).
+# cluster_id: one id for every node of this mode, made once.
+cluster_id() {
+  local f="$BASE/cluster.id" id
+  if ((N > 1)) && [[ -s $f ]]; then
+    cat "$f"
+    return
+  fi
+  id="$(storage_tool random-uuid | tail -1)"
+  [[ -n $id ]] || die "kafka.tools.StorageTool random-uuid printed nothing"
+  ((N == 1)) || echo "$id" >"$f"
+  echo "$id"
+}
+
+# format_storage: format the current node's KRaft data once: the single node as a standalone
+# dynamic quorum, a cluster's nodes with the static quorum of all of them.
 format_storage() {
-  local fver fport fid id
+  local fver fquorum fid id want
+  want="$(quorum)"
+  node "$ID"
   if [[ -f $FORMATTED && -f $DATA/meta.properties ]]; then
-    read -r fver fport fid <"$FORMATTED"
-    [[ $fport == "$KAFKA_CONTROLLER_PORT" ]] || die "data in $DATA was formatted for controller" \
-      "port $fport, not $KAFKA_CONTROLLER_PORT; run: scripts/kafka.sh down --purge"
+    read -r fver fquorum fid <"$FORMATTED"
+    if [[ $fquorum != "$want" ]]; then
+      # The controllers' addresses are part of the KRaft quorum in the data.
+      log "data in $DATA was formatted for controller(s) $fquorum; formatting it anew for $want" \
+        "(its topics are dropped)"
+      rm -rf "$DATA" "$FORMATTED"
+      mkdir -p "$DATA"
+      format_storage
+      return 0
+    fi
     if [[ "$(printf '%s\n%s\n' "$fver" "$KAFKA_VERSION" | sort -V | head -1)" != "$fver" ]]; then
       die "data in $DATA was written by Kafka $fver; $KAFKA_VERSION cannot downgrade it;" \
         "run: scripts/kafka.sh down --purge"
@@ -254,15 +405,19 @@ format_storage() {
   fi
   if [[ -f $DATA/meta.properties ]]; then
     fid="$(sed -n 's/^cluster\.id=//p' "$DATA/meta.properties")"
-    echo "$KAFKA_VERSION $KAFKA_CONTROLLER_PORT $fid" >"$FORMATTED"
+    echo "$KAFKA_VERSION $want $fid" >"$FORMATTED"
     return 0
   fi
-  id="$(storage_tool random-uuid | tail -1)"
-  [[ -n $id ]] || die "kafka.tools.StorageTool random-uuid printed nothing"
+  id="$(cluster_id)"
   log "formatting $DATA (cluster id $id)"
-  storage_tool format --standalone -t "$id" -c "$SVC/server.properties" --ignore-formatted >&2 \
-    || die "kafka.tools.StorageTool format failed"
-  echo "$KAFKA_VERSION $KAFKA_CONTROLLER_PORT $id" >"$FORMATTED"
+  local standalone=()
+  ((N == 1)) && standalone=(--standalone)
+  storage_tool format "${standalone[@]}" -t "$id" -c "$SVC/server.properties" --ignore-formatted \
+    >"$SVC/format.log" 2>&1 || {
+    cat "$SVC/format.log" >&2
+    die "kafka.tools.StorageTool format failed"
+  }
+  echo "$KAFKA_VERSION $want $id" >"$FORMATTED"
 }
 
 # wait_ready PID: until the port accepts and server.log says the server started (this run's log
@@ -271,7 +426,7 @@ wait_ready() {
   local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
   while ((SECONDS < deadline)); do
     if ! kill -0 "$pid" 2>/dev/null; then
-      log "error: the broker (pid $pid) exited during startup"
+      log "error: node $ID (pid $pid) exited during startup"
       tail_logs
       rm -f "$PIDFILE"
       exit 1
@@ -282,7 +437,7 @@ wait_ready() {
     fi
     sleep 0.5
   done
-  log "error: the broker (pid $pid) did not answer on 127.0.0.1:$KAFKA_PORT within ${START_TIMEOUT}s;" \
+  log "error: node $ID (pid $pid) did not answer on 127.0.0.1:$KAFKA_PORT within ${START_TIMEOUT}s;" \
     "it is left running (stop it with: scripts/kafka.sh down)"
   tail_logs
   exit 1
@@ -297,48 +452,18 @@ tail_logs() {
   done
 }
 
-cmd_up() {
-  local pid started=$SECONDS
-  check_version
-  command -v "$JAVA" >/dev/null || die "java (17+) not found"
-  lock
-  if answering; then
-    log "already running (pid $(<"$PIDFILE"), 127.0.0.1:$KAFKA_PORT)"
-    local running
-    running="$(cat "$SVC/kafka.version" 2>/dev/null || true)"
-    if [[ -n $running && $running != "$KAFKA_VERSION" ]]; then
-      log "note: it runs Kafka $running, not $KAFKA_VERSION (down, then up, to switch)"
-    fi
-    return 0
-  fi
-  if pid="$(kafka_pid)"; then
-    # Started earlier but not (yet) seen answering: wait for it instead of starting a second one.
-    log "broker pid $pid is starting; waiting"
-    wait_ready "$pid"
-    log "ready on 127.0.0.1:$KAFKA_PORT (pid $pid)"
-    return 0
-  fi
-  rm -f "$PIDFILE" "$READYFILE"
-  if port_open "$KAFKA_PORT" || port_open "$KAFKA_CONTROLLER_PORT"; then
-    die "port $KAFKA_PORT or $KAFKA_CONTROLLER_PORT is taken by another process" \
-      "(set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
-  fi
-
-  ensure_libs
-  write_config
-  format_storage
-
+# launch: starts the current node's JVM (configured and formatted) and prints its pid.
+launch() {
+  local pid f
   # Keep the previous run's logs for one more run; wait_ready reads only this run's server.log.
-  local f
   for f in server.log kafka.out gc.log; do
     if [[ -f $LOGS/$f ]]; then mv -f "$LOGS/$f" "$LOGS/$f.previous"; fi
   done
-  rm -f "$LOGS"/server.log.[0-9]*
-
-  log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (logs in $LOGS)"
-  # setsid+nohup: the broker outlives this shell and its terminal; both exec, so $! is java.
-  # 9>&-: the broker must not inherit (and so hold forever) the lock taken by lock().
-  setsid nohup "$JAVA" -Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  rm -f "$LOGS"/server.log.[0-9]* "$PIDFILE" "$READYFILE"
+  log "starting node $ID (Kafka $KAFKA_VERSION) on 127.0.0.1:$KAFKA_PORT (logs in $LOGS)"
+  # setsid+nohup: the node outlives this shell and its terminal; both exec, so $! is java.
+  # 9>&-: the node must not inherit (and so hold forever) the lock taken by lock().
+  setsid nohup "$JAVA" -Xms256m -Xmx$HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
     -Xlog:gc*:file="$LOGS/gc.log":time,tags:filecount=2,filesize=10M \
@@ -348,65 +473,203 @@ cmd_up() {
   pid=$!
   echo "$pid" >"$PIDFILE"
   echo "$KAFKA_VERSION" >"$SVC/kafka.version"
-  wait_ready "$pid"
-  log "ready on 127.0.0.1:$KAFKA_PORT (pid $pid, $((SECONDS - started)) s)"
+}
+
+# check_ports: the remembered ports of the current node are free (another process may have taken
+# them while it was stopped).
+check_ports() {
+  local p
+  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    [[ -n $p ]] || die "node $ID has no ports yet: run scripts/kafka.sh up"
+    if port_taken "$p"; then
+      die "port $p of node $ID is taken$(port_holder "$p") by another process; stop the other" \
+        "nodes (scripts/kafka.sh down) and run up to choose other ports"
+    fi
+  done
+}
+
+cmd_up() {
+  local id pid started=$SECONDS pids=()
+  check_version
+  check_java
+  lock
+  if ! running_any; then
+    choose_ports
+  fi
+  ensure_libs
+  for id in $(nodes); do
+    node "$id"
+    if answering; then
+      continue
+    fi
+    if pid="$(kafka_pid)"; then
+      # Started earlier but not (yet) seen answering: wait for it instead of starting a second one.
+      log "node $id (pid $pid) is starting; waiting"
+      pids+=("$id:$pid")
+      continue
+    fi
+    check_ports
+    write_config
+    format_storage
+    launch
+    pids+=("$id:$(<"$PIDFILE")")
+  done
+  if ((${#pids[@]} == 0)); then
+    node 1
+    log "already running (127.0.0.1:$KAFKA_PORT$( ((N > 1)) && echo " and $((N - 1)) more"))"
+    return 0
+  fi
+  # A cluster's nodes answer once a quorum of controllers is up: start them all, then wait.
+  for pid in "${pids[@]}"; do
+    node "${pid%%:*}"
+    wait_ready "${pid#*:}"
+  done
+  log "ready: $(bootstrap) ($((SECONDS - started)) s)"
+}
+
+# stop_nodes SIGNAL ID…: sends SIGNAL to the nodes at once (SIGTERM: a controlled shutdown, which
+# a cluster's last nodes cannot finish without a quorum), SIGKILL to those still running after
+# STOP_TIMEOUT, and waits until they are gone.
+stop_nodes() {
+  local signal=$1 id pid pids=() deadline
+  shift
+  for id in "$@"; do
+    node "$id"
+    if pid="$(kafka_pid)"; then
+      log "stopping node $id (pid $pid, SIG$signal)"
+      kill "-$signal" "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+    rm -f "$READYFILE"
+  done
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "pid $pid still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  done
+  for id in "$@"; do
+    node "$id"
+    rm -f "$PIDFILE"
+  done
 }
 
 cmd_down() {
-  local purge=false pid deadline
+  local purge=false
   case "${1:-}" in
   "") ;;
   --purge) purge=true ;;
   *) die "usage: kafka.sh down [--purge]" ;;
   esac
   lock
-  if pid="$(kafka_pid)"; then
-    log "stopping the broker (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + STOP_TIMEOUT))
-    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "still running after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-    fi
+  if running_any; then
+    # Data about to be deleted needs no controlled shutdown.
+    # shellcheck disable=SC2046 # a list of ids
+    if $purge; then stop_nodes KILL $(nodes); else stop_nodes TERM $(nodes); fi
     log "stopped"
   else
     log "not running"
   fi
-  rm -f "$PIDFILE" "$READYFILE"
   if $purge; then
-    log "deleting $SVC"
-    rm -rf "$SVC"
+    log "deleting $BASE"
+    rm -rf "$BASE" "$(ports_file "$SERVICE")"
   fi
+}
+
+cmd_kill() {
+  local pid
+  node "${1:?kill ID}"
+  lock
+  pid="$(kafka_pid)" || die "node $ID is not running"
+  log "SIGKILL to node $ID (pid $pid)"
+  kill -KILL "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$PIDFILE" "$READYFILE"
+}
+
+cmd_stop() {
+  node "${1:?stop ID}"
+  lock
+  stop_nodes TERM "$ID"
+}
+
+cmd_start() {
+  local pid
+  node "${1:?start ID}"
+  check_java
+  lock
+  if answering; then
+    return 0
+  fi
+  if ! pid="$(kafka_pid)"; then
+    [[ -f $FORMATTED ]] || die "node $ID was never started: run scripts/kafka.sh up"
+    check_ports
+    launch
+    pid="$(<"$PIDFILE")"
+  fi
+  wait_ready "$pid"
+  log "node $ID ready on 127.0.0.1:$KAFKA_PORT"
+}
+
+# bootstrap: every node's PLAINTEXT address, comma-separated.
+bootstrap() {
+  local id list=""
+  for id in $(nodes); do
+    node "$id"
+    [[ -n $KAFKA_PORT ]] || die "not set up in $ROOT: run$( ((N > 1)) && echo " KAFKA_BROKERS=$N") scripts/kafka.sh up"
+    list="$list${list:+,}127.0.0.1:$KAFKA_PORT"
+  done
+  echo "$list"
 }
 
 cmd_env() {
-  echo "export TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+  local list
+  list="$(bootstrap)"
+  if ((N == 1)); then
+    echo "export TEST_KAFKA_BROKERS=$list"
+    return
+  fi
+  echo "export TEST_KAFKA_CLUSTER_BROKERS=$list"
+  printf 'export TEST_KAFKA_CLUSTER_CTL=%q\n' "KAFKA_BROKERS=$N $(printf %q "$ROOT/scripts/kafka.sh")"
 }
 
 cmd_status() {
-  local pid
-  if answering; then
-    log "running (pid $(<"$PIDFILE"), Kafka $(cat "$SVC/kafka.version" 2>/dev/null || echo '?')," \
-      "127.0.0.1:$KAFKA_PORT)"
-    return 0
-  fi
-  if pid="$(kafka_pid)"; then
-    log "starting or not answering (pid $pid)"
-  else
-    log "not running"
-  fi
-  return 1
+  local id pid ok=0
+  for id in $(nodes); do
+    node "$id"
+    if answering; then
+      log "node $id running (pid $(<"$PIDFILE"), Kafka $(cat "$SVC/kafka.version" 2>/dev/null || echo '?')," \
+        "127.0.0.1:$KAFKA_PORT)"
+    elif pid="$(kafka_pid)"; then
+      log "node $id starting or not answering (pid $pid)"
+      ok=1
+    else
+      log "node $id not running"
+      ok=1
+    fi
+  done
+  return $ok
 }
+
+# lock: serialise the commands of concurrent callers (e.g. parallel `make test`).
+lock() { service_lock "$SERVICE"; }
 
 case "${1:-}" in
 up) cmd_up ;;
-down) shift; cmd_down "$@" ;;
+down)
+  shift
+  cmd_down "$@"
+  ;;
 env) cmd_env ;;
 status) cmd_status ;;
+kill) cmd_kill "${2:-}" ;;
+stop) cmd_stop "${2:-}" ;;
+start) cmd_start "${2:-}" ;;
 *)
-  log "usage: scripts/kafka.sh up | down [--purge] | env | status"
+  log "usage: [KAFKA_BROKERS=N] scripts/kafka.sh up | down [--purge] | env | status | kill ID | stop ID | start ID"
   exit 2
   ;;
 esac

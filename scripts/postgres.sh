@@ -1,106 +1,87 @@
 #!/usr/bin/env bash
-# Starts and stops a local PostgreSQL server for tests and demos, without Docker.
+# Starts and stops local PostgreSQL servers for tests and demos, without Docker.
 #
 #   scripts/postgres.sh up        initdb (once) and start; waits until it answers
 #   scripts/postgres.sh down      stop (fast shutdown); --purge also deletes the data
 #   scripts/postgres.sh stop      stop, keeping the data (fault injection: "server gone")
-#   scripts/postgres.sh start     start an initialised cluster again
-#   scripts/postgres.sh restart   stop + start (tests call it through TEST_POSTGRES_CTL)
+#   scripts/postgres.sh start     start an initialised cluster again, on its port
+#   scripts/postgres.sh restart   stop + start (tests call it through TEST_FAULT_POSTGRES_CTL)
 #   scripts/postgres.sh env       print the connection settings as shell exports
 #   scripts/postgres.sh status    exit 0 when the server answers
 #
-# Two instances exist: "main" (port 55432) for ordinary tests and demos, and
-# "faults" (port 55433), which fault tests stop and restart without
-# disturbing tests that run beside them. PG_INSTANCE picks one for
-# start/stop/restart/status; up, down and env act on both.
+# Two instances exist: "main" for ordinary tests and demos, and "faults",
+# which fault tests stop and restart without disturbing tests that run beside
+# them. PG_INSTANCE picks one for start/stop/restart/status; up, down and env
+# act on both.
 #
-# The binaries come from PATH or from Debian's versioned folder
-# (/usr/lib/postgresql/<version>/bin). initdb and postgres refuse to run as
-# root, so when run as root they run as the `postgres` user.
+# Ports: 55432 (main) and 55433 (faults) when both are free; when another
+# process holds one (another checkout's server), `up` says so and uses this
+# checkout's own ports (see scripts/lib/service.sh). PGPORT_LOCKFREE and
+# PGPORT_LOCKFREE_FAULTS set them. The ports are remembered in
+# .services/postgres.ports; `env` prints the ones in use.
+#
+# Binaries: PG_BINDIR, else the folder initdb on PATH links to, else the newest of
+# Debian's /usr/lib/postgresql/<version>/bin.
+#
+# As root the servers run as the `postgres` user, and their data goes where
+# that user can reach it: see scripts/lib/pg.sh.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+me=postgres.sh
+# shellcheck source-path=SCRIPTDIR source=lib/service.sh
+. "$root/scripts/lib/service.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/pg.sh
+. "$root/scripts/lib/pg.sh"
 db=lockfree
 
 # use INSTANCE sets the variables of one instance.
 use() {
 	instance=$1
 	case "$instance" in
-	main) port=${PGPORT_LOCKFREE:-55432} ;;
-	faults) port=${PGPORT_LOCKFREE_FAULTS:-55433} ;;
-	*)
-		echo "postgres.sh: unknown instance $instance" >&2
-		exit 2
-		;;
+	main) default=55432 offset=0 var=PGPORT_LOCKFREE ;;
+	faults) default=55433 offset=1 var=PGPORT_LOCKFREE_FAULTS ;;
+	*) die "unknown instance $instance (PG_INSTANCE is main or faults)" ;;
 	esac
-	dir=$root/.services/postgres-$instance
+	me="postgres.sh ($instance)"
+	dir=$(pg_base postgres-main/data/PG_VERSION)/postgres-$instance
 	data=$dir/data
 	log=$dir/postgres.log
 }
-use "${PG_INSTANCE:-main}"
 
-say() { echo "postgres.sh ($instance): $*" >&2; }
-
-find_bin() {
-	local name=$1 candidate
-	if command -v "$name" >/dev/null 2>&1; then
-		command -v "$name"
-		return
-	fi
-	for candidate in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-		if [ -x "$candidate/$name" ]; then
-			echo "$candidate/$name"
-			return
-		fi
-	done
-	say "cannot find $name: install PostgreSQL (apt-get install postgresql) or put its bin folder on PATH"
-	exit 1
+# remembered_port: the instance's port when it is not running: remembered,
+# else (a cluster made before ports were remembered) the one in its config.
+remembered_port() {
+	local p
+	p=$(ports_get postgres "$instance")
+	[ -n "$p" ] || p=$(sed -n 's/^port = \([0-9][0-9]*\)$/\1/p' "$data/postgresql.conf" 2>/dev/null | tail -n 1)
+	echo "$p"
 }
 
-# as_owner runs a command as the data folder's owner: postgres when we are root.
-as_owner() {
-	if [ "$(id -u)" = 0 ]; then
-		# runuser keeps no tty requirements; the folder must be reachable by postgres.
-		runuser -u postgres -- "$@"
-	else
-		"$@"
-	fi
-}
+# pid_port: the port of the running server, from its pid file.
+pid_port() { sed -n 4p "$data/postmaster.pid" 2>/dev/null; }
 
-answers() {
-	local isready
-	isready=$(find_bin pg_isready)
-	"$isready" -q -h 127.0.0.1 -p "$port" -d postgres -U postgres >/dev/null 2>&1
-}
+answers() { "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres -U postgres >/dev/null 2>&1; }
 
 running() {
-	[ -f "$data/postmaster.pid" ] && as_owner "$(find_bin pg_ctl)" -D "$data" status >/dev/null 2>&1
+	[ -f "$data/postmaster.pid" ] && as_owner "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1
 }
 
 init() {
 	[ -f "$data/PG_VERSION" ] && return
-	mkdir -p "$dir"
-	if [ "$(id -u)" = 0 ]; then
-		if ! id postgres >/dev/null 2>&1; then
-			useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
-		fi
-		chown postgres: "$dir"
-		# Every parent folder must be traversable by postgres.
-		local p=$dir
-		while [ "$p" != / ]; do
-			p=$(dirname "$p")
-			[ -x "$p" ] || chmod o+x "$p"
-		done
-	fi
+	pg_user
+	use "$instance" # where the data goes may change now that postgres exists
+	pg_make_dir "$dir"
 	say "initdb into $data"
-	as_owner "$(find_bin initdb)" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
-		{ cat "$dir/initdb.log" >&2; exit 1; }
+	as_owner "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+		>"$dir/initdb.log" 2>&1 || die "initdb failed: $(tail -n 1 "$dir/initdb.log")"
+	# The port is given at each start (-p). No Unix socket: the clients use
+	# TCP, and a socket path in a deep folder can exceed its 107-byte limit.
 	cat >>"$data/postgresql.conf" <<EOF
 
 # lockfree test server (scripts/postgres.sh)
 listen_addresses = '127.0.0.1'
-port = $port
-unix_socket_directories = '$dir'
+unix_socket_directories = ''
 max_connections = 300
 shared_buffers = 256MB
 synchronous_commit = on
@@ -110,63 +91,160 @@ log_min_error_statement = panic
 EOF
 }
 
-start() {
-	if running && answers; then
-		return
-	fi
-	[ -f "$data/PG_VERSION" ] || { say "no cluster in $data: run '$0 up'"; exit 1; }
-	say "starting on 127.0.0.1:$port"
-	as_owner "$(find_bin pg_ctl)" -D "$data" -l "$log" -w -t 60 start >/dev/null ||
-		{ tail -n 30 "$log" >&2; exit 1; }
+# wait_answer waits up to a minute for the server to answer on $port.
+wait_answer() {
 	local i
 	for i in $(seq 1 120); do
-		answers && break
+		answers && return
 		sleep 0.5
 	done
-	answers || { say "server did not answer on port $port"; tail -n 30 "$log" >&2; exit 1; }
-	if ! "$(find_bin psql)" -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
+	die "the server did not answer on port $port (log: $log)"
+}
+
+# launch starts the instance's server on $port and waits until it answers.
+launch() {
+	say "starting on 127.0.0.1:$port"
+	# 9>&-: the server must not inherit the lock that service_lock holds.
+	as_owner "$bin/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null 9>&- ||
+		{
+			tail -n 20 "$log" >&2
+			die "the server did not start (log: $log)"
+		}
+	wait_answer
+	if ! "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
 		"SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
-		"$(find_bin psql)" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE $db" >/dev/null
+		"$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE $db" >/dev/null
 	fi
+}
+
+# start starts the instance on its remembered port: a fault test's server
+# must come back where its URL points.
+start() {
+	if running; then
+		port=$(pid_port)
+		return
+	fi
+	[ -f "$data/PG_VERSION" ] || die "no cluster in $data: run scripts/postgres.sh up"
+	port=$(remembered_port)
+	[ -n "$port" ] || die "no port remembered for $instance: run scripts/postgres.sh up"
+	if port_taken "$port"; then
+		die "port $port is taken$(port_holder "$port") by another process;" \
+			"scripts/postgres.sh up chooses another"
+	fi
+	launch
 }
 
 stop() {
 	running || return 0
 	say "stopping"
-	as_owner "$(find_bin pg_ctl)" -D "$data" -m fast -w -t 60 stop >/dev/null
+	as_owner "$bin/pg_ctl" -D "$data" -m fast -w -t 60 stop >/dev/null
+}
+
+up() {
+	local i chosen="" group="" ports=()
+	for i in main faults; do
+		use "$i"
+		init
+	done
+	# Ports first, all of them: a server started here must not look like
+	# another process on a port chosen next.
+	for i in main faults; do
+		use "$i"
+		running || group="$group $default"
+	done
+	for i in main faults; do
+		use "$i"
+		if running; then
+			port=$(pid_port)
+			ports_set postgres "$i" "$port"
+		else
+			# shellcheck disable=SC2086 # chosen is a list
+			port=$(choose_port postgres "$i" "$default" "$offset" "$var" "$group" $chosen)
+		fi
+		chosen="$chosen $port"
+		ports+=("$port")
+	done
+	for i in main faults; do
+		use "$i"
+		port=${ports[0]}
+		ports=("${ports[@]:1}")
+		if running; then
+			wait_answer
+		else
+			launch
+		fi
+	done
+}
+
+down() {
+	local i
+	for i in main faults; do
+		use "$i"
+		stop
+	done
+	[ "${1:-}" = --purge ] || return 0
+	for i in main faults; do
+		use "$i"
+		rm -rf "$dir"
+	done
+	rm -rf "$root/.services"/postgres-*
+	pg_purge_outside
+	rm -f "$(ports_file postgres)"
+}
+
+# env_port: the port of the instance's server: the running server's, else the
+# remembered one.
+env_port() {
+	use "$1"
+	port=$(pid_port)
+	if [ -z "$port" ] || ! kill -0 "$(sed -n 1p "$data/postmaster.pid")" 2>/dev/null; then
+		port=$(remembered_port)
+	fi
+	[ -n "$port" ] || die "not set up in $root: run scripts/postgres.sh up"
+	echo "$port"
+}
+
+print_env() {
+	local main faults
+	main=$(env_port main)
+	faults=$(env_port faults)
+	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$main/$db?sslmode=disable'"
+	echo "export TEST_FAULT_DATABASE_URL='postgres://postgres@127.0.0.1:$faults/$db?sslmode=disable'"
+	printf 'export TEST_FAULT_POSTGRES_CTL=%q\n' "PG_INSTANCE=faults $(printf %q "$root/scripts/postgres.sh")"
 }
 
 case "${1:-}" in
-up)
-	for i in main faults; do
-		use $i
-		init
-		start
-	done
+up | start | stop | restart | down | status)
+	pg_find_bin
+	use "${PG_INSTANCE:-main}"
 	;;
-start) start ;;
-stop) stop ;;
+esac
+case "${1:-}" in
+up)
+	service_lock postgres
+	up
+	;;
+start)
+	service_lock postgres
+	start
+	;;
+stop)
+	service_lock postgres
+	stop
+	;;
 restart)
+	service_lock postgres
 	stop
 	start
 	;;
 down)
-	for i in main faults; do
-		use $i
-		stop
-		if [ "${2:-}" = --purge ]; then
-			rm -rf "$dir"
-		fi
-	done
+	service_lock postgres
+	down "${2:-}"
 	;;
-env)
-	use main
-	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$port/$db?sslmode=disable'"
-	use faults
-	echo "export TEST_FAULT_DATABASE_URL='postgres://postgres@127.0.0.1:$port/$db?sslmode=disable'"
-	echo "export TEST_FAULT_POSTGRES_CTL='PG_INSTANCE=faults $root/scripts/postgres.sh'"
+env) print_env ;;
+status)
+	running && port=$(pid_port) && answers
 	;;
-status) running && answers ;;
 *)
 	echo "usage: $0 up|down [--purge]|start|stop|restart|env|status" >&2
 	exit 2
