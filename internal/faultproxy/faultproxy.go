@@ -19,12 +19,17 @@
 //
 // Stats counts connections and bytes, so a test can tell a fault that bit
 // from one that injected nothing.
+//
+// A Kafka client given a proxy as its bootstrap address still dials the
+// brokers that metadata advertises, past the proxy: route every dial through
+// proxies with Redirect.
 package faultproxy
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"sync"
@@ -33,8 +38,13 @@ import (
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// ErrInvalid is returned, wrapped, for an unusable target or URL.
-var ErrInvalid = errors.New("faultproxy: invalid argument")
+var (
+	// ErrInvalid is returned, wrapped, for an unusable target or URL.
+	ErrInvalid = errors.New("faultproxy: invalid argument")
+	// ErrBypass is returned, wrapped, by a Redirect dial to an address that
+	// has no proxy.
+	ErrBypass = errors.New("faultproxy: address not behind a proxy")
+)
 
 // Mode is what the proxy does to the traffic between its clients and the
 // target.
@@ -318,4 +328,22 @@ func RewriteURL(u, addr string) (string, error) {
 	}
 	parsed.Host = addr
 	return parsed.String(), nil
+}
+
+// Redirect returns a dial function that dials routes[address] (a proxy's
+// Addr) in place of address, and refuses, with ErrBypass, any address not in
+// routes. It is for clients that learn server addresses from the server:
+// Kafka clients dial the brokers that metadata advertises, which would slip
+// past a proxy given only as the bootstrap address. Give it to
+// kafka.Transport.Dial or kafka.Dialer.DialFunc, with a proxy per broker.
+func Redirect(routes map[string]string) func(ctx context.Context, network, address string) (net.Conn, error) {
+	routes = maps.Clone(routes)
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		via, ok := routes[address]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrBypass, short.Quote(address))
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, via)
+	}
 }
