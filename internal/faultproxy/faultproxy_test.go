@@ -72,11 +72,13 @@ func newServer(t *testing.T, echo bool) *server {
 
 func (s *server) Addr() string { return s.ln.Addr().String() }
 
-// Next returns the next connection the server accepted.
+// Next returns the next connection the server accepted; its reads and
+// writes fail rather than hang past patience.
 func (s *server) Next(t *testing.T) net.Conn {
 	t.Helper()
 	select {
 	case c := <-s.conns:
+		c.SetDeadline(time.Now().Add(patience))
 		return c
 	case <-time.After(patience):
 		t.Fatal("the server accepted no connection")
@@ -431,23 +433,25 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-// ResetConns resets the live connections (the peer sees ECONNRESET) and
-// leaves the proxy passing new ones.
+// ResetConns resets both sides of the live connections (each peer sees
+// ECONNRESET) and leaves the proxy passing new ones.
 func TestResetConns(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, true)
+	srv := newServer(t, false)
 	p := start(t, srv.Addr())
 	c := dial(t, p.Addr())
 	write(t, c, "ping")
-	expect(t, c, "ping")
+	s := srv.Next(t)
+	expect(t, s, "ping")
 	if n := p.ResetConns(); n != 1 {
 		t.Fatalf("ResetConns = %d, want 1", n)
 	}
 	expectReset(t, c)
+	expectReset(t, s)
 
 	c = dial(t, p.Addr())
 	write(t, c, "again")
-	expect(t, c, "again")
+	expect(t, srv.Next(t), "again")
 	if st := p.Stats(); st.Resets != 1 || st.Faults != 1 || st.Live != 1 {
 		t.Fatalf("stats %+v", st)
 	}
