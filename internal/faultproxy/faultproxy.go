@@ -1,53 +1,148 @@
-// Package faultproxy is a TCP proxy that injects network faults between a
-// client and a server (PostgreSQL, Kafka): it can pass traffic, delay it,
-// blackhole it (bytes are accepted and never delivered, like a silent
-// partition), or reset every connection. Tests and `lockfree compare` put it
-// in front of a real server to partition clients from it.
+// Package faultproxy is a TCP proxy that injects network faults between
+// clients and one server (PostgreSQL, Kafka). Tests and `lockfree compare`
+// put one proxy in front of the server per client or worker, so that one can
+// be cut off while the others go on.
+//
+// A proxy is in one Mode at a time, switched with Set and healed with
+// Set(Pass, 0) or Deliver:
+//
+//   - Hold stops forwarding in both directions and keeps every byte: the
+//     peers' writes still return, connections stay open, new connections are
+//     accepted and held too. Deliver opens the gate: the held bytes arrive
+//     late and in order, like the delayed packets of a partition that heals,
+//     and a paused writer's requests land after the fact.
+//   - Blackhole drops bytes silently while connections stay open.
+//   - Delay forwards each chunk no earlier than a fixed time after it was read.
+//   - Reset closes every connection with an RST (SO_LINGER 0: the peer sees
+//     ECONNRESET) and resets each new one until the mode changes;
+//     ResetConns resets the live ones only.
+//
+// Stats counts connections and bytes, so a test can tell a fault that bit
+// from one that injected nothing.
+//
+// A Kafka client given a proxy as its bootstrap address still dials the
+// brokers that metadata advertises, past the proxy: route every dial through
+// proxies with Redirect.
 package faultproxy
 
 import (
+	"context"
 	"errors"
-	"io"
+	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// Mode is what the proxy does to traffic.
+var (
+	// ErrInvalid is returned, wrapped, for an unusable target or URL.
+	ErrInvalid = errors.New("faultproxy: invalid argument")
+	// ErrBypass is returned, wrapped, by a Redirect dial to an address that
+	// has no proxy.
+	ErrBypass = errors.New("faultproxy: address not behind a proxy")
+)
+
+// Mode is what the proxy does to the traffic between its clients and the
+// target.
 type Mode int
 
 const (
 	// Pass forwards traffic.
 	Pass Mode = iota
-	// Delay forwards traffic after a fixed delay per chunk.
+	// Delay forwards each chunk no earlier than the delay after it was read.
 	Delay
-	// Blackhole accepts connections and bytes and delivers nothing.
+	// Blackhole drops every byte, and those still queued, silently; the
+	// connections stay open.
 	Blackhole
-	// Reset resets existing connections and every new one.
+	// Reset resets every live connection and each new one.
 	Reset
+	// Hold keeps every byte, in both directions, until Deliver or another
+	// mode opens the gate. New connections are accepted and held too: the
+	// target is dialled only when the gate opens.
+	Hold
 )
 
-// Proxy forwards connections from Addr to a target. Its methods are safe for
-// concurrent use.
-type Proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	mode  Mode
-	delay time.Duration
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+func (m Mode) String() string {
+	switch m {
+	case Pass:
+		return "pass"
+	case Delay:
+		return "delay"
+	case Blackhole:
+		return "blackhole"
+	case Reset:
+		return "reset"
+	case Hold:
+		return "hold"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// Start listens on a free loopback port and forwards to target (host:port).
+// Stats counts what a proxy has done since it started. Every byte read is
+// counted in exactly one of Upstream or Downstream (forwarded, counted as the
+// write begins: a peer never holds a byte that Stats does not count), Queued
+// or Dropped.
+type Stats struct {
+	// Accepted counts the connections accepted, including those reset at once.
+	Accepted int64
+	// Live counts the connections open now.
+	Live int64
+	// Upstream counts the bytes forwarded from clients to the target.
+	Upstream int64
+	// Downstream counts the bytes forwarded from the target to clients.
+	Downstream int64
+	// Queued counts the bytes read and waiting now, behind a hold or a delay.
+	Queued int64
+	// Held counts the bytes that holds stopped, all holds together: those
+	// queued when a hold began and those read during it.
+	Held int64
+	// Dropped counts the bytes read and never delivered: blackholed, or
+	// queued when their connection was reset or closed.
+	Dropped int64
+	// Resets counts the connections the proxy reset, for a Reset fault or to
+	// pass a peer's reset on.
+	Resets int64
+	// Faults counts the faults injected: Set to a mode other than Pass, and
+	// ResetConns.
+	Faults int64
+}
+
+// Proxy forwards the connections it accepts on Addr to its target. Create it
+// with Start (the zero value is not usable) and Close it when done. Its
+// methods are safe for concurrent use.
+type Proxy struct {
+	ln     *net.TCPListener
+	target string
+	ctx    context.Context // cancelled by Close: aborts pending dials
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+
+	mu       sync.Mutex
+	mode     Mode
+	delay    time.Duration
+	conns    map[*conn]struct{}
+	holding  int64 // bytes held by the current hold
+	stats    Stats
+	closed   bool
+	closeErr error
+}
+
+// Start listens on a free loopback port and forwards to target (host:port),
+// passing traffic until told otherwise.
 func Start(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		return nil, fmt.Errorf("%w: target %s: %v", ErrInvalid, short.Quote(target), err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{ln: ln, target: target, ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -56,21 +151,45 @@ func Start(target string) (*Proxy, error) {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Set switches the proxy's mode; delay matters only for Delay. Switching to
-// Reset resets every open connection at once.
+// Set switches the proxy's mode; delay matters only for Delay, and a
+// negative one counts as none. Leaving Hold delivers the held bytes under the
+// new mode: in order for Pass and Delay, dropped for Blackhole, discarded
+// with their connections for Reset. Switching to Reset resets every live
+// connection before Set returns. Set panics on an unknown mode.
 func (p *Proxy) Set(mode Mode, delay time.Duration) {
+	if mode < Pass || mode > Hold {
+		panic(fmt.Sprintf("faultproxy: unknown mode %d", int(mode)))
+	}
 	p.mu.Lock()
-	p.mode, p.delay = mode, delay
-	var reset []net.Conn
-	if mode == Reset {
-		for c := range p.conns {
-			reset = append(reset, c)
-		}
-	}
+	p.setLocked(mode, max(delay, 0))
 	p.mu.Unlock()
-	for _, c := range reset {
-		resetConn(c)
+	if mode == Reset {
+		p.resetLive()
 	}
+}
+
+// Deliver ends a hold: the proxy passes traffic again, the held bytes first
+// and in order. It returns how many bytes the hold held; 0 means the hold
+// injected nothing (no traffic crossed it). Outside a hold it is
+// Set(Pass, 0) and returns 0.
+func (p *Proxy) Deliver() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var held int64
+	if p.mode == Hold {
+		held = p.holding
+	}
+	p.setLocked(Pass, 0)
+	return held
+}
+
+// ResetConns resets every live connection, leaving the mode as it is: new
+// connections go through. It returns how many it reset.
+func (p *Proxy) ResetConns() int {
+	p.mu.Lock()
+	p.stats.Faults++
+	p.mu.Unlock()
+	return p.resetLive()
 }
 
 // Mode returns the current mode.
@@ -80,127 +199,151 @@ func (p *Proxy) Mode() Mode {
 	return p.mode
 }
 
-// Close stops listening, closes every connection and waits for the
-// forwarding goroutines.
-func (p *Proxy) Close() error {
-	err := p.ln.Close()
+// Stats returns the proxy's counters.
+func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// Close stops listening, closes every connection, discarding the bytes still
+// queued, and waits for the proxy's goroutines. Calling it again returns the
+// first call's result.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return p.closeErr
 	}
+	p.closed = true
+	conns := p.liveLocked()
 	p.mu.Unlock()
+
+	p.cancel()
+	err := p.ln.Close()
+	for _, c := range conns {
+		c.teardown(false)
+	}
 	p.wg.Wait()
+	p.mu.Lock()
+	p.closeErr = err
+	p.mu.Unlock()
 	return err
 }
 
-func resetConn(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0) // close with RST
+func (p *Proxy) setLocked(mode Mode, delay time.Duration) {
+	if mode != Pass {
+		p.stats.Faults++
 	}
-	c.Close()
+	if mode == Hold && p.mode != Hold {
+		// Bytes already queued (behind a delay, or not yet written) are
+		// stopped by this hold too.
+		p.holding = p.stats.Queued
+		p.stats.Held += p.stats.Queued
+	}
+	p.mode, p.delay = mode, delay
+	for c := range p.conns {
+		c.up.notify()
+		c.down.notify()
+	}
 }
 
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mode == Reset {
-		return false
+func (p *Proxy) liveLocked() []*conn {
+	conns := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
 	}
-	p.conns[c] = struct{}{}
-	return true
+	return conns
 }
 
-func (p *Proxy) untrack(c net.Conn) {
+func (p *Proxy) resetLive() int {
 	p.mu.Lock()
-	delete(p.conns, c)
+	conns := p.liveLocked()
 	p.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if c.teardown(true) {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
+	backoff := 5 * time.Millisecond
 	for {
-		client, err := p.ln.Accept()
+		client, err := p.ln.AcceptTCP()
 		if err != nil {
-			return
-		}
-		if !p.track(client) {
-			resetConn(client)
+			if p.ctx.Err() != nil {
+				return
+			}
+			// Out of file descriptors, most likely: wait for some to free
+			// up rather than spin or give up.
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		p.wg.Add(1)
-		go p.serve(client)
+		backoff = 5 * time.Millisecond
+		p.admit(client)
 	}
 }
 
-func (p *Proxy) serve(client net.Conn) {
-	defer p.wg.Done()
-	defer p.untrack(client)
-	defer client.Close()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
+// admit starts serving client, or resets it when the proxy is resetting.
+func (p *Proxy) admit(client *net.TCPConn) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		client.Close()
 		return
 	}
-	if !p.track(server) {
-		resetConn(server)
+	p.stats.Accepted++
+	if p.mode == Reset {
+		p.stats.Resets++
+		p.mu.Unlock()
+		client.SetLinger(0)
+		client.Close()
 		return
 	}
-	defer p.untrack(server)
-	defer server.Close()
-	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client); done <- struct{}{} }()
-	go func() { p.pipe(client, server); done <- struct{}{} }()
-	<-done
-	// One side ended: end the other, with a reset if we are resetting.
-	if p.Mode() == Reset {
-		resetConn(client)
-		resetConn(server)
-	}
-	client.Close()
-	server.Close()
-	<-done
-}
-
-func (p *Proxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			mode, delay := p.mode, p.delay
-			p.mu.Unlock()
-			switch mode {
-			case Blackhole:
-				// Swallowed.
-			case Reset:
-				return
-			default:
-				if mode == Delay && delay > 0 {
-					time.Sleep(delay)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				return
-			}
-			if tc, ok := dst.(*net.TCPConn); ok {
-				tc.CloseWrite()
-			}
-			return
-		}
-	}
+	c := newConn(p, client)
+	p.conns[c] = struct{}{}
+	p.stats.Live++
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go c.serve()
 }
 
 // RewriteURL returns the database URL u pointing at addr (host:port) instead
-// of its own host and port.
+// of its own host and port. u must be a URL (postgres://…), not a
+// keyword/value string.
 func RewriteURL(u, addr string) (string, error) {
 	parsed, err := url.Parse(u)
-	if err != nil {
-		return "", err
+	if err != nil || parsed.Scheme == "" || parsed.Host == "" {
+		// The error would repeat u, which may hold a password.
+		return "", fmt.Errorf("%w: not a URL with a host", ErrInvalid)
 	}
 	parsed.Host = addr
 	return parsed.String(), nil
+}
+
+// Redirect returns a dial function that dials routes[address] (a proxy's
+// Addr) in place of address, and refuses, with ErrBypass, any address not in
+// routes. It is for clients that learn server addresses from the server:
+// Kafka clients dial the brokers that metadata advertises, which would slip
+// past a proxy given only as the bootstrap address. Give it to
+// kafka.Transport.Dial or kafka.Dialer.DialFunc, with a proxy per broker.
+func Redirect(routes map[string]string) func(ctx context.Context, network, address string) (net.Conn, error) {
+	routes = maps.Clone(routes)
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		via, ok := routes[address]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrBypass, short.Quote(address))
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, via)
+	}
 }

@@ -1,0 +1,135 @@
+package faultproxy
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// startPostgres puts a proxy in front of the test server and returns it with
+// a URL that connects through it.
+func startPostgres(t *testing.T) (*Proxy, string) {
+	t.Helper()
+	u := testdb.URL(t)
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, parsed.Host)
+	through, err := RewriteURL(u, p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, through
+}
+
+func connect(t *testing.T, ctx context.Context, u string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+type answer struct {
+	n   int
+	err error
+}
+
+func query(ctx context.Context, conn *pgx.Conn, sql string) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = conn.QueryRow(ctx, sql).Scan(&a.n)
+		done <- a
+	}()
+	return done
+}
+
+// A query sent during a hold stalls, its connection open, and completes
+// once the held bytes are delivered.
+func TestPostgresQueryStallsDuringHold(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	p, u := startPostgres(t)
+	conn := connect(t, ctx, u)
+	if a := <-query(ctx, conn, "SELECT 1"); a.err != nil || a.n != 1 {
+		t.Fatalf("before the hold: %d, %v", a.n, a.err)
+	}
+
+	p.Set(Hold, 0)
+	before := p.Stats().Held
+	done := query(ctx, conn, "SELECT 42")
+	waitFor(t, "the query to be held", func() bool { return p.Stats().Held > before })
+	select {
+	case a := <-done:
+		t.Fatalf("the query returned during the hold: %d, %v", a.n, a.err)
+	default:
+	}
+	if held := p.Deliver(); held == 0 {
+		t.Fatal("Deliver reports that the hold held nothing")
+	}
+	if a := <-done; a.err != nil || a.n != 42 {
+		t.Fatalf("after Deliver: %d, %v; want 42", a.n, a.err)
+	}
+}
+
+// A client that connects during a hold does not slip past it: its startup
+// is held, and it connects once the bytes are delivered.
+func TestPostgresConnectDuringHold(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	p, u := startPostgres(t)
+	p.Set(Hold, 0)
+	connected := make(chan *pgx.Conn, 1)
+	failed := make(chan error, 1)
+	go func() {
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			failed <- err
+			return
+		}
+		connected <- conn
+	}()
+	waitFor(t, "the startup to be held", func() bool { return p.Stats().Held > 0 })
+	if held := p.Deliver(); held == 0 {
+		t.Fatal("Deliver reports that the hold held nothing")
+	}
+	var conn *pgx.Conn
+	select {
+	case conn = <-connected:
+	case err := <-failed:
+		t.Fatalf("connect after Deliver: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if a := <-query(ctx, conn, "SELECT 7"); a.err != nil || a.n != 7 {
+		t.Fatalf("query: %d, %v", a.n, a.err)
+	}
+}
+
+// A reset breaks a pgx connection; a new one goes through.
+func TestPostgresReset(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	p, u := startPostgres(t)
+	conn := connect(t, ctx, u)
+	if n := p.ResetConns(); n != 1 {
+		t.Fatalf("ResetConns = %d, want 1", n)
+	}
+	if a := <-query(ctx, conn, "SELECT 1"); a.err == nil {
+		t.Fatal("a query on a reset connection succeeded")
+	}
+	conn = connect(t, ctx, u)
+	if a := <-query(ctx, conn, "SELECT 1"); a.err != nil || a.n != 1 {
+		t.Fatalf("on a new connection: %d, %v", a.n, a.err)
+	}
+}
