@@ -200,7 +200,7 @@ func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T)
 			return mutateError{err}
 		}
 		if !sameKey(key, row, s) {
-			return fmt.Errorf("%w: mutate changed the key of row %v", ErrInvalid, key)
+			return fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, quoteKey(key))
 		}
 		version, err = s.Update(ctx, row, v)
 		return err
