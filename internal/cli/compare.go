@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/localpg"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/scenario"
 )
 
@@ -118,7 +119,7 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 				return nil
 			}
 		}
-		fmt.Fprintf(stderr, "lockfree: backend postgres at %s\n", redact(url))
+		fmt.Fprintf(stderr, "lockfree: backend postgres at %s\n", pgaddr.Describe(url))
 		return infra, nothing, nil
 	}
 	if !localpg.Available() {
@@ -134,15 +135,6 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 		return scenario.Infra{}, nothing, err
 	}
 	return scenario.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
-}
-
-func redact(u string) string {
-	if i, j := strings.Index(u, "://"), strings.Index(u, "@"); i >= 0 && j > i {
-		if k := strings.Index(u[i+3:j], ":"); k >= 0 {
-			return u[:i+3+k+1] + "***" + u[j:]
-		}
-	}
-	return u
 }
 
 func faultList(fs []scenario.Fault) string {
