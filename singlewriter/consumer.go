@@ -164,20 +164,25 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 }
 
+// validate returns an error wrapping ErrInvalid for a configuration that
+// cannot work.
 func (c *ConsumerConfig) validate() error {
+	var reason string
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("no brokers")
-	case c.DB == nil:
-		return errors.New("no DB")
+		reason = "no brokers"
+	case isNil(c.DB):
+		reason = "no DB"
 	case c.Handler == nil:
-		return errors.New("no handler")
+		reason = "no handler"
 	case c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset:
-		return fmt.Errorf("start offset %d", c.StartOffset)
+		reason = fmt.Sprintf("start offset %d", c.StartOffset)
 	case c.HeartbeatInterval >= c.SessionTimeout:
-		return errors.New("heartbeat interval not below session timeout")
+		reason = "heartbeat interval not below session timeout"
+	default:
+		return validStream(c.GroupID, c.Topic, 0)
 	}
-	return validStream(c.GroupID, c.Topic, 0)
+	return fmt.Errorf("%w: invalid consumer config: %s", ErrInvalid, reason)
 }
 
 // Stats counts what a Consumer did since it was created.
@@ -217,7 +222,7 @@ type Consumer struct {
 func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("%w: invalid consumer config: %w", ErrInvalid, err)
+		return nil, err
 	}
 	inbox, err := NewInbox(cfg.DB, &InboxConfig{Tables: cfg.Tables})
 	if err != nil {

@@ -61,7 +61,7 @@ type Fenced struct {
 // NewFenced returns a Fenced applier on db; the schema must have been
 // migrated (Migrations and fencedlock's, if the locks live in PostgreSQL).
 func NewFenced(db TxDB, cfg FencedConfig) (*Fenced, error) {
-	if db == nil || cfg.Locks == nil {
+	if isNil(db) || isNil(cfg.Locks) {
 		return nil, fmt.Errorf("%w: fenced applier needs a DB and a lock store", ErrInvalid)
 	}
 	if err := cfg.Tables.Validate(); err != nil {
@@ -227,7 +227,7 @@ func NewFencedConsumer(cfg FencedConsumerConfig) (*FencedConsumer, error) {
 		RetryBackoff: cfg.RetryBackoff, Logger: cfg.Logger}
 	base.setDefaults()
 	if err := base.validate(); err != nil {
-		return nil, fmt.Errorf("%w: invalid consumer config: %w", ErrInvalid, err)
+		return nil, err
 	}
 	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.HeartbeatInterval = base.SessionTimeout, base.RebalanceTimeout, base.HeartbeatInterval
 	cfg.RetryBackoff, cfg.Logger = base.RetryBackoff, base.Logger
