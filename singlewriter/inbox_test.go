@@ -3,6 +3,8 @@ package singlewriter_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -126,5 +128,26 @@ func TestNilDBIsInvalid(t *testing.T) {
 				t.Errorf("%s: %v, want ErrInvalid", name, err)
 			}
 		}()
+	}
+}
+
+// TestErrorsQuoteNamesShort: an error about a user-supplied name quotes a
+// bounded prefix of it, never the whole name.
+func TestErrorsQuoteNamesShort(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", 10000)
+	h := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
+	errs := map[string]error{
+		"CreateTopic": singlewriter.CreateTopic(ctx, []string{"x:1"}, long, 0, 1),
+		"NewConsumer": func() error {
+			_, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{Brokers: []string{"x:1"}, GroupID: long, Topic: "t",
+				DB: &pgxpool.Pool{}, Handler: h})
+			return err
+		}(),
+	}
+	for name, err := range errs {
+		if !errors.Is(err, singlewriter.ErrInvalid) || len(err.Error()) > 400 {
+			t.Errorf("%s: %d-byte error %.100q…, want a short ErrInvalid", name, len(fmt.Sprint(err)), err)
+		}
 	}
 }
