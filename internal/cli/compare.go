@@ -27,7 +27,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	duration := fs.Duration("duration", 5*time.Second, "how long each approach runs")
 	faults := fs.String("faults", "none", "none, or a comma-separated list of pause, partition, restart")
 	backend := fs.String("backend", "auto", "auto|postgres|memory")
-	pgURL := fs.String("postgres", "", "PostgreSQL URL (default $DATABASE_URL)")
+	pgURL := fs.String("postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL); printed as host:port/database only")
 	restartCmd := fs.String("restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	kafka := fs.String("kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario")
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario instead of a table")
