@@ -46,6 +46,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 var (
@@ -58,7 +60,7 @@ var (
 	ErrConflict = errors.New("atomic: value conflict")
 	// ErrNotFound reports a key that has no row (no counter).
 	ErrNotFound = errors.New("atomic: key not found")
-	// ErrInvalid reports bad input — an empty or malformed key, a
+	// ErrInvalid reports bad input — an empty, oversized or malformed key, a
 	// non-positive amount, an arithmetic overflow, a bad table name —
 	// detected before anything was written.
 	ErrInvalid = errors.New("atomic: invalid argument")
@@ -73,6 +75,10 @@ const (
 	OpSetIfGreater  = "set-if-greater"
 	OpClaim         = "claim"
 )
+
+// MaxKeyLen is the longest key, in bytes. Keys must also be non-empty, valid
+// UTF-8 and free of NUL bytes, which PostgreSQL text cannot hold.
+const MaxKeyLen = 255
 
 // NoCap is the cap to give Increment when the only limit is int64 itself.
 const NoCap = math.MaxInt64
@@ -92,9 +98,9 @@ type InsufficientError struct {
 
 func (e *InsufficientError) Error() string {
 	if e.Op == OpIncrement {
-		return fmt.Sprintf("atomic: %s %q by %d: value %d would exceed cap %d", e.Op, e.Key, e.Amount, e.Current, e.Bound)
+		return fmt.Sprintf("atomic: %s %s by %d: value %d would exceed cap %d", e.Op, short.Quote(e.Key), e.Amount, e.Current, e.Bound)
 	}
-	return fmt.Sprintf("atomic: %s %q by %d: insufficient value %d (floor %d)", e.Op, e.Key, e.Amount, e.Current, e.Bound)
+	return fmt.Sprintf("atomic: %s %s by %d: insufficient value %d (floor %d)", e.Op, short.Quote(e.Key), e.Amount, e.Current, e.Bound)
 }
 
 // Is reports whether target is ErrInsufficient.
@@ -115,11 +121,11 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	switch e.Op {
 	case OpClaim:
-		return fmt.Sprintf("atomic: claim %q: already claimed (value %d)", e.Key, e.Current)
+		return fmt.Sprintf("atomic: claim %s: already claimed (value %d)", short.Quote(e.Key), e.Current)
 	case OpSetIfGreater:
-		return fmt.Sprintf("atomic: set-if-greater %q: %d is not greater than %d", e.Key, e.Offered, e.Current)
+		return fmt.Sprintf("atomic: set-if-greater %s: %d is not greater than %d", short.Quote(e.Key), e.Offered, e.Current)
 	}
-	return fmt.Sprintf("atomic: %s %q: expected %d, found %d", e.Op, e.Key, e.Offered, e.Current)
+	return fmt.Sprintf("atomic: %s %s: expected %d, found %d", e.Op, short.Quote(e.Key), e.Offered, e.Current)
 }
 
 // Is reports whether target is ErrConflict.
@@ -163,12 +169,14 @@ func validKey(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key %s is %d bytes, longer than %d", ErrInvalid, short.Quote(key), len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key %q is not valid UTF-8", ErrInvalid, key)
+		return fmt.Errorf("%w: key %s is not valid UTF-8", ErrInvalid, short.Quote(key))
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] == 0 {
-			return fmt.Errorf("%w: key %q contains a NUL byte", ErrInvalid, key)
+			return fmt.Errorf("%w: key %s contains a NUL byte", ErrInvalid, short.Quote(key))
 		}
 	}
 	return nil
@@ -176,7 +184,7 @@ func validKey(key string) error {
 
 func validAmount(key string, amount int64) error {
 	if amount <= 0 {
-		return fmt.Errorf("%w: amount %d for %q is not positive", ErrInvalid, amount, key)
+		return fmt.Errorf("%w: amount %d for %s is not positive", ErrInvalid, amount, short.Quote(key))
 	}
 	return nil
 }
@@ -216,7 +224,7 @@ func incrementCeiling(key string, amount, limit int64) (int64, error) {
 // *InsufficientError.
 func incrementMiss(key string, amount, limit, current int64) error {
 	if current > math.MaxInt64-amount {
-		return fmt.Errorf("%w: increment %q: %d + %d overflows int64", ErrInvalid, key, current, amount)
+		return fmt.Errorf("%w: increment %s: %d + %d overflows int64", ErrInvalid, short.Quote(key), current, amount)
 	}
 	return &InsufficientError{Op: OpIncrement, Key: key, Current: current, Amount: amount, Bound: limit}
 }
@@ -248,4 +256,4 @@ func newBatch(amounts map[string]int64, floor int64) (batch, error) {
 	return b, nil
 }
 
-func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }
+func notFound(key string) error { return fmt.Errorf("%w: %s", ErrNotFound, short.Quote(key)) }

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // FencedConfig configures a Fenced store. The zero value is valid.
@@ -25,7 +27,8 @@ type FencedConfig struct {
 	// followed by random hex.
 	Holder string
 	// LockPrefix starts every lock name; the key follows it (a key too long
-	// for a lock name is replaced by its SHA-256). Defaults to "atomic/" +
+	// for a lock name, or one that starts with "sha256:", is replaced by
+	// "sha256:" and its SHA-256). At most 184 bytes. Defaults to "atomic/" +
 	// the table name + "/".
 	LockPrefix string
 	// TokenColumn is the bigint column (NOT NULL DEFAULT 0) of the user's
@@ -101,14 +104,15 @@ func NewFenced(locks fencedlock.Store, db DB, table Table, cfg *FencedConfig) (*
 	if c.TokenColumn == "" {
 		c.TokenColumn = "fencing_token"
 	}
-	if len(c.TokenColumn) > maxIdentifier || strings.ContainsRune(c.TokenColumn, 0) {
-		return nil, fmt.Errorf("%w: invalid config: token column %q", ErrInvalid, c.TokenColumn)
+	if !validIdentifier(c.TokenColumn) {
+		return nil, fmt.Errorf("%w: invalid config: token column %s", ErrInvalid, short.Quote(c.TokenColumn))
 	}
 	if c.LockPrefix == "" {
 		c.LockPrefix = "atomic/" + table.Name + "/"
 	}
-	if len(c.LockPrefix) > fencedlock.MaxNameLen-64 {
-		return nil, fmt.Errorf("%w: invalid config: lock prefix longer than %d bytes", ErrInvalid, fencedlock.MaxNameLen-64)
+	if len(c.LockPrefix) > maxPrefixLen || !utf8.ValidString(c.LockPrefix) || strings.ContainsRune(c.LockPrefix, 0) {
+		return nil, fmt.Errorf("%w: invalid config: lock prefix %s must be at most %d bytes of UTF-8 without NUL",
+			ErrInvalid, short.Quote(c.LockPrefix), maxPrefixLen)
 	}
 	f := &Fenced{
 		locks: locks, db: db, table: table, cfg: c, prefix: c.LockPrefix,
@@ -129,12 +133,23 @@ func (f *Fenced) WithDB(db DB) *Fenced {
 	return &c
 }
 
+// digestMarker starts the part of a lock name that is a SHA-256 of the key
+// rather than the key itself.
+const digestMarker = "sha256:"
+
+// maxPrefixLen leaves room in a lock name for a hashed key.
+const maxPrefixLen = fencedlock.MaxNameLen - len(digestMarker) - 2*sha256.Size
+
+// lockName returns the prefix followed by the key, or by digestMarker and the
+// key's SHA-256 when that would be longer than a lock name may be. A key that
+// itself starts with digestMarker is always hashed, so no key can name the
+// lock of another.
 func (f *Fenced) lockName(key string) string {
-	if len(f.prefix)+len(key) <= fencedlock.MaxNameLen {
+	if len(f.prefix)+len(key) <= fencedlock.MaxNameLen && !strings.HasPrefix(key, digestMarker) {
 		return f.prefix + key
 	}
 	sum := sha256.Sum256([]byte(key))
-	return f.prefix + hex.EncodeToString(sum[:])
+	return f.prefix + digestMarker + hex.EncodeToString(sum[:])
 }
 
 // lock acquires the leases of keys, which must be sorted, waiting while
@@ -156,7 +171,7 @@ func (f *Fenced) lock(ctx context.Context, keys ...string) (map[string]fencedloc
 		l, err := fencedlock.AcquireWait(ctx, f.locks, name, f.cfg.Holder, f.cfg.TTL, f.cfg.Wait)
 		if err != nil {
 			release()
-			return nil, nil, fmt.Errorf("atomic: lock %q: %w", name, err)
+			return nil, nil, fmt.Errorf("atomic: lock %s: %w", short.Quote(name), err)
 		}
 		leases[k] = l
 	}
@@ -177,7 +192,7 @@ func (f *Fenced) read(ctx context.Context, db DB, key string, token int64) (int6
 		return 0, notFound(key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("atomic: read %q: %w", key, err)
+		return 0, fmt.Errorf("atomic: read %s: %w", short.Quote(key), err)
 	}
 	return v, nil
 }
@@ -190,7 +205,7 @@ func (f *Fenced) write(ctx context.Context, db DB, key string, token, next int64
 	if f.cfg.Unfenced {
 		tag, err := db.Exec(ctx, f.sql.write, key, next)
 		if err != nil {
-			return fmt.Errorf("atomic: write %q: %w", key, err)
+			return fmt.Errorf("atomic: write %s: %w", short.Quote(key), err)
 		}
 		if tag.RowsAffected() == 0 {
 			return notFound(key)
@@ -208,9 +223,9 @@ func (f *Fenced) fenceErr(key string, err error) error {
 	case errors.Is(err, fencedlock.ErrNotFound):
 		return notFound(key)
 	case errors.Is(err, fencedlock.ErrFenced):
-		return fmt.Errorf("atomic: fenced write of %q: %w", key, err)
+		return fmt.Errorf("atomic: fenced write of %s: %w", short.Quote(key), err)
 	}
-	return fmt.Errorf("atomic: %q: %w", key, err)
+	return fmt.Errorf("atomic: %s: %w", short.Quote(key), err)
 }
 
 // update is the twin's single-key operation: lock, read, decide, write,
@@ -308,7 +323,7 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64) error {
 		var cur int64
 		err := f.db.QueryRow(ctx, f.sql.value, key).Scan(&cur)
 		if err != nil {
-			return fmt.Errorf("atomic: claim %q: %w", key, err)
+			return fmt.Errorf("atomic: claim %s: %w", short.Quote(key), err)
 		}
 		return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: cur}
 	}
@@ -318,14 +333,14 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64) error {
 	case err == nil:
 		return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: cur}
 	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("atomic: claim %q: %w", key, err)
+		return fmt.Errorf("atomic: claim %s: %w", short.Quote(key), err)
 	}
 	if f.cfg.BeforeWrite != nil {
 		f.cfg.BeforeWrite(ctx, key)
 	}
 	tag, err := f.db.Exec(ctx, f.sql.claim, key, value, leases[key].Token)
 	if err != nil {
-		return fmt.Errorf("atomic: claim %q: %w", key, err)
+		return fmt.Errorf("atomic: claim %s: %w", short.Quote(key), err)
 	}
 	if tag.RowsAffected() == 0 {
 		return conflict()
@@ -383,7 +398,7 @@ func (f *Fenced) Value(ctx context.Context, key string) (int64, error) {
 		return 0, notFound(key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("atomic: value %q: %w", key, err)
+		return 0, fmt.Errorf("atomic: value %s: %w", short.Quote(key), err)
 	}
 	return v, nil
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // DB is what the PostgreSQL backends need from a connection:
@@ -55,11 +58,19 @@ func (t Table) validate() error {
 		if n.name == "" && n.what == "schema" {
 			continue
 		}
-		if n.name == "" || len(n.name) > maxIdentifier || strings.ContainsRune(n.name, 0) {
-			return fmt.Errorf("%w: invalid table config: %s %q", ErrInvalid, n.what, n.name)
+		if !validIdentifier(n.name) {
+			return fmt.Errorf("%w: invalid table config: %s %s", ErrInvalid, n.what, short.Quote(n.name))
 		}
 	}
 	return nil
+}
+
+// validIdentifier reports whether name can be a PostgreSQL identifier:
+// non-empty, at most maxIdentifier bytes, UTF-8 without NUL. Checked here,
+// a bad name is an ErrInvalid at construction rather than a server error
+// (SQLSTATE 22021) at the first statement.
+func validIdentifier(name string) bool {
+	return name != "" && len(name) <= maxIdentifier && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
 }
 
 func (t Table) qualified() string {
@@ -201,7 +212,7 @@ func (p *Postgres) conditional(ctx context.Context, op, key, sql string, stale f
 			return false, false, 0, nil
 		}
 		if err != nil {
-			return false, false, 0, fmt.Errorf("atomic: %s %q: %w", op, key, err)
+			return false, false, 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
 		}
 		if applied || !stale(v) || attempt == maxAttempts {
 			return applied, true, v, nil
@@ -300,7 +311,7 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
 		case found:
 			return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: v}
 		case attempt == maxAttempts:
-			return fmt.Errorf("atomic: claim %q: the conflicting row stayed invisible after %d attempts", key, attempt)
+			return fmt.Errorf("atomic: claim %s: the conflicting row stayed invisible after %d attempts", short.Quote(key), attempt)
 		}
 		// Neither inserted nor visible: the conflicting row committed after
 		// this statement's snapshot. Run it again with a new one.
@@ -367,7 +378,7 @@ func (p *Postgres) Value(ctx context.Context, key string) (int64, error) {
 		return 0, notFound(key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("atomic: value %q: %w", key, err)
+		return 0, fmt.Errorf("atomic: value %s: %w", short.Quote(key), err)
 	}
 	return v, nil
 }

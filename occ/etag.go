@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // ErrBadPrecondition reports an If-Match header that does not parse as
@@ -22,11 +24,11 @@ func ETag(version int64) string { return `"v` + strconv.FormatInt(version, 10) +
 // cannot guard a write.
 func ParseETag(tag string) (int64, error) {
 	if len(tag) < 4 || tag[0] != '"' || tag[len(tag)-1] != '"' || tag[1] != 'v' {
-		return 0, fmt.Errorf("%w: %q is not a version tag", ErrBadPrecondition, tag)
+		return 0, fmt.Errorf("%w: %s is not a version tag", ErrBadPrecondition, short.Quote(tag))
 	}
 	v, err := strconv.ParseInt(tag[2:len(tag)-1], 10, 64)
 	if err != nil || v < 1 || strconv.FormatInt(v, 10) != tag[2:len(tag)-1] {
-		return 0, fmt.Errorf("%w: %q is not a version tag", ErrBadPrecondition, tag)
+		return 0, fmt.Errorf("%w: %s is not a version tag", ErrBadPrecondition, short.Quote(tag))
 	}
 	return v, nil
 }
@@ -68,12 +70,12 @@ func ParseIfMatch(h http.Header) (IfMatch, error) {
 				end = strings.IndexByte(s[1:], '"')
 			}
 			if end < 0 {
-				return IfMatch{}, fmt.Errorf("%w: %q", ErrBadPrecondition, strings.Join(fields, ", "))
+				return IfMatch{}, fmt.Errorf("%w: %s", ErrBadPrecondition, short.Quote(strings.Join(fields, ", ")))
 			}
 			tag := s[:end+2]
 			for i := 1; i < len(tag)-1; i++ {
 				if c := tag[i]; c < 0x21 || c == 0x7f {
-					return IfMatch{}, fmt.Errorf("%w: %q", ErrBadPrecondition, strings.Join(fields, ", "))
+					return IfMatch{}, fmt.Errorf("%w: %s", ErrBadPrecondition, short.Quote(strings.Join(fields, ", ")))
 				}
 			}
 			if !weak {
@@ -82,11 +84,11 @@ func ParseIfMatch(h http.Header) (IfMatch, error) {
 			s = s[end+2:]
 		}
 		if rest := strings.TrimLeft(s, " \t"); rest != "" && rest[0] != ',' {
-			return IfMatch{}, fmt.Errorf("%w: %q", ErrBadPrecondition, strings.Join(fields, ", "))
+			return IfMatch{}, fmt.Errorf("%w: %s", ErrBadPrecondition, short.Quote(strings.Join(fields, ", ")))
 		}
 	}
 	if elems == 0 || (m.any && elems > 1) {
-		return IfMatch{}, fmt.Errorf("%w: %q", ErrBadPrecondition, strings.Join(fields, ", "))
+		return IfMatch{}, fmt.Errorf("%w: %s", ErrBadPrecondition, short.Quote(strings.Join(fields, ", ")))
 	}
 	return m, nil
 }

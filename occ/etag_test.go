@@ -214,3 +214,139 @@ func TestHTTPPreconditions(t *testing.T) {
 		t.Fatalf("after delete: %v", err)
 	}
 }
+
+// FuzzIfMatch checks ParseIfMatch and ParseETag against the RFC 9110
+// grammar, written out independently below: neither panics, every error is
+// an ErrBadPrecondition with a short message, a header parses exactly when
+// the grammar accepts it, and Matches agrees with the tags the grammar
+// finds. ETag(v) round-trips through ParseETag for every v ≥ 1, and
+// ParseETag accepts nothing but ETag's own output. Its seeds run with every
+// go test; see docs/occ.md for fuzzing longer.
+func FuzzIfMatch(f *testing.F) {
+	for _, seed := range []struct {
+		a, b string
+		v    int64
+	}{
+		{`"v1"`, ``, 1},
+		{`"v1", "v2"`, `"v3"`, 3},
+		{`W/"v1"`, `"v2"`, 1},
+		{`*`, ``, 7},
+		{`*`, `"v1"`, 1},
+		{`* , `, `,`, 1},
+		{`"a,b"`, `"v12"`, 12},
+		{`"a`, `b"`, 1},
+		{``, ``, 0},
+		{` ,, "v5" ,`, "\t", 5},
+		{`"v1" "v2"`, ``, 1},
+		{"\"v\x7f\"", ``, 1},
+		{"\"\x80\xff\"", `W/""`, -1},
+		{`W/*`, ``, 1},
+		{`"v01"`, `"v-1"`, 1 << 62},
+		{`"v9223372036854775807"`, ``, 1<<63 - 1},
+	} {
+		f.Add(seed.a, seed.b, seed.v)
+	}
+	f.Fuzz(func(t *testing.T, a, b string, v int64) {
+		checkETag(t, a, v)
+		for _, fields := range [][]string{{a}, {a, b}} {
+			m, err := occ.ParseIfMatch(http.Header{"If-Match": fields})
+			valid, star, strong := rfcIfMatch(strings.Join(fields, ","))
+			if err != nil {
+				if !errors.Is(err, occ.ErrBadPrecondition) || len(err.Error()) > maxErrLen {
+					t.Fatalf("ParseIfMatch(%q): error %q, want a short ErrBadPrecondition", fields, err)
+				}
+				if valid {
+					t.Fatalf("ParseIfMatch(%q) rejected a valid header: %v", fields, err)
+				}
+				continue
+			}
+			if !valid {
+				t.Fatalf("ParseIfMatch(%q) accepted a malformed header", fields)
+			}
+			if !m.Present() || m.Matches(0) {
+				t.Fatalf("ParseIfMatch(%q): present %v, matches a missing resource %v", fields, m.Present(), m.Matches(0))
+			}
+			if v >= 1 {
+				if want := star || slices.Contains(strong, occ.ETag(v)); m.Matches(v) != want {
+					t.Fatalf("ParseIfMatch(%q).Matches(%d) = %v, want %v", fields, v, !want, want)
+				}
+			}
+		}
+	})
+}
+
+// maxErrLen bounds an error message that quotes input: 64 bytes of it,
+// each at most 4 once escaped (\xff), and a few words.
+const maxErrLen = 400
+
+func checkETag(t *testing.T, tag string, v int64) {
+	if got, err := occ.ParseETag(tag); err != nil {
+		if !errors.Is(err, occ.ErrBadPrecondition) || len(err.Error()) > maxErrLen {
+			t.Fatalf("ParseETag(%q): error %q, want a short ErrBadPrecondition", tag, err)
+		}
+	} else if got < 1 || occ.ETag(got) != tag {
+		t.Fatalf("ParseETag(%q) = %d, which ETag formats as %s", tag, got, occ.ETag(got))
+	}
+	got, err := occ.ParseETag(occ.ETag(v))
+	switch {
+	case v >= 1 && (err != nil || got != v):
+		t.Fatalf("ParseETag(ETag(%d)) = %d, %v", v, got, err)
+	case v < 1 && !errors.Is(err, occ.ErrBadPrecondition):
+		t.Fatalf("ParseETag(ETag(%d)) = %d, %v; want ErrBadPrecondition (versions start at 1)", v, got, err)
+	}
+}
+
+// rfcIfMatch is the If-Match grammar of RFC 9110 (§13.1.1, §8.8.3, §5.6.1):
+//
+//	If-Match    = "*" / #entity-tag
+//	entity-tag  = [ "W/" ] DQUOTE *etagc DQUOTE
+//	etagc       = %x21 / %x23-7E / %x80-FF
+//
+// with OWS around commas and empty list elements allowed. A header that
+// lists nothing is malformed here, as in ParseIfMatch. It returns the strong
+// tags, quotes included.
+func rfcIfMatch(v string) (valid, star bool, strong []string) {
+	elems := 0
+	i := 0
+	for {
+		for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == ',') {
+			i++
+		}
+		if i == len(v) {
+			return elems > 0 && !(star && elems > 1), star, strong
+		}
+		elems++
+		switch {
+		case v[i] == '*':
+			star = true
+			i++
+		default:
+			weak := strings.HasPrefix(v[i:], "W/")
+			if weak {
+				i += 2
+			}
+			if i == len(v) || v[i] != '"' {
+				return false, false, nil
+			}
+			start := i
+			for i++; i < len(v) && v[i] != '"'; i++ {
+				if c := v[i]; c != 0x21 && (c < 0x23 || c == 0x7f) {
+					return false, false, nil
+				}
+			}
+			if i == len(v) {
+				return false, false, nil
+			}
+			i++
+			if !weak {
+				strong = append(strong, v[start:i])
+			}
+		}
+		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
+			i++
+		}
+		if i < len(v) && v[i] != ',' {
+			return false, false, nil
+		}
+	}
+}

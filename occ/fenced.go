@@ -3,15 +3,19 @@ package occ
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // FencedConfig configures a Fenced updater. The zero value is valid.
@@ -23,8 +27,9 @@ type FencedConfig struct {
 	// Holder names this updater to the lock service. Defaults to "occ-"
 	// followed by random hex.
 	Holder string
-	// LockPrefix starts every lock name; the key (formatted with %v)
-	// follows it. Defaults to "occ/" + the table name + "/" ("occ/" for a
+	// LockPrefix starts every lock name; the key follows it, or its SHA-256
+	// when the name would be too long for a lock. At most 184 bytes.
+	// Defaults to "occ/" + the table name + "/" ("occ/" for a
 	// Memory store).
 	LockPrefix string
 	// TokenColumn is the bigint column (NOT NULL DEFAULT 0) of the user's
@@ -112,10 +117,50 @@ func NewFenced[T any](locks fencedlock.Store, store Store[T], cfg FencedConfig) 
 	if cfg.LockPrefix != "" {
 		f.prefix = cfg.LockPrefix
 	}
+	if err := validPrefix(f.prefix); err != nil {
+		return nil, err
+	}
 	if cfg.Unfenced {
 		f.stamp = nil
 	}
 	return f, nil
+}
+
+// maxPrefixLen leaves room in a lock name for a hashed key.
+const maxPrefixLen = fencedlock.MaxNameLen - len(digestMarker) - 2*sha256.Size
+
+func validPrefix(p string) error {
+	if len(p) > maxPrefixLen || !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("%w: invalid config: lock prefix %s must be at most %d bytes of UTF-8 without NUL",
+			ErrInvalid, short.Quote(p), maxPrefixLen)
+	}
+	return nil
+}
+
+// digestMarker starts the part of a lock name that is a SHA-256 of the key
+// rather than the key itself.
+const digestMarker = "sha256:"
+
+// lockName returns the prefix followed by the key, or by digestMarker and the
+// key's SHA-256 when that would be longer than a lock name may be. A key that
+// itself starts with digestMarker is always hashed, so no key can name the
+// lock of another. Keys other than strings and integers are formatted with
+// %#v, which quotes the strings inside them.
+func (f *Fenced[T]) lockName(k any) string {
+	var s string
+	switch v := reflect.ValueOf(k); {
+	case v.Kind() == reflect.String:
+		s = v.String()
+	case v.CanInt(), v.CanUint():
+		s = fmt.Sprint(k)
+	default:
+		s = fmt.Sprintf("%#v", k)
+	}
+	if len(f.prefix)+len(s) <= fencedlock.MaxNameLen && !strings.HasPrefix(s, digestMarker) {
+		return f.prefix + s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return f.prefix + digestMarker + hex.EncodeToString(sum[:])
 }
 
 // Update locks key, loads its row, calls mutate on it and writes it back
@@ -133,10 +178,10 @@ func (f *Fenced[T]) Update(ctx context.Context, key any, mutate func(row *T) err
 	if mutate == nil {
 		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
 	}
-	name := fmt.Sprintf("%s%v", f.prefix, k)
+	name := f.lockName(k)
 	lease, err := fencedlock.AcquireWait(ctx, f.locks, name, f.cfg.Holder, f.cfg.TTL, f.cfg.Wait)
 	if err != nil {
-		return 0, fmt.Errorf("occ: lock %q: %w", name, err)
+		return 0, fmt.Errorf("occ: lock %s: %w", short.Quote(name), err)
 	}
 	defer func() {
 		// An expired or overtaken lease has nothing to free; the fence
@@ -161,7 +206,7 @@ func (f *Fenced[T]) Update(ctx context.Context, key any, mutate func(row *T) err
 		return 0, err
 	}
 	if f.m.keyOf(reflect.ValueOf(row)) != k {
-		return 0, fmt.Errorf("%w: mutate changed the key of row %v", ErrInvalid, key)
+		return 0, fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, quoteKey(key))
 	}
 	return f.write(ctx, row, v, lease.Token)
 }

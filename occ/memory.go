@@ -55,14 +55,17 @@ func (s *Memory[T]) Load(ctx context.Context, key any) (T, int64, error) {
 	defer s.mu.Unlock()
 	r := s.rows[k]
 	if r == nil {
-		return zero, 0, fmt.Errorf("%w: key %v", ErrNotFound, key)
+		return zero, 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
 	}
 	return deepCopy(r.val), r.version, nil
 }
 
 // Insert implements Store.
 func (s *Memory[T]) Insert(ctx context.Context, row T) (int64, error) {
-	k := s.m.keyOf(reflect.ValueOf(row))
+	k, err := s.m.rowKey(reflect.ValueOf(row))
+	if err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -92,7 +95,10 @@ func (s *Memory[T]) Update(ctx context.Context, row T, version int64) (int64, er
 	if err := validVersion(version); err != nil {
 		return 0, err
 	}
-	k := s.m.keyOf(reflect.ValueOf(row))
+	k, err := s.m.rowKey(reflect.ValueOf(row))
+	if err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -101,7 +107,7 @@ func (s *Memory[T]) Update(ctx context.Context, row T, version int64) (int64, er
 	r := s.rows[k]
 	switch {
 	case r == nil:
-		return 0, fmt.Errorf("%w: key %v", ErrNotFound, k)
+		return 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(k))
 	case r.version != version:
 		return 0, &ConflictError{Key: k, Expected: version, Actual: r.version}
 	}
@@ -127,7 +133,7 @@ func (s *Memory[T]) Delete(ctx context.Context, key any, version int64) error {
 	r := s.rows[k]
 	switch {
 	case r == nil:
-		return fmt.Errorf("%w: key %v", ErrNotFound, key)
+		return fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
 	case r.version != version:
 		return &ConflictError{Key: k, Expected: version, Actual: r.version}
 	}
@@ -148,7 +154,7 @@ func (s *Memory[T]) writeLocked(ctx context.Context, row T, token int64, fenced 
 	r := s.rows[k]
 	switch {
 	case r == nil:
-		return 0, fmt.Errorf("%w: key %v", ErrNotFound, k)
+		return 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(k))
 	case fenced && token < r.token:
 		return 0, &fencedlock.FencedError{Presented: token, Required: r.token}
 	}
@@ -171,7 +177,7 @@ func (s *Memory[T]) stamp(ctx context.Context, key any, token int64) error {
 	r := s.rows[key]
 	switch {
 	case r == nil:
-		return fmt.Errorf("%w: key %v", ErrNotFound, key)
+		return fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
 	case token < r.token:
 		return &fencedlock.FencedError{Presented: token, Required: r.token}
 	}

@@ -40,6 +40,8 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 var (
@@ -57,6 +59,11 @@ var (
 	ErrAborted = errors.New("occ: transaction aborted (serialization failure or deadlock)")
 )
 
+// MaxKeyLen is the longest string key, in bytes. String keys must also be
+// non-empty, valid UTF-8 and free of NUL bytes, which PostgreSQL text cannot
+// hold.
+const MaxKeyLen = 255
+
 // ConflictError is a write rejected because the row's version is not the one
 // the writer expected. Expected is 0 for an Insert of a key that exists.
 // Actual is the row's version when the conflict was detected (always ≥ 1: a
@@ -69,9 +76,9 @@ type ConflictError struct {
 
 func (e *ConflictError) Error() string {
 	if e.Expected == 0 {
-		return fmt.Sprintf("occ: version conflict on key %v: row exists at version %d", e.Key, e.Actual)
+		return fmt.Sprintf("occ: version conflict on key %s: row exists at version %d", quoteKey(e.Key), e.Actual)
 	}
-	return fmt.Sprintf("occ: version conflict on key %v: expected version %d, row is at %d", e.Key, e.Expected, e.Actual)
+	return fmt.Sprintf("occ: version conflict on key %s: expected version %d, row is at %d", quoteKey(e.Key), e.Expected, e.Actual)
 }
 
 // Is reports whether target is ErrConflict.
@@ -248,8 +255,58 @@ func (m *mapping) setVersion(row reflect.Value, v int64) {
 	row.FieldByIndex(m.cols[m.version].index).SetInt(v)
 }
 
-// normKey converts key to the key field's type, or reports ErrInvalid.
+// normKey converts key to the key field's type and checks it, or reports
+// ErrInvalid.
 func (m *mapping) normKey(key any) (any, error) {
+	k, err := m.convertKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return k, m.checkKey(k)
+}
+
+// rowKey returns the key field of row (a struct value of m.typ), checked.
+func (m *mapping) rowKey(row reflect.Value) (any, error) {
+	k := m.keyOf(row)
+	return k, m.checkKey(k)
+}
+
+// checkKey rejects a string key that PostgreSQL text cannot hold (NUL,
+// invalid UTF-8: SQLSTATE 22021) or that no caller means (empty, longer
+// than MaxKeyLen), so that both backends refuse it before any statement.
+func (m *mapping) checkKey(k any) error {
+	if m.keyKind != reflect.String {
+		return nil
+	}
+	s := reflect.ValueOf(k).String()
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case len(s) > MaxKeyLen:
+		return fmt.Errorf("%w: key %s is %d bytes, longer than %d", ErrInvalid, short.Quote(s), len(s), MaxKeyLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: key %s is not valid UTF-8", ErrInvalid, short.Quote(s))
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: key %s contains a NUL byte", ErrInvalid, short.Quote(s))
+	}
+	return nil
+}
+
+// quoteKey formats a key for an error message: strings quoted and
+// shortened (internal/short), other keys as %v, shortened when long.
+func quoteKey(k any) string {
+	if v := reflect.ValueOf(k); v.Kind() == reflect.String {
+		return short.Quote(v.String())
+	}
+	if s := fmt.Sprint(k); len(s) <= short.Max {
+		return s
+	} else {
+		return short.Quote(s)
+	}
+}
+
+// convertKey converts key to the key field's type, or reports ErrInvalid.
+func (m *mapping) convertKey(key any) (any, error) {
 	if key == nil {
 		return nil, fmt.Errorf("%w: nil key", ErrInvalid)
 	}
@@ -290,7 +347,7 @@ func (m *mapping) normKey(key any) (any, error) {
 	case v.Kind() == reflect.String && kt.Kind() == reflect.String:
 		return v.Convert(kt).Interface(), nil
 	}
-	return nil, fmt.Errorf("%w: key %v of type %T does not fit key field of type %v", ErrInvalid, key, key, kt)
+	return nil, fmt.Errorf("%w: key %s of type %T does not fit key field of type %v", ErrInvalid, quoteKey(key), key, kt)
 }
 
 func validVersion(v int64) error {

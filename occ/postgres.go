@@ -118,9 +118,9 @@ func (p *Postgres[T]) setArgs(row reflect.Value) []any {
 func (p *Postgres[T]) wrap(op string, key any, err error) error {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01") {
-		return fmt.Errorf("%w: %s %s %v: %w", ErrAborted, op, p.cfg.Table, key, err)
+		return fmt.Errorf("%w: %s %s key %s: %w", ErrAborted, op, p.cfg.Table, quoteKey(key), err)
 	}
-	return fmt.Errorf("occ: %s %s %v: %w", op, p.cfg.Table, key, err)
+	return fmt.Errorf("occ: %s %s key %s: %w", op, p.cfg.Table, quoteKey(key), err)
 }
 
 // Load implements Store.
@@ -138,7 +138,7 @@ func (p *Postgres[T]) Load(ctx context.Context, key any) (T, int64, error) {
 	err = p.db.QueryRow(ctx, p.sql.load, k).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var zero T
-		return zero, 0, fmt.Errorf("%w: %s %v", ErrNotFound, p.cfg.Table, key)
+		return zero, 0, fmt.Errorf("%w: %s key %s", ErrNotFound, p.cfg.Table, quoteKey(key))
 	}
 	if err != nil {
 		var zero T
@@ -160,7 +160,10 @@ func (p *Postgres[T]) current(ctx context.Context, key any) (int64, error) {
 // Insert implements Store.
 func (p *Postgres[T]) Insert(ctx context.Context, row T) (int64, error) {
 	rv := reflect.ValueOf(row)
-	key := p.m.keyOf(rv)
+	key, err := p.m.rowKey(rv)
+	if err != nil {
+		return 0, err
+	}
 	args := make([]any, 0, len(p.m.cols))
 	for i, c := range p.m.cols {
 		if i != p.m.version {
@@ -194,10 +197,13 @@ func (p *Postgres[T]) Update(ctx context.Context, row T, version int64) (int64, 
 		return 0, err
 	}
 	rv := reflect.ValueOf(row)
-	key := p.m.keyOf(rv)
+	key, err := p.m.rowKey(rv)
+	if err != nil {
+		return 0, err
+	}
 	args := append(p.setArgs(rv), key, version)
 	var v int64
-	err := p.db.QueryRow(ctx, p.sql.update, args...).Scan(&v)
+	err = p.db.QueryRow(ctx, p.sql.update, args...).Scan(&v)
 	if err == nil {
 		return v, nil
 	}
@@ -214,7 +220,7 @@ func (p *Postgres[T]) miss(ctx context.Context, op string, key any, version int6
 	case err != nil:
 		return p.wrap(op, key, err)
 	case cur == 0:
-		return fmt.Errorf("%w: %s %v", ErrNotFound, p.cfg.Table, key)
+		return fmt.Errorf("%w: %s key %s", ErrNotFound, p.cfg.Table, quoteKey(key))
 	}
 	return &ConflictError{Key: key, Expected: version, Actual: cur}
 }
@@ -250,7 +256,7 @@ func (p *Postgres[T]) writeLocked(ctx context.Context, row T, loaded int64, fenc
 		var v int64
 		err := p.db.QueryRow(ctx, p.sql.unfenced, append(args, key)...).Scan(&v)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("%w: %s %v", ErrNotFound, p.cfg.Table, key)
+			return 0, fmt.Errorf("%w: %s key %s", ErrNotFound, p.cfg.Table, quoteKey(key))
 		}
 		if err != nil {
 			return 0, p.wrap("write", key, err)

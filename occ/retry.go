@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"time"
@@ -13,8 +14,8 @@ import (
 
 // Backoff says how often and how patiently to retry, with the meaning of
 // client-go's wait.Backoff: Steps attempts in all, the first retry after
-// Duration, each later delay Factor times the previous one, capped at Cap,
-// and each delay lengthened by a random fraction up to Jitter of itself.
+// Duration, each later delay Factor times the previous one, each delay
+// lengthened by a random fraction up to Jitter of itself, and capped at Cap.
 // Backoff is a value, safe to copy and share.
 type Backoff struct {
 	// Duration is the delay before the first retry.
@@ -27,7 +28,9 @@ type Backoff struct {
 	// Steps is the number of attempts, including the first; values below
 	// 1 mean 1.
 	Steps int
-	// Cap bounds each delay when positive.
+	// Cap bounds each delay, jitter included, when positive. Without it the
+	// delay grows until it saturates at the longest time.Duration; it never
+	// wraps around to no delay.
 	Cap time.Duration
 }
 
@@ -69,8 +72,7 @@ func RetryOnConflict(ctx context.Context, b Backoff, fn func(ctx context.Context
 
 func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx context.Context) error) error {
 	steps := max(b.Steps, 1)
-	factor := max(b.Factor, 1)
-	delay := b.Duration
+	sched := newSchedule(b)
 	var last error
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -89,14 +91,7 @@ func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx
 		if onRetry != nil {
 			onRetry(attempt, last)
 		}
-		d := delay
-		if b.Cap > 0 && d > b.Cap {
-			d = b.Cap
-		}
-		if b.Jitter > 0 {
-			d += time.Duration(rand.Float64() * b.Jitter * float64(d))
-		}
-		if d > 0 {
+		if d := sched.next(); d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
@@ -105,8 +100,53 @@ func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx
 			case <-t.C:
 			}
 		}
-		delay = time.Duration(float64(delay) * factor)
 	}
+}
+
+// schedule yields the delays of a Backoff, one per retry. The delay grows
+// in float64 and is clamped before it becomes a Duration: converting a value
+// past int64 wraps to a negative delay, which would retry with no pause.
+type schedule struct {
+	b     Backoff
+	delay time.Duration
+}
+
+func newSchedule(b Backoff) *schedule {
+	return &schedule{b: b, delay: b.capped(b.Duration)}
+}
+
+// next returns the delay before the next retry: never more than Cap, and
+// never wrapped below zero however many steps came before.
+func (s *schedule) next() time.Duration {
+	d := s.delay
+	if s.b.Jitter > 0 { // false for NaN
+		d = s.b.capped(toDuration(float64(d) * (1 + rand.Float64()*s.b.Jitter)))
+	}
+	factor := s.b.Factor
+	if !(factor > 1) { // below 1, or NaN
+		factor = 1
+	}
+	s.delay = s.b.capped(toDuration(float64(s.delay) * factor))
+	return d
+}
+
+func (b Backoff) capped(d time.Duration) time.Duration {
+	if b.Cap > 0 {
+		return min(d, b.Cap)
+	}
+	return d
+}
+
+// toDuration converts f nanoseconds, saturating at the longest Duration; NaN
+// and values ≤ 0 are no delay.
+func toDuration(f float64) time.Duration {
+	switch {
+	case !(f > 0):
+		return 0
+	case f >= math.MaxInt64: // float64(MaxInt64) is 2^63, itself out of range
+		return math.MaxInt64
+	}
+	return time.Duration(f)
 }
 
 // Option adjusts one Update call.
@@ -160,7 +200,7 @@ func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T)
 			return mutateError{err}
 		}
 		if !sameKey(key, row, s) {
-			return fmt.Errorf("%w: mutate changed the key of row %v", ErrInvalid, key)
+			return fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, quoteKey(key))
 		}
 		version, err = s.Update(ctx, row, v)
 		return err

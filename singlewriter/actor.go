@@ -54,6 +54,11 @@ type Actor[S any] struct {
 	wake  chan struct{} // cap 1: the queue changed or stop was requested
 	stop  bool
 	done  chan struct{} // closed when the goroutine has exited
+
+	// batch holds the commands taken from queue and not yet run. It
+	// belongs to the running goroutine, and passes to its successor when a
+	// command ends it with runtime.Goexit.
+	batch []*command[S]
 }
 
 // NewActor starts an actor owning initial. Its goroutine runs until Stop.
@@ -72,8 +77,10 @@ func NewActor[S any](initial S, cfg *ActorConfig) *Actor[S] {
 // with exclusive access to the state; it must not keep the pointer after it
 // returns, nor call Do on the same actor (that would deadlock).
 //
-// Do returns fn's error, a *PanicError if fn panicked, ErrStopped if the actor
-// was stopping (fn did not run), or ctx's error if ctx ended first. A
+// Do returns fn's error, a *PanicError if fn panicked, ErrGoexit if fn
+// called runtime.Goexit, ErrStopped if the actor was stopping (fn did not
+// run), or ctx's error if ctx ended first. After a panic or a Goexit the
+// actor keeps serving, with the state as fn left it. A
 // context error means fn did not run and never will: once the actor has
 // started fn, Do waits for it to finish and returns its result even if ctx
 // ends meanwhile.
@@ -156,28 +163,48 @@ func (a *Actor[S]) signal() {
 }
 
 func (a *Actor[S]) run() {
-	defer close(a.done)
 	for {
-		a.mu.Lock()
-		batch := a.queue
-		a.queue = nil
-		stop := a.stop
-		a.mu.Unlock()
-		for _, c := range batch {
+		for len(a.batch) > 0 {
+			c := a.batch[0]
+			a.batch[0] = nil
+			a.batch = a.batch[1:]
 			<-a.slots
 			if !c.state.CompareAndSwap(cmdWaiting, cmdStarted) {
 				continue // its submitter gave up before it started
 			}
-			c.done <- a.apply(c.fn)
+			a.runCommand(c)
 		}
-		if len(batch) > 0 {
+		a.mu.Lock()
+		a.batch, a.queue = a.queue, nil
+		stop := a.stop
+		a.mu.Unlock()
+		if len(a.batch) > 0 {
 			continue // more may have arrived, or stop after the drain
 		}
 		if stop {
+			close(a.done)
 			return
 		}
 		<-a.wake
 	}
+}
+
+// runCommand runs c and hands its result to its submitter. A command that
+// calls runtime.Goexit cannot be stopped from ending this goroutine: the
+// deferred check, which sees neither a return nor a panic (apply recovers
+// those), answers ErrGoexit and starts a successor that carries on with the
+// rest of the batch and the mailbox.
+func (a *Actor[S]) runCommand(c *command[S]) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.done <- ErrGoexit
+			go a.run()
+		}
+	}()
+	err := a.apply(c.fn)
+	returned = true
+	c.done <- err
 }
 
 func (a *Actor[S]) apply(fn func(*S) error) (err error) {

@@ -3,7 +3,9 @@ package singlewriter_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +254,83 @@ func waitUntil(t testing.TB, cond func() bool) {
 			t.Fatal("condition not met within 60s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestActorSurvivesGoexit: a command that calls runtime.Goexit (t.FailNow
+// does) ends neither the actor nor its submitter's wait: Do and Ask return
+// ErrGoexit, the commands queued behind it run, and Stop still drains.
+func TestActorSurvivesGoexit(t *testing.T) {
+	t.Parallel()
+	a := singlewriter.NewActor(0, &singlewriter.ActorConfig{Mailbox: 256})
+	// watchdog fails the test rather than hang it when a call never returns;
+	// the bound is far above any honest wait.
+	watchdog := func(what string, call func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Minute):
+			t.Fatalf("%s never returned", what)
+			return nil
+		}
+	}
+	err := watchdog("Do of a Goexit", func() error {
+		return a.Do(ctx, func(n *int) error { *n++; runtime.Goexit(); return nil })
+	})
+	if !errors.Is(err, singlewriter.ErrGoexit) {
+		t.Fatalf("Do of a Goexit = %v, want ErrGoexit", err)
+	}
+	_, err = singlewriter.Ask(ctx, a, func(*int) (int, error) { runtime.Goexit(); return 0, nil })
+	if !errors.Is(err, singlewriter.ErrGoexit) {
+		t.Fatalf("Ask of a Goexit = %v, want ErrGoexit", err)
+	}
+
+	// Many submitters at once, every third command exits: those queued in
+	// one batch behind an exit still run, and every submitter gets an answer.
+	started, release := make(chan struct{}), make(chan struct{})
+	go a.Do(ctx, func(*int) error { close(started); <-release; return nil })
+	<-started
+	const n = 90
+	var submitted, wg sync.WaitGroup
+	var exits, incs atomic.Int64
+	for i := range n {
+		submitted.Add(1)
+		wg.Go(func() {
+			submitted.Done()
+			err := a.Do(ctx, func(s *int) error {
+				if i%3 == 0 {
+					runtime.Goexit()
+				}
+				*s++
+				return nil
+			})
+			switch {
+			case errors.Is(err, singlewriter.ErrGoexit):
+				exits.Add(1)
+			case err == nil:
+				incs.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	submitted.Wait()
+	close(release)
+	watchdog("the submitters", func() error { wg.Wait(); return nil })
+	if exits.Load() != n/3 || incs.Load() != n-n/3 {
+		t.Fatalf("%d exits and %d increments, want %d and %d", exits.Load(), incs.Load(), n/3, n-n/3)
+	}
+	got, err := singlewriter.Ask(ctx, a, func(s *int) (int, error) { return *s, nil })
+	if err != nil || got != 1+n-n/3 {
+		t.Fatalf("state = %d, %v; want %d (the first exit's increment stays, as after a panic)", got, err, 1+n-n/3)
+	}
+	if err := watchdog("Stop", func() error { return a.Stop(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Do(ctx, func(*int) error { return nil }); !errors.Is(err, singlewriter.ErrStopped) {
+		t.Fatalf("Do after Stop = %v, want ErrStopped", err)
 	}
 }

@@ -23,7 +23,9 @@ import (
 // the partition's stored offset. It must do all its database writes on tx
 // (writes elsewhere are not undone when the transaction is rejected), and
 // should return promptly when ctx ends. A returned error rolls the
-// transaction back and counts as a failed attempt.
+// transaction back and counts as a failed attempt; so do a panic
+// (*PanicError) and runtime.Goexit (ErrGoexit), which the handler's own
+// goroutine contains.
 type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 
 // ConsumerConfig configures a Consumer.
@@ -164,20 +166,25 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 }
 
+// validate returns an error wrapping ErrInvalid for a configuration that
+// cannot work.
 func (c *ConsumerConfig) validate() error {
+	var reason string
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("no brokers")
-	case c.DB == nil:
-		return errors.New("no DB")
+		reason = "no brokers"
+	case isNil(c.DB):
+		reason = "no DB"
 	case c.Handler == nil:
-		return errors.New("no handler")
+		reason = "no handler"
 	case c.StartOffset != kafka.FirstOffset && c.StartOffset != kafka.LastOffset:
-		return fmt.Errorf("start offset %d", c.StartOffset)
+		reason = fmt.Sprintf("start offset %d", c.StartOffset)
 	case c.HeartbeatInterval >= c.SessionTimeout:
-		return errors.New("heartbeat interval not below session timeout")
+		reason = "heartbeat interval not below session timeout"
+	default:
+		return validStream(c.GroupID, c.Topic, 0)
 	}
-	return validStream(c.GroupID, c.Topic, 0)
+	return fmt.Errorf("%w: invalid consumer config: %s", ErrInvalid, reason)
 }
 
 // Stats counts what a Consumer did since it was created.
@@ -201,8 +208,7 @@ type Stats struct {
 type Consumer struct {
 	cfg   ConsumerConfig
 	inbox *Inbox
-	dlq   *kafka.Writer
-	dlqTr *kafka.Transport
+	dlq   *deadLetters // nil without a dead-letter topic
 	ran   atomic.Bool
 
 	stats struct {
@@ -217,27 +223,66 @@ type Consumer struct {
 func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("%w: invalid consumer config: %w", ErrInvalid, err)
+		return nil, err
 	}
 	inbox, err := NewInbox(cfg.DB, &InboxConfig{Tables: cfg.Tables})
 	if err != nil {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, inbox: inbox, assigned: map[int]int64{}}
-	if cfg.DeadLetterTopic != "" {
-		c.dlqTr = &kafka.Transport{}
-		if cfg.Dialer != nil {
-			c.dlqTr.TLS, c.dlqTr.SASL = cfg.Dialer.TLS, cfg.Dialer.SASLMechanism
-		}
-		c.dlq = &kafka.Writer{
-			Addr:         kafka.TCP(cfg.Brokers...),
-			Topic:        cfg.DeadLetterTopic,
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: time.Millisecond,
-			Transport:    c.dlqTr,
-		}
-	}
+	c.dlq = newDeadLetters(cfg.Brokers, cfg.DeadLetterTopic, cfg.Dialer)
 	return c, nil
+}
+
+// deadLetters writes poison messages to the dead-letter topic.
+type deadLetters struct {
+	w  *kafka.Writer
+	tr *kafka.Transport
+}
+
+// newDeadLetters returns a writer to topic, or nil when topic is empty.
+func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadLetters {
+	if topic == "" {
+		return nil
+	}
+	tr := &kafka.Transport{}
+	if dialer != nil {
+		tr.TLS, tr.SASL = dialer.TLS, dialer.SASLMechanism
+	}
+	return &deadLetters{tr: tr, w: &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+		Transport:    tr,
+	}}
+}
+
+// send writes m with its key, value and headers, plus the DeadLetterHeaders
+// saying where it came from and why it failed.
+func (d *deadLetters) send(ctx context.Context, m kafka.Message, attempts int, cause error) error {
+	reason := cause.Error()
+	if len(reason) > 4096 {
+		reason = reason[:4096]
+	}
+	return d.w.WriteMessages(ctx, kafka.Message{
+		Key:   m.Key,
+		Value: m.Value,
+		Headers: append(append([]kafka.Header(nil), m.Headers...),
+			kafka.Header{Key: HeaderTopic, Value: []byte(m.Topic)},
+			kafka.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Partition))},
+			kafka.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+			kafka.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+			kafka.Header{Key: HeaderError, Value: []byte(reason)},
+		),
+	})
+}
+
+func (d *deadLetters) close() {
+	if d != nil {
+		d.w.Close()
+		d.tr.CloseIdleConnections()
+	}
 }
 
 // Stats returns the consumer's counters. It is safe to call at any time.
@@ -276,12 +321,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalid)
 	}
-	if c.dlq != nil {
-		defer func() {
-			c.dlq.Close()
-			c.dlqTr.CloseIdleConnections()
-		}()
-	}
+	defer c.dlq.close()
 	kafkaLog := kafka.LoggerFunc(func(msg string, args ...any) {
 		c.cfg.Logger.Debug(fmt.Sprintf(msg, args...), "group", c.cfg.GroupID)
 	})
@@ -552,23 +592,8 @@ func (pp *partitionRun) deadLetter(ctx context.Context, m kafka.Message, attempt
 	if pp.c.dlq == nil {
 		return perr
 	}
-	reason := cause.Error()
-	if len(reason) > 4096 {
-		reason = reason[:4096]
-	}
-	dead := kafka.Message{
-		Key:   m.Key,
-		Value: m.Value,
-		Headers: append(append([]kafka.Header(nil), m.Headers...),
-			kafka.Header{Key: HeaderTopic, Value: []byte(m.Topic)},
-			kafka.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Partition))},
-			kafka.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
-			kafka.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-			kafka.Header{Key: HeaderError, Value: []byte(reason)},
-		),
-	}
 	log := pp.log.With("offset", m.Offset)
-	if !pp.c.retry(ctx, log, "dead-letter", func() error { return pp.c.dlq.WriteMessages(ctx, dead) }) {
+	if !pp.c.retry(ctx, log, "dead-letter", func() error { return pp.c.dlq.send(ctx, m, attempts, cause) }) {
 		return ctx.Err()
 	}
 	log.Warn("singlewriter: dead-lettered a poison message", "attempts", attempts, "err", cause)
@@ -622,7 +647,12 @@ func (pp *partitionRun) mirror() {
 
 // retry runs op until it succeeds (true) or ctx ends (false), with backoff.
 func (c *Consumer) retry(ctx context.Context, log *slog.Logger, what string, op func() error) bool {
-	delay := c.cfg.RetryBackoff
+	return retryOp(ctx, log, what, c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, op)
+}
+
+// retryOp runs op until it succeeds (true) or ctx ends (false), waiting
+// delay after the first failure and doubling it up to maxDelay.
+func retryOp(ctx context.Context, log *slog.Logger, what string, delay, maxDelay time.Duration, op func() error) bool {
 	for {
 		err := op()
 		if err == nil {
@@ -635,7 +665,7 @@ func (c *Consumer) retry(ctx context.Context, log *slog.Logger, what string, op 
 		if !sleep(ctx, delay) {
 			return false
 		}
-		delay = min(2*delay, c.cfg.MaxRetryBackoff)
+		delay = min(2*delay, maxDelay)
 	}
 }
 
@@ -649,13 +679,40 @@ func isHandlerError(err error) bool {
 	return errors.As(err, &he)
 }
 
-func callHandler(ctx context.Context, h Handler, tx pgx.Tx, m kafka.Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
-		}
+// unwrapHandler returns the handler's own error inside err, or err.
+func unwrapHandler(err error) error {
+	var he *handlerError
+	if errors.As(err, &he) {
+		return he.err
+	}
+	return err
+}
+
+func callHandler(ctx context.Context, h Handler, tx pgx.Tx, m kafka.Message) error {
+	return contain(func() error { return h(ctx, tx, m) })
+}
+
+// contain runs fn, the user's code, and returns its error, a *PanicError if
+// it panicked, or ErrGoexit if it called runtime.Goexit. fn runs on a
+// goroutine of its own because nothing can stop a Goexit from ending the
+// goroutine it runs on: that one ends instead of the caller's, which would
+// otherwise leave a consumer silently stopped, holding locks.
+func contain(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if r := recover(); r != nil {
+				done <- &PanicError{Value: r}
+			} else if !returned {
+				done <- ErrGoexit
+			}
+		}()
+		err := fn()
+		returned = true
+		done <- err
 	}()
-	return h(ctx, tx, m)
+	return <-done
 }
 
 // sleep waits d or until ctx ends; it reports whether the full d passed.

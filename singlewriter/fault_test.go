@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,8 +275,15 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	e := newEnv(t, 2)
 	dlq := testkafka.Topic(t, e.brokers, 1)
 	poison := errors.New("cannot parse event 13")
+	var poisonCalls atomic.Int64
 	h := func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 		if string(m.Value) == "13" {
+			switch poisonCalls.Add(1) { // every way a handler can fail; the last error is the one reported
+			case 1:
+				runtime.Goexit()
+			case 2:
+				panic("cannot parse")
+			}
 			return poison
 		}
 		return insertApplied(ctx, tx, m, "c")

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -61,7 +64,7 @@ type Fenced struct {
 // NewFenced returns a Fenced applier on db; the schema must have been
 // migrated (Migrations and fencedlock's, if the locks live in PostgreSQL).
 func NewFenced(db TxDB, cfg FencedConfig) (*Fenced, error) {
-	if db == nil || cfg.Locks == nil {
+	if isNil(db) || isNil(cfg.Locks) {
 		return nil, fmt.Errorf("%w: fenced applier needs a DB and a lock store", ErrInvalid)
 	}
 	if err := cfg.Tables.Validate(); err != nil {
@@ -84,11 +87,15 @@ func NewFenced(db TxDB, cfg FencedConfig) (*Fenced, error) {
 }
 
 // LockName returns the lock (and progress row) name of an entity in a
-// stream: "<stream>/<entity>", or a SHA-256 digest of it when that is longer
-// than a lock name may be.
+// stream: "<len(stream)>:<stream>/<entity>", whose length prefix keeps
+// ("orders", "eu/42") and ("orders/eu", "42") apart; or "sha256:" and the
+// hex SHA-256 of that when it cannot be a lock name as it is (longer than
+// fencedlock.MaxNameLen, not valid UTF-8, or containing NUL, as binary
+// Kafka keys may be). A readable name starts with a digit and a digest with
+// "s", so no entity can name another's lock.
 func LockName(stream, entity string) string {
-	name := stream + "/" + entity
-	if len(name) > fencedlock.MaxNameLen {
+	name := strconv.Itoa(len(stream)) + ":" + stream + "/" + entity
+	if len(name) > fencedlock.MaxNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
 		sum := sha256.Sum256([]byte(name))
 		name = "sha256:" + hex.EncodeToString(sum[:])
 	}
@@ -101,7 +108,10 @@ func LockName(stream, entity string) string {
 // records seq. Sequence numbers must increase per entity (Kafka offsets do,
 // per partition). The transaction is rolled back, and a
 // *fencedlock.FencedError returned, when a newer lock tenure recorded
-// progress for the entity meanwhile; applied is then false too.
+// progress for the entity meanwhile; applied is then false too. fn's error
+// rolls back and is returned as it is; a panic in fn is a *PanicError and a
+// runtime.Goexit ErrGoexit, the lock released either way. Any entity is
+// valid, binary included (see LockName).
 func (f *Fenced) Apply(ctx context.Context, stream, entity string, seq int64, fn func(ctx context.Context, tx pgx.Tx) error) (applied bool, err error) {
 	if stream == "" || entity == "" || seq < 0 || fn == nil {
 		return false, fmt.Errorf("%w: apply needs a stream, an entity, a sequence ≥ 0 and a function", ErrInvalid)
@@ -162,13 +172,8 @@ func (f *Fenced) Apply(ctx context.Context, stream, entity string, seq int64, fn
 
 var errDuplicate = errors.New("singlewriter: already applied")
 
-func callTx(ctx context.Context, fn func(context.Context, pgx.Tx) error, tx pgx.Tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
-		}
-	}()
-	return fn(ctx, tx)
+func callTx(ctx context.Context, fn func(context.Context, pgx.Tx) error, tx pgx.Tx) error {
+	return contain(func() error { return fn(ctx, tx) })
 }
 
 // FencedConsumerConfig configures a FencedConsumer.
@@ -188,10 +193,21 @@ type FencedConsumerConfig struct {
 	Stream string
 	// Fenced configures the per-entity locks; Fenced.Locks is required.
 	Fenced FencedConfig
-	// RetryBackoff is the delay after a failed message; it doubles up to
-	// 5s, and the message is retried until it succeeds or ctx ends.
-	// Defaults to 100ms.
-	RetryBackoff time.Duration
+	// MaxAttempts is how often a message is tried before it is
+	// dead-lettered. Only failures of the message count: the handler's
+	// errors, panics and Goexits, and input the lock service refuses.
+	// Lock-service and database outages are retried until ctx ends.
+	// Defaults to 5.
+	MaxAttempts int
+	// RetryBackoff is the delay after a failed attempt; it doubles up to
+	// MaxRetryBackoff. Defaults to 100ms and 5s.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// DeadLetterTopic receives messages that failed MaxAttempts times, as
+	// in ConsumerConfig; the consumer then commits past them. Defaults to
+	// none: a poison message then stops Run with a *PoisonError rather than
+	// being dropped.
+	DeadLetterTopic string
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval are as in
 	// ConsumerConfig, with the same defaults.
 	SessionTimeout    time.Duration
@@ -205,18 +221,23 @@ type FencedConsumerConfig struct {
 
 // FencedConsumer is the fenced-lock twin of Consumer: competing consumers in
 // one group (a plain kafka-go Reader, committing Kafka offsets after each
-// message) that apply each message under its entity's fenced lock (the
-// message key) with Fenced.Apply. Sequence numbers are the messages'
-// offsets, so an entity must stay on one partition (the Producer's keying).
-// Create it with NewFencedConsumer and call Run once.
+// message) that apply each message under its entity's fenced lock with
+// Fenced.Apply. The entity is the message's partition and key
+// (strconv.Itoa(partition) + "/" + key, any bytes): sequence numbers are
+// offsets, which only compare within a partition, so a key that appears on
+// two partitions is two entities, each with its own progress. Create it
+// with NewFencedConsumer and call Run once.
 type FencedConsumer struct {
 	cfg     FencedConsumerConfig
+	stream  string
 	fenced  *Fenced
+	dlq     *deadLetters // nil without a dead-letter topic
 	ran     atomic.Bool
 	applied atomic.Int64
 	skipped atomic.Int64
 	rejects atomic.Int64
 	failed  atomic.Int64
+	dead    atomic.Int64
 }
 
 // NewFencedConsumer checks cfg and returns a consumer; it connects nothing
@@ -224,35 +245,45 @@ type FencedConsumer struct {
 func NewFencedConsumer(cfg FencedConsumerConfig) (*FencedConsumer, error) {
 	base := ConsumerConfig{Brokers: cfg.Brokers, GroupID: cfg.GroupID, Topic: cfg.Topic, DB: cfg.DB, Handler: cfg.Handler,
 		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
-		RetryBackoff: cfg.RetryBackoff, Logger: cfg.Logger}
+		MaxAttempts: cfg.MaxAttempts, RetryBackoff: cfg.RetryBackoff, MaxRetryBackoff: cfg.MaxRetryBackoff, Logger: cfg.Logger}
 	base.setDefaults()
 	if err := base.validate(); err != nil {
-		return nil, fmt.Errorf("%w: invalid consumer config: %w", ErrInvalid, err)
+		return nil, err
 	}
 	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.HeartbeatInterval = base.SessionTimeout, base.RebalanceTimeout, base.HeartbeatInterval
-	cfg.RetryBackoff, cfg.Logger = base.RetryBackoff, base.Logger
+	cfg.MaxAttempts, cfg.RetryBackoff, cfg.MaxRetryBackoff = base.MaxAttempts, base.RetryBackoff, base.MaxRetryBackoff
+	cfg.Logger = base.Logger
+	stream := cfg.Stream
+	if stream == "" {
+		stream = cfg.Topic
+	}
 	f, err := NewFenced(cfg.DB, cfg.Fenced)
 	if err != nil {
 		return nil, err
 	}
-	return &FencedConsumer{cfg: cfg, fenced: f}, nil
+	return &FencedConsumer{cfg: cfg, stream: stream, fenced: f,
+		dlq: newDeadLetters(cfg.Brokers, cfg.DeadLetterTopic, cfg.Dialer)}, nil
 }
 
 // Stats returns the consumer's counters: Applied (messages applied, one
 // transaction each), Fenced (applications rejected by the fencing token),
-// Failed (handler or infrastructure failures, retried) and Skipped
-// (redeliveries already applied). It is safe to call at any time.
+// Failed (failed attempts and infrastructure failures, retried),
+// DeadLettered, and Skipped (redeliveries already applied). It is safe to
+// call at any time.
 func (c *FencedConsumer) Stats() Stats {
 	a := c.applied.Load()
-	return Stats{Applied: a, Transactions: a, Fenced: c.rejects.Load(), Failed: c.failed.Load(), Skipped: c.skipped.Load()}
+	return Stats{Applied: a, Transactions: a, Fenced: c.rejects.Load(), Failed: c.failed.Load(),
+		Skipped: c.skipped.Load(), DeadLettered: c.dead.Load()}
 }
 
-// Run consumes until ctx ends, then leaves the group and returns nil. Run
-// may be called only once.
+// Run consumes until ctx ends (it then leaves the group and returns nil) or
+// a poison message cannot be dead-lettered (it returns the *PoisonError).
+// Run may be called only once.
 func (c *FencedConsumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalid)
 	}
+	defer c.dlq.close()
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.Topic, Dialer: c.cfg.Dialer,
 		SessionTimeout: c.cfg.SessionTimeout, RebalanceTimeout: c.cfg.RebalanceTimeout,
@@ -261,10 +292,6 @@ func (c *FencedConsumer) Run(ctx context.Context) error {
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { c.cfg.Logger.Debug(fmt.Sprintf(msg, args...)) }),
 	})
 	defer r.Close()
-	stream := c.cfg.Stream
-	if stream == "" {
-		stream = c.cfg.Topic
-	}
 	for {
 		m, err := r.FetchMessage(ctx)
 		if ctx.Err() != nil {
@@ -275,39 +302,77 @@ func (c *FencedConsumer) Run(ctx context.Context) error {
 			sleep(ctx, c.cfg.RetryBackoff)
 			continue
 		}
-		entity := string(m.Key)
-		if entity == "" {
-			entity = "partition-" + strconv.Itoa(m.Partition)
-		}
-		delay := c.cfg.RetryBackoff
-		for ctx.Err() == nil {
-			applied, err := c.fenced.Apply(ctx, stream, entity, m.Offset, func(ctx context.Context, tx pgx.Tx) error {
-				return c.cfg.Handler(ctx, tx, m)
-			})
-			switch {
-			case err == nil && applied:
-				c.applied.Add(1)
-			case err == nil:
-				c.skipped.Add(1)
-			case errors.Is(err, fencedlock.ErrFenced):
-				// A newer holder applied the entity's later progress: this
-				// message is done (by it) as far as we are concerned.
-				c.rejects.Add(1)
-				c.cfg.Logger.Info("singlewriter: fenced", "offset", m.Offset, "entity", entity, "err", err)
-			default:
-				c.failed.Add(1)
-				c.cfg.Logger.Warn("singlewriter: apply failed; retrying", "offset", m.Offset, "err", err)
-				sleep(ctx, delay)
-				delay = min(2*delay, 5*time.Second)
-				continue
+		if err := c.handle(ctx, m); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
+			return err
 		}
 		if err := r.CommitMessages(ctx, m); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("singlewriter: commit", "err", err)
 		}
 	}
+}
+
+// handle applies m under its entity's lock, retrying failures. It returns
+// nil once m is done with (applied, found applied, fenced by a newer holder,
+// or dead-lettered), ctx's error, or a *PoisonError.
+func (c *FencedConsumer) handle(ctx context.Context, m kafka.Message) error {
+	entity := strconv.Itoa(m.Partition) + "/" + string(m.Key)
+	log := c.cfg.Logger.With("partition", m.Partition, "offset", m.Offset, "key", short.Quote(string(m.Key)))
+	delay := c.cfg.RetryBackoff
+	for attempt := 1; ; {
+		applied, err := c.fenced.Apply(ctx, c.stream, entity, m.Offset, func(ctx context.Context, tx pgx.Tx) error {
+			if err := callHandler(ctx, c.cfg.Handler, tx, m); err != nil {
+				return &handlerError{err}
+			}
+			return nil
+		})
+		switch {
+		case err == nil && applied:
+			c.applied.Add(1)
+			return nil
+		case err == nil:
+			c.skipped.Add(1)
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !isHandlerError(err) && errors.Is(err, fencedlock.ErrFenced):
+			// A newer holder applied the entity's later progress: this
+			// message is done (by it) as far as we are concerned.
+			c.rejects.Add(1)
+			log.Info("singlewriter: fenced", "err", err)
+			return nil
+		}
+		c.failed.Add(1)
+		// The message's own failures count; outages of the lock service or
+		// the database are no fault of the message and never dead-letter it.
+		if isHandlerError(err) || errors.Is(err, ErrInvalid) || errors.Is(err, fencedlock.ErrInvalid) {
+			if attempt >= c.cfg.MaxAttempts {
+				return c.deadLetter(ctx, log, m, attempt, unwrapHandler(err))
+			}
+			attempt++
+		}
+		log.Warn("singlewriter: apply failed; retrying", "attempt", attempt, "err", err)
+		if !sleep(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, c.cfg.MaxRetryBackoff)
+	}
+}
+
+// deadLetter sends m to the dead-letter topic (retried until ctx ends), or
+// returns a *PoisonError without one.
+func (c *FencedConsumer) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Message, attempts int, cause error) error {
+	if c.dlq == nil {
+		return &PoisonError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempts: attempts, Err: cause}
+	}
+	if !retryOp(ctx, log, "dead-letter", c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, func() error {
+		return c.dlq.send(ctx, m, attempts, cause)
+	}) {
+		return ctx.Err()
+	}
+	c.dead.Add(1)
+	log.Warn("singlewriter: dead-lettered a poison message", "attempts", attempts, "err", cause)
+	return nil
 }

@@ -1,11 +1,17 @@
 package singlewriter_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/singlewriter"
 )
@@ -72,4 +78,76 @@ func TestInboxClaimAndAdvance(t *testing.T) {
 func claimErr(in *singlewriter.Inbox, g, topic string, p int, start int64) error {
 	_, err := in.Claim(ctx, g, topic, p, "x", start)
 	return err
+}
+
+// TestNilDBIsInvalid: a nil DB, untyped or a nil *pgxpool.Pool, is an
+// ErrInvalid at construction (or at the call that takes it), not a panic at
+// first use.
+func TestNilDBIsInvalid(t *testing.T) {
+	t.Parallel()
+	var nilPool *pgxpool.Pool
+	locks := fencedlock.NewMemory(nil)
+	h := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
+	calls := map[string]func() error{
+		"NewInbox(nil)":      func() error { _, err := singlewriter.NewInbox(nil, nil); return err },
+		"NewInbox(nil pool)": func() error { _, err := singlewriter.NewInbox(nilPool, nil); return err },
+		"NewFenced(nil pool)": func() error {
+			_, err := singlewriter.NewFenced(nilPool, singlewriter.FencedConfig{Locks: locks})
+			return err
+		},
+		"NewConsumer(nil pool)": func() error {
+			_, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{Brokers: []string{"x:1"}, GroupID: "g", Topic: "t", DB: nilPool, Handler: h})
+			return err
+		},
+		"NewFencedConsumer(nil pool)": func() error {
+			_, err := singlewriter.NewFencedConsumer(singlewriter.FencedConsumerConfig{Brokers: []string{"x:1"}, GroupID: "g", Topic: "t",
+				DB: nilPool, Handler: h, Fenced: singlewriter.FencedConfig{Locks: locks}})
+			return err
+		},
+		"Advance on a nil DB": func() error {
+			db := testdb.New(t, singlewriter.Migrations()...)
+			inbox, err := singlewriter.NewInbox(db.Pool, nil)
+			if err != nil {
+				return err
+			}
+			c, err := inbox.Claim(ctx, "g", "t", 0, "a", kafka.FirstOffset)
+			if err != nil {
+				return err
+			}
+			return inbox.Advance(ctx, nil, c, c.Next, 1)
+		},
+	}
+	for name, call := range calls {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s panicked: %v", name, r)
+				}
+			}()
+			if err := call(); !errors.Is(err, singlewriter.ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", name, err)
+			}
+		}()
+	}
+}
+
+// TestErrorsQuoteNamesShort: an error about a user-supplied name quotes a
+// bounded prefix of it, never the whole name.
+func TestErrorsQuoteNamesShort(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", 10000)
+	h := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
+	errs := map[string]error{
+		"CreateTopic": singlewriter.CreateTopic(ctx, []string{"x:1"}, long, 0, 1),
+		"NewConsumer": func() error {
+			_, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{Brokers: []string{"x:1"}, GroupID: long, Topic: "t",
+				DB: &pgxpool.Pool{}, Handler: h})
+			return err
+		}(),
+	}
+	for name, err := range errs {
+		if !errors.Is(err, singlewriter.ErrInvalid) || len(err.Error()) > 400 {
+			t.Errorf("%s: %d-byte error %.100q…, want a short ErrInvalid", name, len(fmt.Sprint(err)), err)
+		}
+	}
 }

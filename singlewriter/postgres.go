@@ -5,11 +5,14 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -75,6 +78,9 @@ func NewInbox(db DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
+	if isNil(db) {
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
+	}
 	if err := cfg.Tables.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -105,10 +111,23 @@ func (in *Inbox) WithDB(db DB) *Inbox {
 	return &c
 }
 
+// isNil reports whether v is nil, or a nil pointer (map, func…) in an
+// interface: either would panic at first use, long after construction.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
 func validStream(groupID, topic string, partition int) error {
-	for what, s := range map[string]string{"group id": groupID, "topic": topic} {
-		if s == "" || len(s) > 255 || !utf8.ValidString(s) {
-			return fmt.Errorf("%w: %s %q must be 1–255 bytes of UTF-8", ErrInvalid, what, s)
+	for _, f := range []struct{ what, s string }{{"group id", groupID}, {"topic", topic}} {
+		if f.s == "" || len(f.s) > 255 || !utf8.ValidString(f.s) || strings.IndexByte(f.s, 0) >= 0 {
+			return fmt.Errorf("%w: %s %s must be 1–255 bytes of UTF-8 without NUL", ErrInvalid, f.what, short.Quote(f.s))
 		}
 	}
 	if partition < 0 {
@@ -126,8 +145,8 @@ func (in *Inbox) Claim(ctx context.Context, groupID, topic string, partition int
 	if err := validStream(groupID, topic, partition); err != nil {
 		return Claim{}, err
 	}
-	if len(owner) > 255 || !utf8.ValidString(owner) {
-		return Claim{}, fmt.Errorf("%w: owner must be at most 255 bytes of UTF-8", ErrInvalid)
+	if len(owner) > 255 || !utf8.ValidString(owner) || strings.IndexByte(owner, 0) >= 0 {
+		return Claim{}, fmt.Errorf("%w: owner %s must be at most 255 bytes of UTF-8 without NUL", ErrInvalid, short.Quote(owner))
 	}
 	if start != -1 && start != -2 {
 		return Claim{}, fmt.Errorf("%w: start offset %d (want kafka.FirstOffset or kafka.LastOffset)", ErrInvalid, start)
@@ -147,8 +166,11 @@ func (in *Inbox) Claim(ctx context.Context, groupID, topic string, partition int
 // *FencedError (a newer owner claimed the partition) or a *StaleOffsetError
 // (the stored offset moved), and the caller must roll back.
 func (in *Inbox) Advance(ctx context.Context, db DB, c Claim, expected, next int64) error {
+	if isNil(db) {
+		return fmt.Errorf("%w: advance %s/%d on a nil DB", ErrInvalid, short.Quote(c.Topic), c.Partition)
+	}
 	if next < 0 || next <= expected {
-		return fmt.Errorf("%w: advance %s/%d from %d to %d", ErrInvalid, c.Topic, c.Partition, expected, next)
+		return fmt.Errorf("%w: advance %s/%d from %d to %d", ErrInvalid, short.Quote(c.Topic), c.Partition, expected, next)
 	}
 	tag, err := db.Exec(ctx, in.sql.advance, c.GroupID, c.Topic, c.Partition, expected, c.Epoch, next)
 	if err != nil {
@@ -197,7 +219,7 @@ var errNoRow = errors.New("singlewriter: inbox row missing")
 func (in *Inbox) current(ctx context.Context, db DB, c Claim) (next, epoch int64, err error) {
 	err = db.QueryRow(ctx, in.sql.current, c.GroupID, c.Topic, c.Partition).Scan(&next, &epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, fmt.Errorf("%w: %s/%d in group %q", errNoRow, c.Topic, c.Partition, c.GroupID)
+		return 0, 0, fmt.Errorf("%w: %s/%d in group %s", errNoRow, c.Topic, c.Partition, short.Quote(c.GroupID))
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("singlewriter: read inbox %s/%d: %w", c.Topic, c.Partition, err)

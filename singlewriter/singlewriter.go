@@ -48,6 +48,11 @@ var (
 	// ErrPanic reports a command or handler that panicked; the error is a
 	// *PanicError. The actor survives and runs its next command.
 	ErrPanic = errors.New("singlewriter: command panicked")
+	// ErrGoexit reports a command or handler that called runtime.Goexit
+	// (t.FailNow and t.Fatal do) instead of returning. Like a panic, it is
+	// contained: an actor goes on with its next command, a consumer counts
+	// a failed attempt.
+	ErrGoexit = errors.New("singlewriter: command called runtime.Goexit")
 	// ErrFenced reports an inbox write by a consumer that no longer owns
 	// the partition: another member claimed it with a higher epoch. The
 	// error is a *FencedError and the transaction was rolled back.

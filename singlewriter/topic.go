@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // CreateTopic creates topic with the given number of partitions and
@@ -19,7 +21,7 @@ import (
 // adding partitions later moves keys to other partitions.
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions, replicas int) error {
 	if topic == "" || partitions < 1 || replicas < 1 {
-		return fmt.Errorf("%w: topic %q with %d partitions and %d replicas", ErrInvalid, topic, partitions, replicas)
+		return fmt.Errorf("%w: topic %s with %d partitions and %d replicas", ErrInvalid, short.Quote(topic), partitions, replicas)
 	}
 	ctrl, err := dialController(ctx, brokers)
 	if err != nil {
@@ -27,7 +29,7 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 	}
 	defer ctrl.Close()
 	if err := ctrl.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replicas}); err != nil {
-		return fmt.Errorf("singlewriter: create topic %s: %w", topic, err)
+		return fmt.Errorf("singlewriter: create topic %s: %w", short.Quote(topic), err)
 	}
 	for {
 		ps, err := ctrl.ReadPartitions(topic)
@@ -42,7 +44,7 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("singlewriter: topic %s has no leaders yet: %w", topic, errors.Join(context.Cause(ctx), err))
+			return fmt.Errorf("singlewriter: topic %s has no leaders yet: %w", short.Quote(topic), errors.Join(context.Cause(ctx), err))
 		case <-t.C:
 		}
 	}
@@ -56,7 +58,7 @@ func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 	}
 	defer ctrl.Close()
 	if err := ctrl.DeleteTopics(topic); err != nil {
-		return fmt.Errorf("singlewriter: delete topic %s: %w", topic, err)
+		return fmt.Errorf("singlewriter: delete topic %s: %w", short.Quote(topic), err)
 	}
 	return nil
 }

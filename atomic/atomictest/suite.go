@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -40,6 +41,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"SetIfGreater", testSetIfGreater},
 		{"DecrementManyAllOrNothing", testDecrementMany},
 		{"BadInputWritesNothing", testBadInput},
+		{"OversizedKeysRejected", testOversizedKeys},
+		{"LongestKey", testLongestKey},
 		{"ConcurrentDecrementsNeverCrossFloor", testConcurrentDecrement},
 		{"ConcurrentBatchesStayAllOrNothing", testConcurrentBatches},
 	}
@@ -296,6 +299,61 @@ func testBadInput(t *testing.T, h Harness) {
 	if v, err := h.Store.Increment(ctx, big, 1, lfatomic.NoCap); err != nil || v != math.MaxInt64 {
 		t.Errorf("Increment to MaxInt64 = %d, %v", v, err)
 	}
+}
+
+// testOversizedKeys: a key longer than MaxKeyLen is ErrInvalid in every
+// operation, before anything is written; PostgreSQL would otherwise accept
+// some (a short index entry) and fail others, and memory would take any.
+func testOversizedKeys(t *testing.T, h Harness) {
+	long := key(t, strings.Repeat("k", lfatomic.MaxKeyLen))
+	ok := key(t, "ok")
+	claim(t, h.Store, ok, h.Floor+10)
+	calls := map[string]func() error{
+		"Claim":         func() error { return h.Store.Claim(ctx, long, 1) },
+		"Decrement":     func() error { _, err := h.Store.Decrement(ctx, long, 1); return err },
+		"Increment":     func() error { _, err := h.Store.Increment(ctx, long, 1, lfatomic.NoCap); return err },
+		"CompareAndSet": func() error { return h.Store.CompareAndSet(ctx, long, 1, 2) },
+		"SetIfGreater":  func() error { return h.Store.SetIfGreater(ctx, long, 1) },
+		"Value":         func() error { _, err := h.Store.Value(ctx, long); return err },
+		"DecrementMany": func() error { _, err := h.Store.DecrementMany(ctx, map[string]int64{ok: 1, long: 1}); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if !errors.Is(err, lfatomic.ErrInvalid) {
+			t.Errorf("%s with a %d-byte key: %v, want ErrInvalid", name, len(long), err)
+		} else if len(err.Error()) > 200 {
+			t.Errorf("%s: the error quotes the whole key: %d bytes", name, len(err.Error()))
+		}
+	}
+	expectValue(t, h.Store, ok, h.Floor+10)
+}
+
+// testLongestKey runs every operation on a key of exactly MaxKeyLen bytes,
+// multi-byte runes included.
+func testLongestKey(t *testing.T, h Harness) {
+	prefix := key(t, "")
+	k := prefix + strings.Repeat("é", (lfatomic.MaxKeyLen-len(prefix))/2)
+	k += strings.Repeat("x", lfatomic.MaxKeyLen-len(k))
+	other := key(t, "other")
+	claim(t, h.Store, k, h.Floor+10)
+	claim(t, h.Store, other, h.Floor+10)
+	if v, err := h.Store.Decrement(ctx, k, 1); err != nil || v != h.Floor+9 {
+		t.Fatalf("Decrement = %d, %v", v, err)
+	}
+	if v, err := h.Store.Increment(ctx, k, 2, lfatomic.NoCap); err != nil || v != h.Floor+11 {
+		t.Fatalf("Increment = %d, %v", v, err)
+	}
+	if err := h.Store.CompareAndSet(ctx, k, h.Floor+11, h.Floor+20); err != nil {
+		t.Fatalf("CompareAndSet: %v", err)
+	}
+	if err := h.Store.SetIfGreater(ctx, k, h.Floor+30); err != nil {
+		t.Fatalf("SetIfGreater: %v", err)
+	}
+	got, err := h.Store.DecrementMany(ctx, map[string]int64{k: 5, other: 5})
+	if err != nil || got[k] != h.Floor+25 || got[other] != h.Floor+5 {
+		t.Fatalf("DecrementMany = %v, %v", got, err)
+	}
+	expectValue(t, h.Store, k, h.Floor+25)
 }
 
 // Many goroutines decrement one key until it runs out: the value never goes

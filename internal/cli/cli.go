@@ -77,7 +77,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fs := flag.NewFlagSet("lockfree migrate "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := fs.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	dbURL := fs.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL connection string, URL or key/value (default $DATABASE_URL)")
 	schema := fs.String("schema", "", "schema for lockfree's tables (default: the connection's search_path)")
 	prefix := fs.String("prefix", migrate.DefaultPrefix, "prefix of lockfree's table names")
 	down := fs.Bool("down", false, "print: the down migrations, in reverse order")

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/internal/cli"
@@ -95,5 +100,40 @@ func TestMigrate(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM lockfree_locks`).Scan(&n); err != nil {
 		t.Fatalf("the lock table is missing after migrate up: %v", err)
+	}
+}
+
+// TestComparePostgresConnectionStrings runs compare against PostgreSQL given
+// as a key/value DSN and as a URL with ?password=, under the partition fault
+// (its proxy needs the server's address out of either form): the run must
+// work, and no output may show the password.
+func TestComparePostgresConnectionStrings(t *testing.T) {
+	base := testdb.URL(t)
+	cfg, err := pgconn.ParseConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := cfg.Password
+	if password == "" {
+		password = "s3cr3t-never-printed" // the server trusts us; a password is sent anyway
+	}
+	quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace
+	kv := fmt.Sprintf("host=%s port=%d user='%s' password='%s' dbname='%s' sslmode=disable",
+		cfg.Host, cfg.Port, quote(cfg.User), quote(password), quote(cfg.Database))
+	u := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&password=%s",
+		url.User(cfg.User), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), url.PathEscape(cfg.Database), url.QueryEscape(password))
+	want := fmt.Sprintf("backend postgres at %s/%s", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
+	for name, conn := range map[string]string{"key/value": kv, "URL": u} {
+		code, out, errs := run(t, "compare", "--backend", "postgres", "--postgres", conn, "--scenario", "inventory",
+			"--duration", "200ms", "--clients", "2", "--faults", "partition", "--json")
+		if code != 0 {
+			t.Errorf("%s: exit %d: %s", name, code, errs)
+		}
+		if strings.Contains(out+errs, password) {
+			t.Errorf("%s: the output shows the password:\n%s\n%s", name, out, errs)
+		}
+		if !strings.Contains(errs, want) {
+			t.Errorf("%s: stderr lacks %q:\n%s", name, want, errs)
+		}
 	}
 }

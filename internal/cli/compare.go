@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/localpg"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/scenario"
 )
 
@@ -26,7 +27,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	duration := fs.Duration("duration", 5*time.Second, "how long each approach runs")
 	faults := fs.String("faults", "none", "none, or a comma-separated list of pause, partition, restart")
 	backend := fs.String("backend", "auto", "auto|postgres|memory")
-	pgURL := fs.String("postgres", "", "PostgreSQL URL (default $DATABASE_URL)")
+	pgURL := fs.String("postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL); printed as host:port/database only")
 	restartCmd := fs.String("restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	kafka := fs.String("kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario")
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario instead of a table")
@@ -118,7 +119,7 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 				return nil
 			}
 		}
-		fmt.Fprintf(stderr, "lockfree: backend postgres at %s\n", redact(url))
+		fmt.Fprintf(stderr, "lockfree: backend postgres at %s\n", pgaddr.Describe(url))
 		return infra, nothing, nil
 	}
 	if !localpg.Available() {
@@ -134,15 +135,6 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 		return scenario.Infra{}, nothing, err
 	}
 	return scenario.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
-}
-
-func redact(u string) string {
-	if i, j := strings.Index(u, "://"), strings.Index(u, "@"); i >= 0 && j > i {
-		if k := strings.Index(u[i+3:j], ":"); k >= 0 {
-			return u[:i+3+k+1] + "***" + u[j:]
-		}
-	}
-	return u
 }
 
 func faultList(fs []scenario.Fault) string {

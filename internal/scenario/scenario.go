@@ -22,6 +22,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -335,11 +336,15 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 		env.Admin = sch.admin
 		clientURL := sch.url
 		if has(cfg.Faults, Partition) {
-			if proxy, err = faultproxy.Start(hostPort(infra.URL)); err != nil {
+			target, err := pgaddr.HostPort(infra.URL)
+			if err != nil {
+				return Result{}, fmt.Errorf("partition fault: %w", err)
+			}
+			if proxy, err = faultproxy.Start(target); err != nil {
 				return Result{}, err
 			}
 			defer proxy.Close()
-			if clientURL, err = faultproxy.RewriteURL(sch.url, proxy.Addr()); err != nil {
+			if clientURL, err = pgaddr.WithHostPort(sch.url, proxy.Addr()); err != nil {
 				return Result{}, err
 			}
 		}
@@ -580,12 +585,4 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func hostPort(u string) string {
-	rest := u[strings.Index(u, "@")+1:]
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		return rest[:i]
-	}
-	return rest
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -34,14 +34,11 @@ func newSchema(ctx context.Context, base string, sc Scenario, a Approach) (*sche
 		return nil, err
 	}
 	admin.Close()
-	u, err := url.Parse(base)
+	conn, err := pgaddr.WithParam(base, "search_path", name)
 	if err != nil {
 		return nil, err
 	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	s := &schema{name: name, url: u.String(), base: base}
+	s := &schema{name: name, url: conn, base: base}
 	if s.admin, err = pgxpool.New(ctx, s.url); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"MissingIsNotAConflict", testMissing},
 		{"DeleteWithVersion", testDelete},
 		{"BadInputWritesNothing", testBadInput},
+		{"HostileKeysRejected", testHostileKeys},
+		{"LongestKey", testLongestKey},
 		{"LoadedRowIsACopy", testCopy},
 		{"UpdateHelperRules", testUpdateHelper},
 		{"RetryGivesUpWithLastConflict", testGiveUp},
@@ -266,6 +269,82 @@ func testBadInput(t *testing.T, h Harness) {
 	if _, _, err := h.Store.Load(ctx, key(t)+"/other"); !errors.Is(err, occ.ErrNotFound) {
 		t.Fatalf("a mutate that changed the key wrote another row: %v", err)
 	}
+}
+
+// hostileKeys are string keys every store must reject with ErrInvalid
+// before any statement: PostgreSQL text cannot hold NUL or invalid UTF-8
+// (SQLSTATE 22021), and an empty or oversized key is a caller's bug.
+var hostileKeys = map[string]string{
+	"empty":         "",
+	"NUL":           "doc\x00evil",
+	"invalid UTF-8": "doc\xff\xfe",
+	"too long":      strings.Repeat("k", occ.MaxKeyLen+1),
+}
+
+func testHostileKeys(t *testing.T, h Harness) {
+	var twin *occ.Fenced[Doc]
+	if h.Locks != nil {
+		twin, _ = twins(t, h, false)
+	}
+	for name, k := range hostileKeys {
+		errs := map[string]error{
+			"Insert":     second(h.Store.Insert(ctx, Doc{ID: k, Title: "hostile"})),
+			"Load":       third(h.Store.Load(ctx, k)),
+			"Update":     second(h.Store.Update(ctx, Doc{ID: k, Title: "hostile"}, 1)),
+			"Delete":     h.Store.Delete(ctx, k, 1),
+			"occ.Update": second(occ.Update(ctx, h.Store, k, func(*Doc) error { return nil })),
+		}
+		if twin != nil {
+			errs["Fenced.Update"] = second(twin.Update(ctx, k, func(*Doc) error { return nil }))
+		}
+		for op, err := range errs {
+			if !errors.Is(err, occ.ErrInvalid) {
+				t.Errorf("%s with a %s key: %v, want ErrInvalid", op, name, err)
+			}
+		}
+	}
+	// A mutate cannot smuggle a hostile key into the write either.
+	insert(t, h.Store, Doc{ID: key(t), Title: "kept"})
+	d, v := load(t, h.Store, key(t))
+	d.ID = "doc\x00evil"
+	if _, err := h.Store.Update(ctx, d, v); !errors.Is(err, occ.ErrInvalid) {
+		t.Errorf("Update of a row whose key has a NUL: %v, want ErrInvalid", err)
+	}
+	if got, v := load(t, h.Store, key(t)); got.Title != "kept" || v != 1 {
+		t.Fatalf("hostile input changed the row: %+v at %d", got, v)
+	}
+}
+
+// testLongestKey uses a key of exactly MaxKeyLen bytes, multi-byte runes
+// included, in every operation, the fenced twin's too (its lock name, prefix
+// and all, would be longer than a lock name may be).
+func testLongestKey(t *testing.T, h Harness) {
+	k := strings.Repeat("é", occ.MaxKeyLen/2) + strings.Repeat("x", occ.MaxKeyLen%2)
+	if len(k) != occ.MaxKeyLen {
+		t.Fatalf("key is %d bytes", len(k))
+	}
+	insert(t, h.Store, Doc{ID: k, Title: "long"})
+	d, v := load(t, h.Store, k)
+	d.Counter++
+	if nv, err := h.Store.Update(ctx, d, v); err != nil || nv != 2 {
+		t.Fatalf("Update = %d, %v; want 2", nv, err)
+	}
+	if h.Locks != nil {
+		a, _ := twins(t, h, false)
+		if nv, err := a.Update(ctx, k, func(d *Doc) error { d.Counter++; return nil }); err != nil || nv != 3 {
+			t.Fatalf("Fenced.Update = %d, %v; want 3", nv, err)
+		}
+	}
+	if err := h.Store.Delete(ctx, k, 2+btoi(h.Locks != nil)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func btoi(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func second[A any](_ A, err error) error        { return err }
