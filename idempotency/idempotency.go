@@ -47,6 +47,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -113,11 +114,13 @@ type Key struct {
 	ID string
 }
 
+// String quotes the key for messages, each part cut to its first 64 bytes
+// (with its length): a key comes from a client, and errors stay small.
 func (k Key) String() string {
 	if k.Tenant == "" {
-		return fmt.Sprintf("%q", k.ID)
+		return short.Quote(k.ID)
 	}
-	return fmt.Sprintf("%q/%q", k.Tenant, k.ID)
+	return short.Quote(k.Tenant) + "/" + short.Quote(k.ID)
 }
 
 // Validate reports an error matching ErrInvalid for an empty or oversized ID,
