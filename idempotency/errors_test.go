@@ -5,6 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/idempotency"
 )
@@ -36,6 +40,35 @@ func TestErrorsShortenKeys(t *testing.T) {
 	} {
 		if len(err.Error()) > 300 {
 			t.Errorf("%T is %d bytes: %v", err, len(err.Error()), err)
+		}
+	}
+}
+
+// Constructors refuse what would fail later, with an error matching
+// ErrInvalid.
+func TestConstructorsRejectBadInput(t *testing.T) {
+	t.Parallel()
+	store, _ := idempotency.NewMemory(nil, nil)
+	for name, fn := range map[string]func() error{
+		"NewPostgres(nil)": func() error { _, err := idempotency.NewPostgres(nil, nil); return err },
+		"NewPostgres(nil pool)": func() error {
+			_, err := idempotency.NewPostgres((*pgxpool.Pool)(nil), nil)
+			return err
+		},
+		"NewPostgres(nil conn)": func() error { _, err := idempotency.NewPostgres((*pgx.Conn)(nil), nil); return err },
+		"NewMemory(negative retention)": func() error {
+			_, err := idempotency.NewMemory(nil, &idempotency.Config{Retention: -time.Hour})
+			return err
+		},
+		"NewLeased(nil)": func() error { _, err := idempotency.NewLeased(nil, nil); return err },
+		"NewLeased(TTL over MaxTTL)": func() error {
+			_, err := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: idempotency.MaxTTL + 1})
+			return err
+		},
+		"NewFenced(nil)": func() error { _, err := idempotency.NewFenced(nil, store, nil); return err },
+	} {
+		if err := fn(); !errors.Is(err, idempotency.ErrInvalid) {
+			t.Errorf("%s = %v, want ErrInvalid", name, err)
 		}
 	}
 }

@@ -66,7 +66,7 @@ func NewFenced(locks fencedlock.Store, records FencedStore, cfg *FencedConfig) (
 		c.WriteTimeout = 5 * time.Second
 	}
 	if locks == nil || records == nil {
-		return nil, errors.New("idempotency: invalid config: nil lock or record store")
+		return nil, fmt.Errorf("%w: invalid config: nil lock or record store", ErrInvalid)
 	}
 	return &Fenced{locks: locks, records: records, cfg: c}, nil
 }

@@ -347,17 +347,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Retention < time.Millisecond:
-		return c, fmt.Errorf("idempotency: invalid config: Retention %v below 1ms", c.Retention)
+		return c, fmt.Errorf("%w: invalid config: Retention %v below 1ms", ErrInvalid, c.Retention)
 	case c.TombstoneRetention < 0:
-		return c, fmt.Errorf("idempotency: invalid config: negative TombstoneRetention")
+		return c, fmt.Errorf("%w: invalid config: negative TombstoneRetention", ErrInvalid)
 	case c.InFlightWait < time.Millisecond:
 		// lock_timeout = 0 would mean "wait forever".
-		return c, fmt.Errorf("idempotency: invalid config: InFlightWait %v below 1ms", c.InFlightWait)
+		return c, fmt.Errorf("%w: invalid config: InFlightWait %v below 1ms", ErrInvalid, c.InFlightWait)
 	case c.RetryAfter < 0:
-		return c, fmt.Errorf("idempotency: invalid config: negative RetryAfter")
+		return c, fmt.Errorf("%w: invalid config: negative RetryAfter", ErrInvalid)
 	}
 	if err := c.Tables.Validate(); err != nil {
-		return c, fmt.Errorf("idempotency: invalid config: %w", err)
+		return c, fmt.Errorf("%w: invalid config: %w", ErrInvalid, err)
 	}
 	return c, nil
 }

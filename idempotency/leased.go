@@ -52,7 +52,7 @@ func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
 		c.TTL = 30 * time.Second
 	}
 	if c.TTL < MinTTL || c.TTL > MaxTTL {
-		return nil, fmt.Errorf("idempotency: invalid config: TTL %v outside [%v, %v]", c.TTL, MinTTL, MaxTTL)
+		return nil, fmt.Errorf("%w: invalid config: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
 	}
 	if c.RenewInterval <= 0 {
 		c.RenewInterval = c.TTL / 3
@@ -64,7 +64,7 @@ func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
 		c.WriteTimeout = 5 * time.Second
 	}
 	if store == nil {
-		return nil, errors.New("idempotency: invalid config: nil LeaseStore")
+		return nil, fmt.Errorf("%w: invalid config: nil LeaseStore", ErrInvalid)
 	}
 	return &Leased{store: store, cfg: c}, nil
 }

@@ -55,8 +55,12 @@ type Postgres struct {
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero Config.
+// (Migrations). A nil cfg means the zero Config. A nil db is an error
+// matching ErrInvalid.
 func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
+	if nilDB(db) {
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
+	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -171,6 +175,20 @@ func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
 			WHERE state = 'tombstone' AND expires_at <= clock_timestamp() - $2 * interval '1 microsecond'
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`)
 	return p, nil
+}
+
+// nilDB reports a nil db, including the nil pointers of the usual
+// implementations, which would otherwise fail only on first use.
+func nilDB(db DB) bool {
+	switch db := db.(type) {
+	case nil:
+		return true
+	case *pgxpool.Pool:
+		return db == nil
+	case *pgx.Conn:
+		return db == nil
+	}
+	return false
 }
 
 // WithDB returns a store that runs its statements on db — typically the
