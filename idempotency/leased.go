@@ -8,21 +8,53 @@ import (
 	"time"
 )
 
-// LeasedConfig configures a Leased executor. The zero value is valid.
+// LeasedConfig configures a Leased executor. The zero value is valid; a
+// negative duration is an error.
 type LeasedConfig struct {
-	// TTL is the lease of each attempt. Defaults to 30s.
+	// TTL is the lease of each attempt, between MinTTL and MaxTTL. Defaults
+	// to 30s.
 	TTL time.Duration
-	// RenewInterval is the time between renewals. Defaults to TTL/3.
+	// RenewInterval is the time between renewals; it must be shorter than
+	// TTL - Margin, or no renewal would come before the attempt gives up.
+	// Defaults to TTL/3, or half of TTL - Margin when that is shorter.
 	RenewInterval time.Duration
 	// Margin is how long before the lease ends — measured on the local
 	// monotonic clock from the moment the granting request was sent — the
 	// attempt's context is cancelled if no renewal succeeded, so that the
-	// work hears of it before the store can let a retry take over. Defaults
-	// to TTL/5.
+	// work hears of it before the store can let a retry take over. It must
+	// be shorter than TTL. Defaults to TTL/5.
 	Margin time.Duration
 	// WriteTimeout bounds the completion or release after the work returns
 	// (they run even when the caller's context has ended). Defaults to 5s.
 	WriteTimeout time.Duration
+}
+
+func (c LeasedConfig) withDefaults() (LeasedConfig, error) {
+	if c.TTL == 0 {
+		c.TTL = 30 * time.Second
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL / 5
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = min(c.TTL/3, (c.TTL-c.Margin)/2)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
+	switch {
+	case c.TTL < MinTTL || c.TTL > MaxTTL:
+		return c, fmt.Errorf("%w: invalid config: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
+	case c.Margin < 0 || c.Margin >= c.TTL:
+		return c, fmt.Errorf("%w: invalid config: Margin %v outside [0, TTL %v)", ErrInvalid, c.Margin, c.TTL)
+	case c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.Margin:
+		// The attempt gives up at TTL - Margin: a first renewal due then or
+		// later never comes, and every lease would run out under the work.
+		return c, fmt.Errorf("%w: invalid config: RenewInterval %v not within (0, TTL - Margin = %v)", ErrInvalid, c.RenewInterval, c.TTL-c.Margin)
+	case c.WriteTimeout < 0:
+		return c, fmt.Errorf("%w: invalid config: negative WriteTimeout", ErrInvalid)
+	}
+	return c, nil
 }
 
 // Leased runs work whose effect lies outside the database — a call to a
@@ -48,20 +80,9 @@ func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
-	}
-	if c.TTL < MinTTL || c.TTL > MaxTTL {
-		return nil, fmt.Errorf("%w: invalid config: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
-	}
-	if c.RenewInterval <= 0 {
-		c.RenewInterval = c.TTL / 3
-	}
-	if c.Margin <= 0 || c.Margin >= c.TTL {
-		c.Margin = c.TTL / 5
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 5 * time.Second
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: invalid config: nil LeaseStore", ErrInvalid)
