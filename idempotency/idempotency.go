@@ -71,6 +71,12 @@ var (
 	// ErrLeaseLost is the cause with which a leased attempt's context is
 	// cancelled when its lease expired or could not be renewed in time.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrRecoveryPointNotReached reports a leased attempt that resumed
+	// after a recovery point none of its steps has (a renamed step, a
+	// branch not taken), so that it skipped every step: it fails and stores
+	// nothing, and the record keeps its recovery point until the code that
+	// knows the step runs again or an operator resolves the key.
+	ErrRecoveryPointNotReached = errors.New("idempotency: recovery point not reached")
 	// ErrInvalid reports bad input, detected before anything was written.
 	ErrInvalid = errors.New("idempotency: invalid argument")
 )

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // LeasedConfig configures a Leased executor. The zero value is valid; a
@@ -99,7 +101,9 @@ var errStopped = errors.New("idempotency: attempt finished")
 // cancelled when the lease is lost. When fn returns a result, Do stores it if
 // the attempt still owns the record and returns a *SupersededError if a
 // newer attempt took over. When fn fails, Do releases the key (see
-// LeaseStore.Release) and returns fn's error.
+// LeaseStore.Release) and returns fn's error; so it does, with an error
+// matching ErrRecoveryPointNotReached, when fn's steps skipped and never
+// reached the recovery point the attempt resumed after (see Attempt.Step).
 func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	lease, replay, err := l.store.Claim(ctx, key, fp, l.cfg.TTL)
 	if err != nil {
@@ -116,6 +120,9 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	defer stop() // a panicking fn still stops the renewals; its lease runs out
 	res, ferr := fn(context.WithValue(actx, attemptKey{}, a))
 	stop()
+	if ferr == nil {
+		ferr = a.unreached()
+	}
 
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 	defer wcancel()
@@ -150,6 +157,20 @@ type Attempt struct {
 	mu       sync.Mutex
 	lease    Lease
 	skipping bool // Step is still passing steps done by earlier attempts
+	skipped  bool // Step skipped at least one step
+}
+
+// unreached returns an error matching ErrRecoveryPointNotReached when the
+// attempt's steps skipped and never reached the recovery point it resumed
+// after: its result would claim work that nobody did.
+func (a *Attempt) unreached() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.skipping || !a.skipped {
+		return nil
+	}
+	return fmt.Errorf("%w: %s resumes after step %s, which none of its steps is; nothing stored",
+		ErrRecoveryPointNotReached, a.lease.Key, short.Quote(a.lease.RecoveryPoint))
 }
 
 // Key returns the attempt's key.
@@ -176,7 +197,8 @@ func (a *Attempt) DeriveKey(parts ...string) string { return DeriveKey(a.Key(), 
 
 // Checkpoint records step as the key's recovery point, with a
 // compare-and-set on the attempt's token: it returns a *SupersededError when
-// a newer attempt owns the key.
+// a newer attempt owns the key. Work that resumes by itself (reading
+// RecoveryPoint) uses it instead of Step; after it, Step no longer skips.
 func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 	if a.store == nil {
 		return fmt.Errorf("%w: the fenced twin has no recovery points", ErrInvalid)
@@ -186,6 +208,7 @@ func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 	}
 	a.mu.Lock()
 	a.lease.RecoveryPoint = step
+	a.skipping = false // the work has placed itself
 	a.mu.Unlock()
 	return nil
 }
@@ -194,14 +217,18 @@ func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 // point. Steps run in program order; on an attempt that resumes an earlier
 // one, every step up to and including the recorded recovery point is skipped
 // (fn does not run) and the first step after it runs. Step names must be
-// unique within the work and stable across deployments. Under the fenced
-// twin, Step just runs fn.
+// unique within the work and stable across deployments: an attempt whose
+// steps never reach the recorded point (a renamed step, a branch not taken)
+// skipped work it cannot prove was done, so Leased.Do fails it with
+// ErrRecoveryPointNotReached and stores nothing. Under the fenced twin, Step
+// just runs fn.
 func (a *Attempt) Step(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if err := validStep(name); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	if a.skipping {
+		a.skipped = true
 		if name == a.lease.RecoveryPoint {
 			a.skipping = false
 		}

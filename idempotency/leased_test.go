@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -34,5 +35,83 @@ func TestNewLeasedRejectsUnsafeTimings(t *testing.T) {
 		if tc.ok && err != nil || !tc.ok && !errors.Is(err, idempotency.ErrInvalid) {
 			t.Errorf("%s: NewLeased(%+v) = %v", tc.name, tc.cfg, err)
 		}
+	}
+}
+
+// An attempt that resumes after a recovery point its steps never reach (a
+// renamed step, a branch not taken) skipped all its work: it fails, stores
+// nothing, and keeps the recovery point for an operator to see.
+func TestLeasedUnreachedRecoveryPointFails(t *testing.T) {
+	t.Parallel()
+	store, _ := idempotency.NewMemory(nil, nil)
+	leased, err := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{ID: "renamed step"}
+	down := errors.New("carrier down")
+	_, err = leased.Do(ctx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+		a, _ := idempotency.AttemptFrom(ctx)
+		if err := a.Step(ctx, "charge-v1", func(context.Context) error { return nil }); err != nil {
+			return idempotency.Result{}, err
+		}
+		return idempotency.Result{}, down
+	})
+	if !errors.Is(err, down) {
+		t.Fatalf("first attempt = %v", err)
+	}
+	// The next deployment renamed the step.
+	var ran []string
+	work := func(ctx context.Context) (idempotency.Result, error) {
+		a, _ := idempotency.AttemptFrom(ctx)
+		for _, step := range []string{"charge", "ship"} {
+			if err := a.Step(ctx, step, func(context.Context) error { ran = append(ran, step); return nil }); err != nil {
+				return idempotency.Result{}, err
+			}
+		}
+		return idempotency.Result{Status: 201, Body: []byte("shipped")}, nil
+	}
+	for range 2 {
+		res, err := leased.Do(ctx, key, idempotency.Fingerprint{}, work)
+		if !errors.Is(err, idempotency.ErrRecoveryPointNotReached) || res.Status != 0 {
+			t.Fatalf("retry past an unknown recovery point = %+v, %v; want ErrRecoveryPointNotReached", res, err)
+		}
+	}
+	rec, found, err := store.Lookup(ctx, key)
+	if err != nil || !found || rec.State == idempotency.Done || rec.RecoveryPoint != "charge-v1" {
+		t.Fatalf("record after the failed retries = %+v, %v, %v; want not done, recovery point charge-v1", rec, found, err)
+	}
+	if len(ran) != 0 {
+		t.Fatalf("steps %v ran, want none (they were all skipped)", ran)
+	}
+}
+
+// Work that resumes by itself, with RecoveryPoint and Checkpoint and no
+// Step, is not mistaken for an attempt stuck skipping.
+func TestLeasedCheckpointWithoutSteps(t *testing.T) {
+	t.Parallel()
+	store, _ := idempotency.NewMemory(nil, nil)
+	leased, _ := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Minute})
+	key := idempotency.Key{ID: "manual"}
+	down := errors.New("down")
+	work := func(fail bool) func(ctx context.Context) (idempotency.Result, error) {
+		return func(ctx context.Context) (idempotency.Result, error) {
+			a, _ := idempotency.AttemptFrom(ctx)
+			if a.RecoveryPoint() == "" {
+				if err := a.Checkpoint(ctx, "charged"); err != nil {
+					return idempotency.Result{}, err
+				}
+			}
+			if fail {
+				return idempotency.Result{}, down
+			}
+			return idempotency.Result{Status: 200}, nil
+		}
+	}
+	if _, err := leased.Do(ctx, key, idempotency.Fingerprint{}, work(true)); !errors.Is(err, down) {
+		t.Fatal(err)
+	}
+	if res, err := leased.Do(ctx, key, idempotency.Fingerprint{}, work(false)); err != nil || res.Status != 200 {
+		t.Fatalf("resumed attempt = %+v, %v", res, err)
 	}
 }
