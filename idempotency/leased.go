@@ -104,6 +104,7 @@ var errStopped = errors.New("idempotency: attempt finished")
 // LeaseStore.Release) and returns fn's error; so it does, with an error
 // matching ErrRecoveryPointNotReached, when fn's steps skipped and never
 // reached the recovery point the attempt resumed after (see Attempt.Step).
+// When fn panics, Do releases the key too, and the panic continues.
 func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	lease, replay, err := l.store.Claim(ctx, key, fp, l.cfg.TTL)
 	if err != nil {
@@ -117,14 +118,27 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	done := make(chan struct{})
 	go a.keep(actx, cancel, l.cfg, done)
 	stop := func() { cancel(errStopped); <-done }
-	defer stop() // a panicking fn still stops the renewals; its lease runs out
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit): stop the renewals and
+		// give the key up as a failed attempt does, so that a retry need
+		// not wait for the lease to run out. The panic goes on.
+		stop()
+		wctx, wcancel := l.writeContext(ctx)
+		defer wcancel()
+		_ = l.store.Release(wctx, a.Lease()) // if it fails, the lease runs out
+	}()
 	res, ferr := fn(context.WithValue(actx, attemptKey{}, a))
+	returned = true
 	stop()
 	if ferr == nil {
 		ferr = a.unreached()
 	}
 
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
+	wctx, wcancel := l.writeContext(ctx)
 	defer wcancel()
 	final := a.Lease()
 	if ferr != nil {
@@ -138,6 +152,12 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// writeContext is the context of a write after the work: it survives the
+// end of ctx, and its WriteTimeout starts now.
+func (l *Leased) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 }
 
 type attemptKey struct{}

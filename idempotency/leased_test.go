@@ -115,3 +115,28 @@ func TestLeasedCheckpointWithoutSteps(t *testing.T) {
 		t.Fatalf("resumed attempt = %+v, %v", res, err)
 	}
 }
+
+// A leased attempt whose work panics gives the key up as a failed one does:
+// the retry runs at once instead of waiting out the lease.
+func TestLeasedPanicReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	store, _ := idempotency.NewMemory(nil, nil)
+	leased, _ := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Hour})
+	key := idempotency.Key{ID: "panics"}
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want the work's panic", p)
+			}
+		}()
+		leased.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {
+			panic("boom")
+		})
+	}()
+	res, err := leased.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {
+		return idempotency.Result{Status: 200}, nil
+	})
+	if err != nil || res.Status != 200 {
+		t.Fatalf("retry after a panic = %+v, %v; want it to run", res, err)
+	}
+}
