@@ -80,9 +80,10 @@ type MiddlewareConfig struct {
 	// secret or a session. Set-Cookie is never replayed (listing it is an
 	// error), nor are the headers of the connection and the framing.
 	ReplayHeaders []string
-	// Stored says whether a response with this status is stored (and
-	// replayed). An unstored response is sent as it is, and the key is
-	// released so that a retry runs again. Defaults to status < 500.
+	// Stored says whether a response with this final status (200 to 599)
+	// is stored and replayed. An unstored response is sent as it is, and
+	// the key is released so that a retry runs again. Defaults to
+	// DefaultStored.
 	Stored func(status int) bool
 	// OnError, when set, is told of errors answered with 500 and of the
 	// Tenant function's errors (answered with 400, without their text).
@@ -136,9 +137,27 @@ func (c MiddlewareConfig) withDefaults() (MiddlewareConfig, error) {
 	}
 	c.ReplayHeaders = headers
 	if c.Stored == nil {
-		c.Stored = func(status int) bool { return status < 500 }
+		c.Stored = DefaultStored
 	}
 	return c, nil
+}
+
+// DefaultStored is the default of MiddlewareConfig.Stored: it stores the
+// answers for which the handler ran to completion — 2xx, 3xx and 4xx — but
+// not those that say the request was not processed and may succeed as it is
+// once something outside it changed: 401 and 403 (credentials or rights
+// change), 408 (timeout), 409 (a conflict that clears), 425 (too early) and
+// 429 (rate limit), nor any 5xx. A Stored hook can narrow or extend it,
+// e.g. to let a retry run again after a 404 that a later request may cure:
+//
+//	Stored: func(s int) bool { return s != http.StatusNotFound && idempotency.DefaultStored(s) },
+func DefaultStored(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusConflict,
+		http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
 }
 
 // validHeaderName reports whether name is an HTTP token (RFC 9110).
