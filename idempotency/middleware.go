@@ -245,7 +245,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var first http.Header // every header of a first execution's response
 	res, err := m.exec.Do(r.Context(), key, fp, func(ctx context.Context) (Result, error) {
-		res, header, err := m.run(ctx, r, body)
+		res, header, err := m.run(ctx, w, r, body)
 		first = header
 		return res, err
 	})
@@ -257,7 +257,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, err)
 		return
 	}
-	m.write(w, res, first)
+	m.write(w, r, res, first)
 }
 
 // key returns the request's key in its caller's scope, or answers 400.
@@ -296,8 +296,8 @@ func (m *middleware) key(w http.ResponseWriter, r *http.Request, values []string
 
 // run runs the handler for a first execution and returns what to store,
 // with every header of its response.
-func (m *middleware) run(ctx context.Context, r *http.Request, body []byte) (Result, http.Header, error) {
-	rec := &recorder{header: http.Header{}, limit: m.cfg.MaxResponseBody}
+func (m *middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte) (Result, http.Header, error) {
+	rec := &recorder{w: w, header: http.Header{}, limit: m.cfg.MaxResponseBody}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	m.next.ServeHTTP(rec, r.WithContext(ctx))
 	if rec.overflow {
@@ -306,6 +306,11 @@ func (m *middleware) run(ctx context.Context, r *http.Request, body []byte) (Res
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
+	}
+	if !finalStatus(status) {
+		// net/http would panic on some of these, and a stored one would
+		// fail every replay.
+		return Result{}, nil, fmt.Errorf("idempotency: the handler answered with status %d, not a final HTTP status (200 to 599)", status)
 	}
 	res := Result{Status: status, Body: rec.body.Bytes(), Header: m.replayed(rec.header)}
 	if !m.cfg.Stored(status) {
@@ -360,7 +365,11 @@ func (m *middleware) internal(w http.ResponseWriter, r *http.Request, err error)
 // execution (first), with the stored ones on a replay. A stored header
 // outside ReplayHeaders (stored under another configuration) is not
 // replayed, and Set-Cookie never is.
-func (m *middleware) write(w http.ResponseWriter, res Result, first http.Header) {
+func (m *middleware) write(w http.ResponseWriter, r *http.Request, res Result, first http.Header) {
+	if !finalStatus(res.Status) {
+		m.internal(w, r, fmt.Errorf("idempotency: stored status %d is not a final HTTP status (200 to 599)", res.Status))
+		return
+	}
 	h := w.Header()
 	if res.Replayed || first == nil {
 		for k, v := range m.replayed(res.Header) {
@@ -387,8 +396,14 @@ func (e *unstoredError) Error() string {
 	return fmt.Sprintf("idempotency: response with status %d not stored", e.res.Status)
 }
 
-// recorder buffers a handler's response.
+// finalStatus reports whether status is a final HTTP status the middleware
+// stores and replays.
+func finalStatus(status int) bool { return status >= 200 && status <= 599 }
+
+// recorder buffers a handler's response, and passes informational answers
+// (1xx) through to w as they come.
 type recorder struct {
+	w        http.ResponseWriter
 	header   http.Header
 	status   int
 	body     bytes.Buffer
@@ -399,8 +414,34 @@ type recorder struct {
 func (r *recorder) Header() http.Header { return r.header }
 
 func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
+	if r.status != 0 {
+		return
+	}
+	if status >= 100 && status <= 199 && status != http.StatusSwitchingProtocols {
+		r.inform(status)
+		return
+	}
+	r.status = status
+}
+
+// inform sends an informational answer with the handler's headers so far,
+// as net/http does, and leaves w's own headers as they were.
+func (r *recorder) inform(status int) {
+	h := r.w.Header()
+	saved := map[string][]string{}
+	for k, v := range r.header {
+		if old, ok := h[k]; ok {
+			saved[k] = old
+		}
+		h[k] = v
+	}
+	r.w.WriteHeader(status)
+	for k := range r.header {
+		if old, ok := saved[k]; ok {
+			h[k] = old
+		} else {
+			delete(h, k)
+		}
 	}
 }
 
