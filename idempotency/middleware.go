@@ -74,11 +74,12 @@ type MiddlewareConfig struct {
 	// writes more gets a 500 answer and nothing is stored. Defaults to 1 MiB.
 	MaxResponseBody int
 	// ReplayHeaders are the response headers stored and replayed to every
-	// retry of the key. Defaults to Content-Type, Content-Location,
-	// Location, ETag and Last-Modified. Every listed header is replayed to
-	// whoever retries the key in its scope: never list one that carries a
-	// secret or a session. Set-Cookie is never replayed (listing it is an
-	// error), nor are the headers of the connection and the framing.
+	// retry of the key, besides those that describe the body, which always
+	// are (BodyHeaders). Defaults to Content-Location, Location, ETag and
+	// Last-Modified. Every listed header is replayed to whoever retries the
+	// key in its scope: never list one that carries a secret or a session.
+	// Set-Cookie is never replayed (listing it is an error), nor are the
+	// headers of the connection and the framing.
 	ReplayHeaders []string
 	// Stored says whether a response with this final status (200 to 599)
 	// is stored and replayed. An unstored response is sent as it is, and
@@ -90,6 +91,11 @@ type MiddlewareConfig struct {
 	// Defaults to none.
 	OnError func(r *http.Request, err error)
 }
+
+// BodyHeaders are the response headers that describe the body: Middleware
+// always stores and replays them with it, so that a replayed body is read as
+// the first one was (a gzip body stays labelled gzip).
+var BodyHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Vary"}
 
 // unreplayable are the headers Middleware never stores nor replays: a
 // cookie would hand one caller's session to whoever retries the key, and the
@@ -123,9 +129,9 @@ func (c MiddlewareConfig) withDefaults() (MiddlewareConfig, error) {
 		c.MaxResponseBody = 1 << 20
 	}
 	if c.ReplayHeaders == nil {
-		c.ReplayHeaders = []string{"Content-Type", "Content-Location", "Location", "ETag", "Last-Modified"}
+		c.ReplayHeaders = []string{"Content-Location", "Location", "ETag", "Last-Modified"}
 	}
-	headers := make([]string, 0, len(c.ReplayHeaders))
+	headers := slices.Clone(BodyHeaders)
 	for _, h := range c.ReplayHeaders {
 		name := http.CanonicalHeaderKey(h)
 		if !validHeaderName(name) || slices.Contains(unreplayable, name) {
@@ -319,11 +325,13 @@ func (m *middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Req
 	return res, rec.header, nil
 }
 
-// replayed returns the headers of h that are stored and replayed.
+// replayed returns the headers of h that are stored and replayed. A header
+// present without a value is kept: an empty Content-Type is how a handler
+// stops net/http from sniffing one, and the replay must do the same.
 func (m *middleware) replayed(h http.Header) http.Header {
 	out := http.Header{}
 	for _, name := range m.cfg.ReplayHeaders {
-		if v := h[name]; len(v) > 0 {
+		if v, ok := h[name]; ok {
 			out[name] = slices.Clone(v)
 		}
 	}
