@@ -44,7 +44,7 @@ func TestMiddlewareReplayIsTheFirstAnswer(t *testing.T) {
 		"Content-Type":        {"application/json"},
 		"Content-Encoding":    {"gzip"},
 		"Content-Language":    {"fr"},
-		"Content-Disposition": {"attachment; filename=\"report.json\""},
+		"Content-Disposition": {"attachment; filename=\"caf\xe9.json\""}, // obs-text: Latin-1
 		"Vary":                {"Accept-Encoding", "Accept-Language"},
 		"Location":            {"/reports/1"},
 		"Etag":                {`"r1"`},
