@@ -31,7 +31,8 @@
 // payload. The two modes must not share keys.
 //
 // [Middleware] puts either mode in front of a net/http handler, following
-// the IETF draft "The Idempotency-Key HTTP Header Field". [Fenced] is the
+// the IETF draft "The Idempotency-Key HTTP Header Field", with each key
+// scoped by the authenticated caller ([MiddlewareConfig.Tenant]). [Fenced] is the
 // same operation done with a fenced lock (package fencedlock), for
 // comparison.
 package idempotency

@@ -75,8 +75,9 @@ type MiddlewareConfig struct {
 	MaxResponseBody int
 	// ReplayHeaders are the response headers stored and replayed to every
 	// retry of the key, besides those that describe the body, which always
-	// are (BodyHeaders). Defaults to Content-Location, Location, ETag and
-	// Last-Modified. Every listed header is replayed to whoever retries the
+	// are: Content-Type, Content-Encoding, Content-Language,
+	// Content-Disposition and Vary. Defaults to Content-Location, Location,
+	// ETag and Last-Modified. Every listed header is replayed to whoever retries the
 	// key in its scope: never list one that carries a secret or a session.
 	// Set-Cookie is never replayed (listing it is an error), nor are the
 	// headers of the connection and the framing.
@@ -92,10 +93,10 @@ type MiddlewareConfig struct {
 	OnError func(r *http.Request, err error)
 }
 
-// BodyHeaders are the response headers that describe the body: Middleware
+// bodyHeaders are the response headers that describe the body: Middleware
 // always stores and replays them with it, so that a replayed body is read as
 // the first one was (a gzip body stays labelled gzip).
-var BodyHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Vary"}
+var bodyHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Disposition", "Vary"}
 
 // unreplayable are the headers Middleware never stores nor replays: a
 // cookie would hand one caller's session to whoever retries the key, and the
@@ -131,7 +132,7 @@ func (c MiddlewareConfig) withDefaults() (MiddlewareConfig, error) {
 	if c.ReplayHeaders == nil {
 		c.ReplayHeaders = []string{"Content-Location", "Location", "ETag", "Last-Modified"}
 	}
-	headers := slices.Clone(BodyHeaders)
+	headers := slices.Clone(bodyHeaders)
 	for _, h := range c.ReplayHeaders {
 		name := http.CanonicalHeaderKey(h)
 		if !validHeaderName(name) || slices.Contains(unreplayable, name) {
@@ -190,8 +191,10 @@ func validHeaderName(name string) bool {
 // Authentication runs before the middleware: a key is scoped by the caller
 // that cfg.Tenant names, so that a caller can neither replay, nor block, nor
 // probe another caller's keys. A retry with the same key and payload in the
-// same scope gets the stored response — its status, the ReplayHeaders and
-// the body — with "Idempotent-Replayed: true", and the handler does not run.
+// same scope gets the stored response — its status, the headers that
+// describe its body, the ReplayHeaders and the body, as the first answer
+// had them — with "Idempotent-Replayed: true", and the handler does not run.
+// Informational answers (1xx) pass through and are not stored.
 // Errors are answered with application/problem+json bodies, following the
 // IETF draft: a missing key 400, a malformed or oversized key (over
 // MaxKeyLen bytes) or an unnamed caller 400, a request in flight 409 with

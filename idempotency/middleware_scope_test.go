@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +168,52 @@ func TestMiddlewareNeverReplaysSetCookie(t *testing.T) {
 	defer srv2.Close()
 	if r := post(t, srv2.URL, "stored", ""); r.header.Get(idempotency.HeaderReplayed) != "true" || r.header.Get("Set-Cookie") != "" || r.header.Get("Content-Type") != "text/plain" {
 		t.Fatalf("replay of a stored cookie = %+v", r)
+	}
+}
+
+// A handler that panics leaves its key free with every executor: net/http
+// aborts the answer, and the retry runs the handler.
+func TestMiddlewareHandlerPanicLeavesKeyFree(t *testing.T) {
+	t.Parallel()
+	backends := map[string]func(t *testing.T) idempotency.Executor{
+		"memory": func(t *testing.T) idempotency.Executor { s, _ := idempotency.NewMemory(nil, nil); return s },
+		"postgres": func(t *testing.T) idempotency.Executor {
+			return newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil)
+		},
+		"leased": func(t *testing.T) idempotency.Executor {
+			s, _ := idempotency.NewMemory(nil, nil)
+			l, _ := idempotency.NewLeased(s, &idempotency.LeasedConfig{TTL: time.Hour})
+			return l
+		},
+		"fenced": func(t *testing.T) idempotency.Executor {
+			s, _ := idempotency.NewMemory(nil, nil)
+			f, _ := idempotency.NewFenced(fencedlock.NewMemory(nil), s, &idempotency.FencedConfig{TTL: time.Hour})
+			return f
+		},
+	}
+	for name, newExec := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var runs atomic.Int64
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					w.Header().Set("Content-Type", "text/plain")
+					io.WriteString(w, "half an answer")
+					panic(http.ErrAbortHandler) // aborts without a log line
+				}
+				io.WriteString(w, "ok")
+			})
+			srv := httptest.NewServer(newMiddleware(t, newExec(t), global)(handler))
+			defer srv.Close()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
+			req.Header.Set(idempotency.HeaderKey, "k")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("the panicking handler's request got %d, want the connection aborted", resp.StatusCode)
+			}
+			if r := post(t, srv.URL, "k", "x"); r.status != 200 || r.body != "ok" || runs.Load() != 2 {
+				t.Fatalf("retry after a panic = %+v after %d runs, want the handler to run again", r, runs.Load())
+			}
+		})
 	}
 }
