@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -112,85 +113,116 @@ func FuzzMiddleware(f *testing.F) {
 	f.Add("k", bytes.Repeat([]byte("b"), fuzzMaxBody+1), []byte("y"), uint8(1), "m", false)
 	f.Add("k", []byte("name\r\nX-Injected: 1\x00\xe9"), []byte("z"), uint8(0x81), "m\x00", false)
 	f.Fuzz(func(t *testing.T, key string, body, other []byte, choice uint8, mallory string, twoKeys bool) {
-		store, _ := idempotency.NewMemory(nil, nil)
-		h := &fuzzHandler{}
-		mw, err := idempotency.Middleware(store, idempotency.MiddlewareConfig{
-			Tenant:         func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
-			MaxRequestBody: fuzzMaxBody,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := mw(h)
-		status := fuzzStatuses[int(choice&0x7f)%len(fuzzStatuses)]
-		do := func(user string, body []byte) (*wire, bool) {
-			req := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
-			req.Header[idempotency.HeaderKey] = []string{key}
-			if twoKeys {
-				req.Header[idempotency.HeaderKey] = []string{key, key}
-			}
-			req.Header["X-User"] = []string{user}
-			req.Header.Set("X-Status", strconv.Itoa(status))
-			if choice&0x80 != 0 {
-				req.Header.Set("X-Hints", "1")
-			}
-			before := h.runs.Load()
-			w := &wire{header: http.Header{}}
-			srv.ServeHTTP(w, req)
-			ran := h.runs.Load() != before
-			if w.Code >= 500 && (!ran || w.Code != status) && w.sent.Get(idempotency.HeaderReplayed) == "" {
-				t.Fatalf("the middleware answered %d by itself: %s", w.Code, w.Body.Bytes())
-			}
-			return w, ran
-		}
-
-		first, ran := do("alice", body)
+		run := newFuzzRun(t, key, twoKeys, choice)
+		first, ran := run.do("alice", body)
 		if !ran {
 			// Refused before the handler: a bad key or an oversized body,
 			// for every caller alike.
 			if first.Code != 400 && first.Code != 413 {
 				t.Fatalf("first request refused with %d: %s", first.Code, first.Body.Bytes())
 			}
-			if again, ran := do("bob", body); ran || again.Code != first.Code {
+			if again, ran := run.do("bob", body); ran || again.Code != first.Code {
 				t.Fatalf("bob's identical request = %d (ran %v), alice's %d", again.Code, ran, first.Code)
 			}
 			return
 		}
-		if first.Code != status {
-			t.Fatalf("first = %d, the handler answered %d", first.Code, status)
+		if first.Code != run.status {
+			t.Fatalf("first = %d, the handler answered %d", first.Code, run.status)
 		}
-		stored := idempotency.DefaultStored(status)
-
-		retry, ran := do("alice", body)
-		if stored {
-			if ran || retry.sent.Get(idempotency.HeaderReplayed) != "true" {
-				t.Fatalf("retry of a stored %d ran the handler again (or was not marked replayed)", status)
-			}
-			sameAnswer(t, first, retry)
-		} else if !ran {
-			t.Fatalf("retry of an unstored %d did not run the handler: %d", status, retry.Code)
-		}
-
-		if r, ran := do("bob", body); !ran || r.sent.Get(idempotency.HeaderReplayed) != "" {
-			t.Fatalf("bob with alice's key and body: ran %v, %d %v; want his own execution", ran, r.Code, r.sent)
-		}
-		if !bytes.Equal(other, body) && len(other) <= fuzzMaxBody {
-			if r, ran := do("alice", other); stored && (ran || r.Code != 422) {
-				t.Fatalf("alice's key with another body: ran %v, %d; want 422", ran, r.Code)
-			}
-			if r, ran := do("carol", other); !ran || r.Code != status {
-				t.Fatalf("carol with alice's key and another body: ran %v, %d; want her own execution", ran, r.Code)
-			}
-		}
-		r, ran := do(mallory, body)
-		named := mallory != "" && len(mallory) <= idempotency.MaxKeyLen && utf8.ValidString(mallory) && !strings.ContainsRune(mallory, 0)
-		switch {
-		case !named && (ran || r.Code != 400):
-			t.Fatalf("caller %q: ran %v, %d; want 400", mallory, ran, r.Code)
-		case named && mallory != "alice" && mallory != "bob" && !ran:
-			t.Fatalf("caller %q did not run the handler: %d %v", mallory, r.Code, r.sent)
-		}
+		run.checkRetry(first, body)
+		run.checkScopes(body, other, mallory)
 	})
+}
+
+// fuzzRun is one input of FuzzMiddleware: a middleware on a fresh memory
+// store, in front of a fuzzHandler, and how the requests are made.
+type fuzzRun struct {
+	t       *testing.T
+	srv     http.Handler
+	h       *fuzzHandler
+	key     string
+	twoKeys bool
+	status  int
+	hints   bool
+}
+
+func newFuzzRun(t *testing.T, key string, twoKeys bool, choice uint8) *fuzzRun {
+	store, _ := idempotency.NewMemory(nil, nil)
+	h := &fuzzHandler{}
+	mw, err := idempotency.Middleware(store, idempotency.MiddlewareConfig{
+		Tenant:         func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+		MaxRequestBody: fuzzMaxBody,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fuzzRun{t: t, srv: mw(h), h: h, key: key, twoKeys: twoKeys,
+		status: fuzzStatuses[int(choice&0x7f)%len(fuzzStatuses)], hints: choice&0x80 != 0}
+}
+
+// do sends the key with body as user and reports whether the handler ran.
+// A 5xx that is not the handler's fails the test.
+func (f *fuzzRun) do(user string, body []byte) (*wire, bool) {
+	req := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
+	req.Header[idempotency.HeaderKey] = []string{f.key}
+	if f.twoKeys {
+		req.Header[idempotency.HeaderKey] = []string{f.key, f.key}
+	}
+	req.Header["X-User"] = []string{user}
+	req.Header.Set("X-Status", strconv.Itoa(f.status))
+	if f.hints {
+		req.Header.Set("X-Hints", "1")
+	}
+	before := f.h.runs.Load()
+	w := &wire{header: http.Header{}}
+	f.srv.ServeHTTP(w, req)
+	ran := f.h.runs.Load() != before
+	if w.Code >= 500 && (!ran || w.Code != f.status) && w.sent.Get(idempotency.HeaderReplayed) == "" {
+		f.t.Fatalf("the middleware answered %d by itself: %s", w.Code, w.Body.Bytes())
+	}
+	return w, ran
+}
+
+// checkRetry checks alice's retry: the first answer again if it was stored,
+// a new execution if not.
+func (f *fuzzRun) checkRetry(first *wire, body []byte) {
+	retry, ran := f.do("alice", body)
+	if !idempotency.DefaultStored(f.status) {
+		if !ran {
+			f.t.Fatalf("retry of an unstored %d did not run the handler: %d", f.status, retry.Code)
+		}
+		return
+	}
+	if ran || retry.sent.Get(idempotency.HeaderReplayed) != "true" {
+		f.t.Fatalf("retry of a stored %d ran the handler again (or was not marked replayed)", f.status)
+	}
+	sameAnswer(f.t, first, retry)
+}
+
+// checkScopes checks that alice's key is hers alone: bob's and carol's
+// requests with it run the handler, whatever the body; a caller with an
+// invalid name gets 400.
+func (f *fuzzRun) checkScopes(body, other []byte, mallory string) {
+	t := f.t
+	if r, ran := f.do("bob", body); !ran || r.sent.Get(idempotency.HeaderReplayed) != "" {
+		t.Fatalf("bob with alice's key and body: ran %v, %d %v; want his own execution", ran, r.Code, r.sent)
+	}
+	if !bytes.Equal(other, body) && len(other) <= fuzzMaxBody {
+		if r, ran := f.do("alice", other); idempotency.DefaultStored(f.status) && (ran || r.Code != 422) {
+			t.Fatalf("alice's key with another body: ran %v, %d; want 422", ran, r.Code)
+		}
+		if r, ran := f.do("carol", other); !ran || r.Code != f.status {
+			t.Fatalf("carol with alice's key and another body: ran %v, %d; want her own execution", ran, r.Code)
+		}
+	}
+	r, ran := f.do(mallory, body)
+	named := mallory != "" && len(mallory) <= idempotency.MaxKeyLen && utf8.ValidString(mallory) && !strings.ContainsRune(mallory, 0)
+	switch {
+	case !named && (ran || r.Code != 400):
+		t.Fatalf("caller %q: ran %v, %d; want 400", mallory, ran, r.Code)
+	case named && !slices.Contains([]string{"alice", "bob", "carol"}, mallory) && !ran:
+		t.Fatalf("caller %q did not run the handler: %d %v", mallory, r.Code, r.sent)
+	}
 }
 
 // sameAnswer checks that a replay is the first answer: status, body and the
