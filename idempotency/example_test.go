@@ -86,31 +86,65 @@ func ExampleLeased() {
 	// retry: done <nil>
 }
 
-// The middleware in front of a handler: a retry is replayed, a request
-// without a key is refused.
+type userKey struct{}
+
+// authenticate stands for the application's authentication, which runs
+// before the idempotency middleware and names the caller.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := map[string]string{"Bearer t-alice": "alice", "Bearer t-bob": "bob"}[r.Header.Get("Authorization")]
+		if !ok {
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+	})
+}
+
+// The middleware in front of a handler, behind the authentication: a retry
+// is replayed to its caller, another caller's request with the same key runs
+// on its own, and a request without a key is refused.
 func ExampleMiddleware() {
 	store, _ := idempotency.NewMemory(nil, nil)
+	orders := 0
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Location", "/orders/1")
+		orders++
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", orders))
 		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "created")
+		fmt.Fprintf(w, "order %d for %s", orders, r.Context().Value(userKey{}))
 	})
-	srv := httptest.NewServer(idempotency.Middleware(store, nil)(handler))
+	idem, err := idempotency.Middleware(store, idempotency.MiddlewareConfig{
+		// Keys are scoped by the authenticated caller.
+		Tenant: func(r *http.Request) (string, error) {
+			user, ok := r.Context().Value(userKey{}).(string)
+			if !ok {
+				return "", errors.New("no authenticated user")
+			}
+			return user, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	srv := httptest.NewServer(authenticate(idem(handler)))
 	defer srv.Close()
-	for _, key := range []string{`"a1b2"`, `"a1b2"`, ""} {
+	for _, call := range []struct{ token, key string }{{"t-alice", `"a1b2"`}, {"t-alice", `"a1b2"`}, {"t-bob", `"a1b2"`}, {"t-bob", ""}} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer "+call.token)
+		if call.key != "" {
+			req.Header.Set("Idempotency-Key", call.key)
 		}
 		resp, _ := http.DefaultClient.Do(req)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("%d %q %q %.9s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Content-Type"), body)
+		fmt.Printf("%d %q %q %.19s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Location"), body)
 	}
 	// Output:
-	// 201 "" "text/plain; charset=utf-8" created
-	// 201 "true" "text/plain; charset=utf-8" created
-	// 400 "" "application/problem+json" {"type":"
+	// 201 "" "/orders/1" order 1 for alice
+	// 201 "true" "/orders/1" order 1 for alice
+	// 201 "" "/orders/2" order 2 for bob
+	// 400 "" "" {"type":"https://pk
 }
 
 // Transactional mode in the caller's transaction: the claim, the charge and

@@ -23,8 +23,9 @@ type FencedConfig struct {
 	Holder string
 	// RetryAfter is the retry hint when the lock is held. Defaults to 1s.
 	RetryAfter time.Duration
-	// WriteTimeout bounds the recording and the release after the work
-	// returns. Defaults to 5s.
+	// WriteTimeout bounds each write after the work returns — the record,
+	// then the release — counted from the end of the work, however long it
+	// ran. Defaults to 5s.
 	WriteTimeout time.Duration
 }
 
@@ -66,7 +67,7 @@ func NewFenced(locks fencedlock.Store, records FencedStore, cfg *FencedConfig) (
 		c.WriteTimeout = 5 * time.Second
 	}
 	if locks == nil || records == nil {
-		return nil, errors.New("idempotency: invalid config: nil lock or record store")
+		return nil, fmt.Errorf("%w: invalid config: nil lock or record store", ErrInvalid)
 	}
 	return &Fenced{locks: locks, records: records, cfg: c}, nil
 }
@@ -91,11 +92,14 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return Result{}, fmt.Errorf("idempotency: lock %s: %w", key, err)
 	}
 	k := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
-	defer wcancel()
-	// A failed release (ErrNotHeld: the lease expired) needs nothing: the
-	// lease runs out on its own, and the fenced write decided the outcome.
-	defer func() { _ = k.Release(wctx) }()
+	defer func() {
+		wctx, wcancel := f.writeContext(ctx)
+		defer wcancel()
+		// A failed release (ErrNotHeld: the lease expired) needs nothing:
+		// the lease runs out on its own, and the fenced write decided the
+		// outcome.
+		_ = k.Release(wctx)
+	}()
 
 	rec, found, err := f.records.Lookup(ctx, key)
 	if err != nil {
@@ -114,8 +118,16 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return Result{}, err
 	}
 	res.Replayed = false
+	wctx, wcancel := f.writeContext(ctx)
+	defer wcancel()
 	if err := f.records.PutFenced(wctx, key, fp, lease.Token, res); err != nil {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// writeContext is the context of a write after the work: it survives the
+// end of ctx, and its WriteTimeout starts now, not when the work started.
+func (f *Fenced) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
 }

@@ -31,7 +31,8 @@
 // payload. The two modes must not share keys.
 //
 // [Middleware] puts either mode in front of a net/http handler, following
-// the IETF draft "The Idempotency-Key HTTP Header Field". [Fenced] is the
+// the IETF draft "The Idempotency-Key HTTP Header Field", with each key
+// scoped by the authenticated caller ([MiddlewareConfig.Tenant]). [Fenced] is the
 // same operation done with a fenced lock (package fencedlock), for
 // comparison.
 package idempotency
@@ -47,6 +48,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -70,6 +72,12 @@ var (
 	// ErrLeaseLost is the cause with which a leased attempt's context is
 	// cancelled when its lease expired or could not be renewed in time.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrRecoveryPointNotReached reports a leased attempt that resumed
+	// after a recovery point none of its steps has (a renamed step, a
+	// branch not taken), so that it skipped every step: it fails and stores
+	// nothing, and the record keeps its recovery point until the code that
+	// knows the step runs again or an operator resolves the key.
+	ErrRecoveryPointNotReached = errors.New("idempotency: recovery point not reached")
 	// ErrInvalid reports bad input, detected before anything was written.
 	ErrInvalid = errors.New("idempotency: invalid argument")
 )
@@ -113,11 +121,13 @@ type Key struct {
 	ID string
 }
 
+// String quotes the key for messages, each part cut to its first 64 bytes
+// (with its length): a key comes from a client, and errors stay small.
 func (k Key) String() string {
 	if k.Tenant == "" {
-		return fmt.Sprintf("%q", k.ID)
+		return short.Quote(k.ID)
 	}
-	return fmt.Sprintf("%q/%q", k.Tenant, k.ID)
+	return short.Quote(k.Tenant) + "/" + short.Quote(k.ID)
 }
 
 // Validate reports an error matching ErrInvalid for an empty or oversized ID,
@@ -344,17 +354,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Retention < time.Millisecond:
-		return c, fmt.Errorf("idempotency: invalid config: Retention %v below 1ms", c.Retention)
+		return c, fmt.Errorf("%w: invalid config: Retention %v below 1ms", ErrInvalid, c.Retention)
 	case c.TombstoneRetention < 0:
-		return c, fmt.Errorf("idempotency: invalid config: negative TombstoneRetention")
+		return c, fmt.Errorf("%w: invalid config: negative TombstoneRetention", ErrInvalid)
 	case c.InFlightWait < time.Millisecond:
 		// lock_timeout = 0 would mean "wait forever".
-		return c, fmt.Errorf("idempotency: invalid config: InFlightWait %v below 1ms", c.InFlightWait)
+		return c, fmt.Errorf("%w: invalid config: InFlightWait %v below 1ms", ErrInvalid, c.InFlightWait)
 	case c.RetryAfter < 0:
-		return c, fmt.Errorf("idempotency: invalid config: negative RetryAfter")
+		return c, fmt.Errorf("%w: invalid config: negative RetryAfter", ErrInvalid)
 	}
 	if err := c.Tables.Validate(); err != nil {
-		return c, fmt.Errorf("idempotency: invalid config: %w", err)
+		return c, fmt.Errorf("%w: invalid config: %w", ErrInvalid, err)
 	}
 	return c, nil
 }

@@ -6,23 +6,57 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// LeasedConfig configures a Leased executor. The zero value is valid.
+// LeasedConfig configures a Leased executor. The zero value is valid; a
+// negative duration is an error.
 type LeasedConfig struct {
-	// TTL is the lease of each attempt. Defaults to 30s.
+	// TTL is the lease of each attempt, between MinTTL and MaxTTL. Defaults
+	// to 30s.
 	TTL time.Duration
-	// RenewInterval is the time between renewals. Defaults to TTL/3.
+	// RenewInterval is the time between renewals; it must be shorter than
+	// TTL - Margin, or no renewal would come before the attempt gives up.
+	// Defaults to TTL/3, or half of TTL - Margin when that is shorter.
 	RenewInterval time.Duration
 	// Margin is how long before the lease ends — measured on the local
 	// monotonic clock from the moment the granting request was sent — the
 	// attempt's context is cancelled if no renewal succeeded, so that the
-	// work hears of it before the store can let a retry take over. Defaults
-	// to TTL/5.
+	// work hears of it before the store can let a retry take over. It must
+	// be shorter than TTL. Defaults to TTL/5.
 	Margin time.Duration
 	// WriteTimeout bounds the completion or release after the work returns
 	// (they run even when the caller's context has ended). Defaults to 5s.
 	WriteTimeout time.Duration
+}
+
+func (c LeasedConfig) withDefaults() (LeasedConfig, error) {
+	if c.TTL == 0 {
+		c.TTL = 30 * time.Second
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL / 5
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = min(c.TTL/3, (c.TTL-c.Margin)/2)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
+	switch {
+	case c.TTL < MinTTL || c.TTL > MaxTTL:
+		return c, fmt.Errorf("%w: invalid config: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
+	case c.Margin < 0 || c.Margin >= c.TTL:
+		return c, fmt.Errorf("%w: invalid config: Margin %v outside [0, TTL %v)", ErrInvalid, c.Margin, c.TTL)
+	case c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.Margin:
+		// The attempt gives up at TTL - Margin: a first renewal due then or
+		// later never comes, and every lease would run out under the work.
+		return c, fmt.Errorf("%w: invalid config: RenewInterval %v not within (0, TTL - Margin = %v)", ErrInvalid, c.RenewInterval, c.TTL-c.Margin)
+	case c.WriteTimeout < 0:
+		return c, fmt.Errorf("%w: invalid config: negative WriteTimeout", ErrInvalid)
+	}
+	return c, nil
 }
 
 // Leased runs work whose effect lies outside the database — a call to a
@@ -48,23 +82,12 @@ func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
-	}
-	if c.TTL < MinTTL || c.TTL > MaxTTL {
-		return nil, fmt.Errorf("idempotency: invalid config: TTL %v outside [%v, %v]", c.TTL, MinTTL, MaxTTL)
-	}
-	if c.RenewInterval <= 0 {
-		c.RenewInterval = c.TTL / 3
-	}
-	if c.Margin <= 0 || c.Margin >= c.TTL {
-		c.Margin = c.TTL / 5
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 5 * time.Second
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if store == nil {
-		return nil, errors.New("idempotency: invalid config: nil LeaseStore")
+		return nil, fmt.Errorf("%w: invalid config: nil LeaseStore", ErrInvalid)
 	}
 	return &Leased{store: store, cfg: c}, nil
 }
@@ -78,7 +101,10 @@ var errStopped = errors.New("idempotency: attempt finished")
 // cancelled when the lease is lost. When fn returns a result, Do stores it if
 // the attempt still owns the record and returns a *SupersededError if a
 // newer attempt took over. When fn fails, Do releases the key (see
-// LeaseStore.Release) and returns fn's error.
+// LeaseStore.Release) and returns fn's error; so it does, with an error
+// matching ErrRecoveryPointNotReached, when fn's steps skipped and never
+// reached the recovery point the attempt resumed after (see Attempt.Step).
+// When fn panics, Do releases the key too, and the panic continues.
 func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	lease, replay, err := l.store.Claim(ctx, key, fp, l.cfg.TTL)
 	if err != nil {
@@ -92,11 +118,27 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	done := make(chan struct{})
 	go a.keep(actx, cancel, l.cfg, done)
 	stop := func() { cancel(errStopped); <-done }
-	defer stop() // a panicking fn still stops the renewals; its lease runs out
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit): stop the renewals and
+		// give the key up as a failed attempt does, so that a retry need
+		// not wait for the lease to run out. The panic goes on.
+		stop()
+		wctx, wcancel := l.writeContext(ctx)
+		defer wcancel()
+		_ = l.store.Release(wctx, a.Lease()) // if it fails, the lease runs out
+	}()
 	res, ferr := fn(context.WithValue(actx, attemptKey{}, a))
+	returned = true
 	stop()
+	if ferr == nil {
+		ferr = a.unreached()
+	}
 
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
+	wctx, wcancel := l.writeContext(ctx)
 	defer wcancel()
 	final := a.Lease()
 	if ferr != nil {
@@ -110,6 +152,12 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// writeContext is the context of a write after the work: it survives the
+// end of ctx, and its WriteTimeout starts now.
+func (l *Leased) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 }
 
 type attemptKey struct{}
@@ -129,6 +177,20 @@ type Attempt struct {
 	mu       sync.Mutex
 	lease    Lease
 	skipping bool // Step is still passing steps done by earlier attempts
+	skipped  bool // Step skipped at least one step
+}
+
+// unreached returns an error matching ErrRecoveryPointNotReached when the
+// attempt's steps skipped and never reached the recovery point it resumed
+// after: its result would claim work that nobody did.
+func (a *Attempt) unreached() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.skipping || !a.skipped {
+		return nil
+	}
+	return fmt.Errorf("%w: %s resumes after step %s, which none of its steps is; nothing stored",
+		ErrRecoveryPointNotReached, a.lease.Key, short.Quote(a.lease.RecoveryPoint))
 }
 
 // Key returns the attempt's key.
@@ -155,7 +217,8 @@ func (a *Attempt) DeriveKey(parts ...string) string { return DeriveKey(a.Key(), 
 
 // Checkpoint records step as the key's recovery point, with a
 // compare-and-set on the attempt's token: it returns a *SupersededError when
-// a newer attempt owns the key.
+// a newer attempt owns the key. Work that resumes by itself (reading
+// RecoveryPoint) uses it instead of Step; after it, Step no longer skips.
 func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 	if a.store == nil {
 		return fmt.Errorf("%w: the fenced twin has no recovery points", ErrInvalid)
@@ -165,6 +228,7 @@ func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 	}
 	a.mu.Lock()
 	a.lease.RecoveryPoint = step
+	a.skipping = false // the work has placed itself
 	a.mu.Unlock()
 	return nil
 }
@@ -173,14 +237,18 @@ func (a *Attempt) Checkpoint(ctx context.Context, step string) error {
 // point. Steps run in program order; on an attempt that resumes an earlier
 // one, every step up to and including the recorded recovery point is skipped
 // (fn does not run) and the first step after it runs. Step names must be
-// unique within the work and stable across deployments. Under the fenced
-// twin, Step just runs fn.
+// unique within the work and stable across deployments: an attempt whose
+// steps never reach the recorded point (a renamed step, a branch not taken)
+// skipped work it cannot prove was done, so Leased.Do fails it with
+// ErrRecoveryPointNotReached and stores nothing. Under the fenced twin, Step
+// just runs fn.
 func (a *Attempt) Step(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if err := validStep(name); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	if a.skipping {
+		a.skipped = true
 		if name == a.lease.RecoveryPoint {
 			a.skipping = false
 		}

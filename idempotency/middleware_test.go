@@ -17,6 +17,19 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
+// newMiddleware builds the middleware or fails the test.
+func newMiddleware(t testing.TB, exec idempotency.Executor, cfg idempotency.MiddlewareConfig) func(http.Handler) http.Handler {
+	t.Helper()
+	mw, err := idempotency.Middleware(exec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// global is the configuration of tests with a single caller.
+var global = idempotency.MiddlewareConfig{GlobalScope: true}
+
 type response struct {
 	status int
 	header http.Header
@@ -124,7 +137,7 @@ func TestMiddleware(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			h := &chargeHandler{}
-			srv := httptest.NewServer(idempotency.Middleware(newExec(t), nil)(h))
+			srv := httptest.NewServer(newMiddleware(t, newExec(t), global)(h))
 			defer srv.Close()
 
 			first := post(t, srv.URL, "key-1", `{"amount":100}`)
@@ -190,7 +203,7 @@ func TestMiddlewareDuplicatesInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &chargeHandler{}
-	srv := httptest.NewServer(idempotency.Middleware(newPostgres(t, db, nil), nil)(h))
+	srv := httptest.NewServer(newMiddleware(t, newPostgres(t, db, nil), global)(h))
 	defer srv.Close()
 	var wg sync.WaitGroup
 	bodies := make(chan string, 12)
@@ -225,7 +238,7 @@ func TestMiddlewareExpiredKey(t *testing.T) {
 	c := &clock.Manual{}
 	store, _ := idempotency.NewMemory(c, &idempotency.Config{Retention: time.Hour})
 	h := &chargeHandler{}
-	srv := httptest.NewServer(idempotency.Middleware(store, nil)(h))
+	srv := httptest.NewServer(newMiddleware(t, store, global)(h))
 	defer srv.Close()
 	if r := post(t, srv.URL, "old", `{}`); r.status != 201 {
 		t.Fatal(r)
@@ -256,7 +269,7 @@ func TestMiddlewareUnstoredResponses(t *testing.T) {
 			w.Write([]byte("ok"))
 		}
 	})
-	srv := httptest.NewServer(idempotency.Middleware(store, &idempotency.MiddlewareConfig{MaxResponseBody: 32})(handler))
+	srv := httptest.NewServer(newMiddleware(t, store, idempotency.MiddlewareConfig{GlobalScope: true, MaxResponseBody: 32})(handler))
 	defer srv.Close()
 	if r := post(t, srv.URL, "k", ""); r.status != 502 || !strings.Contains(r.body, "upstream down") {
 		t.Fatalf("first = %+v", r)
@@ -313,9 +326,7 @@ func TestMiddlewareLeasedAttempt(t *testing.T) {
 		}
 		fmt.Fprint(w, a.DeriveKey("provider"))
 	})
-	mw := idempotency.Middleware(leased, &idempotency.MiddlewareConfig{
-		Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil },
-	})
+	mw := newMiddleware(t, leased, idempotency.MiddlewareConfig{GlobalScope: true})
 	srv := httptest.NewServer(mw(handler))
 	defer srv.Close()
 	r := post(t, srv.URL, "k", "")

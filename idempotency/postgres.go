@@ -1,19 +1,24 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -55,8 +60,12 @@ type Postgres struct {
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero Config.
+// (Migrations). A nil cfg means the zero Config. A nil db is an error
+// matching ErrInvalid.
 func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
+	if nilDB(db) {
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
+	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -171,6 +180,20 @@ func NewPostgres(db DB, cfg *Config) (*Postgres, error) {
 			WHERE state = 'tombstone' AND expires_at <= clock_timestamp() - $2 * interval '1 microsecond'
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`)
 	return p, nil
+}
+
+// nilDB reports a nil db, including the nil pointers of the usual
+// implementations, which would otherwise fail only on first use.
+func nilDB(db DB) bool {
+	switch db := db.(type) {
+	case nil:
+		return true
+	case *pgxpool.Pool:
+		return db == nil
+	case *pgx.Conn:
+		return db == nil
+	}
+	return false
 }
 
 // WithDB returns a store that runs its statements on db — typically the
@@ -511,15 +534,74 @@ func (p *Postgres) claimError(ctx context.Context, key Key, err error) error {
 	return fmt.Errorf("idempotency: claim %s: %w", key, err)
 }
 
+// encodeHeader encodes h for the header column: a JSON object of arrays of
+// values. jsonb holds Unicode text without NUL only, and a header value may
+// hold any byte (HTTP allows 0x80-0xFF), so a value that is not UTF-8 or
+// holds a NUL is stored as {"b64": base64} instead of a string and comes
+// back byte for byte. A header without values keeps its name.
 func encodeHeader(h http.Header) (any, error) {
 	if len(h) == 0 {
 		return nil, nil
 	}
-	b, err := json.Marshal(h)
+	enc := make(map[string][]any, len(h))
+	for name, values := range h {
+		if !jsonText(name) {
+			return nil, fmt.Errorf("%w: header name %s is not UTF-8 without NUL", ErrInvalid, short.Quote(name))
+		}
+		vs := make([]any, len(values))
+		for i, v := range values {
+			if jsonText(v) {
+				vs[i] = v
+			} else {
+				vs[i] = binaryValue{B64: base64.StdEncoding.EncodeToString([]byte(v))}
+			}
+		}
+		enc[name] = vs
+	}
+	b, err := json.Marshal(enc)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: encode header: %w", err)
 	}
 	return string(b), nil
+}
+
+// binaryValue is a header value that jsonb cannot hold as a string.
+type binaryValue struct {
+	B64 string `json:"b64"`
+}
+
+// jsonText reports whether jsonb stores s as a string unchanged.
+func jsonText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// decodeHeader is the inverse of encodeHeader.
+func decodeHeader(b []byte) (http.Header, error) {
+	var enc map[string][]json.RawMessage
+	if err := json.Unmarshal(b, &enc); err != nil {
+		return nil, err
+	}
+	h := make(http.Header, len(enc))
+	for name, values := range enc {
+		vs := make([]string, len(values))
+		for i, raw := range values {
+			if raw = bytes.TrimSpace(raw); len(raw) > 0 && raw[0] == '"' {
+				if err := json.Unmarshal(raw, &vs[i]); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			var bv binaryValue
+			if err := json.Unmarshal(raw, &bv); err != nil {
+				return nil, err
+			}
+			v, err := base64.StdEncoding.DecodeString(bv.B64)
+			if err != nil {
+				return nil, err
+			}
+			vs[i] = string(v)
+		}
+		h[name] = vs
+	}
+	return h, nil
 }
 
 // scanRecord reads one row of the lookup query.
@@ -551,7 +633,7 @@ func scanRecord(row pgx.Row, key Key, extra ...any) (Record, bool, error) {
 	if rec.State == Done {
 		rec.Result.Status = int(status)
 		if len(header) > 0 {
-			if err := json.Unmarshal(header, &rec.Result.Header); err != nil {
+			if rec.Result.Header, err = decodeHeader(header); err != nil {
 				return Record{}, false, fmt.Errorf("idempotency: decode header of %s: %w", key, err)
 			}
 		}

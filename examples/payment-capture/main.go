@@ -430,6 +430,32 @@ func handler(l ledger) http.Handler {
 	return mux
 }
 
+type clientKey struct{}
+
+// authenticate stands for the shop's authentication: it names the API
+// client that sends the request. It runs before the idempotency middleware,
+// which scopes each key by that client.
+func authenticate(next http.Handler) http.Handler {
+	clients := map[string]string{"Bearer tok-checkout": "checkout-service"}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client, ok := clients[r.Header.Get("Authorization")]
+		if !ok {
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, client)))
+	})
+}
+
+// apiClient is the middleware's Tenant: the authenticated client.
+func apiClient(r *http.Request) (string, error) {
+	client, ok := r.Context().Value(clientKey{}).(string)
+	if !ok {
+		return "", errors.New("no authenticated client")
+	}
+	return client, nil
+}
+
 // runHTTP sends the capture request, the same request again, the same key
 // with another amount, and a request without a key.
 func runHTTP(ctx context.Context, cfg config, w io.Writer) error {
@@ -440,7 +466,11 @@ func runHTTP(ctx context.Context, cfg config, w io.Writer) error {
 	if err := l.reset(ctx); err != nil {
 		return err
 	}
-	srv := httptest.NewServer(idempotency.Middleware(exec, nil)(handler(l)))
+	idem, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{Tenant: apiClient})
+	if err != nil {
+		return err
+	}
+	srv := httptest.NewServer(authenticate(idem(handler(l))))
 	defer srv.Close()
 	steps := []struct{ what, key, body string }{
 		{`POST /payments/pay-1/capture, Idempotency-Key "c-1", {"amount":4200}`, `"c-1"`, `{"amount":4200}`},
@@ -453,6 +483,7 @@ func runHTTP(ctx context.Context, cfg config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		req.Header.Set("Authorization", "Bearer tok-checkout")
 		if s.key != "" {
 			req.Header.Set(idempotency.HeaderKey, s.key)
 		}

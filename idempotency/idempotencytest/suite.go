@@ -64,6 +64,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, cfg idempotency.Config) Har
 		{"LeasedParallelDuplicatesRunOnce", idempotency.Config{}, testLeasedParallel},
 		{"LeasedStepsResume", idempotency.Config{}, testSteps},
 		{"FencedPutRejectsStaleToken", idempotency.Config{}, testPutFenced},
+		{"ResultsAreStoredExactly", idempotency.Config{}, testExactResults},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -575,5 +576,69 @@ func testPutFenced(t *testing.T, h Harness) {
 	rec, found, err := h.Store.Lookup(ctx, key(t))
 	if err != nil || !found || rec.Token != 6 || string(rec.Result.Body) != "six" || rec.State != idempotency.Done {
 		t.Fatalf("Lookup = %+v, %v, %v", rec, found, err)
+	}
+}
+
+// exact is a result whose every byte must come back as it was: header
+// values that are not UTF-8 (HTTP's obs-text) or hold a NUL, a header
+// present without a value, several values, a body of any bytes.
+var exact = idempotency.Result{
+	Status: http.StatusCreated,
+	Header: http.Header{
+		"Content-Disposition": {"attachment; filename=\"caf\xe9.pdf\""},
+		"X-Nul":               {"a\x00b"},
+		"Content-Type":        {},
+		"Vary":                {"Accept-Encoding", "Accept-Language"},
+		"X-Json":              {`{"a":"<b>&"}`},
+	},
+	Body: []byte("\x00\xff\xfe binary"),
+}
+
+func sameExactly(a, b idempotency.Result) bool {
+	if a.Status != b.Status || !bytes.Equal(a.Body, b.Body) || len(a.Header) != len(b.Header) {
+		return false
+	}
+	for k, v := range a.Header {
+		w, ok := b.Header[k]
+		if !ok || len(v) != len(w) {
+			return false
+		}
+		for i := range v {
+			if v[i] != w[i] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func testExactResults(t *testing.T, h Harness) {
+	k := key(t)
+	ret := func(context.Context) (idempotency.Result, error) { return exact, nil }
+	if _, err := h.Store.Do(ctx, k, fp, ret); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.Store.Do(ctx, k, fp, mustNotRun(t)); err != nil || !res.Replayed || !sameExactly(res, exact) {
+		t.Fatalf("replay = %+v, %v; want %+v", res, err, exact)
+	}
+
+	leased := idempotency.Key{Tenant: k.Tenant, ID: k.ID + "/leased"}
+	l, _, err := h.Store.Claim(ctx, leased, fp, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Store.Complete(ctx, l, exact); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := h.Store.Claim(ctx, leased, fp, time.Minute); err != nil || res == nil || !sameExactly(*res, exact) {
+		t.Fatalf("leased replay = %+v, %v; want %+v", res, err, exact)
+	}
+
+	fenced := idempotency.Key{Tenant: k.Tenant, ID: k.ID + "/fenced"}
+	if err := h.Store.PutFenced(ctx, fenced, fp, 1, exact); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := h.Store.Lookup(ctx, fenced); err != nil || !sameExactly(rec.Result, exact) {
+		t.Fatalf("fenced record = %+v, %v; want %+v", rec.Result, err, exact)
 	}
 }
