@@ -430,7 +430,10 @@ func TestListenerWakesWaiters(t *testing.T) {
 	db := testdb.New(t, fencedlock.Migrations()...)
 	store := newPostgres(t, db, true)
 	lctx, cancel := context.WithCancel(ctx)
-	listener := fencedlock.NewListener(db.Pool, fencedlock.PostgresConfig{}.Tables)
+	listener, err := fencedlock.NewListener(db.Pool, fencedlock.PostgresConfig{}.Tables)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stopped := make(chan struct{})
 	go func() { listener.Run(lctx); close(stopped) }()
 	defer func() { cancel(); <-stopped }()

@@ -47,24 +47,28 @@ type PostgresConfig struct {
 // database's clock (clock_timestamp()), never the client's. It is safe for
 // concurrent use.
 type Postgres struct {
-	db     DB
-	notify bool
-	names  migrate.Names
-	sql    struct {
+	db      DB
+	notify  bool
+	channel string // the NOTIFY channel, bound as an argument
+	sql     struct {
 		ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
 	}
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig.
+// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or invalid
+// Tables give an error matching ErrInvalid.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if cfg == nil {
 		cfg = &PostgresConfig{}
 	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w", err)
+	if db == nil {
+		return nil, fmt.Errorf("fencedlock: invalid config: %w: nil DB", ErrInvalid)
 	}
-	p := &Postgres{db: db, notify: cfg.Notify, names: cfg.Tables}
+	if err := cfg.Tables.Validate(); err != nil {
+		return nil, fmt.Errorf("fencedlock: invalid config: %w: %w", ErrInvalid, err)
+	}
+	p := &Postgres{db: db, notify: cfg.Notify, channel: releaseChannel(cfg.Tables)}
 	r := func(s string) string { return migrate.Render(s, cfg.Tables) }
 	// ensure gives a new name a free row with no token, so that the token
 	// is always minted by the UPDATE below, after it holds the row lock: a
@@ -84,8 +88,8 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		RETURNING expires_at`)
 	p.sql.release = r(`UPDATE {{locks}} SET expires_at = clock_timestamp()
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`)
-	p.sql.releaseNotify = r(`WITH released AS (` + p.sql.release + ` RETURNING name)
-		SELECT pg_notify('{{raw lock_released}}', name) FROM released`)
+	p.sql.releaseNotify = `WITH released AS (` + p.sql.release + ` RETURNING name)
+		SELECT pg_notify($4, name) FROM released`
 	p.sql.verify = r(`SELECT token FROM {{locks}}
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`)
 	p.sql.current = r(`SELECT token FROM {{locks}} WHERE name = $1`)
@@ -174,7 +178,7 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 	}
 	var n int64
 	if p.notify {
-		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token)
+		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token, p.channel)
 		if err != nil {
 			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
 		}
