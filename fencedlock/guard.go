@@ -48,7 +48,8 @@ type Outcome struct {
 // GuardConfig configures Guard. The zero value is valid.
 type GuardConfig struct {
 	// Keepalive configures the renewal of the lease while the work runs;
-	// the work's context is the keepalive's. Defaults to the
+	// the work's context is the keepalive's. Guard checks it
+	// (KeepaliveConfig.Validate) before acquiring. Defaults to the
 	// KeepaliveConfig defaults.
 	Keepalive *KeepaliveConfig
 	// ReleaseTimeout bounds the release after the work. Defaults to 5s.
@@ -73,6 +74,12 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 	if c.ReleaseTimeout <= 0 {
 		c.ReleaseTimeout = 5 * time.Second
 	}
+	if c.Keepalive != nil {
+		// Before acquiring: a keepalive that cannot run must not cost a lock.
+		if err := c.Keepalive.Validate(ttl); err != nil {
+			return Outcome{}, err
+		}
+	}
 	lease, err := store.Acquire(ctx, name, holder, ttl)
 	var held *HeldError
 	if errors.As(err, &held) {
@@ -81,7 +88,10 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 	if err != nil {
 		return Outcome{}, err
 	}
-	k := Keep(ctx, store, lease, c.Keepalive)
+	k, err := Keep(ctx, store, lease, c.Keepalive)
+	if err != nil {
+		return Outcome{Lease: lease}, errors.Join(err, store.Release(context.WithoutCancel(ctx), lease))
+	}
 	workErr := work(k.Context(), lease)
 	k.Stop()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)

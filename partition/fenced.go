@@ -20,7 +20,8 @@ type FencedConfig struct {
 	// Wait configures the wait for a busy key's lock. Defaults to the
 	// fencedlock.WaitConfig defaults.
 	Wait *fencedlock.WaitConfig
-	// Keepalive configures the renewal of the lease while fn runs.
+	// Keepalive configures the renewal of the lease while fn runs; NewFenced
+	// checks it against TTL (fencedlock.KeepaliveConfig.Validate).
 	// Defaults to the fencedlock.KeepaliveConfig defaults.
 	Keepalive *fencedlock.KeepaliveConfig
 	// ReleaseTimeout bounds the release after fn. Defaults to 5s.
@@ -65,6 +66,11 @@ func NewFenced(locks fencedlock.Store, cfg FencedConfig) (*Fenced, error) {
 	if len(cfg.Prefix) >= fencedlock.MaxNameLen {
 		return nil, fmt.Errorf("partition: invalid config: %w: prefix of %d bytes", ErrInvalid, len(cfg.Prefix))
 	}
+	if cfg.Keepalive != nil {
+		if err := cfg.Keepalive.Validate(cfg.TTL); err != nil {
+			return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
+		}
+	}
 	return &Fenced{locks: locks, cfg: cfg}, nil
 }
 
@@ -81,7 +87,10 @@ func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	k := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
+	k, err := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
+	if err != nil {
+		return errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
+	}
 	err = fn(k.Context(), lease)
 	k.Stop()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)

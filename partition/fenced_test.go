@@ -65,7 +65,7 @@ func TestFencedPausedHolder(t *testing.T) {
 		c := &clock.Manual{}
 		locks := fencedlock.NewMemory(c)
 		a, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Second,
-			Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}})
+			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}})
 		b, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "b", TTL: time.Second})
 		var gate fencedlock.Gate
 		owner := "nobody"
@@ -99,6 +99,9 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 		{},
 		{Holder: "a", TTL: -time.Second},
 		{Holder: "a", Prefix: fmt.Sprintf("%0300d", 0)},
+		// An interval past the margin would never renew in time.
+		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}},
+		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Margin: time.Second}},
 	} {
 		if _, err := partition.NewFenced(locks, cfg); !errors.Is(err, partition.ErrInvalid) {
 			t.Errorf("NewFenced(%+v) = %v, want ErrInvalid", cfg, err)
