@@ -57,7 +57,8 @@ type GuardConfig struct {
 }
 
 // Guard acquires name for holder, runs work with the lease, and releases the
-// lease when work returns. The work must present lease.Token to the resource
+// lease when work returns — or panics: the lease is then released before the
+// panic goes on. The work must present lease.Token to the resource
 // (Fence.Update, Postgres.Verify, Gate.Do); a rejection (an error matching
 // ErrFenced) is reported as a Fenced outcome with a nil error.
 //
@@ -92,15 +93,7 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 	if err != nil {
 		return Outcome{Lease: lease}, errors.Join(err, store.Release(context.WithoutCancel(ctx), lease))
 	}
-	workErr := work(k.Context(), lease)
-	k.Stop()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)
-	relErr := store.Release(rctx, k.Lease())
-	cancel()
-	if errors.Is(relErr, ErrNotHeld) {
-		// Expired before release: nothing to free; fencing decided the work.
-		relErr = nil
-	}
+	workErr, relErr := runKept(ctx, k, lease, c.ReleaseTimeout, work)
 
 	var fenced *FencedError
 	switch {
@@ -112,4 +105,21 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 		return Outcome{Status: Done, Lease: lease}, relErr
 	}
 	return Outcome{Status: Done, Lease: lease}, nil
+}
+
+// runKept runs work under k and then stops k and releases its lease, bounded
+// by timeout. The release is deferred so that work that panics does not leave
+// its lease renewed for nobody: it is released before the panic goes on.
+func runKept(ctx context.Context, k *Keepalive, lease Lease, timeout time.Duration,
+	work func(ctx context.Context, lease Lease) error) (workErr, relErr error) {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		relErr = k.Release(rctx)
+		if errors.Is(relErr, ErrNotHeld) {
+			// Expired before release: nothing to free; fencing decided the work.
+			relErr = nil
+		}
+	}()
+	return work(k.Context(), lease), nil
 }

@@ -76,9 +76,10 @@ func NewFenced(locks fencedlock.Store, cfg FencedConfig) (*Fenced, error) {
 
 // Do acquires key's lock (waiting while another holder has it, until ctx
 // ends), runs fn with the lease under a keepalive whose context fn gets, and
-// releases the lock. It returns fn's error, or the lock's: an error matching
-// fencedlock.ErrInvalid for a key too long for a lock name.
-func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) error {
+// releases the lock — also when fn panics, before the panic goes on. It
+// returns fn's error, or the lock's: an error matching fencedlock.ErrInvalid
+// for a key too long for a lock name.
+func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
@@ -91,16 +92,15 @@ func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
 	}
-	err = fn(k.Context(), lease)
-	k.Stop()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
-	relErr := f.locks.Release(rctx, k.Lease())
-	cancel()
-	if errors.Is(relErr, fencedlock.ErrNotHeld) {
-		relErr = nil // expired first: fencing decided fn's writes
-	}
-	if err != nil {
-		return err
-	}
-	return relErr
+	// Deferred, so that a panicking fn does not leave the lock renewed for
+	// nobody.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+		defer cancel()
+		relErr := k.Release(rctx)
+		if err == nil && !errors.Is(relErr, fencedlock.ErrNotHeld) { // expired first: fencing decided fn's writes
+			err = relErr
+		}
+	}()
+	return fn(k.Context(), lease)
 }

@@ -115,3 +115,33 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 		t.Errorf("nil fn: %v", err)
 	}
 }
+
+// A function that panics must not leave its key's lock renewed for nobody:
+// Do releases it before the panic goes on.
+func TestFencedReleasesWhenFnPanics(t *testing.T) {
+	t.Parallel()
+	locks := fencedlock.NewMemory(nil)
+	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Minute,
+		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fnCtx context.Context
+	v := func() (v any) {
+		defer func() { v = recover() }()
+		f.Do(ctx, "acct", func(ctx context.Context, _ fencedlock.Lease) error {
+			fnCtx = ctx
+			panic("boom")
+		})
+		return nil
+	}()
+	if v != "boom" {
+		t.Fatalf("recovered %v, want fn's panic", v)
+	}
+	if cur, held, err := locks.Holder(ctx, "partition/acct"); err != nil || held {
+		t.Fatalf("after the panic the lock is held by %+v (%v)", cur, err)
+	}
+	if cause := context.Cause(fnCtx); !errors.Is(cause, fencedlock.ErrStopped) {
+		t.Fatalf("fn's context cause = %v, want ErrStopped: the keepalive still runs", cause)
+	}
+}
