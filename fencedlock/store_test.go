@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,5 +71,54 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 		if _, err := fencedlock.NewListener(pool, tables); !errors.Is(err, fencedlock.ErrInvalid) {
 			t.Errorf("NewListener(%+q) = %v, want ErrInvalid", tables, err)
 		}
+	}
+}
+
+// Purge forgets expired locks of the memory store; tokens keep increasing
+// for a name whose entry was purged, as with the PostgreSQL sequence.
+func TestMemoryPurge(t *testing.T) {
+	t.Parallel()
+	c := &clock.Manual{}
+	store := fencedlock.NewMemory(c)
+	var tokens []int64
+	for i := range 10 {
+		l, err := store.Acquire(ctx, fmt.Sprintf("purged-%d", i), "a", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, l.Token)
+	}
+	held, err := store.Acquire(ctx, "held", "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Purge(ctx, -time.Second, 10); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("Purge with a negative age = %v, want ErrInvalid", err)
+	}
+	if _, err := store.Purge(ctx, 0, 0); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("Purge with no limit = %v, want ErrInvalid", err)
+	}
+	if n, err := store.Purge(ctx, 0, 100); err != nil || n != 0 {
+		t.Fatalf("Purge before expiry = %d, %v; want 0", n, err)
+	}
+	c.Advance(2 * time.Second)
+	if n, err := store.Purge(ctx, time.Minute, 100); err != nil || n != 0 {
+		t.Fatalf("Purge of locks expired 1s ago, older than 1m = %d, %v; want 0", n, err)
+	}
+	if n, err := store.Purge(ctx, 0, 4); err != nil || n != 4 {
+		t.Fatalf("Purge limit 4 = %d, %v", n, err)
+	}
+	if n, err := store.Purge(ctx, 0, 100); err != nil || n != 6 {
+		t.Fatalf("Purge of the rest = %d, %v; want 6", n, err)
+	}
+	if _, ok, _ := store.Holder(ctx, "held"); !ok {
+		t.Fatal("Purge forgot a held lock")
+	}
+	l, err := store.Acquire(ctx, "purged-9", "b", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token <= tokens[9] || l.Token <= held.Token {
+		t.Fatalf("token %d after purge, earlier tokens %v and %d", l.Token, tokens, held.Token)
 	}
 }
