@@ -111,7 +111,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 
 // Release implements Store and wakes the waiters of the lock.
 func (m *Memory) Release(ctx context.Context, l Lease) error {
-	if err := validLease(l); err != nil {
+	if err := validTenure(l); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

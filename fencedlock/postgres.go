@@ -173,7 +173,7 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 // Release implements Store. With Notify set, waiters are woken in the same
 // statement.
 func (p *Postgres) Release(ctx context.Context, l Lease) error {
-	if err := validLease(l); err != nil {
+	if err := validTenure(l); err != nil {
 		return err
 	}
 	var n int64
@@ -228,7 +228,7 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 // A renewal of the same lease also waits for tx, so keep such transactions
 // shorter than the renewal interval.
 func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
-	if err := validLease(lease); err != nil {
+	if err := validTenure(lease); err != nil {
 		return err
 	}
 	var tok int64

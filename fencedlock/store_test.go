@@ -122,3 +122,31 @@ func TestMemoryPurge(t *testing.T) {
 		t.Fatalf("token %d after purge, earlier tokens %v and %d", l.Token, tokens, held.Token)
 	}
 }
+
+// The lease Holder returns can be verified, as the Release doc promises.
+func TestVerifyHolderLease(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, fencedlock.Migrations()...)
+	store := newPostgres(t, db, false)
+	a, err := store.Acquire(ctx, "verified", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, held, err := store.Holder(ctx, "verified")
+	if err != nil || !held {
+		t.Fatalf("Holder = %v, %v", held, err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := store.Verify(ctx, tx, cur); err != nil {
+		t.Fatalf("Verify of Holder's lease = %v", err)
+	}
+	stale := cur
+	stale.Holder = "b"
+	if err := store.Verify(ctx, tx, stale); !errors.Is(err, fencedlock.ErrNotHeld) || a.Token != cur.Token {
+		t.Fatalf("Verify of another holder = %v", err)
+	}
+}
