@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
@@ -89,7 +91,7 @@ func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol strin
 	var current int64
 	err := db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s %v", ErrNotFound, table, key)
+		return fmt.Errorf("%w: %s %s", ErrNotFound, table, short.Quote(fmt.Sprint(key)))
 	}
 	if err != nil {
 		return fmt.Errorf("fencedlock: fenced access to %s: %w", table, err)

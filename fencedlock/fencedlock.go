@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Limits on what Acquire accepts.
@@ -78,7 +80,7 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("fencedlock: lock %q held by %q (token %d)", e.Name, e.Holder, e.Token)
+	return fmt.Sprintf("fencedlock: lock %s held by %s (token %d)", short.Quote(e.Name), short.Quote(e.Holder), e.Token)
 }
 
 // Is reports whether target is ErrHeld.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Clock tells the time. Memory backends take one so that tests can move time
@@ -102,7 +104,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 	defer m.mu.Unlock()
 	c := m.current(l)
 	if c == nil {
-		return Lease{}, fmt.Errorf("%w: renew %q token %d", ErrNotHeld, l.Name, l.Token)
+		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	c.expires = m.clock.Now().Add(l.TTL)
 	l.Expires, l.sent = c.expires, sent
@@ -121,7 +123,7 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	defer m.mu.Unlock()
 	c := m.current(l)
 	if c == nil {
-		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, l.Name, l.Token)
+		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	c.expires = m.clock.Now()
 	m.waiters.wake(l.Name)

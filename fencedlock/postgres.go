@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -147,7 +148,7 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 		return Lease{}, err
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("fencedlock: acquire %q: %w", name, err)
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), err)
 	}
 	l.Name, l.Holder, l.TTL, l.sent = name, holder, ttl, sent
 	return l, nil
@@ -161,10 +162,10 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 	sent := time.Now()
 	err := p.db.QueryRow(ctx, p.sql.renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, fmt.Errorf("%w: renew %q token %d", ErrNotHeld, l.Name, l.Token)
+		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("fencedlock: renew %q: %w", l.Name, err)
+		return Lease{}, fmt.Errorf("fencedlock: renew %s: %w", short.Quote(l.Name), err)
 	}
 	l.sent = sent
 	return l, nil
@@ -180,23 +181,23 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 	if p.notify {
 		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token, p.channel)
 		if err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 		for rows.Next() {
 			n++
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 	} else {
 		tag, err := p.db.Exec(ctx, p.sql.release, l.Name, l.Holder, l.Token)
 		if err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 		n = tag.RowsAffected()
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, l.Name, l.Token)
+		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	return nil
 }
@@ -212,7 +213,7 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 		return Lease{}, false, nil
 	}
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("fencedlock: holder %q: %w", name, err)
+		return Lease{}, false, fmt.Errorf("fencedlock: holder %s: %w", short.Quote(name), err)
 	}
 	return l, true, nil
 }
@@ -237,15 +238,15 @@ func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fencedlock: verify %q: %w", lease.Name, err)
+		return fmt.Errorf("fencedlock: verify %s: %w", short.Quote(lease.Name), err)
 	}
 	if err := tx.QueryRow(ctx, p.sql.current, lease.Name).Scan(&tok); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fencedlock: verify %q: %w", lease.Name, err)
+		return fmt.Errorf("fencedlock: verify %s: %w", short.Quote(lease.Name), err)
 	}
 	if tok > lease.Token {
 		return &FencedError{Presented: lease.Token, Required: tok}
 	}
-	return fmt.Errorf("%w: verify %q token %d", ErrNotHeld, lease.Name, lease.Token)
+	return fmt.Errorf("%w: verify %s token %d", ErrNotHeld, short.Quote(lease.Name), lease.Token)
 }
 
 // Purge deletes up to limit lock rows that expired more than olderThan ago

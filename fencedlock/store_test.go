@@ -3,6 +3,7 @@ package fencedlock_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,25 @@ func TestVerifyHolderLease(t *testing.T) {
 	stale.Holder = "b"
 	if err := store.Verify(ctx, tx, stale); !errors.Is(err, fencedlock.ErrNotHeld) || a.Token != cur.Token {
 		t.Fatalf("Verify of another holder = %v", err)
+	}
+}
+
+// Error messages quote names and holders shortened: a 255-byte name does not
+// make a 600-byte error.
+func TestErrorsShortenNames(t *testing.T) {
+	t.Parallel()
+	store := fencedlock.NewMemory(nil)
+	long, holder := strings.Repeat("n", fencedlock.MaxNameLen), strings.Repeat("h", fencedlock.MaxNameLen)
+	a, err := store.Acquire(ctx, long, holder, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := store.Acquire(ctx, long, "b", time.Minute)
+	stale := a
+	stale.Token++
+	for _, err := range []error{held, store.Release(ctx, stale)} {
+		if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(255 bytes)") {
+			t.Errorf("error of %d bytes, want the name shortened: %v", len(fmt.Sprint(err)), err)
+		}
 	}
 }
