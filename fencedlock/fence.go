@@ -65,6 +65,11 @@ func (f Fence) names() (table, key, token string, err error) {
 // resource — and this holder's write, computed from the older read, would
 // silently overwrite it. After Read, every lower token is rejected. It returns
 // a *FencedError or ErrNotFound like Update.
+//
+// columns is SQL text spliced into the statement as it is (a column list such
+// as "qty, price"): it must be a constant of your program and never carry
+// user input, which would be SQL injection. Only key and token are bound as
+// arguments.
 func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, columns string, dest ...any) error {
 	table, keyCol, tokCol, err := f.names()
 	if err != nil {
@@ -104,7 +109,10 @@ func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol strin
 //	UPDATE table SET <set>, token = <token> WHERE key = <key> AND token <= <token>
 //
 // where set is the caller's SET list written with placeholders $1…$n for
-// args (key and token are appended as $n+1 and $n+2). It returns nil when the
+// args (key and token are appended as $n+1 and $n+2). set is SQL text spliced
+// into the statement as it is: it must be a constant of your program and
+// never carry user input, which would be SQL injection — values, user-supplied
+// or not, go in args. It returns nil when the
 // row was updated, a *FencedError when the row has seen a higher token, and
 // ErrNotFound when no row has that key. Equal tokens are admitted, so one
 // tenure may write many times. Run it on the caller's transaction to combine
