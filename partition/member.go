@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -257,9 +258,10 @@ func (m *Member) Partition(key string) int { return partitionOf(key, m.cfg.Ring.
 // When another member owns the key Do returns a *NotOwnerError naming it
 // (forward the call there, e.g. with [Forward]); while the partition is
 // moving, or this member cannot trust its lease, an error matching ErrMoving
-// (retry shortly); after Close, ErrClosed. If ctx ends while fn is queued,
-// Do returns ctx's cause and fn does not run; if it ends while fn runs, Do
-// returns at once and fn's result is lost.
+// (retry shortly); after Close, ErrClosed. If fn panics, Do returns a
+// *PanicError (ErrPanic) and the executor runs the next call. If ctx ends
+// while fn is queued, Do returns ctx's cause and fn does not run; if it ends
+// while fn runs, Do returns at once and fn's result is lost.
 func (m *Member) Do(ctx context.Context, key string, fn func(ctx context.Context, e Epoch) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -737,11 +739,22 @@ func (x *executor) run() {
 			j.done <- fmt.Errorf("%w: partition %d: membership lease not safely held", ErrMoving, x.epoch.Partition)
 			continue
 		}
-		ctx, cancel := context.WithCancelCause(j.ctx)
-		unhook := context.AfterFunc(x.ctx, func() { cancel(context.Cause(x.ctx)) })
-		err := j.fn(ctx, x.epoch)
+		j.done <- x.call(j)
+	}
+}
+
+// call runs j's function with a context that also ends with the executor's.
+// A panic becomes a *PanicError: this goroutine is the executor's, beyond
+// any recovery of Do's caller, so an unrecovered panic would end the process.
+func (x *executor) call(j *job) (err error) {
+	ctx, cancel := context.WithCancelCause(j.ctx)
+	unhook := context.AfterFunc(x.ctx, func() { cancel(context.Cause(x.ctx)) })
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
 		unhook()
 		cancel(nil)
-		j.done <- err
-	}
+	}()
+	return j.fn(ctx, x.epoch)
 }

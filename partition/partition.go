@@ -69,6 +69,9 @@ var (
 	ErrRingMismatch = errors.New("partition: ring differs from the fleet's")
 	// ErrClosed reports a call on a closed Member.
 	ErrClosed = errors.New("partition: member closed")
+	// ErrPanic reports a function run by Member.Do that panicked; the error
+	// is a *PanicError. The executor survives and runs the next call.
+	ErrPanic = errors.New("partition: function panicked")
 	// ErrInvalid reports bad input or configuration, detected before
 	// anything was written.
 	ErrInvalid = errors.New("partition: invalid argument")
@@ -104,6 +107,22 @@ func (e *NotOwnerError) Error() string {
 
 // Is reports whether target is ErrNotOwner.
 func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
+// PanicError is a panic recovered from a function that Member.Do ran. The
+// function runs on its partition's executor goroutine, where no caller's
+// recovery (net/http's included) could reach it, so Do recovers it instead
+// of letting it end the process.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the panicking goroutine's stack (runtime/debug.Stack)
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("partition: function panicked: %v", e.Value)
+}
+
+// Is reports whether target is ErrPanic.
+func (e *PanicError) Is(target error) bool { return target == ErrPanic }
 
 // FencedError is a write rejected because its epoch is stale.
 type FencedError struct {
