@@ -317,8 +317,10 @@ func (m *Member) Owner(key string) (name, addr string) {
 // every partition (stop accepting, drain, release) and ends its lease. If
 // ctx ends first, it stops the executors without releasing (the partitions
 // move when the lease is gone, which Close ends too) and returns ctx's
-// cause. Close waits for the member's goroutines; calling it again returns
-// ErrClosed.
+// cause. Close waits for the member's goroutines until ctx ends: a function
+// that ignores its context is then left to finish in the background (its
+// writes are fenced once another member claims the partition). Calling
+// Close again returns ErrClosed.
 func (m *Member) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed || !m.leavingFrom.IsZero() {
@@ -343,13 +345,33 @@ func (m *Member) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	m.abortAll(ReasonClosed)
 	m.stepMu.Unlock()
-	m.wg.Wait()
+	if werr := m.waitStopped(ctx); err == nil {
+		err = werr
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
 	defer cancel()
 	if lerr := m.store.Leave(lctx, info.Name, info.Incarnation); lerr != nil && err == nil {
 		err = lerr
 	}
 	return err
+}
+
+// waitStopped waits for the executors and the handoffs, or for ctx to end:
+// a function that ignores its context must not hold Close past its
+// deadline. It then finishes in the background; its writes are fenced once
+// another member claims its partition.
+func (m *Member) waitStopped(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // waitHandedOff waits until the member owns and drains nothing.

@@ -608,3 +608,41 @@ func doOwned(m *partition.Member, key string, fn func(context.Context, partition
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Close returns when its context ends even if a function ignores its own
+// context; the straggler finishes in the background.
+func TestCloseHonoursDeadline(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig
+	cfg.Name = "solo"
+	store := partition.NewMemory(nil)
+	m, err := partition.NewMember(ctx, cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	defer func() { close(release); <-done }()
+	go func() {
+		done <- doOwned(m, "k", func(context.Context, partition.Epoch) error {
+			close(started)
+			<-release // ignores its context
+			return nil
+		})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(cctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close past its deadline = %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close ignored its deadline while a function ignored its context")
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("Close past its deadline left the lease: %v", live)
+	}
+}
