@@ -63,13 +63,17 @@ type Postgres struct {
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig.
+// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or an
+// invalid configuration give an error matching ErrInvalid.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if cfg == nil {
 		cfg = &PostgresConfig{}
 	}
+	if db == nil {
+		return nil, fmt.Errorf("partition: invalid config: %w: nil DB", ErrInvalid)
+	}
 	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("partition: invalid config: %w", err)
+		return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
 	}
 	lt := cfg.LockTimeout
 	if lt == 0 {

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/partition/partitiontest"
 )
@@ -37,6 +40,26 @@ func newPostgres(t testing.TB, db *testdb.DB) *partition.Postgres {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A nil connection or table names that are not plain identifiers are
+// refused with ErrInvalid before anything runs.
+func TestNewPostgresRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := partition.NewPostgres(nil, nil); !errors.Is(err, partition.ErrInvalid) {
+		t.Errorf("NewPostgres(nil) = %v, want ErrInvalid", err)
+	}
+	pool, err := pgxpool.New(ctx, "postgres://unused@127.0.0.1:1/unused") // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, tables := range []migrate.Names{{Prefix: "x'"}, {Prefix: "x\x00"}, {Schema: "app'"}, {Schema: "app\x00"}} {
+		_, err := partition.NewPostgres(pool, &partition.PostgresConfig{Tables: tables})
+		if !errors.Is(err, partition.ErrInvalid) || !errors.Is(err, migrate.ErrInvalidName) {
+			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
+		}
+	}
 }
 
 // Memory.Verify keeps the epoch current while its function runs without
