@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Config configures a Member. Name is required; the other fields have
@@ -202,7 +204,7 @@ func NewMember(ctx context.Context, cfg Config, store Membership) (*Member, erro
 	if err == nil {
 		for _, o := range live {
 			if o.Ring != m.ringID && o.Name != cfg.Name {
-				err = fmt.Errorf("%w: member %q uses %q, this member %q", ErrRingMismatch, o.Name, o.Ring, m.ringID)
+				err = fmt.Errorf("%w: member %s uses %s, this member %s", ErrRingMismatch, short.Quote(o.Name), short.Quote(o.Ring), short.Quote(m.ringID))
 				break
 			}
 		}

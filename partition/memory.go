@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Clock tells the time. [Memory] takes one so that tests can move time
@@ -72,7 +74,7 @@ func (s *Memory) lease(name string, incarnation int64) (*memMember, error) {
 	}
 	m := s.live(name)
 	if m == nil || m.info.Incarnation != incarnation {
-		return nil, fmt.Errorf("%w: %q incarnation %d", ErrExpired, name, incarnation)
+		return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(name), incarnation)
 	}
 	return m, nil
 }
@@ -88,7 +90,7 @@ func (s *Memory) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (Mem
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := s.live(m.Name); cur != nil {
-		return MemberInfo{}, fmt.Errorf("%w: %q (incarnation %d)", ErrNameInUse, m.Name, cur.info.Incarnation)
+		return MemberInfo{}, fmt.Errorf("%w: %s (incarnation %d)", ErrNameInUse, short.Quote(m.Name), cur.info.Incarnation)
 	}
 	s.incarnation++
 	m.Incarnation, m.Leaving = s.incarnation, false

@@ -47,6 +47,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 var (
@@ -102,7 +104,8 @@ type NotOwnerError struct {
 }
 
 func (e *NotOwnerError) Error() string {
-	return fmt.Sprintf("partition: key %q (partition %d) is owned by %q at %q", e.Key, e.Partition, e.Owner, e.Addr)
+	return fmt.Sprintf("partition: key %s (partition %d) is owned by %s at %s",
+		short.Quote(e.Key), e.Partition, short.Quote(e.Owner), short.Quote(e.Addr))
 }
 
 // Is reports whether target is ErrNotOwner.
@@ -134,8 +137,8 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("partition: stale epoch %d of %q for partition %d (current: epoch %d, owner %q)",
-		e.Presented.Token, e.Presented.Owner, e.Presented.Partition, e.Token, e.Owner)
+	return fmt.Sprintf("partition: stale epoch %d of %s for partition %d (current: epoch %d, owner %s)",
+		e.Presented.Token, short.Quote(e.Presented.Owner), e.Presented.Partition, e.Token, short.Quote(e.Owner))
 }
 
 // Is reports whether target is ErrFenced.
