@@ -66,7 +66,11 @@ func ExampleKeep() {
 	locks := fencedlock.NewMemory(nil)
 	lease, _ := locks.Acquire(ctx, "compaction", "worker-a", time.Second)
 
-	k := fencedlock.Keep(ctx, locks, lease, &fencedlock.KeepaliveConfig{MaxRenewals: 1})
+	k, err := fencedlock.Keep(ctx, locks, lease, &fencedlock.KeepaliveConfig{MaxRenewals: 1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(k.HeldSafely())
 	<-k.Context().Done() // after one renewal the keepalive gives up
 	fmt.Println(context.Cause(k.Context()), k.HeldSafely())

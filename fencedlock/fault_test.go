@@ -239,7 +239,10 @@ func TestKeepaliveCancelsBeforeTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := fencedlock.Keep(ctx, partitioned, a, &fencedlock.KeepaliveConfig{Margin: time.Second})
+	k, err := fencedlock.Keep(ctx, partitioned, a, &fencedlock.KeepaliveConfig{Margin: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer k.Stop()
 	// Let one renewal through, then cut the holder off.
 	waitFor(t, 30*time.Second, func() bool { return k.Lease().Expires.After(a.Expires) })
@@ -282,7 +285,10 @@ func TestKeepaliveReportsLostLease(t *testing.T) {
 	if _, err := store.Acquire(ctx, "lost", "b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	k := fencedlock.Keep(ctx, store, a, &fencedlock.KeepaliveConfig{Interval: 10 * time.Millisecond})
+	k, err := fencedlock.Keep(ctx, store, a, &fencedlock.KeepaliveConfig{Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	<-k.Context().Done()
 	if cause := context.Cause(k.Context()); !errors.Is(cause, fencedlock.ErrLost) {
 		t.Fatalf("cause = %v, want ErrLost", cause)
@@ -297,7 +303,10 @@ func TestKeepaliveStopsAfterMaxRenewals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := fencedlock.Keep(ctx, store, a, &fencedlock.KeepaliveConfig{MaxRenewals: 2})
+	k, err := fencedlock.Keep(ctx, store, a, &fencedlock.KeepaliveConfig{MaxRenewals: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	<-k.Context().Done()
 	if cause := context.Cause(k.Context()); !errors.Is(cause, fencedlock.ErrMaxRenewals) {
 		t.Fatalf("cause = %v, want ErrMaxRenewals", cause)
@@ -430,7 +439,10 @@ func TestListenerWakesWaiters(t *testing.T) {
 	db := testdb.New(t, fencedlock.Migrations()...)
 	store := newPostgres(t, db, true)
 	lctx, cancel := context.WithCancel(ctx)
-	listener := fencedlock.NewListener(db.Pool, fencedlock.PostgresConfig{}.Tables)
+	listener, err := fencedlock.NewListener(db.Pool, fencedlock.PostgresConfig{}.Tables)
+	if err != nil {
+		t.Fatal(err)
+	}
 	stopped := make(chan struct{})
 	go func() { listener.Run(lctx); close(stopped) }()
 	defer func() { cancel(); <-stopped }()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
@@ -63,6 +65,11 @@ func (f Fence) names() (table, key, token string, err error) {
 // resource — and this holder's write, computed from the older read, would
 // silently overwrite it. After Read, every lower token is rejected. It returns
 // a *FencedError or ErrNotFound like Update.
+//
+// columns is SQL text spliced into the statement as it is (a column list such
+// as "qty, price"): it must be a constant of your program and never carry
+// user input, which would be SQL injection. Only key and token are bound as
+// arguments.
 func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, columns string, dest ...any) error {
 	table, keyCol, tokCol, err := f.names()
 	if err != nil {
@@ -89,7 +96,7 @@ func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol strin
 	var current int64
 	err := db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %s %v", ErrNotFound, table, key)
+		return fmt.Errorf("%w: %s %s", ErrNotFound, table, short.Quote(fmt.Sprint(key)))
 	}
 	if err != nil {
 		return fmt.Errorf("fencedlock: fenced access to %s: %w", table, err)
@@ -102,7 +109,10 @@ func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol strin
 //	UPDATE table SET <set>, token = <token> WHERE key = <key> AND token <= <token>
 //
 // where set is the caller's SET list written with placeholders $1…$n for
-// args (key and token are appended as $n+1 and $n+2). It returns nil when the
+// args (key and token are appended as $n+1 and $n+2). set is SQL text spliced
+// into the statement as it is: it must be a constant of your program and
+// never carry user input, which would be SQL injection — values, user-supplied
+// or not, go in args. It returns nil when the
 // row was updated, a *FencedError when the row has seen a higher token, and
 // ErrNotFound when no row has that key. Equal tokens are admitted, so one
 // tenure may write many times. Run it on the caller's transaction to combine

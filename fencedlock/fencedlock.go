@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Limits on what Acquire accepts.
@@ -78,7 +80,7 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("fencedlock: lock %q held by %q (token %d)", e.Name, e.Holder, e.Token)
+	return fmt.Sprintf("fencedlock: lock %s held by %s (token %d)", short.Quote(e.Name), short.Quote(e.Holder), e.Token)
 }
 
 // Is reports whether target is ErrHeld.
@@ -140,9 +142,14 @@ type Store interface {
 	Renew(ctx context.Context, lease Lease) (Lease, error)
 	// Release frees the lock if lease is still the current tenure, and
 	// returns ErrNotHeld otherwise; it never frees another tenure's lock.
+	// The tenure is lease's Name, Holder and Token; its TTL is not needed,
+	// so a lease from Holder can be released (an administrator's forced
+	// release of a stuck holder's lock).
 	Release(ctx context.Context, lease Lease) error
 	// Holder returns the current lease of name; held is false when the lock
-	// is free or expired. The returned Lease has no local send time.
+	// is free or expired. The returned Lease has no TTL and no local send
+	// time: it can be released (and verified, Postgres.Verify), not renewed
+	// or kept alive.
 	Holder(ctx context.Context, name string) (lease Lease, held bool, err error)
 }
 
@@ -180,8 +187,21 @@ func validAcquire(name, holder string, ttl time.Duration) error {
 	return validTTL(ttl)
 }
 
+// validLease checks a lease to renew or keep alive: it needs its TTL.
 func validLease(l Lease) error {
-	if err := validAcquire(l.Name, l.Holder, l.TTL); err != nil {
+	if err := validTenure(l); err != nil {
+		return err
+	}
+	return validTTL(l.TTL)
+}
+
+// validTenure checks a lease to release or verify: name, holder and token
+// identify the tenure, so a lease from Holder (no TTL) will do.
+func validTenure(l Lease) error {
+	if err := validName("lock name", l.Name); err != nil {
+		return err
+	}
+	if err := validName("holder", l.Holder); err != nil {
 		return err
 	}
 	if l.Token <= 0 {

@@ -48,7 +48,8 @@ type Outcome struct {
 // GuardConfig configures Guard. The zero value is valid.
 type GuardConfig struct {
 	// Keepalive configures the renewal of the lease while the work runs;
-	// the work's context is the keepalive's. Defaults to the
+	// the work's context is the keepalive's. Guard checks it
+	// (KeepaliveConfig.Validate) before acquiring. Defaults to the
 	// KeepaliveConfig defaults.
 	Keepalive *KeepaliveConfig
 	// ReleaseTimeout bounds the release after the work. Defaults to 5s.
@@ -56,7 +57,8 @@ type GuardConfig struct {
 }
 
 // Guard acquires name for holder, runs work with the lease, and releases the
-// lease when work returns. The work must present lease.Token to the resource
+// lease when work returns — or panics: the lease is then released before the
+// panic goes on. The work must present lease.Token to the resource
 // (Fence.Update, Postgres.Verify, Gate.Do); a rejection (an error matching
 // ErrFenced) is reported as a Fenced outcome with a nil error.
 //
@@ -73,6 +75,12 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 	if c.ReleaseTimeout <= 0 {
 		c.ReleaseTimeout = 5 * time.Second
 	}
+	if c.Keepalive != nil {
+		// Before acquiring: a keepalive that cannot run must not cost a lock.
+		if err := c.Keepalive.Validate(ttl); err != nil {
+			return Outcome{}, err
+		}
+	}
 	lease, err := store.Acquire(ctx, name, holder, ttl)
 	var held *HeldError
 	if errors.As(err, &held) {
@@ -81,16 +89,11 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 	if err != nil {
 		return Outcome{}, err
 	}
-	k := Keep(ctx, store, lease, c.Keepalive)
-	workErr := work(k.Context(), lease)
-	k.Stop()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ReleaseTimeout)
-	relErr := store.Release(rctx, k.Lease())
-	cancel()
-	if errors.Is(relErr, ErrNotHeld) {
-		// Expired before release: nothing to free; fencing decided the work.
-		relErr = nil
+	k, err := Keep(ctx, store, lease, c.Keepalive)
+	if err != nil {
+		return Outcome{Lease: lease}, errors.Join(err, store.Release(context.WithoutCancel(ctx), lease))
 	}
+	workErr, relErr := runKept(ctx, k, lease, c.ReleaseTimeout, work)
 
 	var fenced *FencedError
 	switch {
@@ -102,4 +105,21 @@ func Guard(ctx context.Context, store Store, name, holder string, ttl time.Durat
 		return Outcome{Status: Done, Lease: lease}, relErr
 	}
 	return Outcome{Status: Done, Lease: lease}, nil
+}
+
+// runKept runs work under k and then stops k and releases its lease, bounded
+// by timeout. The release is deferred so that work that panics does not leave
+// its lease renewed for nobody: it is released before the panic goes on.
+func runKept(ctx context.Context, k *Keepalive, lease Lease, timeout time.Duration,
+	work func(ctx context.Context, lease Lease) error) (workErr, relErr error) {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		relErr = k.Release(rctx)
+		if errors.Is(relErr, ErrNotHeld) {
+			// Expired before release: nothing to free; fencing decided the work.
+			relErr = nil
+		}
+	}()
+	return work(k.Context(), lease), nil
 }

@@ -3,38 +3,72 @@ package fencedlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
 
-// KeepaliveConfig configures Keep. The zero value is valid.
+// KeepaliveConfig configures Keep. The zero value is valid; Validate says
+// whether another one is.
 type KeepaliveConfig struct {
-	// Interval between renewals. Defaults to TTL/3.
+	// Interval between renewals; it must be below TTL − Margin, or the
+	// lease would reach its margin before the first renewal. Defaults to
+	// TTL/3.
 	Interval time.Duration
 	// MaxRenewals bounds how often the lease is renewed, so that a holder
 	// stuck in its critical section cannot keep the lock forever; after the
 	// last renewal the context is cancelled (ErrMaxRenewals) when the lease
 	// reaches its safety margin. Negative means no bound. Defaults to 100.
 	MaxRenewals int
+	// NoRenew turns renewal off: the context is cancelled (ErrMaxRenewals)
+	// when the lease reaches its safety margin, a deadline for work that
+	// must fit in one lease. Defaults to false.
+	NoRenew bool
 	// Margin is how long before the lease's expiry (measured on the local
 	// monotonic clock from the moment the granting request was sent) the
 	// lease stops being held safely and the context is cancelled. It covers
 	// clock-rate drift and the time work needs to notice the cancellation.
-	// Defaults to TTL/5.
+	// It must be below TTL. Defaults to TTL/5.
 	Margin time.Duration
 }
 
 func (c KeepaliveConfig) withDefaults(ttl time.Duration) KeepaliveConfig {
-	if c.Interval <= 0 {
+	if c.Interval == 0 {
 		c.Interval = ttl / 3
 	}
-	if c.MaxRenewals == 0 {
+	switch {
+	case c.NoRenew:
+		c.MaxRenewals = 0
+	case c.MaxRenewals == 0:
 		c.MaxRenewals = 100
 	}
-	if c.Margin <= 0 || c.Margin >= ttl {
+	if c.Margin == 0 {
 		c.Margin = ttl / 5
 	}
 	return c
+}
+
+// Validate reports whether c can keep a lease of ttl alive: negative
+// durations, a Margin not below ttl, and an Interval (unless NoRenew) not
+// below ttl − Margin, which would never renew in time, give an error matching
+// ErrInvalid. Keep and Guard call it; call it yourself to refuse a
+// configuration before acquiring a lock.
+func (c KeepaliveConfig) Validate(ttl time.Duration) error {
+	if err := validTTL(ttl); err != nil {
+		return err
+	}
+	if c.Interval < 0 || c.Margin < 0 {
+		return fmt.Errorf("%w: keepalive interval %v and margin %v must not be negative", ErrInvalid, c.Interval, c.Margin)
+	}
+	d := c.withDefaults(ttl)
+	if d.Margin >= ttl {
+		return fmt.Errorf("%w: keepalive margin %v is not below ttl %v", ErrInvalid, d.Margin, ttl)
+	}
+	if !c.NoRenew && d.Interval >= ttl-d.Margin {
+		return fmt.Errorf("%w: keepalive interval %v is not below ttl %v − margin %v: it would never renew in time",
+			ErrInvalid, d.Interval, ttl, d.Margin)
+	}
+	return nil
 }
 
 // Keepalive renews a lease in the background and tells its owner, through a
@@ -61,17 +95,29 @@ type Keepalive struct {
 
 // Keep starts renewing lease (obtained from store) until Stop, Release, the
 // cancellation of ctx, or the loss of the lease. A nil cfg means defaults.
-// The returned Keepalive's Context is derived from ctx.
-func Keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig) *Keepalive {
+// The returned Keepalive's Context is derived from ctx. A nil store, a lease
+// without name, holder, token or TTL (such as one from Store.Holder), or a cfg
+// that fails Validate for lease.TTL give an error matching ErrInvalid and no
+// Keepalive.
+func Keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig) (*Keepalive, error) {
 	var c KeepaliveConfig
 	if cfg != nil {
 		c = *cfg
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	if err := validLease(lease); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(lease.TTL); err != nil {
+		return nil, err
 	}
 	c = c.withDefaults(lease.TTL)
 	kctx, cancel := context.WithCancelCause(ctx)
 	k := &Keepalive{store: store, cfg: c, ctx: kctx, cancel: cancel, done: make(chan struct{}), lease: lease}
 	go k.run()
-	return k
+	return k, nil
 }
 
 // Context returns a context that is cancelled when the lease can no longer

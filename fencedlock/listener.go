@@ -2,8 +2,10 @@ package fencedlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/migrate"
@@ -22,10 +24,20 @@ type Listener struct {
 }
 
 // NewListener returns a listener for the lock tables named by tables (the
-// PostgresConfig.Tables of the stores that release).
-func NewListener(pool *pgxpool.Pool, tables migrate.Names) *Listener {
-	return &Listener{pool: pool, channel: tables.Raw("lock_released")}
+// PostgresConfig.Tables of the stores that release). A nil pool or invalid
+// tables give an error matching ErrInvalid.
+func NewListener(pool *pgxpool.Pool, tables migrate.Names) (*Listener, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("fencedlock: invalid listener: %w: nil pool", ErrInvalid)
+	}
+	if err := tables.Validate(); err != nil {
+		return nil, fmt.Errorf("fencedlock: invalid listener: %w: %w", ErrInvalid, err)
+	}
+	return &Listener{pool: pool, channel: releaseChannel(tables)}, nil
 }
+
+// releaseChannel is the NOTIFY channel of the lock table named by tables.
+func releaseChannel(tables migrate.Names) string { return tables.Raw("lock_released") }
 
 // Run holds one pooled connection listening for releases until ctx ends,
 // reconnecting after failures, and returns ctx's cause.
@@ -49,7 +61,7 @@ func (l *Listener) listen(ctx context.Context) {
 		// The connection is LISTENing: do not give it back to the pool.
 		conn.Hijack().Close(context.Background())
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(l.channel)); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 		return
 	}
 	// Releases that happened before LISTEN took effect were missed: wake
@@ -62,17 +74,6 @@ func (l *Listener) listen(ctx context.Context) {
 		}
 		l.waiters.wake(n.Payload)
 	}
-}
-
-func quoteIdent(s string) string {
-	out := []byte{'"'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' {
-			out = append(out, '"')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '"'))
 }
 
 // Released implements Wakeups.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Clock tells the time. Memory backends take one so that tests can move time
@@ -20,6 +22,13 @@ func (systemClock) Now() time.Time { return time.Now() }
 // Memory is the lock service in this process's memory: the same contract as
 // Postgres, for tests and single-process programs. Expiry follows its Clock.
 // It is safe for concurrent use. The zero value is not usable; call NewMemory.
+//
+// It keeps an entry per name only while the name is held or recently
+// expired: every Acquire of a new name forgets a few expired entries, so one
+// name per request (an idempotency key, say) does not grow the store without
+// bound; Purge forgets them all. Tokens come from one counter for every name,
+// as in PostgreSQL from one sequence, so a forgotten name's next token is
+// still larger than all its earlier ones.
 type Memory struct {
 	clock Clock
 
@@ -28,6 +37,11 @@ type Memory struct {
 	next    int64 // last token handed out, for every name (like the sequence)
 	waiters waitList
 }
+
+// forgetPerAcquire is how many entries an Acquire of a new name examines
+// for expiry: more than the one it adds, so expired entries cannot pile up
+// (at most about as many as live ones remain).
+const forgetPerAcquire = 2
 
 type memLock struct {
 	holder  string
@@ -58,6 +72,9 @@ func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	if l := m.locks[name]; l != nil && now.Before(l.expires) {
 		return Lease{}, &HeldError{Name: name, Holder: l.holder, Token: l.token}
 	}
+	if m.locks[name] == nil {
+		m.forget(now, forgetPerAcquire, 0)
+	}
 	m.next++
 	l := &memLock{holder: holder, token: m.next, expires: now.Add(ttl)}
 	m.locks[name] = l
@@ -87,7 +104,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 	defer m.mu.Unlock()
 	c := m.current(l)
 	if c == nil {
-		return Lease{}, fmt.Errorf("%w: renew %q token %d", ErrNotHeld, l.Name, l.Token)
+		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	c.expires = m.clock.Now().Add(l.TTL)
 	l.Expires, l.sent = c.expires, sent
@@ -96,7 +113,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 
 // Release implements Store and wakes the waiters of the lock.
 func (m *Memory) Release(ctx context.Context, l Lease) error {
-	if err := validLease(l); err != nil {
+	if err := validTenure(l); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -106,7 +123,7 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	defer m.mu.Unlock()
 	c := m.current(l)
 	if c == nil {
-		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, l.Name, l.Token)
+		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	c.expires = m.clock.Now()
 	m.waiters.wake(l.Name)
@@ -128,6 +145,41 @@ func (m *Memory) Holder(ctx context.Context, name string) (Lease, bool, error) {
 		return Lease{}, false, nil
 	}
 	return Lease{Name: name, Holder: c.holder, Token: c.token, Expires: c.expires}, true, nil
+}
+
+// Purge forgets up to limit locks that expired more than olderThan ago and
+// returns how many it forgot, like Postgres.Purge. Acquire already forgets
+// expired locks as it goes, so Purge is optional: call it from the process
+// that owns the store (a periodic goroutine, or a test) to free memory at
+// once after a burst of names. Tokens stay monotonic.
+func (m *Memory) Purge(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan < 0 || limit <= 0 {
+		return 0, fmt.Errorf("%w: purge olderThan %v limit %d", ErrInvalid, olderThan, limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forget(m.clock.Now().Add(-olderThan), len(m.locks), limit), nil
+}
+
+// forget examines up to examine entries and deletes those that expired
+// before cutoff, at most limit of them (0: no limit). It returns how many it
+// deleted. The caller holds m.mu.
+func (m *Memory) forget(cutoff time.Time, examine, limit int) int64 {
+	var n int64
+	for name, l := range m.locks {
+		if examine == 0 || (limit > 0 && n == int64(limit)) {
+			break
+		}
+		examine--
+		if l.expires.Before(cutoff) {
+			delete(m.locks, name)
+			n++
+		}
+	}
+	return n
 }
 
 // Released implements Wakeups: the channel is closed at the next release of

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -47,24 +48,28 @@ type PostgresConfig struct {
 // database's clock (clock_timestamp()), never the client's. It is safe for
 // concurrent use.
 type Postgres struct {
-	db     DB
-	notify bool
-	names  migrate.Names
-	sql    struct {
+	db      DB
+	notify  bool
+	channel string // the NOTIFY channel, bound as an argument
+	sql     struct {
 		ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
 	}
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig.
+// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or invalid
+// Tables give an error matching ErrInvalid.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if cfg == nil {
 		cfg = &PostgresConfig{}
 	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w", err)
+	if db == nil {
+		return nil, fmt.Errorf("fencedlock: invalid config: %w: nil DB", ErrInvalid)
 	}
-	p := &Postgres{db: db, notify: cfg.Notify, names: cfg.Tables}
+	if err := cfg.Tables.Validate(); err != nil {
+		return nil, fmt.Errorf("fencedlock: invalid config: %w: %w", ErrInvalid, err)
+	}
+	p := &Postgres{db: db, notify: cfg.Notify, channel: releaseChannel(cfg.Tables)}
 	r := func(s string) string { return migrate.Render(s, cfg.Tables) }
 	// ensure gives a new name a free row with no token, so that the token
 	// is always minted by the UPDATE below, after it holds the row lock: a
@@ -84,8 +89,8 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		RETURNING expires_at`)
 	p.sql.release = r(`UPDATE {{locks}} SET expires_at = clock_timestamp()
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`)
-	p.sql.releaseNotify = r(`WITH released AS (` + p.sql.release + ` RETURNING name)
-		SELECT pg_notify('{{raw lock_released}}', name) FROM released`)
+	p.sql.releaseNotify = `WITH released AS (` + p.sql.release + ` RETURNING name)
+		SELECT pg_notify($4, name) FROM released`
 	p.sql.verify = r(`SELECT token FROM {{locks}}
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`)
 	p.sql.current = r(`SELECT token FROM {{locks}} WHERE name = $1`)
@@ -143,7 +148,7 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 		return Lease{}, err
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("fencedlock: acquire %q: %w", name, err)
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), err)
 	}
 	l.Name, l.Holder, l.TTL, l.sent = name, holder, ttl, sent
 	return l, nil
@@ -157,10 +162,10 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 	sent := time.Now()
 	err := p.db.QueryRow(ctx, p.sql.renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, fmt.Errorf("%w: renew %q token %d", ErrNotHeld, l.Name, l.Token)
+		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("fencedlock: renew %q: %w", l.Name, err)
+		return Lease{}, fmt.Errorf("fencedlock: renew %s: %w", short.Quote(l.Name), err)
 	}
 	l.sent = sent
 	return l, nil
@@ -169,30 +174,30 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 // Release implements Store. With Notify set, waiters are woken in the same
 // statement.
 func (p *Postgres) Release(ctx context.Context, l Lease) error {
-	if err := validLease(l); err != nil {
+	if err := validTenure(l); err != nil {
 		return err
 	}
 	var n int64
 	if p.notify {
-		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token)
+		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token, p.channel)
 		if err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 		for rows.Next() {
 			n++
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 	} else {
 		tag, err := p.db.Exec(ctx, p.sql.release, l.Name, l.Holder, l.Token)
 		if err != nil {
-			return fmt.Errorf("fencedlock: release %q: %w", l.Name, err)
+			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 		}
 		n = tag.RowsAffected()
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: release %q token %d", ErrNotHeld, l.Name, l.Token)
+		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	return nil
 }
@@ -208,7 +213,7 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 		return Lease{}, false, nil
 	}
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("fencedlock: holder %q: %w", name, err)
+		return Lease{}, false, fmt.Errorf("fencedlock: holder %s: %w", short.Quote(name), err)
 	}
 	return l, true, nil
 }
@@ -224,7 +229,7 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 // A renewal of the same lease also waits for tx, so keep such transactions
 // shorter than the renewal interval.
 func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
-	if err := validLease(lease); err != nil {
+	if err := validTenure(lease); err != nil {
 		return err
 	}
 	var tok int64
@@ -233,15 +238,15 @@ func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fencedlock: verify %q: %w", lease.Name, err)
+		return fmt.Errorf("fencedlock: verify %s: %w", short.Quote(lease.Name), err)
 	}
 	if err := tx.QueryRow(ctx, p.sql.current, lease.Name).Scan(&tok); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fencedlock: verify %q: %w", lease.Name, err)
+		return fmt.Errorf("fencedlock: verify %s: %w", short.Quote(lease.Name), err)
 	}
 	if tok > lease.Token {
 		return &FencedError{Presented: lease.Token, Required: tok}
 	}
-	return fmt.Errorf("%w: verify %q token %d", ErrNotHeld, lease.Name, lease.Token)
+	return fmt.Errorf("%w: verify %s token %d", ErrNotHeld, short.Quote(lease.Name), lease.Token)
 }
 
 // Purge deletes up to limit lock rows that expired more than olderThan ago

@@ -1,13 +1,19 @@
 package fencedlock_test
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/fencedlock/fencedlocktest"
 	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/migrate"
 )
 
 func TestMemoryStore(t *testing.T) {
@@ -34,4 +40,134 @@ func newPostgres(t testing.TB, db *testdb.DB, notify bool) *fencedlock.Postgres 
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A nil connection or a table name that is not a plain identifier is refused
+// before anything runs: a quote in the prefix would otherwise end the string
+// literal of the NOTIFY channel, and a nil pool panic at the first release.
+func TestPostgresRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := fencedlock.NewPostgres(nil, nil); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("NewPostgres(nil) = %v, want ErrInvalid", err)
+	}
+	if _, err := fencedlock.NewListener(nil, migrate.Names{}); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("NewListener(nil) = %v, want ErrInvalid", err)
+	}
+	pool, err := pgxpool.New(ctx, "postgres://unused@127.0.0.1:1/unused") // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, tables := range []migrate.Names{
+		{Prefix: "x'"},
+		{Prefix: "x');--"},
+		{Prefix: "x\x00"},
+		{Schema: "app'"},
+		{Schema: "app\x00"},
+	} {
+		_, err := fencedlock.NewPostgres(pool, &fencedlock.PostgresConfig{Tables: tables, Notify: true})
+		if !errors.Is(err, fencedlock.ErrInvalid) || !errors.Is(err, migrate.ErrInvalidName) {
+			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
+		}
+		if _, err := fencedlock.NewListener(pool, tables); !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Errorf("NewListener(%+q) = %v, want ErrInvalid", tables, err)
+		}
+	}
+}
+
+// Purge forgets expired locks of the memory store; tokens keep increasing
+// for a name whose entry was purged, as with the PostgreSQL sequence.
+func TestMemoryPurge(t *testing.T) {
+	t.Parallel()
+	c := &clock.Manual{}
+	store := fencedlock.NewMemory(c)
+	var tokens []int64
+	for i := range 10 {
+		l, err := store.Acquire(ctx, fmt.Sprintf("purged-%d", i), "a", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, l.Token)
+	}
+	held, err := store.Acquire(ctx, "held", "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Purge(ctx, -time.Second, 10); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("Purge with a negative age = %v, want ErrInvalid", err)
+	}
+	if _, err := store.Purge(ctx, 0, 0); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("Purge with no limit = %v, want ErrInvalid", err)
+	}
+	if n, err := store.Purge(ctx, 0, 100); err != nil || n != 0 {
+		t.Fatalf("Purge before expiry = %d, %v; want 0", n, err)
+	}
+	c.Advance(2 * time.Second)
+	if n, err := store.Purge(ctx, time.Minute, 100); err != nil || n != 0 {
+		t.Fatalf("Purge of locks expired 1s ago, older than 1m = %d, %v; want 0", n, err)
+	}
+	if n, err := store.Purge(ctx, 0, 4); err != nil || n != 4 {
+		t.Fatalf("Purge limit 4 = %d, %v", n, err)
+	}
+	if n, err := store.Purge(ctx, 0, 100); err != nil || n != 6 {
+		t.Fatalf("Purge of the rest = %d, %v; want 6", n, err)
+	}
+	if _, ok, _ := store.Holder(ctx, "held"); !ok {
+		t.Fatal("Purge forgot a held lock")
+	}
+	l, err := store.Acquire(ctx, "purged-9", "b", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token <= tokens[9] || l.Token <= held.Token {
+		t.Fatalf("token %d after purge, earlier tokens %v and %d", l.Token, tokens, held.Token)
+	}
+}
+
+// The lease Holder returns can be verified, as the Release doc promises.
+func TestVerifyHolderLease(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, fencedlock.Migrations()...)
+	store := newPostgres(t, db, false)
+	a, err := store.Acquire(ctx, "verified", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, held, err := store.Holder(ctx, "verified")
+	if err != nil || !held {
+		t.Fatalf("Holder = %v, %v", held, err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := store.Verify(ctx, tx, cur); err != nil {
+		t.Fatalf("Verify of Holder's lease = %v", err)
+	}
+	stale := cur
+	stale.Holder = "b"
+	if err := store.Verify(ctx, tx, stale); !errors.Is(err, fencedlock.ErrNotHeld) || a.Token != cur.Token {
+		t.Fatalf("Verify of another holder = %v", err)
+	}
+}
+
+// Error messages quote names and holders shortened: a 255-byte name does not
+// make a 600-byte error.
+func TestErrorsShortenNames(t *testing.T) {
+	t.Parallel()
+	store := fencedlock.NewMemory(nil)
+	long, holder := strings.Repeat("n", fencedlock.MaxNameLen), strings.Repeat("h", fencedlock.MaxNameLen)
+	a, err := store.Acquire(ctx, long, holder, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := store.Acquire(ctx, long, "b", time.Minute)
+	stale := a
+	stale.Token++
+	for _, err := range []error{held, store.Release(ctx, stale)} {
+		if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(255 bytes)") {
+			t.Errorf("error of %d bytes, want the name shortened: %v", len(fmt.Sprint(err)), err)
+		}
+	}
 }

@@ -91,7 +91,10 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: lock %s: %w", key, err)
 	}
-	k := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
+	k, err := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
+	if err != nil {
+		return Result{}, errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
+	}
 	defer func() {
 		wctx, wcancel := f.writeContext(ctx)
 		defer wcancel()

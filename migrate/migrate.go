@@ -23,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // DefaultPrefix is the table prefix used when Names.Prefix is empty.
@@ -31,6 +33,11 @@ const DefaultPrefix = "lockfree_"
 // maxIdentifier is PostgreSQL's NAMEDATALEN-1: longer names are truncated
 // silently by the server, which would make two tables collide.
 const maxIdentifier = 63
+
+// MaxBaseLen is the longest base name (the part after the prefix, such as
+// "locks" or "partition_incarnations") that Validate leaves room for: a
+// prefix may be at most 63 − MaxBaseLen bytes long.
+const MaxBaseLen = 30
 
 // ErrInvalidName reports a schema or prefix that cannot name a table.
 var ErrInvalidName = errors.New("migrate: invalid name")
@@ -52,14 +59,50 @@ func (n Names) prefix() string {
 	return n.Prefix
 }
 
-// Validate reports whether every name built from n stays a valid PostgreSQL
-// identifier for base names up to 30 bytes long.
+// identifier is what Validate admits in a schema or prefix: the characters
+// of an unquoted PostgreSQL identifier. Names also end up inside SQL string
+// literals (a regclass argument, a NOTIFY channel), where a quote or a NUL
+// would be dangerous, so nothing else is allowed even though quoting would
+// make it a valid identifier.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate reports whether every name built from n is a PostgreSQL
+// identifier that needs no escaping: the schema (when set) and the prefix
+// must match [A-Za-z_][A-Za-z0-9_]*, the schema be at most 63 bytes and the
+// prefix at most 63 − MaxBaseLen, so that prefix and base name stay within
+// PostgreSQL's 63-byte identifiers. Up and Print also check the exact names
+// of the migrations they render. The error matches ErrInvalidName.
 func (n Names) Validate() error {
-	if len(n.Schema) > maxIdentifier || strings.ContainsRune(n.Schema, 0) {
-		return fmt.Errorf("%w: schema %q", ErrInvalidName, n.Schema)
+	if n.Schema != "" {
+		if err := validIdent("schema", n.Schema, maxIdentifier); err != nil {
+			return err
+		}
 	}
-	if p := n.prefix(); len(p) > maxIdentifier-30 || strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%w: prefix %q is longer than %d bytes", ErrInvalidName, p, maxIdentifier-30)
+	return validIdent("prefix", n.prefix(), maxIdentifier-MaxBaseLen)
+}
+
+func validIdent(what, s string, maxLen int) error {
+	if len(s) > maxLen {
+		return fmt.Errorf("%w: %s %s is %d bytes, longer than %d", ErrInvalidName, what, short.Quote(s), len(s), maxLen)
+	}
+	if !identifier.MatchString(s) {
+		return fmt.Errorf("%w: %s %s is not an identifier ([A-Za-z_][A-Za-z0-9_]*)", ErrInvalidName, what, short.Quote(s))
+	}
+	return nil
+}
+
+// validFor reports whether every name the migrations ms use fits in a
+// PostgreSQL identifier with n's prefix.
+func (n Names) validFor(ms []Migration) error {
+	for _, m := range ms {
+		for _, sql := range []string{m.Up, m.Down} {
+			for _, parts := range placeholder.FindAllStringSubmatch(sql, -1) {
+				if name := n.prefix() + parts[2]; len(name) > maxIdentifier {
+					return fmt.Errorf("%w: %s %d: %s is %d bytes, longer than PostgreSQL's %d",
+						ErrInvalidName, m.Package, m.Version, short.Quote(name), len(name), maxIdentifier)
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -78,14 +121,15 @@ func (n Names) Bare(base string) string {
 	return pgx.Identifier{n.prefix() + base}.Sanitize()
 }
 
-// Raw returns the unquoted name for base, as a string value (a NOTIFY channel,
-// a regclass argument).
+// Raw returns the unquoted name for base, as a string value (a NOTIFY
+// channel): bind it as a query argument rather than splicing it into SQL.
 func (n Names) Raw(base string) string { return n.prefix() + base }
 
 // Migration is one numbered schema change of one package. Up and Down are SQL
 // in which {{x}} stands for Names.Table("x"), {{bare x}} for Names.Bare("x"),
-// {{raw x}} for Names.Raw("x") and {{regclass x}} for Names.Table("x") as a
-// quoted string literal (the argument of nextval).
+// {{raw x}} for Names.Raw("x") with its quotes doubled (the content of a
+// string literal: write '{{raw x}}') and {{regclass x}} for Names.Table("x")
+// as a quoted string literal (the argument of nextval).
 type Migration struct {
 	Package string // the package that owns it, e.g. "fencedlock"
 	Version int    // 1, 2, …; applied in order within a package
@@ -96,7 +140,9 @@ type Migration struct {
 
 var placeholder = regexp.MustCompile(`\{\{(bare |raw |regclass )?([a-z_][a-z0-9_]*)\}\}`)
 
-// Render returns sql with its placeholders replaced by names from n.
+// Render returns sql with its placeholders replaced by names from n. It
+// quotes what it substitutes, so even names that Validate would refuse cannot
+// end an identifier or a string literal early; validate n first all the same.
 func Render(sql string, n Names) string {
 	return placeholder.ReplaceAllStringFunc(sql, func(m string) string {
 		parts := placeholder.FindStringSubmatch(m)
@@ -104,7 +150,8 @@ func Render(sql string, n Names) string {
 		case "bare ":
 			return n.Bare(parts[2])
 		case "raw ":
-			return n.Raw(parts[2])
+			// Inside a string literal: a quote in the name must not end it.
+			return strings.ReplaceAll(n.Raw(parts[2]), "'", "''")
 		case "regclass ":
 			// A string literal naming the relation, for nextval() and friends.
 			return "'" + strings.ReplaceAll(n.Table(parts[2]), "'", "''") + "'"
@@ -139,6 +186,9 @@ func Up(ctx context.Context, db DB, n Names, ms ...Migration) error {
 	}
 	ordered, err := sorted(ms)
 	if err != nil {
+		return err
+	}
+	if err := n.validFor(ordered); err != nil {
 		return err
 	}
 	for _, m := range ordered {
@@ -201,6 +251,9 @@ func Print(w io.Writer, n Names, down bool, ms ...Migration) error {
 	}
 	ordered, err := sorted(ms)
 	if err != nil {
+		return err
+	}
+	if err := n.validFor(ordered); err != nil {
 		return err
 	}
 	if down {

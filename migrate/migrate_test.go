@@ -21,14 +21,73 @@ var files = fstest.MapFS{
 }
 
 func TestRender(t *testing.T) {
-	n := migrate.Names{Schema: `we"ird`, Prefix: "p_"}
-	got := migrate.Render(`{{a}} {{bare a}} {{raw a}} {{regclass a}}`, n)
-	want := `"we""ird"."p_a" "p_a" p_a '"we""ird"."p_a"'`
+	n := migrate.Names{Schema: "app", Prefix: "p_"}
+	got := migrate.Render(`{{a}} {{bare a}} '{{raw a}}' {{regclass a}}`, n)
+	want := `"app"."p_a" "p_a" 'p_a' '"app"."p_a"'`
 	if got != want {
 		t.Fatalf("Render = %s, want %s", got, want)
 	}
-	if err := (migrate.Names{Prefix: strings.Repeat("x", 40)}).Validate(); !errors.Is(err, migrate.ErrInvalidName) {
-		t.Fatalf("long prefix: %v", err)
+	// Render quotes even names that Validate refuses: nothing ends an
+	// identifier or a string literal early.
+	weird := migrate.Names{Schema: `we"ird`, Prefix: "p'"}
+	got = migrate.Render(`{{a}} {{bare a}} '{{raw a}}' {{regclass a}}`, weird)
+	want = `"we""ird"."p'a" "p'a" 'p''a' '"we""ird"."p''a"'`
+	if got != want {
+		t.Fatalf("Render = %s, want %s", got, want)
+	}
+}
+
+// Schemas and prefixes are plain identifiers: a quote or a NUL could
+// otherwise end the SQL string literal of a NOTIFY channel or a regclass.
+func TestValidateAdmitsOnlyIdentifiers(t *testing.T) {
+	for _, n := range []migrate.Names{
+		{},
+		{Schema: "app", Prefix: "lf_"},
+		{Schema: "_Tenant_42", Prefix: "A"},
+		{Schema: strings.Repeat("s", 63), Prefix: strings.Repeat("p", 63-migrate.MaxBaseLen)},
+	} {
+		if err := n.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", n, err)
+		}
+	}
+	for _, n := range []migrate.Names{
+		{Prefix: "x'"},
+		{Prefix: "x'); DROP TABLE users; --"},
+		{Prefix: "x\x00"},
+		{Prefix: `x"`},
+		{Prefix: "x y"},
+		{Prefix: "1x"},
+		{Prefix: "é"},
+		{Prefix: strings.Repeat("p", 64-migrate.MaxBaseLen)},
+		{Schema: "app'"},
+		{Schema: "app\x00"},
+		{Schema: `we"ird`},
+		{Schema: "a.b"},
+		{Schema: strings.Repeat("s", 64)},
+	} {
+		err := n.Validate()
+		if !errors.Is(err, migrate.ErrInvalidName) {
+			t.Errorf("Validate(%+q) = %v, want ErrInvalidName", n, err)
+		}
+		var buf bytes.Buffer
+		if err := migrate.Print(&buf, n, false, migrate.FromDir("demo", files, "m")...); !errors.Is(err, migrate.ErrInvalidName) || buf.Len() != 0 {
+			t.Errorf("Print(%+q) = %v, wrote %q", n, err, buf.String())
+		}
+	}
+}
+
+// Up and Print check the exact names: prefix and base name together must
+// fit in PostgreSQL's 63 bytes, or the server would truncate them.
+func TestNamesFitInIdentifiers(t *testing.T) {
+	long := migrate.Migration{Package: "demo", Version: 1, Name: "long",
+		Up: `CREATE TABLE {{` + strings.Repeat("t", migrate.MaxBaseLen+1) + `}} (id int)`}
+	n := migrate.Names{Prefix: strings.Repeat("p", 63-migrate.MaxBaseLen)}
+	var buf bytes.Buffer
+	if err := migrate.Print(&buf, n, false, long); !errors.Is(err, migrate.ErrInvalidName) {
+		t.Fatalf("Print of a 64-byte name = %v, want ErrInvalidName", err)
+	}
+	if err := migrate.Print(&buf, migrate.Names{}, false, long); err != nil {
+		t.Fatalf("Print with the default prefix: %v", err)
 	}
 }
 
@@ -60,6 +119,13 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 	db := testdb.New(t)
 	ms := migrate.FromDir("demo", files, "m")
 	ctx := context.Background()
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{Prefix: "x'"}, ms...); !errors.Is(err, migrate.ErrInvalidName) {
+		t.Fatalf("Up with a quote in the prefix = %v, want ErrInvalidName", err)
+	}
+	var tables int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1`, db.Schema).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("a refused Up left %d tables (%v)", tables, err)
+	}
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
 		go func() { errs <- migrate.Up(ctx, db.Pool, migrate.Names{}, ms...) }()

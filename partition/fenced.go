@@ -20,7 +20,8 @@ type FencedConfig struct {
 	// Wait configures the wait for a busy key's lock. Defaults to the
 	// fencedlock.WaitConfig defaults.
 	Wait *fencedlock.WaitConfig
-	// Keepalive configures the renewal of the lease while fn runs.
+	// Keepalive configures the renewal of the lease while fn runs; NewFenced
+	// checks it against TTL (fencedlock.KeepaliveConfig.Validate).
 	// Defaults to the fencedlock.KeepaliveConfig defaults.
 	Keepalive *fencedlock.KeepaliveConfig
 	// ReleaseTimeout bounds the release after fn. Defaults to 5s.
@@ -65,14 +66,20 @@ func NewFenced(locks fencedlock.Store, cfg FencedConfig) (*Fenced, error) {
 	if len(cfg.Prefix) >= fencedlock.MaxNameLen {
 		return nil, fmt.Errorf("partition: invalid config: %w: prefix of %d bytes", ErrInvalid, len(cfg.Prefix))
 	}
+	if cfg.Keepalive != nil {
+		if err := cfg.Keepalive.Validate(cfg.TTL); err != nil {
+			return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
+		}
+	}
 	return &Fenced{locks: locks, cfg: cfg}, nil
 }
 
 // Do acquires key's lock (waiting while another holder has it, until ctx
 // ends), runs fn with the lease under a keepalive whose context fn gets, and
-// releases the lock. It returns fn's error, or the lock's: an error matching
-// fencedlock.ErrInvalid for a key too long for a lock name.
-func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) error {
+// releases the lock — also when fn panics, before the panic goes on. It
+// returns fn's error, or the lock's: an error matching fencedlock.ErrInvalid
+// for a key too long for a lock name.
+func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
@@ -81,17 +88,19 @@ func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	k := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
-	err = fn(k.Context(), lease)
-	k.Stop()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
-	relErr := f.locks.Release(rctx, k.Lease())
-	cancel()
-	if errors.Is(relErr, fencedlock.ErrNotHeld) {
-		relErr = nil // expired first: fencing decided fn's writes
-	}
+	k, err := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
 	if err != nil {
-		return err
+		return errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
 	}
-	return relErr
+	// Deferred, so that a panicking fn does not leave the lock renewed for
+	// nobody.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+		defer cancel()
+		relErr := k.Release(rctx)
+		if err == nil && !errors.Is(relErr, fencedlock.ErrNotHeld) { // expired first: fencing decided fn's writes
+			err = relErr
+		}
+	}()
+	return fn(k.Context(), lease)
 }

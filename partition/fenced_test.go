@@ -65,7 +65,7 @@ func TestFencedPausedHolder(t *testing.T) {
 		c := &clock.Manual{}
 		locks := fencedlock.NewMemory(c)
 		a, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Second,
-			Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}})
+			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}})
 		b, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "b", TTL: time.Second})
 		var gate fencedlock.Gate
 		owner := "nobody"
@@ -99,6 +99,9 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 		{},
 		{Holder: "a", TTL: -time.Second},
 		{Holder: "a", Prefix: fmt.Sprintf("%0300d", 0)},
+		// An interval past the margin would never renew in time.
+		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}},
+		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Margin: time.Second}},
 	} {
 		if _, err := partition.NewFenced(locks, cfg); !errors.Is(err, partition.ErrInvalid) {
 			t.Errorf("NewFenced(%+v) = %v, want ErrInvalid", cfg, err)
@@ -110,5 +113,35 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 	f, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a"})
 	if err := f.Do(ctx, "k", nil); !errors.Is(err, partition.ErrInvalid) {
 		t.Errorf("nil fn: %v", err)
+	}
+}
+
+// A function that panics must not leave its key's lock renewed for nobody:
+// Do releases it before the panic goes on.
+func TestFencedReleasesWhenFnPanics(t *testing.T) {
+	t.Parallel()
+	locks := fencedlock.NewMemory(nil)
+	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Minute,
+		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fnCtx context.Context
+	v := func() (v any) {
+		defer func() { v = recover() }()
+		f.Do(ctx, "acct", func(ctx context.Context, _ fencedlock.Lease) error {
+			fnCtx = ctx
+			panic("boom")
+		})
+		return nil
+	}()
+	if v != "boom" {
+		t.Fatalf("recovered %v, want fn's panic", v)
+	}
+	if cur, held, err := locks.Holder(ctx, "partition/acct"); err != nil || held {
+		t.Fatalf("after the panic the lock is held by %+v (%v)", cur, err)
+	}
+	if cause := context.Cause(fnCtx); !errors.Is(cause, fencedlock.ErrStopped) {
+		t.Fatalf("fn's context cause = %v, want ErrStopped: the keepalive still runs", cause)
 	}
 }

@@ -3,6 +3,7 @@ package partition
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httputil"
@@ -19,7 +20,10 @@ const ForwardedHeader = "Lockfree-Forwarded-By"
 // running serve on the partition's executor through m.Do; it proxies a
 // request whose partition another member owns to that member's Addr
 // (httputil.ReverseProxy, plain HTTP); and it answers 503 Service
-// Unavailable with Retry-After: 1 while the partition moves.
+// Unavailable with Retry-After: 1 while the partition moves. A serve that
+// panics gets 500 Internal Server Error with an application/problem+json
+// body; the panic's value and stack go to Config.Logger, and the process and
+// the executor live on.
 //
 // serve writes to a buffer that is copied to the client after it returns, so
 // a client that goes away cannot leave serve writing to a finished response.
@@ -35,9 +39,12 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 			return nil
 		})
 		var notOwner *NotOwnerError
+		var panicked *PanicError
 		switch {
 		case err == nil:
 			buf.copyTo(w)
+		case errors.As(err, &panicked):
+			m.servePanic(w, panicked)
 		case errors.As(err, &notOwner) && notOwner.Addr != "" && r.Header.Get(ForwardedHeader) == "":
 			proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(&url.URL{Scheme: "http", Host: notOwner.Addr})
@@ -52,6 +59,29 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		}
 	})
+}
+
+// servePanic answers a request whose serve panicked on the executor: 500
+// with a problem body that does not show the panic (it may hold internal
+// details), which goes to the member's Logger instead. http.ErrAbortHandler
+// is panicked again on the handler's goroutine, so that net/http aborts the
+// response as serve asked.
+func (m *Member) servePanic(w http.ResponseWriter, p *PanicError) {
+	if p.Value == http.ErrAbortHandler {
+		panic(http.ErrAbortHandler)
+	}
+	if m.cfg.Logger != nil {
+		m.cfg.Logger.Error("partition: handler panicked", "member", m.cfg.Name, "panic", p.Value, "stack", string(p.Stack))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusInternalServerError)
+	// A write error means the client went away: nothing to do.
+	_ = json.NewEncoder(w).Encode(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", "Internal Server Error", http.StatusInternalServerError, "the request handler failed"})
 }
 
 // bufferedResponse is an http.ResponseWriter that keeps the response.

@@ -1,11 +1,15 @@
 package partition_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,4 +95,82 @@ func TestForward(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("bounced request: %d", resp.StatusCode)
 	}
+}
+
+// A handler that panics on the executor gets a 500 problem response, without
+// the panic's value (which goes to the Logger); the process and the executor
+// live on.
+func TestForwardPanicIs500(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	cfg := testConfig
+	cfg.Name, cfg.Logger = "solo", slog.New(slog.NewTextHandler(&logs, nil))
+	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(ctx) })
+	srv := httptest.NewServer(partition.Forward(m, func(r *http.Request) string { return "k" },
+		func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+			if r.URL.Query().Has("panic") {
+				panic("secret detail")
+			}
+			fmt.Fprint(w, "served")
+		}))
+	t.Cleanup(srv.Close)
+	resp, body := getServed(t, srv.URL+"/?panic")
+	var p struct {
+		Status int    `json:"status"`
+		Title  string `json:"title"`
+	}
+	if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		json.Unmarshal(body, &p) != nil || p.Status != http.StatusInternalServerError {
+		t.Fatalf("panicking handler: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if strings.Contains(string(body), "secret") {
+		t.Fatalf("the response shows the panic: %s", body)
+	}
+	if !strings.Contains(logs.String(), "secret detail") {
+		t.Fatalf("the panic was not logged: %s", logs.String())
+	}
+	resp, body = getServed(t, srv.URL+"/")
+	if resp.StatusCode != http.StatusOK || string(body) != "served" {
+		t.Fatalf("after the panic: %d %s", resp.StatusCode, body)
+	}
+}
+
+// getServed GETs url until the answer is not 503: on a loaded machine the
+// member may be between leases for a moment.
+func getServed(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return resp, body
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

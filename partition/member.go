@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Config configures a Member. Name is required; the other fields have
@@ -201,7 +204,7 @@ func NewMember(ctx context.Context, cfg Config, store Membership) (*Member, erro
 	if err == nil {
 		for _, o := range live {
 			if o.Ring != m.ringID && o.Name != cfg.Name {
-				err = fmt.Errorf("%w: member %q uses %q, this member %q", ErrRingMismatch, o.Name, o.Ring, m.ringID)
+				err = fmt.Errorf("%w: member %s uses %s, this member %s", ErrRingMismatch, short.Quote(o.Name), short.Quote(o.Ring), short.Quote(m.ringID))
 				break
 			}
 		}
@@ -257,9 +260,10 @@ func (m *Member) Partition(key string) int { return partitionOf(key, m.cfg.Ring.
 // When another member owns the key Do returns a *NotOwnerError naming it
 // (forward the call there, e.g. with [Forward]); while the partition is
 // moving, or this member cannot trust its lease, an error matching ErrMoving
-// (retry shortly); after Close, ErrClosed. If ctx ends while fn is queued,
-// Do returns ctx's cause and fn does not run; if it ends while fn runs, Do
-// returns at once and fn's result is lost.
+// (retry shortly); after Close, ErrClosed. If fn panics, Do returns a
+// *PanicError (ErrPanic) and the executor runs the next call. If ctx ends
+// while fn is queued, Do returns ctx's cause and fn does not run; if it ends
+// while fn runs, Do returns at once and fn's result is lost.
 func (m *Member) Do(ctx context.Context, key string, fn func(ctx context.Context, e Epoch) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -315,8 +319,10 @@ func (m *Member) Owner(key string) (name, addr string) {
 // every partition (stop accepting, drain, release) and ends its lease. If
 // ctx ends first, it stops the executors without releasing (the partitions
 // move when the lease is gone, which Close ends too) and returns ctx's
-// cause. Close waits for the member's goroutines; calling it again returns
-// ErrClosed.
+// cause. Close waits for the member's goroutines until ctx ends: a function
+// that ignores its context is then left to finish in the background (its
+// writes are fenced once another member claims the partition). Calling
+// Close again returns ErrClosed.
 func (m *Member) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed || !m.leavingFrom.IsZero() {
@@ -341,13 +347,33 @@ func (m *Member) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	m.abortAll(ReasonClosed)
 	m.stepMu.Unlock()
-	m.wg.Wait()
+	if werr := m.waitStopped(ctx); err == nil {
+		err = werr
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
 	defer cancel()
 	if lerr := m.store.Leave(lctx, info.Name, info.Incarnation); lerr != nil && err == nil {
 		err = lerr
 	}
 	return err
+}
+
+// waitStopped waits for the executors and the handoffs, or for ctx to end:
+// a function that ignores its context must not hold Close past its
+// deadline. It then finishes in the background; its writes are fenced once
+// another member claims its partition.
+func (m *Member) waitStopped(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // waitHandedOff waits until the member owns and drains nothing.
@@ -737,11 +763,22 @@ func (x *executor) run() {
 			j.done <- fmt.Errorf("%w: partition %d: membership lease not safely held", ErrMoving, x.epoch.Partition)
 			continue
 		}
-		ctx, cancel := context.WithCancelCause(j.ctx)
-		unhook := context.AfterFunc(x.ctx, func() { cancel(context.Cause(x.ctx)) })
-		err := j.fn(ctx, x.epoch)
+		j.done <- x.call(j)
+	}
+}
+
+// call runs j's function with a context that also ends with the executor's.
+// A panic becomes a *PanicError: this goroutine is the executor's, beyond
+// any recovery of Do's caller, so an unrecovered panic would end the process.
+func (x *executor) call(j *job) (err error) {
+	ctx, cancel := context.WithCancelCause(j.ctx)
+	unhook := context.AfterFunc(x.ctx, func() { cancel(context.Cause(x.ctx)) })
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
 		unhook()
 		cancel(nil)
-		j.done <- err
-	}
+	}()
+	return j.fn(ctx, x.epoch)
 }

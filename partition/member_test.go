@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -567,5 +568,81 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", timeout)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A function that panics on the executor's goroutine — where no net/http
+// recovery reaches — fails its call with a *PanicError; the process lives
+// and the executor serves the next call.
+func TestDoRecoversPanic(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	err = doOwned(m, "k", func(context.Context, partition.Epoch) error { panic("boom") })
+	var pe *partition.PanicError
+	if !errors.Is(err, partition.ErrPanic) || !errors.As(err, &pe) {
+		t.Fatalf("Do of a panicking function = %v, want a *PanicError", err)
+	}
+	if pe.Value != "boom" || !strings.Contains(string(pe.Stack), "TestDoRecoversPanic") {
+		t.Fatalf("PanicError = %v with stack\n%s", pe.Value, pe.Stack)
+	}
+	ran := false
+	if err := doOwned(m, "k", func(context.Context, partition.Epoch) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("the next call on the partition: %v (ran %v)", err, ran)
+	}
+}
+
+// doOwned calls m.Do until the partition is not moving: on a loaded machine
+// a member may be between leases for a moment.
+func doOwned(m *partition.Member, key string, fn func(context.Context, partition.Epoch) error) error {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := m.Do(ctx, key, fn)
+		if !errors.Is(err, partition.ErrMoving) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Close returns when its context ends even if a function ignores its own
+// context; the straggler finishes in the background.
+func TestCloseHonoursDeadline(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig
+	cfg.Name = "solo"
+	store := partition.NewMemory(nil)
+	m, err := partition.NewMember(ctx, cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	defer func() { close(release); <-done }()
+	go func() {
+		done <- doOwned(m, "k", func(context.Context, partition.Epoch) error {
+			close(started)
+			<-release // ignores its context
+			return nil
+		})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(cctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close past its deadline = %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close ignored its deadline while a function ignored its context")
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("Close past its deadline left the lease: %v", live)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Clock tells the time. [Memory] takes one so that tests can move time
@@ -26,12 +28,14 @@ func (systemClock) Now() time.Time { return time.Now() }
 type Memory struct {
 	clock Clock
 
-	// mu guards owners; Verify holds it for reading while its function
-	// runs, so a claim (which writes) waits for the write to finish.
-	mu     sync.RWMutex
-	owners map[int]Epoch
-
-	mmu         sync.Mutex // guards members and incarnation; taken after mu
+	// mu guards everything below. It is never held while a user function
+	// runs: Verify counts its running functions per partition instead, so
+	// the function may call Check (or Verify) without deadlocking against a
+	// concurrent Claim.
+	mu          sync.Mutex
+	owners      map[int]Epoch
+	verifying   map[int]int   // running Verify functions per partition
+	verifiedCh  chan struct{} // closed, and replaced, when one returns
 	members     map[string]*memMember
 	incarnation int64
 }
@@ -46,11 +50,14 @@ func NewMemory(clock Clock) *Memory {
 	if clock == nil {
 		clock = systemClock{}
 	}
-	return &Memory{clock: clock, owners: map[int]Epoch{}, members: map[string]*memMember{}}
+	return &Memory{
+		clock: clock, owners: map[int]Epoch{}, members: map[string]*memMember{},
+		verifying: map[int]int{}, verifiedCh: make(chan struct{}),
+	}
 }
 
 // live returns the member row of name if its lease is live. The caller holds
-// mmu.
+// mu.
 func (s *Memory) live(name string) *memMember {
 	m := s.members[name]
 	if m == nil || !s.clock.Now().Before(m.expires) {
@@ -60,14 +67,14 @@ func (s *Memory) live(name string) *memMember {
 }
 
 // lease returns the live member row of (name, incarnation). The caller holds
-// mmu.
+// mu.
 func (s *Memory) lease(name string, incarnation int64) (*memMember, error) {
 	if err := validLease(name, incarnation); err != nil {
 		return nil, err
 	}
 	m := s.live(name)
 	if m == nil || m.info.Incarnation != incarnation {
-		return nil, fmt.Errorf("%w: %q incarnation %d", ErrExpired, name, incarnation)
+		return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(name), incarnation)
 	}
 	return m, nil
 }
@@ -80,10 +87,10 @@ func (s *Memory) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (Mem
 	if err := ctx.Err(); err != nil {
 		return MemberInfo{}, err
 	}
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if cur := s.live(m.Name); cur != nil {
-		return MemberInfo{}, fmt.Errorf("%w: %q (incarnation %d)", ErrNameInUse, m.Name, cur.info.Incarnation)
+		return MemberInfo{}, fmt.Errorf("%w: %s (incarnation %d)", ErrNameInUse, short.Quote(m.Name), cur.info.Incarnation)
 	}
 	s.incarnation++
 	m.Incarnation, m.Leaving = s.incarnation, false
@@ -99,8 +106,8 @@ func (s *Memory) Heartbeat(ctx context.Context, name string, incarnation int64, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	m, err := s.lease(name, incarnation)
 	if err != nil {
 		return err
@@ -114,8 +121,8 @@ func (s *Memory) SetLeaving(ctx context.Context, name string, incarnation int64)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	m, err := s.lease(name, incarnation)
 	if err != nil {
 		return err
@@ -132,8 +139,8 @@ func (s *Memory) Leave(ctx context.Context, name string, incarnation int64) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if m := s.members[name]; m != nil && m.info.Incarnation == incarnation {
 		delete(s.members, name)
 	}
@@ -145,8 +152,8 @@ func (s *Memory) Live(ctx context.Context) ([]MemberInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []MemberInfo
 	for name := range s.members {
 		if m := s.live(name); m != nil {
@@ -165,8 +172,8 @@ func (s *Memory) Owners(ctx context.Context, partitions int) ([]Epoch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make([]Epoch, partitions)
 	for p := range out {
 		out[p] = s.owners[p]
@@ -191,8 +198,6 @@ func (s *Memory) Claim(ctx context.Context, member string, incarnation int64, pa
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mmu.Lock()
-	defer s.mmu.Unlock()
 	if _, err := s.lease(member, incarnation); err != nil {
 		return nil, err
 	}
@@ -200,6 +205,12 @@ func (s *Memory) Claim(ctx context.Context, member string, incarnation int64, pa
 	for _, p := range partitions {
 		cur := s.owners[p]
 		if cur.Owner != "" && cur.Owner != member && s.live(cur.Owner) != nil {
+			continue
+		}
+		if s.verifying[p] > 0 {
+			// A fenced write of the current epoch is running: skip the
+			// partition until it returns, as a Postgres claim gives up
+			// after LockTimeout; the member claims again at its next step.
 			continue
 		}
 		e := Epoch{Partition: p, Owner: member, Token: cur.Token + 1}
@@ -221,6 +232,19 @@ func (s *Memory) Release(ctx context.Context, epochs []Epoch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Wait for the fenced writes of the epochs being released, as a
+	// Postgres release waits for their share locks.
+	for s.verified(epochs) {
+		wait := s.verifiedCh
+		s.mu.Unlock()
+		select {
+		case <-wait:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			return context.Cause(ctx)
+		}
+	}
 	var errs []error
 	for _, e := range epochs {
 		cur := s.owners[e.Partition]
@@ -242,8 +266,8 @@ func (s *Memory) Check(ctx context.Context, e Epoch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.check(e)
 }
 
@@ -255,19 +279,48 @@ func (s *Memory) check(e Epoch) error {
 	return nil
 }
 
+// verified reports whether a Verify function of one of epochs, still
+// current, is running. The caller holds mu.
+func (s *Memory) verified(epochs []Epoch) bool {
+	for _, e := range epochs {
+		if s.verifying[e.Partition] > 0 && s.check(e) == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Verify is the fenced write for a resource in memory: it runs fn only if e
 // is still its partition's current epoch, and keeps it current until fn
-// returns (a claim of the partition waits). It returns fn's error, or a
-// *FencedError without running fn. fn must not call the store's Claim or
-// Release.
+// returns — a Claim skips the partition (the member claims it at a later
+// step) and a Release of e waits — the equivalent of the share lock that
+// Postgres.Verify takes. It returns fn's error, or a *FencedError without
+// running fn. No lock of the store is held while fn runs, so fn may call
+// Check, Owners or Verify; it must not Release e, which would wait for fn.
 func (s *Memory) Verify(e Epoch, fn func() error) error {
 	if err := validEpoch(e); err != nil {
 		return err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
 	if err := s.check(e); err != nil {
+		s.mu.Unlock()
 		return err
 	}
+	s.verifying[e.Partition]++
+	s.mu.Unlock()
+	defer s.endVerify(e.Partition)
 	return fn()
+}
+
+// endVerify counts a Verify function of partition p out and wakes the
+// releases waiting for it.
+func (s *Memory) endVerify(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verifying[p]--
+	if s.verifying[p] == 0 {
+		delete(s.verifying, p)
+	}
+	close(s.verifiedCh)
+	s.verifiedCh = make(chan struct{})
 }

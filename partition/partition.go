@@ -47,6 +47,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 var (
@@ -69,6 +71,9 @@ var (
 	ErrRingMismatch = errors.New("partition: ring differs from the fleet's")
 	// ErrClosed reports a call on a closed Member.
 	ErrClosed = errors.New("partition: member closed")
+	// ErrPanic reports a function run by Member.Do that panicked; the error
+	// is a *PanicError. The executor survives and runs the next call.
+	ErrPanic = errors.New("partition: function panicked")
 	// ErrInvalid reports bad input or configuration, detected before
 	// anything was written.
 	ErrInvalid = errors.New("partition: invalid argument")
@@ -99,11 +104,28 @@ type NotOwnerError struct {
 }
 
 func (e *NotOwnerError) Error() string {
-	return fmt.Sprintf("partition: key %q (partition %d) is owned by %q at %q", e.Key, e.Partition, e.Owner, e.Addr)
+	return fmt.Sprintf("partition: key %s (partition %d) is owned by %s at %s",
+		short.Quote(e.Key), e.Partition, short.Quote(e.Owner), short.Quote(e.Addr))
 }
 
 // Is reports whether target is ErrNotOwner.
 func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
+// PanicError is a panic recovered from a function that Member.Do ran. The
+// function runs on its partition's executor goroutine, where no caller's
+// recovery (net/http's included) could reach it, so Do recovers it instead
+// of letting it end the process.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the panicking goroutine's stack (runtime/debug.Stack)
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("partition: function panicked: %v", e.Value)
+}
+
+// Is reports whether target is ErrPanic.
+func (e *PanicError) Is(target error) bool { return target == ErrPanic }
 
 // FencedError is a write rejected because its epoch is stale.
 type FencedError struct {
@@ -115,8 +137,8 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("partition: stale epoch %d of %q for partition %d (current: epoch %d, owner %q)",
-		e.Presented.Token, e.Presented.Owner, e.Presented.Partition, e.Token, e.Owner)
+	return fmt.Sprintf("partition: stale epoch %d of %s for partition %d (current: epoch %d, owner %s)",
+		e.Presented.Token, short.Quote(e.Presented.Owner), e.Presented.Partition, e.Token, short.Quote(e.Owner))
 }
 
 // Is reports whether target is ErrFenced.

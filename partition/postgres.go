@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -63,13 +64,17 @@ type Postgres struct {
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig.
+// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or an
+// invalid configuration give an error matching ErrInvalid.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if cfg == nil {
 		cfg = &PostgresConfig{}
 	}
+	if db == nil {
+		return nil, fmt.Errorf("partition: invalid config: %w: nil DB", ErrInvalid)
+	}
 	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("partition: invalid config: %w", err)
+		return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
 	}
 	lt := cfg.LockTimeout
 	if lt == 0 {
@@ -158,10 +163,10 @@ func (p *Postgres) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (M
 	}
 	err := p.db.QueryRow(ctx, p.sql.join, m.Name, m.Addr, m.Ring, ttl.Microseconds()).Scan(&m.Incarnation)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return MemberInfo{}, fmt.Errorf("%w: %q", ErrNameInUse, m.Name)
+		return MemberInfo{}, fmt.Errorf("%w: %s", ErrNameInUse, short.Quote(m.Name))
 	}
 	if err != nil {
-		return MemberInfo{}, fmt.Errorf("partition: join %q: %w", m.Name, err)
+		return MemberInfo{}, fmt.Errorf("partition: join %s: %w", short.Quote(m.Name), err)
 	}
 	m.Leaving = false
 	return m, nil
@@ -177,10 +182,10 @@ func (p *Postgres) Heartbeat(ctx context.Context, name string, incarnation int64
 	}
 	tag, err := p.db.Exec(ctx, p.sql.heartbeat, name, incarnation, ttl.Microseconds())
 	if err != nil {
-		return fmt.Errorf("partition: heartbeat %q: %w", name, err)
+		return fmt.Errorf("partition: heartbeat %s: %w", short.Quote(name), err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q incarnation %d", ErrExpired, name, incarnation)
+		return fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(name), incarnation)
 	}
 	return nil
 }
@@ -192,10 +197,10 @@ func (p *Postgres) SetLeaving(ctx context.Context, name string, incarnation int6
 	}
 	tag, err := p.db.Exec(ctx, p.sql.leaving, name, incarnation)
 	if err != nil {
-		return fmt.Errorf("partition: leaving %q: %w", name, err)
+		return fmt.Errorf("partition: leaving %s: %w", short.Quote(name), err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %q incarnation %d", ErrExpired, name, incarnation)
+		return fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(name), incarnation)
 	}
 	return nil
 }
@@ -206,7 +211,7 @@ func (p *Postgres) Leave(ctx context.Context, name string, incarnation int64) er
 		return err
 	}
 	if _, err := p.db.Exec(ctx, p.sql.leave, name, incarnation); err != nil {
-		return fmt.Errorf("partition: leave %q: %w", name, err)
+		return fmt.Errorf("partition: leave %s: %w", short.Quote(name), err)
 	}
 	return nil
 }
@@ -289,17 +294,17 @@ func (p *Postgres) Claim(ctx context.Context, member string, incarnation int64, 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("partition: claim by %q: %w", member, err)
+		return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), err)
 	}
 	if len(out) == 0 {
 		// Nothing claimed: say so if it is because the claimant is not live.
 		var one int
 		err := p.db.QueryRow(ctx, p.sql.alive, member, incarnation).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("%w: %q incarnation %d", ErrExpired, member, incarnation)
+			return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(member), incarnation)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("partition: claim by %q: %w", member, err)
+			return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), err)
 		}
 	}
 	slices.SortFunc(out, func(a, b Epoch) int { return a.Partition - b.Partition })

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/buraksezer/consistent"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // LibraryVersion is the version of github.com/buraksezer/consistent whose
@@ -101,7 +103,7 @@ func NewRing(members []string, cfg RingConfig) (*Ring, error) {
 			return nil, err
 		}
 		if i > 0 && sorted[i-1] == m {
-			return nil, fmt.Errorf("%w: member %q appears twice", ErrInvalid, m)
+			return nil, fmt.Errorf("%w: member %s appears twice", ErrInvalid, short.Quote(m))
 		}
 	}
 	r := &Ring{cfg: cfg, members: sorted}

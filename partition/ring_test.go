@@ -125,3 +125,20 @@ func TestRingRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// Keys and names in error messages are shortened: a 10 KB key (which Do
+// accepts) does not make a 10 KB error, nor a 10 KB 503 body in Forward.
+func TestErrorsShortenKeys(t *testing.T) {
+	long := strings.Repeat("k", 10240)
+	for _, err := range []error{
+		&partition.NotOwnerError{Key: long, Partition: 1, Owner: long[:255], Addr: long[:255]},
+		&partition.FencedError{Presented: partition.Epoch{Partition: 1, Owner: long[:255], Token: 1}, Owner: long[:255], Token: 2},
+	} {
+		if msg := err.Error(); len(msg) > 400 || !strings.Contains(msg, "bytes)") {
+			t.Errorf("%T message of %d bytes: %.100s…", err, len(msg), msg)
+		}
+	}
+	if _, err := partition.NewRing([]string{long[:255], long[:255]}, partition.RingConfig{}); err == nil || len(err.Error()) > 200 {
+		t.Errorf("duplicate member: %v", err)
+	}
+}

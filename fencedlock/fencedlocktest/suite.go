@@ -39,6 +39,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RenewKeepsTokenAndNeverRevives", testRenew},
 		{"StaleClientCannotReleaseOrRenew", testStaleRelease},
 		{"ReleaseFreesAtOnce", testReleaseFrees},
+		{"ForceReleaseFromHolder", testForceRelease},
 		{"BadInputWritesNothing", testBadInput},
 		{"ConcurrentContention", testConcurrent},
 		{"WaitForBusyLock", testWait},
@@ -188,6 +189,36 @@ func testReleaseFrees(t *testing.T, h Harness) {
 	b := mustAcquire(t, h.Store, name(t), "b", time.Minute)
 	if b.Token <= a.Token {
 		t.Fatalf("token %d after %d", b.Token, a.Token)
+	}
+}
+
+// An administrator frees a lock whose holder is stuck: the lease that Holder
+// returns can be released (not renewed), and only while it is current.
+func testForceRelease(t *testing.T, h Harness) {
+	a := mustAcquire(t, h.Store, name(t), "stuck", time.Minute)
+	cur, held, err := h.Store.Holder(ctx, name(t))
+	if err != nil || !held || cur.Token != a.Token {
+		t.Fatalf("Holder = %+v, %v, %v", cur, held, err)
+	}
+	if _, err := h.Store.Renew(ctx, cur); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("Renew of Holder's lease (no TTL) = %v, want ErrInvalid", err)
+	}
+	if err := h.Store.Release(ctx, cur); err != nil {
+		t.Fatalf("Release of Holder's lease = %v", err)
+	}
+	if _, held, _ := h.Store.Holder(ctx, name(t)); held {
+		t.Fatal("the forced release left the lock held")
+	}
+	b := mustAcquire(t, h.Store, name(t), "b", time.Minute)
+	if b.Token <= a.Token {
+		t.Fatalf("token %d after %d", b.Token, a.Token)
+	}
+	// A stale copy frees nothing: b holds a newer tenure.
+	if err := h.Store.Release(ctx, cur); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("second forced release = %v, want ErrNotHeld", err)
+	}
+	if now, held, _ := h.Store.Holder(ctx, name(t)); !held || now.Token != b.Token {
+		t.Fatalf("holder after a stale forced release = %+v (held %v), want b", now, held)
 	}
 }
 

@@ -115,7 +115,7 @@ func newPayments(ctx context.Context, env *Env, a Approach) (Workload, error) {
 		// holder's charge out.
 		f, err := idempotency.NewFenced(env.Locks, records, &idempotency.FencedConfig{
 			TTL:       env.LeaseTTL,
-			Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour},
+			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true},
 		})
 		if err != nil {
 			return nil, err
