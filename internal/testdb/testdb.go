@@ -9,7 +9,10 @@ package testdb
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -26,6 +29,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -212,7 +216,7 @@ func Faults(t testing.TB, ms ...migrate.Migration) *FaultDB {
 			"TEST_FAULT_DATABASE_URL and TEST_FAULT_POSTGRES_CTL are unset")
 		return nil
 	}
-	lockFaults(t)
+	lockFaults(t, pgaddr.Describe(u))
 	f := &FaultDB{t: t, ctl: ctl}
 	// A previous test may have left the server stopped.
 	f.Control("start")
@@ -238,12 +242,19 @@ func (f *FaultDB) Control(action string) {
 	}
 }
 
-// lockFaults takes an exclusive lock shared by every test binary until the
-// test ends.
-func lockFaults(t testing.TB) {
+// lockFaults takes an exclusive lock, shared by every test binary that uses
+// the same fault server, until the test ends. The lock file is named after
+// the server, so two checkouts with their own servers do not wait for each
+// other, and it is opened read-only when it exists (flock needs no write
+// access), so a file created by root does not lock out an ordinary user.
+func lockFaults(t testing.TB, server string) {
 	t.Helper()
-	path := filepath.Join(os.TempDir(), "lockfree-fault-server.lock")
-	fh, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	sum := sha256.Sum256([]byte(server))
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("lockfree-fault-server-%x.lock", sum[:6]))
+	fh, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		fh, err = os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o444)
+	}
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
