@@ -10,8 +10,8 @@ import (
 
 	lfatomic "github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/atomic/atomictest"
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/clock"
 )
 
 // One lock name per idempotency key, forever, must not mean one entry per
