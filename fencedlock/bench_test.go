@@ -74,7 +74,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 func BenchmarkMemoryAcquireRelease(b *testing.B) {
-	store := fencedlock.NewMemory(nil)
+	store := newMemory(b, nil)
 	for i := 0; i < b.N; i++ {
 		l, err := store.Acquire(ctx, "hot", "bench", time.Minute)
 		if err != nil {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -23,7 +25,7 @@ func Migrations() []migrate.Migration {
 	return migrate.FromDir("fencedlock", migrationFiles, "migrations")
 }
 
-// DB is what the PostgreSQL backend needs from a connection:
+// DB is what the PostgreSQL backend and Fence need from a connection:
 // *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it, so every operation can
 // run inside the caller's own transaction.
 type DB interface {
@@ -33,79 +35,150 @@ type DB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// PostgresConfig configures a Postgres store. The zero value is valid.
+// PostgresConfig configures a Postgres store. A nil *PostgresConfig means
+// the defaults.
 type PostgresConfig struct {
 	// Tables says where the lock table lives. Defaults to the
 	// connection's search_path and the prefix "lockfree_".
 	Tables migrate.Names
-	// Notify sends a NOTIFY on every release so that waiters using a
-	// [Listener] wake at once. NOTIFY serialises committing transactions on
-	// a server-wide lock, so it costs throughput. Defaults to false.
+	// Notify sends a NOTIFY on every release, and lets a store whose DB is
+	// a *pgxpool.Pool wake its own waiters (AcquireWait, Locker.Do) at
+	// once: while at least one waits, the store holds one pooled connection
+	// LISTENing, and gives it back when none does. NOTIFY serialises
+	// committing transactions on a server-wide lock, so it costs
+	// throughput. Defaults to false.
 	Notify bool
+}
+
+func (c *PostgresConfig) withDefaults() PostgresConfig {
+	if c == nil {
+		return PostgresConfig{}
+	}
+	return *c
+}
+
+func (c PostgresConfig) validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// The statements of the Postgres store, rendered once per store.
+const (
+	// sqlEnsure gives a new name a free row with no token, so that the
+	// token is always minted by sqlAcquire, after it holds the row lock: a
+	// nextval() evaluated before the lock could predate a tenure that
+	// commits first, and hand out a smaller token after it.
+	sqlEnsure = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
+		VALUES ($1, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING`
+	sqlAcquire = `UPDATE {{locks}}
+		SET holder = $2, token = nextval({{regclass lock_tokens}}),
+		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+		WHERE name = $1 AND expires_at <= clock_timestamp()
+		RETURNING token, expires_at`
+	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
+		WHERE name = $1 AND expires_at > clock_timestamp()`
+	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
+		RETURNING expires_at`
+	sqlRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
+		RETURNING name`
+	sqlReleaseNotify = `WITH released AS (` + sqlRelease + `)
+		SELECT pg_notify($4, name) FROM released`
+	sqlVerify = `SELECT token FROM {{locks}}
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`
+	sqlCurrent = `SELECT token FROM {{locks}} WHERE name = $1`
+	sqlPurge   = `DELETE FROM {{locks}} WHERE name IN (
+		SELECT name FROM {{locks}} WHERE expires_at < clock_timestamp() - $1 * interval '1 microsecond'
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// Unsafe variants for the mutant sites (failpoint.Mutant): dead code in
+// default builds. They keep the parameters of the statements they replace.
+const (
+	mutantAcquire = `UPDATE {{locks}}
+		SET holder = $2, token = nextval({{regclass lock_tokens}}),
+		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+		WHERE name = $1
+		RETURNING token, expires_at`
+	mutantRenewTenure = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
+		RETURNING expires_at`
+	mutantRenewExpired = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND holder = $2 AND token = $3
+		RETURNING expires_at`
+	mutantRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
+		RETURNING name`
+)
+
+type pgStatements struct {
+	ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
+}
+
+func renderStatements(n migrate.Names) pgStatements {
+	r := func(s string) string { return migrate.Render(s, n) }
+	return pgStatements{
+		ensure: r(sqlEnsure), acquire: r(sqlAcquire), holder: r(sqlHolder), renew: r(sqlRenew),
+		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
+		current: r(sqlCurrent), purge: r(sqlPurge),
+	}
 }
 
 // Postgres is the lock service in PostgreSQL. Expiry is decided by the
 // database's clock (clock_timestamp()), never the client's. It is safe for
 // concurrent use.
 type Postgres struct {
-	db      DB
-	notify  bool
-	channel string // the NOTIFY channel, bound as an argument
-	sql     struct {
-		ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
-	}
+	db       DB
+	tables   migrate.Names
+	notify   bool
+	channel  string // the NOTIFY channel, bound as an argument
+	sql      pgStatements
+	listener *listener // nil unless Notify and db is a pool
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or invalid
-// Tables give an error matching ErrInvalid.
+// (Migrations). A nil cfg means the defaults. A nil db or invalid Tables give
+// an error matching ErrInvalid (and migrate.ErrInvalidName for Tables). It
+// does no I/O.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
-	if cfg == nil {
-		cfg = &PostgresConfig{}
-	}
+	c := cfg.withDefaults()
 	if db == nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w: nil DB", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
 	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w: %w", ErrInvalid, err)
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	p := &Postgres{db: db, notify: cfg.Notify, channel: releaseChannel(cfg.Tables)}
-	r := func(s string) string { return migrate.Render(s, cfg.Tables) }
-	// ensure gives a new name a free row with no token, so that the token
-	// is always minted by the UPDATE below, after it holds the row lock: a
-	// nextval() evaluated before the lock could predate a tenure that
-	// commits first, and hand out a smaller token after it.
-	p.sql.ensure = r(`INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		VALUES ($1, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING`)
-	p.sql.acquire = r(`UPDATE {{locks}}
-		SET holder = $2, token = nextval({{regclass lock_tokens}}),
-		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
-		WHERE name = $1 AND expires_at <= clock_timestamp()
-		RETURNING token, expires_at`)
-	p.sql.holder = r(`SELECT holder, token, expires_at FROM {{locks}}
-		WHERE name = $1 AND expires_at > clock_timestamp()`)
-	p.sql.renew = r(`UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
-		RETURNING expires_at`)
-	p.sql.release = r(`UPDATE {{locks}} SET expires_at = clock_timestamp()
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`)
-	p.sql.releaseNotify = `WITH released AS (` + p.sql.release + ` RETURNING name)
-		SELECT pg_notify($4, name) FROM released`
-	p.sql.verify = r(`SELECT token FROM {{locks}}
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`)
-	p.sql.current = r(`SELECT token FROM {{locks}} WHERE name = $1`)
-	p.sql.purge = r(`DELETE FROM {{locks}} WHERE name IN (
-		SELECT name FROM {{locks}} WHERE expires_at < clock_timestamp() - $1 * interval '1 microsecond'
-		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables)}
+	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
+		p.listener = &listener{pool: pool, channel: p.channel}
+	}
 	return p, nil
 }
 
-// WithDB returns a store that runs its statements on db — typically the
-// caller's transaction — with the same configuration.
+// releaseChannel is the NOTIFY channel of the lock table named by tables.
+func releaseChannel(tables migrate.Names) string { return tables.Raw("lock_released") }
+
+// WithDB returns a copy of the store whose statements run on db — typically
+// the caller's transaction — with the same configuration, and the same
+// waiters.
 func (p *Postgres) WithDB(db DB) *Postgres {
 	c := *p
 	c.db = db
 	return &c
+}
+
+// Released implements Wakeups: the channel is closed at the next release of
+// name by a store with Notify. Only a store created with Notify on a
+// *pgxpool.Pool listens; on any other the channel closes never, and waiters
+// poll.
+func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
+	if p.listener == nil {
+		return nil, func() {}
+	}
+	return p.listener.Released(name)
 }
 
 // Acquire implements Store. It runs two statements in one round trip.
@@ -131,10 +204,14 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 }
 
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	acquire := p.sql.acquire
+	if failpoint.Mutant("fencedlock.acquire.expired") {
+		acquire = migrate.Render(mutantAcquire, p.tables)
+	}
 	sent := time.Now()
 	var b pgx.Batch
 	b.Queue(p.sql.ensure, name)
-	b.Queue(p.sql.acquire, name, holder, ttl.Microseconds())
+	b.Queue(acquire, name, holder, ttl.Microseconds())
 	res := p.db.SendBatch(ctx, &b)
 	_, err := res.Exec()
 	var l Lease
@@ -159,8 +236,15 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 	if err := validLease(l); err != nil {
 		return Lease{}, err
 	}
+	renew := p.sql.renew
+	if failpoint.Mutant("fencedlock.renew.tenure") {
+		renew = migrate.Render(mutantRenewTenure, p.tables)
+	}
+	if failpoint.Mutant("fencedlock.renew.expired") {
+		renew = migrate.Render(mutantRenewExpired, p.tables)
+	}
 	sent := time.Now()
-	err := p.db.QueryRow(ctx, p.sql.renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
+	err := p.db.QueryRow(ctx, renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
@@ -177,24 +261,26 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 	if err := validTenure(l); err != nil {
 		return err
 	}
-	var n int64
+	release, args := p.sql.release, []any{l.Name, l.Holder, l.Token}
 	if p.notify {
-		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token, p.channel)
-		if err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
+		release, args = p.sql.releaseNotify, append(args, p.channel)
+	}
+	if failpoint.Mutant("fencedlock.release.tenure") {
+		release = migrate.Render(mutantRelease, p.tables)
+		if p.notify {
+			release = migrate.Render(`WITH released AS (`+mutantRelease+`) SELECT pg_notify($4, name) FROM released`, p.tables)
 		}
+	}
+	var n int64
+	rows, err := p.db.Query(ctx, release, args...)
+	if err == nil {
 		for rows.Next() {
 			n++
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
-		}
-	} else {
-		tag, err := p.db.Exec(ctx, p.sql.release, l.Name, l.Holder, l.Token)
-		if err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
-		}
-		n = tag.RowsAffected()
+		err = rows.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
@@ -231,6 +317,9 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 	if err := validTenure(lease); err != nil {
 		return err
+	}
+	if failpoint.Mutant("fencedlock.verify.check") {
+		return nil
 	}
 	var tok int64
 	err := tx.QueryRow(ctx, p.sql.verify, lease.Name, lease.Holder, lease.Token).Scan(&tok)

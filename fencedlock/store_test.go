@@ -20,7 +20,7 @@ func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	fencedlocktest.Run(t, func(t *testing.T) fencedlocktest.Harness {
 		c := &clock.Manual{}
-		return fencedlocktest.Harness{Store: fencedlock.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return fencedlocktest.Harness{Store: newMemory(t, c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 
@@ -31,6 +31,15 @@ func TestPostgresStore(t *testing.T) {
 	fencedlocktest.Run(t, func(t *testing.T) fencedlocktest.Harness {
 		return fencedlocktest.Harness{Store: store, TTL: 300 * time.Millisecond, Advance: time.Sleep}
 	})
+}
+
+func newMemory(t testing.TB, c clock.Clock) *fencedlock.Memory {
+	t.Helper()
+	m, err := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func newPostgres(t testing.TB, db *testdb.DB, notify bool) *fencedlock.Postgres {
@@ -50,9 +59,6 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 	if _, err := fencedlock.NewPostgres(nil, nil); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Errorf("NewPostgres(nil) = %v, want ErrInvalid", err)
 	}
-	if _, err := fencedlock.NewListener(nil, migrate.Names{}); !errors.Is(err, fencedlock.ErrInvalid) {
-		t.Errorf("NewListener(nil) = %v, want ErrInvalid", err)
-	}
 	pool, err := pgxpool.New(ctx, "postgres://unused@127.0.0.1:1/unused") // never dialled
 	if err != nil {
 		t.Fatal(err)
@@ -69,9 +75,6 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 		if !errors.Is(err, fencedlock.ErrInvalid) || !errors.Is(err, migrate.ErrInvalidName) {
 			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
 		}
-		if _, err := fencedlock.NewListener(pool, tables); !errors.Is(err, fencedlock.ErrInvalid) {
-			t.Errorf("NewListener(%+q) = %v, want ErrInvalid", tables, err)
-		}
 	}
 }
 
@@ -80,7 +83,7 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 func TestMemoryPurge(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	store := fencedlock.NewMemory(c)
+	store := newMemory(t, c)
 	var tokens []int64
 	for i := range 10 {
 		l, err := store.Acquire(ctx, fmt.Sprintf("purged-%d", i), "a", time.Second)
@@ -156,7 +159,7 @@ func TestVerifyHolderLease(t *testing.T) {
 // make a 600-byte error.
 func TestErrorsShortenNames(t *testing.T) {
 	t.Parallel()
-	store := fencedlock.NewMemory(nil)
+	store := newMemory(t, nil)
 	long, holder := strings.Repeat("n", fencedlock.MaxNameLen), strings.Repeat("h", fencedlock.MaxNameLen)
 	a, err := store.Acquire(ctx, long, holder, time.Minute)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestMemoryStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := &clock.Manual{}
-		return occtest.Harness{Store: s, Locks: fencedlock.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return occtest.Harness{Store: s, Locks: memoryLocks(c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 

@@ -206,7 +206,7 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 	}
 	long := singlewriter.LockName("s", strings.Repeat("k", 300))
 	pairs = append(pairs, [2]string{"s", long}, [2]string{"", long})
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		name := singlewriter.LockName(p[0], p[1])

@@ -192,7 +192,7 @@ type shelf interface {
 type pgShelf struct{ db *pgxpool.Pool }
 
 // fence makes the inventory table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "inventory", Key: "sku", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "inventory", Key: "sku", TokenColumn: "fencing_token"}
 
 func (s pgShelf) reset(ctx context.Context, qty int64) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO inventory (sku, quantity) VALUES ($1, $2)
@@ -265,7 +265,7 @@ func (s *memShelf) fencedWrite(ctx context.Context, token, qty int64) error {
 func newLockSetup(db *pgxpool.Pool) (shelf, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		locks := fencedlock.NewMemory(c)
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
 		return &memShelf{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)

@@ -450,7 +450,7 @@ type orders interface {
 type pgOrders struct{ db *pgxpool.Pool }
 
 // fence makes the orders table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "orders", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "orders", Key: "id", TokenColumn: "fencing_token"}
 
 func (s *pgOrders) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -593,7 +593,8 @@ func (actorOrders) fencedWrite(context.Context, int64, event) error     { return
 func newLockSetup(db *pgxpool.Pool) (orders, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memOrders{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memOrders{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

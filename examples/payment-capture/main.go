@@ -535,7 +535,7 @@ type ledger interface {
 type pgLedger struct{ db *pgxpool.Pool }
 
 // fence makes the payments table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "payments", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "payments", Key: "id", TokenColumn: "fencing_token"}
 
 func (l pgLedger) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
@@ -664,7 +664,8 @@ func (l *memLedger) captures(context.Context) (int, error) {
 func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memLedger{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memLedger{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

@@ -381,7 +381,7 @@ type pgLedger struct {
 }
 
 // fence makes the accounts table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "accounts", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "accounts", Key: "id", TokenColumn: "fencing_token"}
 
 func (l *pgLedger) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
@@ -505,7 +505,8 @@ func (l *memLedger) entries(context.Context) ([]int64, error) {
 func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memLedger{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memLedger{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {
