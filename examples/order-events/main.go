@@ -119,8 +119,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 	}
 	if cfg.DB != nil {
-		ms := append(fencedlock.Migrations(), singlewriter.Migrations()...)
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, ms...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), singlewriter.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
