@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,44 +66,66 @@ func (c PostgresConfig) validate() error {
 }
 
 // The statements of the Postgres store, rendered once per store.
+//
+// Acquire is one statement. Its fresh-row branch mints a token with the
+// INSERT's nextval(), evaluated before the row exists, so a Purge that
+// deleted the name's row between that nextval() and the insert could let a
+// later tenure carry a smaller token than a purged earlier one. So the
+// branch first takes a shared transaction-level advisory lock (sqlPurgeLock
+// takes it exclusively): a Purge waits for every mint in flight, and every
+// mint after a Purge is greater than the tokens of the rows it deleted. The
+// update branch mints for a row it has found: a competing tenure of the same
+// name must lock that row, and the UPDATE re-evaluates (and re-mints) after
+// waiting for it. A failed attempt writes nothing: a held row is not touched
+// (unlike INSERT … ON CONFLICT DO UPDATE … WHERE, which locks the row it
+// refuses), and the holder comes back in the same round trip.
 const (
-	// sqlEnsure gives a new name a free row with no token, so that the
-	// token is always minted by sqlAcquire, after it holds the row lock: a
-	// nextval() evaluated before the lock could predate a tenure that
-	// commits first, and hand out a smaller token after it.
-	sqlEnsure = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		VALUES ($1, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING`
-	sqlAcquire = `UPDATE {{locks}}
-		SET holder = $2, token = nextval({{regclass lock_tokens}}),
-		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+	// purgeFence is the advisory lock that orders mints and purges of one
+	// lock table.
+	purgeFence = `hashtext('lockfree.fencedlock.purge'), {{regclass locks}}::regclass::oid::int`
+	sqlAcquire = `WITH upd AS (
+		UPDATE {{locks}} SET holder = $2, token = nextval({{regclass lock_tokens}}),
+			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND expires_at <= clock_timestamp()
-		RETURNING token, expires_at`
+		RETURNING token, expires_at
+	), ins AS (
+		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
+		SELECT $1, $2, nextval({{regclass lock_tokens}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+		FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence
+		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
+		ON CONFLICT (name) DO NOTHING
+		RETURNING token, expires_at
+	), got AS (
+		SELECT token, expires_at FROM upd UNION ALL SELECT token, expires_at FROM ins
+	)
+	SELECT true, $2::text, token, expires_at FROM got
+	UNION ALL
+	SELECT false, holder, token, expires_at FROM {{locks}}
+	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
 	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
 		RETURNING expires_at`
 	sqlRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
-		RETURNING name`
-	sqlReleaseNotify = `WITH released AS (` + sqlRelease + `)
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`
+	sqlReleaseNotify = `WITH released AS (` + sqlRelease + ` RETURNING name)
 		SELECT pg_notify($4, name) FROM released`
 	sqlVerify = `SELECT token FROM {{locks}}
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`
 	sqlCurrent = `SELECT token FROM {{locks}} WHERE name = $1`
-	sqlPurge   = `DELETE FROM {{locks}} WHERE name IN (
+	// sqlPurgeLock runs before sqlPurge in the same transaction. Without an
+	// index on expires_at (it would make every acquire and release write
+	// index entries), sqlPurge scans the table until it has limit rows.
+	sqlPurgeLock = `SELECT pg_advisory_xact_lock(` + purgeFence + `)`
+	sqlPurge     = `DELETE FROM {{locks}} WHERE name IN (
 		SELECT name FROM {{locks}} WHERE expires_at < clock_timestamp() - $1 * interval '1 microsecond'
-		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
 // Unsafe variants for the mutant sites (failpoint.Mutant): dead code in
 // default builds. They keep the parameters of the statements they replace.
 const (
-	mutantAcquire = `UPDATE {{locks}}
-		SET holder = $2, token = nextval({{regclass lock_tokens}}),
-		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
-		WHERE name = $1
-		RETURNING token, expires_at`
 	mutantRenewTenure = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
 		RETURNING expires_at`
@@ -110,20 +133,19 @@ const (
 		WHERE name = $1 AND holder = $2 AND token = $3
 		RETURNING expires_at`
 	mutantRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
-		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
-		RETURNING name`
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()`
 )
 
 type pgStatements struct {
-	ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
+	acquire, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return pgStatements{
-		ensure: r(sqlEnsure), acquire: r(sqlAcquire), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: r(sqlAcquire), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
-		current: r(sqlCurrent), purge: r(sqlPurge),
+		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 	}
 }
 
@@ -181,23 +203,25 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 	return p.listener.Released(name)
 }
 
-// Acquire implements Store. It runs two statements in one round trip.
+// Acquire implements Store. It is one statement, and one round trip unless
+// the lock was released or purged while the statement ran.
 func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	// A miss followed by a free lock means it was released between the two
-	// statements; try again a few times before reporting contention.
+	// No row at all means the lock changed hands while the statement ran
+	// (released, purged, taken): try again a few times before reporting
+	// contention.
 	for attempt := 0; ; attempt++ {
 		l, err := p.acquire(ctx, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
-		cur, held, herr := p.Holder(ctx, name)
-		if herr != nil {
-			return Lease{}, herr
-		}
-		if held || attempt == 2 {
+		if attempt == 2 {
+			cur, _, err := p.Holder(ctx, name)
+			if err != nil {
+				return Lease{}, err
+			}
 			return Lease{}, &HeldError{Name: name, Holder: cur.Holder, Token: cur.Token}
 		}
 	}
@@ -206,28 +230,22 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	acquire := p.sql.acquire
 	if failpoint.Mutant("fencedlock.acquire.expired") {
-		acquire = migrate.Render(mutantAcquire, p.tables)
+		// The update branch without its expiry condition.
+		acquire = migrate.Render(strings.Replace(sqlAcquire, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
 	}
 	sent := time.Now()
-	var b pgx.Batch
-	b.Queue(p.sql.ensure, name)
-	b.Queue(acquire, name, holder, ttl.Microseconds())
-	res := p.db.SendBatch(ctx, &b)
-	_, err := res.Exec()
-	var l Lease
-	if err == nil {
-		err = res.QueryRow().Scan(&l.Token, &l.Expires)
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	var acquired bool
+	l := Lease{Name: name}
+	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &l.Holder, &l.Token, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, err
-	}
-	if err != nil {
+	case err != nil:
 		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), err)
+	case !acquired:
+		return Lease{}, &HeldError{Name: name, Holder: l.Holder, Token: l.Token}
 	}
-	l.Name, l.Holder, l.TTL, l.sent = name, holder, ttl, sent
+	l.TTL, l.sent = ttl, sent
 	return l, nil
 }
 
@@ -261,24 +279,11 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 	if err := validTenure(l); err != nil {
 		return err
 	}
-	release, args := p.sql.release, []any{l.Name, l.Holder, l.Token}
-	if p.notify {
-		release, args = p.sql.releaseNotify, append(args, p.channel)
-	}
+	release := p.sql.release
 	if failpoint.Mutant("fencedlock.release.tenure") {
 		release = migrate.Render(mutantRelease, p.tables)
-		if p.notify {
-			release = migrate.Render(`WITH released AS (`+mutantRelease+`) SELECT pg_notify($4, name) FROM released`, p.tables)
-		}
 	}
-	var n int64
-	rows, err := p.db.Query(ctx, release, args...)
-	if err == nil {
-		for rows.Next() {
-			n++
-		}
-		err = rows.Err()
-	}
+	n, err := p.release(ctx, release, l)
 	if err != nil {
 		return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 	}
@@ -286,6 +291,29 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	return nil
+}
+
+// release runs the release statement, wrapped in a NOTIFY when the store
+// notifies, and returns how many rows it released.
+func (p *Postgres) release(ctx context.Context, release string, l Lease) (int64, error) {
+	if !p.notify {
+		tag, err := p.db.Exec(ctx, release, l.Name, l.Holder, l.Token)
+		return tag.RowsAffected(), err
+	}
+	if release != p.sql.release { // a mutant's
+		release = `WITH released AS (` + release + ` RETURNING name) SELECT pg_notify($4, name) FROM released`
+	} else {
+		release = p.sql.releaseNotify
+	}
+	rows, err := p.db.Query(ctx, release, l.Name, l.Holder, l.Token, p.channel)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
 }
 
 // Holder implements Store.
@@ -340,13 +368,28 @@ func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 
 // Purge deletes up to limit lock rows that expired more than olderThan ago
 // and returns how many it deleted. Tokens stay monotonic: they come from a
-// sequence, not from the rows. Call it in a loop until it returns less than
-// limit; rows being acquired at the same moment are skipped, not waited for.
+// sequence, not from the rows, and a Purge waits for the acquires minting at
+// that moment. Call it in a loop until it returns less than limit; rows being
+// acquired at the same moment are skipped, not waited for. It scans the table
+// (there is no index on the expiry, so that acquires and releases stay cheap):
+// run it now and then (hourly, say), not on every request.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan < 0 || limit <= 0 {
 		return 0, fmt.Errorf("%w: purge olderThan %v limit %d", ErrInvalid, olderThan, limit)
 	}
-	tag, err := p.db.Exec(ctx, p.sql.purge, olderThan.Microseconds(), limit)
+	// One batch is one transaction: the lock is held until the rows are gone.
+	var b pgx.Batch
+	b.Queue(p.sql.purgeLock)
+	b.Queue(p.sql.purge, olderThan.Microseconds(), limit)
+	res := p.db.SendBatch(ctx, &b)
+	_, err := res.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return 0, fmt.Errorf("fencedlock: purge: %w", err)
 	}

@@ -174,3 +174,38 @@ func TestErrorsShortenNames(t *testing.T) {
 		}
 	}
 }
+
+// An install made before migration 2 upgrades in place: the index on the
+// expiry goes, and tokens continue from the same sequence.
+func TestUpgradeKeepsTokens(t *testing.T) {
+	t.Parallel()
+	ms := fencedlock.Migrations()
+	if len(ms) < 2 || ms[1].Version != 2 {
+		t.Fatalf("migrations = %+v", ms)
+	}
+	db := testdb.New(t, ms[0])
+	var before int64
+	err := db.Pool.QueryRow(ctx, `INSERT INTO lockfree_locks VALUES ('old', 'a', nextval('lockfree_lock_tokens'), now(), now())
+		RETURNING token`).Scan(&before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{}, ms); err != nil {
+		t.Fatal(err)
+	}
+	var indexes int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'lockfree_locks_expires_at'`,
+		db.Schema).Scan(&indexes); err != nil || indexes != 0 {
+		t.Fatalf("expiry index after the upgrade: %d (%v)", indexes, err)
+	}
+	store := newPostgres(t, db, false)
+	for _, name := range []string{"old", "new"} {
+		l, err := store.Acquire(ctx, name, "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token <= before {
+			t.Fatalf("%s: token %d after the upgrade, not above %d before it", name, l.Token, before)
+		}
+	}
+}
