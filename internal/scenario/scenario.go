@@ -229,7 +229,7 @@ type Infra struct {
 }
 
 // Result is one approach's line of the report. The JSON names are a public
-// interface (DESIGN.md §7).
+// interface (ARCHITECTURE.md, "The harness"): they are never renamed.
 type Result struct {
 	Approach   Approach `json:"approach"`
 	Label      string   `json:"label"`
