@@ -6,10 +6,19 @@ GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test services services-down lint bench compare
+.PHONY: test test-mutants services services-down lint bench compare
 
 test: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) ./...
+	@$(MAKE) --no-print-directory test-mutants
+
+# The packages built with their mutant sites compiled in (internal/failpoint):
+# each package's tests show that the test guarding a safety condition fails
+# when the condition's mutant is on.
+MUTANT_PACKAGES = ./fencedlock/ ./internal/failpoint/
+
+test-mutants: services
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants $(MUTANT_PACKAGES)
 
 services:
 	@scripts/postgres.sh up

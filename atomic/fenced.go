@@ -116,7 +116,7 @@ func NewFenced(locks fencedlock.Store, db DB, table Table, cfg *FencedConfig) (*
 	}
 	f := &Fenced{
 		locks: locks, db: db, table: table, cfg: c, prefix: c.LockPrefix,
-		fence: fencedlock.Fence{Schema: table.Schema, Table: table.Name, Key: table.Key, Token: c.TokenColumn},
+		fence: fencedlock.Fence{Schema: table.Schema, Table: table.Name, Key: table.Key, TokenColumn: c.TokenColumn},
 	}
 	tok := pgx.Identifier{c.TokenColumn}.Sanitize()
 	f.sql.value = table.render(sqlValue)

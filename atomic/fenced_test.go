@@ -10,8 +10,8 @@ import (
 
 	lfatomic "github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/atomic/atomictest"
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -47,7 +47,7 @@ func TestFencedStore(t *testing.T) {
 	table := inventory
 	table.Floor = 5
 	for name, locks := range map[string]fencedlock.Store{
-		"memory locks":   fencedlock.NewMemory(nil),
+		"memory locks":   memoryLocks(nil),
 		"postgres locks": newPostgresLocks(t, db),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestFencedStore(t *testing.T) {
 
 func TestNewFencedRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	for _, c := range []struct {
 		locks fencedlock.Store
 		db    lfatomic.DB
@@ -106,7 +106,7 @@ func TestPausedHolderCannotOversell(t *testing.T) {
 				)
 				if locksKind == "memory locks" {
 					c := &clock.Manual{}
-					locks, ttl = fencedlock.NewMemory(c), time.Second
+					locks, ttl = memoryLocks(c), time.Second
 					expire = func(fencedlock.Store) { c.Advance(2 * time.Second) }
 				} else {
 					locks, ttl = newPostgresLocks(t, db), 300*time.Millisecond
@@ -189,7 +189,7 @@ func TestFencedReadOrdersStaleHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &clock.Manual{}
-	locks := fencedlock.NewMemory(c)
+	locks := memoryLocks(c)
 	aPaused, aResume := make(chan struct{}), make(chan struct{})
 	bPaused, bResume := make(chan struct{}), make(chan struct{})
 	pause := func(paused, resume chan struct{}) func(context.Context, string) {
@@ -226,7 +226,7 @@ func TestFencedWriteAloneLosesUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &clock.Manual{}
-	locks := fencedlock.NewMemory(c)
+	locks := memoryLocks(c)
 	fence := fencedlock.Fence{Table: inventory.Name, Key: inventory.Key}
 	// lockRead takes the lease and reads without stamping the row.
 	lockRead := func(holder string, ttl time.Duration) (fencedlock.Lease, int64) {

@@ -18,7 +18,7 @@ var testTable = Table{Name: "inventory", Key: "sku", Value: "quantity"}
 // too rather than colliding with it.
 func TestLockNamesAreUnambiguous(t *testing.T) {
 	t.Parallel()
-	f, err := NewFenced(fencedlock.NewMemory(nil), &pgxpool.Pool{}, testTable, nil)
+	f, err := NewFenced(memoryLocks(nil), &pgxpool.Pool{}, testTable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 func TestConfigRejectsWhatPostgresCannotHold(t *testing.T) {
 	t.Parallel()
 	db := &pgxpool.Pool{}
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	bad := map[string]func() error{
 		"table not UTF-8": func() error {
 			tb := testTable

@@ -7,5 +7,5 @@ import (
 )
 
 func migrateLocks(db *testdb.DB) error {
-	return migrate.Up(ctx, db.Pool, migrate.Names{}, fencedlock.Migrations()...)
+	return migrate.Up(ctx, db.Pool, migrate.Names{}, fencedlock.Migrations())
 }

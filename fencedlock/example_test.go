@@ -6,22 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 )
-
-// stepClock is a fencedlock.Clock that moves only when told to, so the
-// examples can let a lease expire without sleeping.
-type stepClock struct{ now time.Time }
-
-func (c *stepClock) Now() time.Time          { return c.now }
-func (c *stepClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 // A holder pauses past its lease; another client takes the lock and writes.
 // When the first wakes up, the resource rejects its stale token.
 func Example() {
 	ctx := context.Background()
-	c := &stepClock{now: time.Unix(0, 0)}
-	locks := fencedlock.NewMemory(c)
+	c := clock.NewManual(time.Unix(0, 0))
+	locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c})
 	var gate fencedlock.Gate // the resource's side: it remembers the highest token
 	balance := 100
 
@@ -37,33 +31,33 @@ func Example() {
 	// Output: true true 70
 }
 
-// Guard acquires, runs the work with the lease, and releases; the outcome
-// says whether the work ran, the lock was busy, or the resource fenced it off.
-func ExampleGuard() {
+// A Locker acquires, keeps the lease alive while the work runs, and
+// releases; the work presents the lease's token to the resource.
+func ExampleLocker_Do() {
 	ctx := context.Background()
-	locks := fencedlock.NewMemory(nil)
+	locks, _ := fencedlock.NewMemory(nil)
+	locker, _ := fencedlock.NewLocker(locks, &fencedlock.LockerConfig{Holder: "worker-a", LockPrefix: "report/"})
 	var gate fencedlock.Gate
 
-	out, err := fencedlock.Guard(ctx, locks, "report/daily", "worker-a", time.Minute, nil,
-		func(ctx context.Context, lease fencedlock.Lease) error {
-			return gate.Do(lease.Token, func() error { return nil })
-		})
-	fmt.Println(out.Status, err)
+	err := locker.Do(ctx, "daily", func(ctx context.Context, lease fencedlock.Lease) error {
+		return gate.Do(lease.Token, func() error { return nil })
+	})
+	fmt.Println(err)
 
 	held, _ := locks.Acquire(ctx, "report/daily", "worker-b", time.Minute)
-	out, _ = fencedlock.Guard(ctx, locks, "report/daily", "worker-a", time.Minute, nil,
-		func(context.Context, fencedlock.Lease) error { return nil })
-	fmt.Println(out.Status, out.Holder == held.Holder)
+	err = locker.TryDo(ctx, "daily", func(context.Context, fencedlock.Lease) error { return nil })
+	var busy *fencedlock.HeldError
+	fmt.Println(errors.As(err, &busy), busy.Holder == held.Holder)
 	// Output:
-	// done <nil>
-	// held elsewhere true
+	// <nil>
+	// true true
 }
 
 // A keepalive renews the lease in the background; its context ends, with a
 // cause, when the lease can no longer be trusted.
 func ExampleKeep() {
 	ctx := context.Background()
-	locks := fencedlock.NewMemory(nil)
+	locks, _ := fencedlock.NewMemory(nil)
 	lease, _ := locks.Acquire(ctx, "compaction", "worker-a", time.Second)
 
 	k, err := fencedlock.Keep(ctx, locks, lease, &fencedlock.KeepaliveConfig{MaxRenewals: 1})
@@ -82,8 +76,8 @@ func ExampleKeep() {
 // A stale client cannot release the lock of the holder that replaced it.
 func ExampleMemory_Release() {
 	ctx := context.Background()
-	c := &stepClock{now: time.Unix(0, 0)}
-	locks := fencedlock.NewMemory(c)
+	c := clock.NewManual(time.Unix(0, 0))
+	locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c})
 	a, _ := locks.Acquire(ctx, "job", "client-a", time.Second)
 	c.Advance(2 * time.Second)
 	_, _ = locks.Acquire(ctx, "job", "client-b", time.Second)

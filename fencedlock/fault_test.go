@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testproc"
@@ -134,7 +134,7 @@ func TestPausedClientIsRejectedMemory(t *testing.T) {
 	t.Parallel()
 	for _, fenced := range []bool{true, false} {
 		c := &clock.Manual{}
-		store := fencedlock.NewMemory(c)
+		store := newMemory(t, c)
 		var gate fencedlock.Gate
 		owner := "nobody"
 		write := func(token int64, who string) error {
@@ -276,7 +276,7 @@ func TestKeepaliveCancelsBeforeTakeover(t *testing.T) {
 func TestKeepaliveReportsLostLease(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	store := fencedlock.NewMemory(c)
+	store := newMemory(t, c)
 	a, err := store.Acquire(ctx, "lost", "a", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestKeepaliveReportsLostLease(t *testing.T) {
 
 func TestKeepaliveStopsAfterMaxRenewals(t *testing.T) {
 	t.Parallel()
-	store := fencedlock.NewMemory(nil)
+	store := newMemory(t, nil)
 	a, err := store.Acquire(ctx, "bounded", "a", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -433,33 +433,42 @@ func TestFenceUpdate(t *testing.T) {
 	}
 }
 
-// Waiters woken by LISTEN/NOTIFY acquire a released lock without polling.
-func TestListenerWakesWaiters(t *testing.T) {
+// A waiter on PostgreSQL is woken by the release itself, through the
+// store's own LISTEN connection (Notify on a pool): its poll delay is ten
+// minutes, so only a wake-up can end its wait within the test. Once the wait
+// is over, the store gives its listening connection up.
+func TestPostgresWakesItsWaiters(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, fencedlock.Migrations()...)
-	store := newPostgres(t, db, true)
-	lctx, cancel := context.WithCancel(ctx)
-	listener, err := fencedlock.NewListener(db.Pool, fencedlock.PostgresConfig{}.Tables)
+	// A pool of its own, named, so that other tests' listeners do not count.
+	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := make(chan struct{})
-	go func() { listener.Run(lctx); close(stopped) }()
-	defer func() { cancel(); <-stopped }()
-
+	app := "wake-" + db.Schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := fencedlock.NewPostgres(pool, &fencedlock.PostgresConfig{Notify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := store.Acquire(ctx, "notified", "a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		// A backoff far longer than the test: only a wakeup can end it.
 		_, err := fencedlock.AcquireWait(ctx, store, "notified", "b", time.Minute,
-			&fencedlock.WaitConfig{MinDelay: 10 * time.Minute, MaxDelay: 10 * time.Minute, Jitter: 0.01, Wakeups: listener})
+			&fencedlock.WaitConfig{MinDelay: 10 * time.Minute, MaxDelay: 10 * time.Minute, Jitter: 0.01})
 		got <- err
 	}()
-	// Release until the waiter is through: the first release can come before
-	// the listener's LISTEN, which wakes everyone anyway.
+	// The waiter's first attempt has failed and it listens: its LISTEN
+	// connection is up.
+	waitFor(t, 30*time.Second, func() bool { return listening(t, db, app) == 1 })
 	if err := store.Release(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -471,41 +480,19 @@ func TestListenerWakesWaiters(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the waiter was not woken by the release")
 	}
+	waitFor(t, 30*time.Second, func() bool { return listening(t, db, app) == 0 })
 }
 
-func TestGuardOutcomes(t *testing.T) {
-	t.Parallel()
-	store := fencedlock.NewMemory(nil)
-	var gate fencedlock.Gate
-	out, err := fencedlock.Guard(ctx, store, "guarded", "a", time.Minute, nil, func(ctx context.Context, l fencedlock.Lease) error {
-		return gate.Do(l.Token, func() error { return nil })
-	})
-	if err != nil || out.Status != fencedlock.Done {
-		t.Fatalf("Guard = %+v, %v; want done", out, err)
+// listening counts the sessions of application app LISTENing for releases.
+func listening(t *testing.T, db *testdb.DB, app string) int {
+	t.Helper()
+	var n int
+	err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, held, _ := store.Holder(ctx, "guarded"); held {
-		t.Fatal("Guard did not release")
-	}
-	other, _ := store.Acquire(ctx, "guarded", "other", time.Minute)
-	out, err = fencedlock.Guard(ctx, store, "guarded", "a", time.Minute, nil, func(context.Context, fencedlock.Lease) error {
-		t.Fatal("work ran without the lock")
-		return nil
-	})
-	if err != nil || out.Status != fencedlock.HeldElsewhere || out.Holder != "other" || out.Token != other.Token {
-		t.Fatalf("Guard on a held lock = %+v, %v", out, err)
-	}
-	store.Release(ctx, other)
-	gate.Do(other.Token+100, func() error { return nil }) // a newer writer got there first
-	out, err = fencedlock.Guard(ctx, store, "guarded", "a", time.Minute, nil, func(ctx context.Context, l fencedlock.Lease) error {
-		return gate.Do(l.Token, func() error { return nil })
-	})
-	if err != nil || out.Status != fencedlock.Fenced || out.Required != other.Token+100 || out.Presented != out.Lease.Token {
-		t.Fatalf("fenced Guard = %+v, %v", out, err)
-	}
-	boom := errors.New("boom")
-	if _, err := fencedlock.Guard(ctx, store, "guarded", "a", time.Minute, nil, func(context.Context, fencedlock.Lease) error { return boom }); !errors.Is(err, boom) {
-		t.Fatalf("work error = %v", err)
-	}
+	return n
 }
 
 func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {

@@ -7,17 +7,10 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
-
-// Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// satisfy it.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // Fence makes updates of a user's table fenced: each row keeps the highest
 // token that read or wrote it, and an update carrying a lower token changes
@@ -35,16 +28,16 @@ type Fence struct {
 	Table string
 	// Key is the column that identifies a row (the lock name's resource).
 	Key string
-	// Token is the column holding the highest token that wrote the row.
-	// Defaults to "fencing_token".
-	Token string
+	// TokenColumn is the column holding the highest token that read or
+	// wrote the row. Defaults to "fencing_token".
+	TokenColumn string
 }
 
 func (f Fence) names() (table, key, token string, err error) {
 	if f.Table == "" || f.Key == "" {
 		return "", "", "", fmt.Errorf("%w: fence needs a table and a key column", ErrInvalid)
 	}
-	tok := f.Token
+	tok := f.TokenColumn
 	if tok == "" {
 		tok = "fencing_token"
 	}
@@ -70,7 +63,7 @@ func (f Fence) names() (table, key, token string, err error) {
 // as "qty, price"): it must be a constant of your program and never carry
 // user input, which would be SQL injection. Only key and token are bound as
 // arguments.
-func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, columns string, dest ...any) error {
+func (f Fence) Read(ctx context.Context, db DB, key any, token int64, columns string, dest ...any) error {
 	table, keyCol, tokCol, err := f.names()
 	if err != nil {
 		return err
@@ -81,7 +74,11 @@ func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, colum
 	if strings.TrimSpace(columns) == "" || len(dest) == 0 {
 		return fmt.Errorf("%w: fenced read needs columns and destinations", ErrInvalid)
 	}
-	sql := fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1 AND %s <= $2 RETURNING %s", table, tokCol, keyCol, tokCol, columns)
+	stamp := "$2"
+	if failpoint.Mutant("fencedlock.fence.read.stamp") {
+		stamp = tokCol // checks the token, raises nothing
+	}
+	sql := fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = $1 AND %s <= $2 RETURNING %s", table, tokCol, stamp, keyCol, tokCol, columns)
 	err = db.QueryRow(ctx, sql, key, token).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return f.miss(ctx, db, table, keyCol, tokCol, key, token)
@@ -92,7 +89,7 @@ func (f Fence) Read(ctx context.Context, db Querier, key any, token int64, colum
 	return nil
 }
 
-func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol string, key any, token int64) error {
+func (f Fence) miss(ctx context.Context, db DB, table, keyCol, tokCol string, key any, token int64) error {
 	var current int64
 	err := db.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", tokCol, table, keyCol), key).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -117,7 +114,7 @@ func (f Fence) miss(ctx context.Context, db Querier, table, keyCol, tokCol strin
 // ErrNotFound when no row has that key. Equal tokens are admitted, so one
 // tenure may write many times. Run it on the caller's transaction to combine
 // it with other writes.
-func (f Fence) Update(ctx context.Context, db Querier, key any, token int64, set string, args ...any) error {
+func (f Fence) Update(ctx context.Context, db DB, key any, token int64, set string, args ...any) error {
 	table, keyCol, tokCol, err := f.names()
 	if err != nil {
 		return err
@@ -131,6 +128,10 @@ func (f Fence) Update(ctx context.Context, db Querier, key any, token int64, set
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND %s <= $%d",
 		table, set, tokCol, n+2, keyCol, n+1, tokCol, n+2)
+	if failpoint.Mutant("fencedlock.fence.update.token") {
+		sql = fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d::bigint IS NOT NULL",
+			table, set, tokCol, n+2, keyCol, n+1, n+2)
+	}
 	tag, err := db.Exec(ctx, sql, append(append([]any(nil), args...), key, token)...)
 	if err != nil {
 		return fmt.Errorf("fencedlock: fenced update of %s: %w", table, err)

@@ -8,6 +8,16 @@
 // [Postgres.Verify], [Gate]) rejects a holder that paused past its lease and
 // woke up after another holder took over.
 //
+// [Locker] is the building block: Do acquires a lock (waiting while it is
+// busy), keeps the lease alive while a function runs with it, and releases
+// it when the function returns or panics. Every fenced twin in lockfree is
+// built on it.
+//
+//	locker, _ := fencedlock.NewLocker(store, &fencedlock.LockerConfig{LockPrefix: "inventory/"})
+//	err := locker.Do(ctx, "sku-42", func(ctx context.Context, lease fencedlock.Lease) error {
+//		return fence.Update(ctx, pool, "sku-42", lease.Token, "qty = qty - $1", 1)
+//	})
+//
 // What it does NOT protect: the lock alone excludes nothing. A holder that
 // pauses (GC, swap, VM migration, SIGSTOP) longer than its lease still runs its
 // critical section; only the fencing check at the resource stops its write. A
@@ -19,7 +29,7 @@
 // again; run the lock table with synchronous replication, or include an epoch.
 //
 // Two backends implement [Store]: [Postgres] (the database's clock decides
-// expiry) and [Memory] (an injectable clock; one process).
+// expiry) and [Memory] (a [clock.Clock]; one process).
 package fencedlock
 
 import (

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockfree-go/lockfree/internal/renew"
 )
 
-// KeepaliveConfig configures Keep. The zero value is valid; Validate says
-// whether another one is.
+// KeepaliveConfig configures the renewal of a lease while work runs (Keep,
+// Locker). A nil *KeepaliveConfig means the defaults; Validate says whether
+// another one can keep a lease of a given TTL.
 type KeepaliveConfig struct {
 	// Interval between renewals; it must be below TTL − Margin, or the
 	// lease would reach its margin before the first renewal. Defaults to
@@ -32,26 +35,37 @@ type KeepaliveConfig struct {
 	Margin time.Duration
 }
 
-func (c KeepaliveConfig) withDefaults(ttl time.Duration) KeepaliveConfig {
-	if c.Interval == 0 {
-		c.Interval = ttl / 3
+func (c *KeepaliveConfig) withDefaults(ttl time.Duration) KeepaliveConfig {
+	var d KeepaliveConfig
+	if c != nil {
+		d = *c
+	}
+	if d.Interval == 0 {
+		d.Interval = ttl / 3
 	}
 	switch {
-	case c.NoRenew:
-		c.MaxRenewals = 0
-	case c.MaxRenewals == 0:
-		c.MaxRenewals = 100
+	case d.NoRenew:
+		d.MaxRenewals = 0
+	case d.MaxRenewals == 0:
+		d.MaxRenewals = 100
 	}
-	if c.Margin == 0 {
-		c.Margin = ttl / 5
+	if d.Margin == 0 {
+		d.Margin = ttl / 5
 	}
-	return c
+	return d
+}
+
+// schedule is the renewal loop that keeps a lease of ttl with c (defaults
+// filled in).
+func (c KeepaliveConfig) schedule(ttl time.Duration) renew.Config {
+	return renew.Config{TTL: ttl, Interval: c.Interval, Margin: c.Margin, MaxRenewals: c.MaxRenewals,
+		Expiring: ErrExpiring, Exhausted: ErrMaxRenewals}
 }
 
 // Validate reports whether c can keep a lease of ttl alive: negative
 // durations, a Margin not below ttl, and an Interval (unless NoRenew) not
 // below ttl − Margin, which would never renew in time, give an error matching
-// ErrInvalid. Keep and Guard call it; call it yourself to refuse a
+// ErrInvalid. Keep and NewLocker call it; call it yourself to refuse a
 // configuration before acquiring a lock.
 func (c KeepaliveConfig) Validate(ttl time.Duration) error {
 	if err := validTTL(ttl); err != nil {
@@ -60,13 +74,8 @@ func (c KeepaliveConfig) Validate(ttl time.Duration) error {
 	if c.Interval < 0 || c.Margin < 0 {
 		return fmt.Errorf("%w: keepalive interval %v and margin %v must not be negative", ErrInvalid, c.Interval, c.Margin)
 	}
-	d := c.withDefaults(ttl)
-	if d.Margin >= ttl {
-		return fmt.Errorf("%w: keepalive margin %v is not below ttl %v", ErrInvalid, d.Margin, ttl)
-	}
-	if !c.NoRenew && d.Interval >= ttl-d.Margin {
-		return fmt.Errorf("%w: keepalive interval %v is not below ttl %v − margin %v: it would never renew in time",
-			ErrInvalid, d.Interval, ttl, d.Margin)
+	if err := c.withDefaults(ttl).schedule(ttl).Validate(); err != nil {
+		return fmt.Errorf("%w: keepalive: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -83,11 +92,8 @@ func (c KeepaliveConfig) Validate(ttl time.Duration) error {
 // its timers either, so the context is an early warning, not a guarantee:
 // writes must still be fenced with the lease's token.
 type Keepalive struct {
-	store  Store
-	cfg    KeepaliveConfig
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	store Store
+	loop  *renew.Loop
 
 	mu    sync.Mutex
 	lease Lease
@@ -100,29 +106,38 @@ type Keepalive struct {
 // that fails Validate for lease.TTL give an error matching ErrInvalid and no
 // Keepalive.
 func Keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig) (*Keepalive, error) {
-	var c KeepaliveConfig
-	if cfg != nil {
-		c = *cfg
-	}
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	if err := validLease(lease); err != nil {
 		return nil, err
 	}
+	c := cfg.withDefaults(lease.TTL)
 	if err := c.Validate(lease.TTL); err != nil {
 		return nil, err
 	}
-	c = c.withDefaults(lease.TTL)
-	kctx, cancel := context.WithCancelCause(ctx)
-	k := &Keepalive{store: store, cfg: c, ctx: kctx, cancel: cancel, done: make(chan struct{}), lease: lease}
-	go k.run()
+	k := &Keepalive{store: store, lease: lease}
+	k.loop = renew.Start(ctx, c.schedule(lease.TTL), lease.sent, k.renew)
 	return k, nil
+}
+
+func (k *Keepalive) renew(ctx context.Context) error {
+	renewed, err := k.store.Renew(ctx, k.Lease())
+	if errors.Is(err, ErrNotHeld) {
+		return renew.Lost(ErrLost)
+	}
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.lease = renewed
+	k.mu.Unlock()
+	return nil
 }
 
 // Context returns a context that is cancelled when the lease can no longer
 // be trusted; context.Cause tells why.
-func (k *Keepalive) Context() context.Context { return k.ctx }
+func (k *Keepalive) Context() context.Context { return k.loop.Context() }
 
 // Lease returns the lease as of its last successful renewal.
 func (k *Keepalive) Lease() Lease {
@@ -135,20 +150,12 @@ func (k *Keepalive) Lease() Lease {
 // moment its last grant or renewal was sent (local monotonic clock) and the
 // keepalive has not given up. A true answer is a belief, not a guarantee: the
 // process can pause right after asking.
-func (k *Keepalive) HeldSafely() bool {
-	if k.ctx.Err() != nil {
-		return false
-	}
-	return time.Now().Before(k.Lease().SafeUntil(k.cfg.Margin))
-}
+func (k *Keepalive) HeldSafely() bool { return k.loop.HeldSafely() }
 
 // Stop stops renewing and cancels the context with ErrStopped, without
 // releasing the lease (it expires on its own). It waits for the renewal
 // goroutine to exit.
-func (k *Keepalive) Stop() {
-	k.cancel(ErrStopped)
-	<-k.done
-}
+func (k *Keepalive) Stop() { k.loop.Stop(ErrStopped) }
 
 // Release stops renewing and releases the lease.
 func (k *Keepalive) Release(ctx context.Context) error {
@@ -157,79 +164,4 @@ func (k *Keepalive) Release(ctx context.Context) error {
 }
 
 // Done is closed when the renewal goroutine has exited.
-func (k *Keepalive) Done() <-chan struct{} { return k.done }
-
-func (k *Keepalive) run() {
-	defer close(k.done)
-	renewals := 0
-	for {
-		lease := k.Lease()
-		deadline := lease.SafeUntil(k.cfg.Margin)
-		if lease.sent.IsZero() {
-			// A lease without a local send time (not from Acquire): trust it
-			// for one interval at most.
-			deadline = time.Now().Add(k.cfg.Interval)
-		}
-		if k.cfg.MaxRenewals >= 0 && renewals >= k.cfg.MaxRenewals {
-			k.waitUntil(deadline, ErrMaxRenewals)
-			return
-		}
-		next := time.Now().Add(k.cfg.Interval)
-		if next.After(deadline) {
-			next = deadline
-		}
-		if !k.sleepUntil(next) {
-			return
-		}
-		// Retry failed renewals until the deadline: a short outage need not
-		// cost the lease.
-		for {
-			if !time.Now().Before(deadline) {
-				k.cancel(ErrExpiring)
-				return
-			}
-			rctx, cancel := context.WithDeadline(k.ctx, deadline)
-			renewed, err := k.store.Renew(rctx, lease)
-			cancel()
-			if err == nil {
-				k.mu.Lock()
-				k.lease = renewed
-				k.mu.Unlock()
-				renewals++
-				break
-			}
-			if errors.Is(err, ErrNotHeld) {
-				k.cancel(ErrLost)
-				return
-			}
-			if k.ctx.Err() != nil {
-				return
-			}
-			retry := time.Now().Add(k.cfg.Interval / 4)
-			if retry.After(deadline) {
-				retry = deadline
-			}
-			if !k.sleepUntil(retry) {
-				return
-			}
-		}
-	}
-}
-
-// sleepUntil waits for t; false when the keepalive's context ended first.
-func (k *Keepalive) sleepUntil(t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-k.ctx.Done():
-		return false
-	}
-}
-
-func (k *Keepalive) waitUntil(t time.Time, cause error) {
-	if k.sleepUntil(t) {
-		k.cancel(cause)
-	}
-}
+func (k *Keepalive) Done() <-chan struct{} { return k.loop.Done() }

@@ -27,7 +27,7 @@ func (s *countingStore) Release(ctx context.Context, l fencedlock.Lease) error {
 }
 
 // An interval at or above TTL − Margin would reach the margin before its
-// first renewal: Keep refuses it, and Guard refuses it before acquiring.
+// first renewal: Keep refuses it, and NewLocker refuses it before any lock.
 func TestKeepRejectsConfigsThatNeverRenew(t *testing.T) {
 	t.Parallel()
 	const ttl = 3 * time.Second // default margin 600ms, default interval 1s
@@ -41,7 +41,7 @@ func TestKeepRejectsConfigsThatNeverRenew(t *testing.T) {
 		{Interval: -time.Second},
 		{Margin: -time.Second},
 	}
-	store := fencedlock.NewMemory(nil)
+	store := newMemory(t, nil)
 	for _, cfg := range bad {
 		lease, err := store.Acquire(ctx, "kept", "a", ttl)
 		if err != nil {
@@ -53,14 +53,8 @@ func TestKeepRejectsConfigsThatNeverRenew(t *testing.T) {
 		if err := store.Release(ctx, lease); err != nil {
 			t.Fatal(err)
 		}
-		ran := false
-		_, err = fencedlock.Guard(ctx, store, "kept", "a", ttl, &fencedlock.GuardConfig{Keepalive: &cfg},
-			func(context.Context, fencedlock.Lease) error { ran = true; return nil })
-		if !errors.Is(err, fencedlock.ErrInvalid) || ran {
-			t.Errorf("Guard(%+v) = %v (work ran: %v); want ErrInvalid", cfg, err, ran)
-		}
-		if cur, held, _ := store.Holder(ctx, "kept"); held {
-			t.Fatalf("Guard(%+v) with a bad keepalive acquired the lock: %+v", cfg, cur)
+		if l, err := fencedlock.NewLocker(store, &fencedlock.LockerConfig{TTL: ttl, Keepalive: &cfg}); !errors.Is(err, fencedlock.ErrInvalid) || l != nil {
+			t.Errorf("NewLocker(%+v) = %v, %v; want ErrInvalid", cfg, l, err)
 		}
 	}
 	for _, cfg := range []fencedlock.KeepaliveConfig{
@@ -87,7 +81,7 @@ func TestKeepRejectsConfigsThatNeverRenew(t *testing.T) {
 // with ErrMaxRenewals, and nothing is renewed.
 func TestKeepNoRenew(t *testing.T) {
 	t.Parallel()
-	store := &countingStore{Store: fencedlock.NewMemory(nil)}
+	store := &countingStore{Store: newMemory(t, nil)}
 	lease, err := store.Acquire(ctx, "once", "a", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

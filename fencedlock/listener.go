@@ -2,64 +2,87 @@ package fencedlock
 
 import (
 	"context"
-	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/lockfree-go/lockfree/migrate"
 )
 
-// Listener wakes waiters when a lock is released, through PostgreSQL's
-// LISTEN/NOTIFY: use it as WaitConfig.Wakeups with a Postgres store created
-// with Notify set. Create it with NewListener and run it with Run; it is safe
-// for concurrent use. Notifications are a hint: a waiter still polls, so a
-// lost connection only makes waiting slower.
-type Listener struct {
+// listener wakes a Postgres store's waiters when a lock is released, through
+// LISTEN/NOTIFY. It holds one pooled connection LISTENing only while at
+// least one waiter waits: the first waiter starts it, the last one to leave
+// stops it and waits for its goroutine to end, so nothing outlives the
+// waits. Notifications are a hint: a waiter still polls, so a lost
+// connection only makes waiting slower. It is safe for concurrent use.
+type listener struct {
 	pool    *pgxpool.Pool
 	channel string
-
 	waiters waitList
+
+	mu     sync.Mutex
+	n      int                // registered waiters
+	cancel context.CancelFunc // stops the running goroutine; nil when none runs
+	done   chan struct{}      // closed when that goroutine has ended
 }
 
-// NewListener returns a listener for the lock tables named by tables (the
-// PostgresConfig.Tables of the stores that release). A nil pool or invalid
-// tables give an error matching ErrInvalid.
-func NewListener(pool *pgxpool.Pool, tables migrate.Names) (*Listener, error) {
-	if pool == nil {
-		return nil, fmt.Errorf("fencedlock: invalid listener: %w: nil pool", ErrInvalid)
+// Released implements Wakeups.
+func (l *listener) Released(name string) (<-chan struct{}, func()) {
+	ch, remove := l.waiters.add(name)
+	l.mu.Lock()
+	l.n++
+	if l.n == 1 {
+		ctx, cancel := context.WithCancel(context.Background())
+		l.cancel, l.done = cancel, make(chan struct{})
+		go l.run(ctx, l.done)
 	}
-	if err := tables.Validate(); err != nil {
-		return nil, fmt.Errorf("fencedlock: invalid listener: %w: %w", ErrInvalid, err)
-	}
-	return &Listener{pool: pool, channel: releaseChannel(tables)}, nil
+	l.mu.Unlock()
+	var once sync.Once
+	return ch, func() { once.Do(func() { remove(); l.leave() }) }
 }
 
-// releaseChannel is the NOTIFY channel of the lock table named by tables.
-func releaseChannel(tables migrate.Names) string { return tables.Raw("lock_released") }
+// leave unregisters a waiter; the last one stops the goroutine and waits
+// for it.
+func (l *listener) leave() {
+	l.mu.Lock()
+	l.n--
+	var done chan struct{}
+	if l.n == 0 {
+		l.cancel()
+		done = l.done
+		l.cancel, l.done = nil, nil
+	}
+	l.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
 
-// Run holds one pooled connection listening for releases until ctx ends,
-// reconnecting after failures, and returns ctx's cause.
-func (l *Listener) Run(ctx context.Context) error {
+// run listens, reconnecting after failures, until ctx ends.
+func (l *listener) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
 	for ctx.Err() == nil {
 		l.listen(ctx)
+		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-t.C:
 		}
+		t.Stop()
 	}
-	return context.Cause(ctx)
 }
 
-func (l *Listener) listen(ctx context.Context) {
+func (l *listener) listen(ctx context.Context) {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return
 	}
 	defer func() {
-		// The connection is LISTENing: do not give it back to the pool.
-		conn.Hijack().Close(context.Background())
+		// The connection is LISTENing: do not give it back to the pool. A
+		// bound on the goodbye: the server may be unreachable.
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn.Hijack().Close(cctx)
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
 		return
@@ -75,6 +98,3 @@ func (l *Listener) listen(ctx context.Context) {
 		l.waiters.wake(n.Payload)
 	}
 }
-
-// Released implements Wakeups.
-func (l *Listener) Released(name string) (<-chan struct{}, func()) { return l.waiters.add(name) }

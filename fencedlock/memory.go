@@ -6,18 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
-
-// Clock tells the time. Memory backends take one so that tests can move time
-// forward instead of sleeping; time.Now is the default.
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // Memory is the lock service in this process's memory: the same contract as
 // Postgres, for tests and single-process programs. Expiry follows its Clock.
@@ -30,7 +22,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 // as in PostgreSQL from one sequence, so a forgotten name's next token is
 // still larger than all its earlier ones.
 type Memory struct {
-	clock Clock
+	clock clock.Clock
 
 	mu      sync.Mutex
 	locks   map[string]*memLock
@@ -49,12 +41,31 @@ type memLock struct {
 	expires time.Time
 }
 
-// NewMemory returns an empty store; a nil clock means the system clock.
-func NewMemory(clock Clock) *Memory {
-	if clock == nil {
-		clock = systemClock{}
+// MemoryConfig configures a Memory store. A nil *MemoryConfig means the
+// defaults.
+type MemoryConfig struct {
+	// Clock decides expiry; tests pass a *clock.Manual and move it
+	// instead of sleeping. Leases are still timed locally on the monotonic
+	// clock (Lease.SafeUntil, Keepalive). Defaults to clock.System().
+	Clock clock.Clock
+}
+
+func (c *MemoryConfig) withDefaults() MemoryConfig {
+	var d MemoryConfig
+	if c != nil {
+		d = *c
 	}
-	return &Memory{clock: clock, locks: map[string]*memLock{}}
+	if d.Clock == nil {
+		d.Clock = clock.System()
+	}
+	return d
+}
+
+// NewMemory returns an empty store. A nil cfg means the defaults. It
+// returns an error only for a config it cannot use: none today.
+func NewMemory(cfg *MemoryConfig) (*Memory, error) {
+	c := cfg.withDefaults()
+	return &Memory{clock: c.Clock, locks: map[string]*memLock{}}, nil
 }
 
 // Acquire implements Store.
@@ -69,7 +80,7 @@ func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	if l := m.locks[name]; l != nil && now.Before(l.expires) {
+	if l := m.locks[name]; l != nil && now.Before(l.expires) && !failpoint.Mutant("fencedlock.acquire.expired") {
 		return Lease{}, &HeldError{Name: name, Holder: l.holder, Token: l.token}
 	}
 	if m.locks[name] == nil {
@@ -84,8 +95,32 @@ func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 // current returns the lock row for lease if lease is its unexpired tenure.
 // The caller holds m.mu.
 func (m *Memory) current(l Lease) *memLock {
+	c := m.unexpired(m.locks[l.Name])
+	if c == nil || c.holder != l.Holder || c.token != l.Token {
+		return nil
+	}
+	return c
+}
+
+// renewable returns the lock row for a renewal of lease, as current does;
+// the mutant sites let a test see what each condition guards.
+func (m *Memory) renewable(l Lease) *memLock {
 	c := m.locks[l.Name]
-	if c == nil || c.holder != l.Holder || c.token != l.Token || !m.clock.Now().Before(c.expires) {
+	switch {
+	case c == nil || failpoint.Mutant("fencedlock.renew.tenure"):
+		return m.unexpired(c)
+	case c.holder != l.Holder || c.token != l.Token:
+		return nil
+	case failpoint.Mutant("fencedlock.renew.expired"):
+		return c
+	}
+	return m.unexpired(c)
+}
+
+// unexpired returns c if it is a lock that has not expired. The caller
+// holds m.mu.
+func (m *Memory) unexpired(c *memLock) *memLock {
+	if c == nil || !m.clock.Now().Before(c.expires) {
 		return nil
 	}
 	return c
@@ -102,7 +137,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 	sent := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.current(l)
+	c := m.renewable(l)
 	if c == nil {
 		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
@@ -122,6 +157,9 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.current(l)
+	if failpoint.Mutant("fencedlock.release.tenure") {
+		c = m.unexpired(m.locks[l.Name])
+	}
 	if c == nil {
 		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
@@ -203,7 +241,7 @@ type Gate struct {
 func (g *Gate) Do(token int64, fn func() error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if token < g.highest {
+	if token < g.highest && !failpoint.Mutant("fencedlock.gate.compare") {
 		return &FencedError{Presented: token, Required: g.highest}
 	}
 	if err := fn(); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/clock"
 )
 
 // One lock name per idempotency key, forever, must not mean one entry per
@@ -15,7 +15,10 @@ func TestMemoryForgetsExpiredNames(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := &clock.Manual{}
-	m := NewMemory(c)
+	m, err := NewMemory(&MemoryConfig{Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const live = 100
 	for i := range live {
 		if _, err := m.Acquire(ctx, fmt.Sprintf("live-%d", i), "a", time.Hour); err != nil {

@@ -5,11 +5,14 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -23,7 +26,7 @@ func Migrations() []migrate.Migration {
 	return migrate.FromDir("fencedlock", migrationFiles, "migrations")
 }
 
-// DB is what the PostgreSQL backend needs from a connection:
+// DB is what the PostgreSQL backend and Fence need from a connection:
 // *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it, so every operation can
 // run inside the caller's own transaction.
 type DB interface {
@@ -33,124 +36,216 @@ type DB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// PostgresConfig configures a Postgres store. The zero value is valid.
+// PostgresConfig configures a Postgres store. A nil *PostgresConfig means
+// the defaults.
 type PostgresConfig struct {
 	// Tables says where the lock table lives. Defaults to the
 	// connection's search_path and the prefix "lockfree_".
 	Tables migrate.Names
-	// Notify sends a NOTIFY on every release so that waiters using a
-	// [Listener] wake at once. NOTIFY serialises committing transactions on
-	// a server-wide lock, so it costs throughput. Defaults to false.
+	// Notify sends a NOTIFY on every release, and lets a store whose DB is
+	// a *pgxpool.Pool wake its own waiters (AcquireWait, Locker.Do) at
+	// once: while at least one waits, the store holds one pooled connection
+	// LISTENing, and gives it back when none does. NOTIFY serialises
+	// committing transactions on a server-wide lock, so it costs
+	// throughput. Defaults to false.
 	Notify bool
+}
+
+func (c *PostgresConfig) withDefaults() PostgresConfig {
+	if c == nil {
+		return PostgresConfig{}
+	}
+	return *c
+}
+
+func (c PostgresConfig) validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// The statements of the Postgres store, rendered once per store.
+//
+// Acquire is one statement. Its fresh-row branch mints a token with the
+// INSERT's nextval(), evaluated before the row exists, so a Purge that
+// deleted the name's row between that nextval() and the insert could let a
+// later tenure carry a smaller token than a purged earlier one. So the
+// branch first takes a shared transaction-level advisory lock (sqlPurgeLock
+// takes it exclusively): a Purge waits for every mint in flight, and every
+// mint after a Purge is greater than the tokens of the rows it deleted. The
+// update branch mints for a row it has found: a competing tenure of the same
+// name must lock that row, and the UPDATE re-evaluates (and re-mints) after
+// waiting for it. A failed attempt writes nothing: a held row is not touched
+// (unlike INSERT … ON CONFLICT DO UPDATE … WHERE, which locks the row it
+// refuses), and the holder comes back in the same round trip.
+const (
+	// purgeFence is the advisory lock that orders mints and purges of one
+	// lock table.
+	purgeFence = `hashtext('lockfree.fencedlock.purge'), {{regclass locks}}::regclass::oid::int`
+	sqlAcquire = `WITH upd AS (
+		UPDATE {{locks}} SET holder = $2, token = nextval({{regclass lock_tokens}}),
+			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+		WHERE name = $1 AND expires_at <= clock_timestamp()
+		RETURNING token, expires_at
+	), ins AS (
+		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
+		SELECT $1, $2, nextval({{regclass lock_tokens}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+		FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence
+		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
+		ON CONFLICT (name) DO NOTHING
+		RETURNING token, expires_at
+	), got AS (
+		SELECT token, expires_at FROM upd UNION ALL SELECT token, expires_at FROM ins
+	)
+	SELECT true, $2::text, token, expires_at FROM got
+	UNION ALL
+	SELECT false, holder, token, expires_at FROM {{locks}}
+	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
+	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
+		WHERE name = $1 AND expires_at > clock_timestamp()`
+	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
+		RETURNING expires_at`
+	sqlRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`
+	sqlReleaseNotify = `WITH released AS (` + sqlRelease + ` RETURNING name)
+		SELECT pg_notify($4, name) FROM released`
+	sqlVerify = `SELECT token FROM {{locks}}
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`
+	sqlCurrent = `SELECT token FROM {{locks}} WHERE name = $1`
+	// sqlPurgeLock runs before sqlPurge in the same transaction. Without an
+	// index on expires_at (it would make every acquire and release write
+	// index entries), sqlPurge scans the table until it has limit rows.
+	sqlPurgeLock = `SELECT pg_advisory_xact_lock(` + purgeFence + `)`
+	sqlPurge     = `DELETE FROM {{locks}} WHERE name IN (
+		SELECT name FROM {{locks}} WHERE expires_at < clock_timestamp() - $1 * interval '1 microsecond'
+		LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// Unsafe variants for the mutant sites (failpoint.Mutant): dead code in
+// default builds. They keep the parameters of the statements they replace.
+const (
+	mutantRenewTenure = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
+		RETURNING expires_at`
+	mutantRenewExpired = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		WHERE name = $1 AND holder = $2 AND token = $3
+		RETURNING expires_at`
+	mutantRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()`
+)
+
+type pgStatements struct {
+	acquire, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+}
+
+func renderStatements(n migrate.Names) pgStatements {
+	r := func(s string) string { return migrate.Render(s, n) }
+	return pgStatements{
+		acquire: r(sqlAcquire), holder: r(sqlHolder), renew: r(sqlRenew),
+		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
+		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
+	}
 }
 
 // Postgres is the lock service in PostgreSQL. Expiry is decided by the
 // database's clock (clock_timestamp()), never the client's. It is safe for
 // concurrent use.
 type Postgres struct {
-	db      DB
-	notify  bool
-	channel string // the NOTIFY channel, bound as an argument
-	sql     struct {
-		ensure, acquire, holder, renew, release, releaseNotify, verify, current, purge string
-	}
+	db       DB
+	tables   migrate.Names
+	notify   bool
+	channel  string // the NOTIFY channel, bound as an argument
+	sql      pgStatements
+	listener *listener // nil unless Notify and db is a pool
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or invalid
-// Tables give an error matching ErrInvalid.
+// (Migrations). A nil cfg means the defaults. A nil db or invalid Tables give
+// an error matching ErrInvalid (and migrate.ErrInvalidName for Tables). It
+// does no I/O.
 func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
-	if cfg == nil {
-		cfg = &PostgresConfig{}
-	}
+	c := cfg.withDefaults()
 	if db == nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w: nil DB", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
 	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("fencedlock: invalid config: %w: %w", ErrInvalid, err)
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	p := &Postgres{db: db, notify: cfg.Notify, channel: releaseChannel(cfg.Tables)}
-	r := func(s string) string { return migrate.Render(s, cfg.Tables) }
-	// ensure gives a new name a free row with no token, so that the token
-	// is always minted by the UPDATE below, after it holds the row lock: a
-	// nextval() evaluated before the lock could predate a tenure that
-	// commits first, and hand out a smaller token after it.
-	p.sql.ensure = r(`INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		VALUES ($1, '', 0, '-infinity', '-infinity') ON CONFLICT (name) DO NOTHING`)
-	p.sql.acquire = r(`UPDATE {{locks}}
-		SET holder = $2, token = nextval({{regclass lock_tokens}}),
-		    acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
-		WHERE name = $1 AND expires_at <= clock_timestamp()
-		RETURNING token, expires_at`)
-	p.sql.holder = r(`SELECT holder, token, expires_at FROM {{locks}}
-		WHERE name = $1 AND expires_at > clock_timestamp()`)
-	p.sql.renew = r(`UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
-		RETURNING expires_at`)
-	p.sql.release = r(`UPDATE {{locks}} SET expires_at = clock_timestamp()
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`)
-	p.sql.releaseNotify = `WITH released AS (` + p.sql.release + ` RETURNING name)
-		SELECT pg_notify($4, name) FROM released`
-	p.sql.verify = r(`SELECT token FROM {{locks}}
-		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp() FOR SHARE`)
-	p.sql.current = r(`SELECT token FROM {{locks}} WHERE name = $1`)
-	p.sql.purge = r(`DELETE FROM {{locks}} WHERE name IN (
-		SELECT name FROM {{locks}} WHERE expires_at < clock_timestamp() - $1 * interval '1 microsecond'
-		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables)}
+	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
+		p.listener = &listener{pool: pool, channel: p.channel}
+	}
 	return p, nil
 }
 
-// WithDB returns a store that runs its statements on db — typically the
-// caller's transaction — with the same configuration.
+// releaseChannel is the NOTIFY channel of the lock table named by tables.
+func releaseChannel(tables migrate.Names) string { return tables.Raw("lock_released") }
+
+// WithDB returns a copy of the store whose statements run on db — typically
+// the caller's transaction — with the same configuration, and the same
+// waiters.
 func (p *Postgres) WithDB(db DB) *Postgres {
 	c := *p
 	c.db = db
 	return &c
 }
 
-// Acquire implements Store. It runs two statements in one round trip.
+// Released implements Wakeups: the channel is closed at the next release of
+// name by a store with Notify. Only a store created with Notify on a
+// *pgxpool.Pool listens; on any other the channel closes never, and waiters
+// poll.
+func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
+	if p.listener == nil {
+		return nil, func() {}
+	}
+	return p.listener.Released(name)
+}
+
+// Acquire implements Store. It is one statement, and one round trip unless
+// the lock was released or purged while the statement ran.
 func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	// A miss followed by a free lock means it was released between the two
-	// statements; try again a few times before reporting contention.
+	// No row at all means the lock changed hands while the statement ran
+	// (released, purged, taken): try again a few times before reporting
+	// contention.
 	for attempt := 0; ; attempt++ {
 		l, err := p.acquire(ctx, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
-		cur, held, herr := p.Holder(ctx, name)
-		if herr != nil {
-			return Lease{}, herr
-		}
-		if held || attempt == 2 {
+		if attempt == 2 {
+			cur, _, err := p.Holder(ctx, name)
+			if err != nil {
+				return Lease{}, err
+			}
 			return Lease{}, &HeldError{Name: name, Holder: cur.Holder, Token: cur.Token}
 		}
 	}
 }
 
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	acquire := p.sql.acquire
+	if failpoint.Mutant("fencedlock.acquire.expired") {
+		// The update branch without its expiry condition.
+		acquire = migrate.Render(strings.Replace(sqlAcquire, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+	}
 	sent := time.Now()
-	var b pgx.Batch
-	b.Queue(p.sql.ensure, name)
-	b.Queue(p.sql.acquire, name, holder, ttl.Microseconds())
-	res := p.db.SendBatch(ctx, &b)
-	_, err := res.Exec()
-	var l Lease
-	if err == nil {
-		err = res.QueryRow().Scan(&l.Token, &l.Expires)
-	}
-	if cerr := res.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	var acquired bool
+	l := Lease{Name: name}
+	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &l.Holder, &l.Token, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, err
-	}
-	if err != nil {
+	case err != nil:
 		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), err)
+	case !acquired:
+		return Lease{}, &HeldError{Name: name, Holder: l.Holder, Token: l.Token}
 	}
-	l.Name, l.Holder, l.TTL, l.sent = name, holder, ttl, sent
+	l.TTL, l.sent = ttl, sent
 	return l, nil
 }
 
@@ -159,8 +254,15 @@ func (p *Postgres) Renew(ctx context.Context, l Lease) (Lease, error) {
 	if err := validLease(l); err != nil {
 		return Lease{}, err
 	}
+	renew := p.sql.renew
+	if failpoint.Mutant("fencedlock.renew.tenure") {
+		renew = migrate.Render(mutantRenewTenure, p.tables)
+	}
+	if failpoint.Mutant("fencedlock.renew.expired") {
+		renew = migrate.Render(mutantRenewExpired, p.tables)
+	}
 	sent := time.Now()
-	err := p.db.QueryRow(ctx, p.sql.renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
+	err := p.db.QueryRow(ctx, renew, l.Name, l.Holder, l.Token, l.TTL.Microseconds()).Scan(&l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: renew %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
@@ -177,29 +279,41 @@ func (p *Postgres) Release(ctx context.Context, l Lease) error {
 	if err := validTenure(l); err != nil {
 		return err
 	}
-	var n int64
-	if p.notify {
-		rows, err := p.db.Query(ctx, p.sql.releaseNotify, l.Name, l.Holder, l.Token, p.channel)
-		if err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
-		}
-		for rows.Next() {
-			n++
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
-		}
-	} else {
-		tag, err := p.db.Exec(ctx, p.sql.release, l.Name, l.Holder, l.Token)
-		if err != nil {
-			return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
-		}
-		n = tag.RowsAffected()
+	release := p.sql.release
+	if failpoint.Mutant("fencedlock.release.tenure") {
+		release = migrate.Render(mutantRelease, p.tables)
+	}
+	n, err := p.release(ctx, release, l)
+	if err != nil {
+		return fmt.Errorf("fencedlock: release %s: %w", short.Quote(l.Name), err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: release %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
 	}
 	return nil
+}
+
+// release runs the release statement, wrapped in a NOTIFY when the store
+// notifies, and returns how many rows it released.
+func (p *Postgres) release(ctx context.Context, release string, l Lease) (int64, error) {
+	if !p.notify {
+		tag, err := p.db.Exec(ctx, release, l.Name, l.Holder, l.Token)
+		return tag.RowsAffected(), err
+	}
+	if release != p.sql.release { // a mutant's
+		release = `WITH released AS (` + release + ` RETURNING name) SELECT pg_notify($4, name) FROM released`
+	} else {
+		release = p.sql.releaseNotify
+	}
+	rows, err := p.db.Query(ctx, release, l.Name, l.Holder, l.Token, p.channel)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err()
 }
 
 // Holder implements Store.
@@ -232,6 +346,9 @@ func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 	if err := validTenure(lease); err != nil {
 		return err
 	}
+	if failpoint.Mutant("fencedlock.verify.check") {
+		return nil
+	}
 	var tok int64
 	err := tx.QueryRow(ctx, p.sql.verify, lease.Name, lease.Holder, lease.Token).Scan(&tok)
 	if err == nil {
@@ -251,13 +368,28 @@ func (p *Postgres) Verify(ctx context.Context, tx DB, lease Lease) error {
 
 // Purge deletes up to limit lock rows that expired more than olderThan ago
 // and returns how many it deleted. Tokens stay monotonic: they come from a
-// sequence, not from the rows. Call it in a loop until it returns less than
-// limit; rows being acquired at the same moment are skipped, not waited for.
+// sequence, not from the rows, and a Purge waits for the acquires minting at
+// that moment. Call it in a loop until it returns less than limit; rows being
+// acquired at the same moment are skipped, not waited for. It scans the table
+// (there is no index on the expiry, so that acquires and releases stay cheap):
+// run it now and then (hourly, say), not on every request.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan < 0 || limit <= 0 {
 		return 0, fmt.Errorf("%w: purge olderThan %v limit %d", ErrInvalid, olderThan, limit)
 	}
-	tag, err := p.db.Exec(ctx, p.sql.purge, olderThan.Microseconds(), limit)
+	// One batch is one transaction: the lock is held until the rows are gone.
+	var b pgx.Batch
+	b.Queue(p.sql.purgeLock)
+	b.Queue(p.sql.purge, olderThan.Microseconds(), limit)
+	res := p.db.SendBatch(ctx, &b)
+	_, err := res.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = res.Exec()
+	}
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return 0, fmt.Errorf("fencedlock: purge: %w", err)
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/fencedlock/fencedlocktest"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -20,7 +20,7 @@ func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	fencedlocktest.Run(t, func(t *testing.T) fencedlocktest.Harness {
 		c := &clock.Manual{}
-		return fencedlocktest.Harness{Store: fencedlock.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return fencedlocktest.Harness{Store: newMemory(t, c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 
@@ -31,6 +31,15 @@ func TestPostgresStore(t *testing.T) {
 	fencedlocktest.Run(t, func(t *testing.T) fencedlocktest.Harness {
 		return fencedlocktest.Harness{Store: store, TTL: 300 * time.Millisecond, Advance: time.Sleep}
 	})
+}
+
+func newMemory(t testing.TB, c clock.Clock) *fencedlock.Memory {
+	t.Helper()
+	m, err := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func newPostgres(t testing.TB, db *testdb.DB, notify bool) *fencedlock.Postgres {
@@ -50,9 +59,6 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 	if _, err := fencedlock.NewPostgres(nil, nil); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Errorf("NewPostgres(nil) = %v, want ErrInvalid", err)
 	}
-	if _, err := fencedlock.NewListener(nil, migrate.Names{}); !errors.Is(err, fencedlock.ErrInvalid) {
-		t.Errorf("NewListener(nil) = %v, want ErrInvalid", err)
-	}
 	pool, err := pgxpool.New(ctx, "postgres://unused@127.0.0.1:1/unused") // never dialled
 	if err != nil {
 		t.Fatal(err)
@@ -69,9 +75,6 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 		if !errors.Is(err, fencedlock.ErrInvalid) || !errors.Is(err, migrate.ErrInvalidName) {
 			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
 		}
-		if _, err := fencedlock.NewListener(pool, tables); !errors.Is(err, fencedlock.ErrInvalid) {
-			t.Errorf("NewListener(%+q) = %v, want ErrInvalid", tables, err)
-		}
 	}
 }
 
@@ -80,7 +83,7 @@ func TestPostgresRejectsBadConfig(t *testing.T) {
 func TestMemoryPurge(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	store := fencedlock.NewMemory(c)
+	store := newMemory(t, c)
 	var tokens []int64
 	for i := range 10 {
 		l, err := store.Acquire(ctx, fmt.Sprintf("purged-%d", i), "a", time.Second)
@@ -156,7 +159,7 @@ func TestVerifyHolderLease(t *testing.T) {
 // make a 600-byte error.
 func TestErrorsShortenNames(t *testing.T) {
 	t.Parallel()
-	store := fencedlock.NewMemory(nil)
+	store := newMemory(t, nil)
 	long, holder := strings.Repeat("n", fencedlock.MaxNameLen), strings.Repeat("h", fencedlock.MaxNameLen)
 	a, err := store.Acquire(ctx, long, holder, time.Minute)
 	if err != nil {
@@ -168,6 +171,41 @@ func TestErrorsShortenNames(t *testing.T) {
 	for _, err := range []error{held, store.Release(ctx, stale)} {
 		if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(255 bytes)") {
 			t.Errorf("error of %d bytes, want the name shortened: %v", len(fmt.Sprint(err)), err)
+		}
+	}
+}
+
+// An install made before migration 2 upgrades in place: the index on the
+// expiry goes, and tokens continue from the same sequence.
+func TestUpgradeKeepsTokens(t *testing.T) {
+	t.Parallel()
+	ms := fencedlock.Migrations()
+	if len(ms) < 2 || ms[1].Version != 2 {
+		t.Fatalf("migrations = %+v", ms)
+	}
+	db := testdb.New(t, ms[0])
+	var before int64
+	err := db.Pool.QueryRow(ctx, `INSERT INTO lockfree_locks VALUES ('old', 'a', nextval('lockfree_lock_tokens'), now(), now())
+		RETURNING token`).Scan(&before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{}, ms); err != nil {
+		t.Fatal(err)
+	}
+	var indexes int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'lockfree_locks_expires_at'`,
+		db.Schema).Scan(&indexes); err != nil || indexes != 0 {
+		t.Fatalf("expiry index after the upgrade: %d (%v)", indexes, err)
+	}
+	store := newPostgres(t, db, false)
+	for _, name := range []string{"old", "new"} {
+		l, err := store.Acquire(ctx, name, "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token <= before {
+			t.Fatalf("%s: token %d after the upgrade, not above %d before it", name, l.Token, before)
 		}
 	}
 }

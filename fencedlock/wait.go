@@ -3,71 +3,100 @@ package fencedlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
 
 // Wakeups tells waiters that a lock was released, so they need not wait for
-// their next poll. Memory implements it, and so does a Postgres Listener.
+// their next poll. Memory implements it, and so does Postgres (with Notify,
+// on a pool).
 type Wakeups interface {
 	// Released returns a channel closed at the next release of name, and a
-	// function to call when the caller stops waiting.
+	// function to call when the caller stops waiting. A nil channel means
+	// no wake-up will come: the caller polls.
 	Released(name string) (<-chan struct{}, func())
 }
 
-// WaitConfig configures AcquireWait. The zero value is valid.
+// WaitConfig configures the wait for a busy lock (AcquireWait,
+// Locker.Do). A nil *WaitConfig means the defaults.
 type WaitConfig struct {
 	// MinDelay is the first backoff delay. Defaults to 10ms.
 	MinDelay time.Duration
-	// MaxDelay caps the backoff delay. Defaults to 1s.
+	// MaxDelay caps the backoff delay. Defaults to 1s, or MinDelay when
+	// that is longer.
 	MaxDelay time.Duration
 	// Jitter spreads each delay uniformly over ±Jitter of itself, so that
-	// waiters released together do not retry together. Defaults to 0.5;
-	// must be in [0, 1].
+	// waiters released together do not retry together; it must be in
+	// [0, 1]. Defaults to 0.5.
 	Jitter float64
-	// Wakeups, when set, ends a delay early when the lock is released.
-	// Defaults to none (polling only).
+	// Wakeups ends a delay early when the lock is released. Defaults to
+	// the store's own when it implements Wakeups (Memory; Postgres with
+	// Notify), else none (polling only).
 	Wakeups Wakeups
 }
 
+func (c *WaitConfig) withDefaults(store Store) WaitConfig {
+	var d WaitConfig
+	if c != nil {
+		d = *c
+	}
+	if d.MinDelay == 0 {
+		d.MinDelay = 10 * time.Millisecond
+	}
+	if d.MaxDelay == 0 {
+		d.MaxDelay = max(time.Second, d.MinDelay)
+	}
+	if d.Jitter == 0 {
+		d.Jitter = 0.5
+	}
+	if d.Wakeups == nil {
+		d.Wakeups, _ = store.(Wakeups)
+	}
+	return d
+}
+
+func (c WaitConfig) validate() error {
+	switch {
+	case c.MinDelay < 0 || c.MaxDelay < c.MinDelay:
+		return fmt.Errorf("%w: wait delays %v to %v", ErrInvalid, c.MinDelay, c.MaxDelay)
+	case c.Jitter < 0 || c.Jitter > 1:
+		return fmt.Errorf("%w: wait jitter %v outside [0, 1]", ErrInvalid, c.Jitter)
+	}
+	return nil
+}
+
 // AcquireWait acquires name, waiting while another holder has it: it retries
-// with exponential backoff and jitter, woken early by cfg.Wakeups, until it
-// succeeds or ctx ends (it then returns ctx's cause, joined with the last
-// *HeldError). Errors other than contention are returned at once.
+// with exponential backoff and jitter, woken early by the wake-ups (cfg's, or
+// the store's), until it succeeds or ctx ends (it then returns ctx's cause,
+// joined with the last *HeldError). Errors other than contention are returned
+// at once; a bad cfg gives ErrInvalid before any attempt.
 func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time.Duration, cfg *WaitConfig) (Lease, error) {
-	var c WaitConfig
-	if cfg != nil {
-		c = *cfg
+	if store == nil {
+		return Lease{}, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
-	if c.MinDelay <= 0 {
-		c.MinDelay = 10 * time.Millisecond
+	c := cfg.withDefaults(store)
+	if err := c.validate(); err != nil {
+		return Lease{}, err
 	}
-	if c.MaxDelay < c.MinDelay {
-		c.MaxDelay = max(time.Second, c.MinDelay)
-	}
-	if c.Jitter == 0 {
-		c.Jitter = 0.5
-	}
-	if c.Jitter < 0 || c.Jitter > 1 {
-		return Lease{}, errors.Join(ErrInvalid, errors.New("fencedlock: jitter outside [0, 1]"))
-	}
+	return c.acquire(ctx, store, name, holder, ttl)
+}
+
+func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder string, ttl time.Duration) (Lease, error) {
+	// Subscribe before each attempt, so that a release in between is not
+	// missed, and subscribe the next before dropping the last, so that a
+	// store that listens only while someone waits keeps listening.
+	wake, stop := c.subscribe(name)
+	defer func() { stop() }()
 	delay := c.MinDelay
 	var held error // the last contention seen, reported with ctx's end
 	for {
-		var wake <-chan struct{}
-		stop := func() {}
-		if c.Wakeups != nil {
-			// Subscribe before trying, so a release in between is not missed.
-			wake, stop = c.Wakeups.Released(name)
-		}
 		lease, err := store.Acquire(ctx, name, holder, ttl)
 		if err != nil && held != nil && ctx.Err() != nil {
 			// ctx ended during an attempt: report it as the end of the wait.
-			stop()
 			return Lease{}, errors.Join(context.Cause(ctx), held)
 		}
 		if !errors.Is(err, ErrHeld) {
-			stop()
 			return lease, err
 		}
 		held = err
@@ -76,13 +105,21 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			stop()
 			return Lease{}, errors.Join(context.Cause(ctx), err)
 		case <-wake:
 		case <-timer.C:
 		}
 		timer.Stop()
+		next, nextStop := c.subscribe(name)
 		stop()
+		wake, stop = next, nextStop
 		delay = min(delay*2, c.MaxDelay)
 	}
+}
+
+func (c WaitConfig) subscribe(name string) (<-chan struct{}, func()) {
+	if c.Wakeups == nil {
+		return nil, func() {}
+	}
+	return c.Wakeups.Released(name)
 }

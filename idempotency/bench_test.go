@@ -118,7 +118,7 @@ func BenchmarkPostgres(b *testing.B) {
 func BenchmarkMemory(b *testing.B) {
 	store, _ := idempotency.NewMemory(nil, nil)
 	leased, _ := idempotency.NewLeased(store, nil)
-	fenced, _ := idempotency.NewFenced(fencedlock.NewMemory(nil), store, nil)
+	fenced, _ := idempotency.NewFenced(memoryLocks(nil), store, nil)
 	fp := idempotency.NewFingerprint([]byte("bench"))
 	work := func(context.Context) (idempotency.Result, error) { return benchResult, nil }
 	for _, tc := range []struct {

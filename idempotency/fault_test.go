@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 )
@@ -432,7 +432,7 @@ func TestSlowFirstHook(t *testing.T) {
 			case "leased":
 				exec, _ = idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Second})
 			case "fenced":
-				exec, _ = idempotency.NewFenced(fencedlock.NewMemory(c), store, &idempotency.FencedConfig{TTL: time.Second})
+				exec, _ = idempotency.NewFenced(memoryLocks(c), store, &idempotency.FencedConfig{TTL: time.Second})
 			case "unguarded":
 				exec = unguarded{store}
 			}

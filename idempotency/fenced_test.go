@@ -49,7 +49,7 @@ func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
 	const writeTimeout = time.Hour
 	d := &deadlines{}
 	mem, _ := idempotency.NewMemory(nil, nil)
-	f, err := idempotency.NewFenced(recordingLocks{fencedlock.NewMemory(nil), d}, recordingRecords{mem, d},
+	f, err := idempotency.NewFenced(recordingLocks{memoryLocks(nil), d}, recordingRecords{mem, d},
 		&idempotency.FencedConfig{TTL: time.Minute, WriteTimeout: writeTimeout})
 	if err != nil {
 		t.Fatal(err)

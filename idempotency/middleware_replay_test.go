@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -66,7 +65,7 @@ func TestMiddlewareReplayIsTheFirstAnswer(t *testing.T) {
 			return l
 		},
 		"fenced on postgres": func(t *testing.T) idempotency.Executor {
-			f, _ := idempotency.NewFenced(fencedlock.NewMemory(nil), newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil), nil)
+			f, _ := idempotency.NewFenced(memoryLocks(nil), newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil), nil)
 			return f
 		},
 	}

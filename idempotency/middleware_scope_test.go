@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -86,7 +85,7 @@ func TestMiddlewareScopesKeysByCaller(t *testing.T) {
 		},
 		"fenced": func(t *testing.T) idempotency.Executor {
 			s, _ := idempotency.NewMemory(nil, nil)
-			f, _ := idempotency.NewFenced(fencedlock.NewMemory(nil), s, nil)
+			f, _ := idempotency.NewFenced(memoryLocks(nil), s, nil)
 			return f
 		},
 	}
@@ -187,7 +186,7 @@ func TestMiddlewareHandlerPanicLeavesKeyFree(t *testing.T) {
 		},
 		"fenced": func(t *testing.T) idempotency.Executor {
 			s, _ := idempotency.NewMemory(nil, nil)
-			f, _ := idempotency.NewFenced(fencedlock.NewMemory(nil), s, &idempotency.FencedConfig{TTL: time.Hour})
+			f, _ := idempotency.NewFenced(memoryLocks(nil), s, &idempotency.FencedConfig{TTL: time.Hour})
 			return f
 		},
 	}

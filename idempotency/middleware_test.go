@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/idempotency"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 

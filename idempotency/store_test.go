@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/idempotency/idempotencytest"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 

@@ -14,7 +14,7 @@ func ExamplePrint() {
 		Package: "demo", Version: 1, Name: "counters",
 		Up: `CREATE TABLE {{counters}} (id text PRIMARY KEY, n bigint NOT NULL)`,
 	}}
-	if err := migrate.Print(os.Stdout, migrate.Names{Schema: "app", Prefix: "lf_"}, false, ms...); err != nil {
+	if err := migrate.Print(os.Stdout, migrate.Names{Schema: "app", Prefix: "lf_"}, false, ms); err != nil {
 		fmt.Println(err)
 	}
 	// Output:

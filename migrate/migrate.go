@@ -4,21 +4,23 @@
 // Every backend ships its SQL as numbered migrations ([Migration]) written
 // against placeholder table names; [Names] says where the tables live (a schema,
 // or the connection's search_path, and a prefix), so nothing assumes the public
-// schema. [Up] applies the missing migrations of any number of packages, each
-// in its own transaction, serialised across processes by an advisory lock and
+// schema. [Up] applies the missing migrations of any number of packages in one
+// transaction, serialised across processes by one advisory lock and
 // recorded in a bookkeeping table; [Print] writes the same SQL for users of
-// goose, tern or golang-migrate.
+// goose, tern or golang-migrate. Both take one set of migrations per
+// package:
 //
-//	err := migrate.Up(ctx, pool, migrate.Names{}, fencedlock.Migrations()...)
+//	err := migrate.Up(ctx, pool, migrate.Names{}, fencedlock.Migrations(), idempotency.Migrations())
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -175,85 +177,109 @@ const bookkeeping = `CREATE TABLE IF NOT EXISTS {{migrations}} (
 	PRIMARY KEY (package, version)
 )`
 
-// Up applies the migrations that are not yet recorded, in package then
-// version order, each in its own transaction together with its bookkeeping
-// row. Concurrent calls (several services starting at once) are serialised by
-// a transaction-scoped advisory lock, so each migration runs once. Up returns
-// the first error and leaves later migrations unapplied.
-func Up(ctx context.Context, db DB, n Names, ms ...Migration) error {
-	if err := n.Validate(); err != nil {
-		return err
-	}
-	ordered, err := sorted(ms)
+// sqlLock serialises every lockfree migration in the database: one lock,
+// taken once per Up.
+const (
+	sqlLock    = `SELECT pg_advisory_xact_lock(hashtext('lockfree.migrate'))`
+	sqlApplied = `SELECT EXISTS (SELECT 1 FROM {{migrations}} WHERE package = $1 AND version = $2)`
+	sqlRecord  = `INSERT INTO {{migrations}} (package, version, name) VALUES ($1, $2, $3)`
+)
+
+// Up applies the migrations of sets (one set per package, such as
+// fencedlock.Migrations()) that are not yet recorded, in package then version
+// order:
+//
+//	err := migrate.Up(ctx, pool, names, fencedlock.Migrations(), idempotency.Migrations())
+//
+// A migration given twice (the same package and version, the same SQL) is
+// applied once; two different migrations under one package and version are
+// an error. Everything runs in one transaction under one transaction-scoped
+// advisory lock, so concurrent calls (several services starting at once)
+// apply each migration once, and a failure leaves the schema as it was. Up
+// returns the first error.
+func Up(ctx context.Context, db DB, n Names, sets ...[]Migration) error {
+	ordered, err := prepare(n, sets)
 	if err != nil {
 		return err
 	}
-	if err := n.validFor(ordered); err != nil {
-		return err
-	}
-	for _, m := range ordered {
-		if err := apply(ctx, db, n, m); err != nil {
-			return fmt.Errorf("migrate: %s %d (%s): %w", m.Package, m.Version, m.Name, err)
-		}
-	}
-	return nil
-}
-
-func apply(ctx context.Context, db DB, n Names, m Migration) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// One lock for every lockfree migration in this database.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('lockfree.migrate'))`); err != nil {
-			return err
+		if _, err := tx.Exec(ctx, sqlLock); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
 		}
 		if _, err := tx.Exec(ctx, Render(bookkeeping, n)); err != nil {
-			return err
+			return fmt.Errorf("migrate: bookkeeping table: %w", err)
 		}
-		var done bool
-		err := tx.QueryRow(ctx, Render(`SELECT EXISTS (SELECT 1 FROM {{migrations}} WHERE package = $1 AND version = $2)`, n),
-			m.Package, m.Version).Scan(&done)
-		if err != nil || done {
-			return err
+		for _, m := range ordered {
+			if err := apply(ctx, tx, n, m); err != nil {
+				return fmt.Errorf("migrate: %s %d (%s): %w", m.Package, m.Version, m.Name, err)
+			}
 		}
-		if _, err := tx.Exec(ctx, Render(m.Up, n)); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, Render(`INSERT INTO {{migrations}} (package, version, name) VALUES ($1, $2, $3)`, n),
-			m.Package, m.Version, m.Name)
-		return err
+		return nil
 	})
 }
 
+// prepare validates n and returns the migrations of sets, deduplicated and
+// sorted.
+func prepare(n Names, sets [][]Migration) ([]Migration, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	ordered, err := sorted(slices.Concat(sets...))
+	if err != nil {
+		return nil, err
+	}
+	if err := n.validFor(ordered); err != nil {
+		return nil, err
+	}
+	return ordered, nil
+}
+
+func apply(ctx context.Context, tx pgx.Tx, n Names, m Migration) error {
+	var done bool
+	if err := tx.QueryRow(ctx, Render(sqlApplied, n), m.Package, m.Version).Scan(&done); err != nil || done {
+		return err
+	}
+	if _, err := tx.Exec(ctx, Render(m.Up, n)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, Render(sqlRecord, n), m.Package, m.Version, m.Name)
+	return err
+}
+
+// sorted returns ms in package then version order, without repeats.
 func sorted(ms []Migration) ([]Migration, error) {
-	out := append([]Migration(nil), ms...)
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Package != out[j].Package {
-			return out[i].Package < out[j].Package
-		}
-		return out[i].Version < out[j].Version
+	out := slices.Clone(ms)
+	slices.SortStableFunc(out, func(a, b Migration) int {
+		return cmp.Or(cmp.Compare(a.Package, b.Package), cmp.Compare(a.Version, b.Version))
 	})
-	for i, m := range out {
-		if m.Package == "" || m.Version < 1 || strings.TrimSpace(m.Up) == "" {
-			return nil, fmt.Errorf("migrate: malformed migration %q %d", m.Package, m.Version)
+	var err error
+	out = slices.CompactFunc(out, func(a, b Migration) bool {
+		if a.Package != b.Package || a.Version != b.Version {
+			return false
 		}
-		if i > 0 && out[i-1].Package == m.Package && out[i-1].Version == m.Version {
-			return nil, fmt.Errorf("migrate: duplicate migration %s %d", m.Package, m.Version)
+		if a != b && err == nil {
+			err = fmt.Errorf("migrate: two different migrations %s %d", short.Quote(a.Package), a.Version)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range out {
+		if m.Package == "" || m.Version < 1 || strings.TrimSpace(m.Up) == "" {
+			return nil, fmt.Errorf("migrate: malformed migration %s %d", short.Quote(m.Package), m.Version)
 		}
 	}
 	return out, nil
 }
 
-// Print writes the up migrations (or the down migrations in reverse order when
-// down is true) as plain SQL with their names filled in from n, one commented
-// block per migration, for use with another migration tool.
-func Print(w io.Writer, n Names, down bool, ms ...Migration) error {
-	if err := n.Validate(); err != nil {
-		return err
-	}
-	ordered, err := sorted(ms)
+// Print writes the up migrations of sets (or the down migrations in reverse
+// order when down is true) as plain SQL with their names filled in from n,
+// one commented block per migration, for use with another migration tool.
+// Sets are deduplicated and ordered as by Up.
+func Print(w io.Writer, n Names, down bool, sets ...[]Migration) error {
+	ordered, err := prepare(n, sets)
 	if err != nil {
-		return err
-	}
-	if err := n.validFor(ordered); err != nil {
 		return err
 	}
 	if down {

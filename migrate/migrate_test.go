@@ -70,7 +70,7 @@ func TestValidateAdmitsOnlyIdentifiers(t *testing.T) {
 			t.Errorf("Validate(%+q) = %v, want ErrInvalidName", n, err)
 		}
 		var buf bytes.Buffer
-		if err := migrate.Print(&buf, n, false, migrate.FromDir("demo", files, "m")...); !errors.Is(err, migrate.ErrInvalidName) || buf.Len() != 0 {
+		if err := migrate.Print(&buf, n, false, migrate.FromDir("demo", files, "m")); !errors.Is(err, migrate.ErrInvalidName) || buf.Len() != 0 {
 			t.Errorf("Print(%+q) = %v, wrote %q", n, err, buf.String())
 		}
 	}
@@ -83,10 +83,10 @@ func TestNamesFitInIdentifiers(t *testing.T) {
 		Up: `CREATE TABLE {{` + strings.Repeat("t", migrate.MaxBaseLen+1) + `}} (id int)`}
 	n := migrate.Names{Prefix: strings.Repeat("p", 63-migrate.MaxBaseLen)}
 	var buf bytes.Buffer
-	if err := migrate.Print(&buf, n, false, long); !errors.Is(err, migrate.ErrInvalidName) {
+	if err := migrate.Print(&buf, n, false, []migrate.Migration{long}); !errors.Is(err, migrate.ErrInvalidName) {
 		t.Fatalf("Print of a 64-byte name = %v, want ErrInvalidName", err)
 	}
-	if err := migrate.Print(&buf, migrate.Names{}, false, long); err != nil {
+	if err := migrate.Print(&buf, migrate.Names{}, false, []migrate.Migration{long}); err != nil {
 		t.Fatalf("Print with the default prefix: %v", err)
 	}
 }
@@ -97,10 +97,10 @@ func TestPrint(t *testing.T) {
 		t.Fatalf("FromDir = %+v", ms)
 	}
 	var up, down bytes.Buffer
-	if err := migrate.Print(&up, migrate.Names{}, false, ms...); err != nil {
+	if err := migrate.Print(&up, migrate.Names{}, false, ms); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate.Print(&down, migrate.Names{}, true, ms...); err != nil {
+	if err := migrate.Print(&down, migrate.Names{}, true, ms); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(up.String(), `CREATE TABLE "lockfree_things"`) || strings.Index(up.String(), "001") > strings.Index(up.String(), "002") {
@@ -109,8 +109,16 @@ func TestPrint(t *testing.T) {
 	if strings.Index(down.String(), "002") > strings.Index(down.String(), "001") {
 		t.Fatalf("down is not reversed:\n%s", down.String())
 	}
-	if err := migrate.Print(&up, migrate.Names{}, false, append(ms, ms[0])...); err == nil {
-		t.Fatal("a duplicate migration was accepted")
+	// The same migration twice (two packages needing fencedlock's, say) is
+	// printed once; two different ones under one version are an error.
+	var twice bytes.Buffer
+	if err := migrate.Print(&twice, migrate.Names{}, false, ms, ms[:1]); err != nil || twice.String() != up.String() {
+		t.Fatalf("Print of a repeated set = %v:\n%s", err, twice.String())
+	}
+	other := ms[0]
+	other.Up = `CREATE TABLE {{other}} (id int)`
+	if err := migrate.Print(&twice, migrate.Names{}, false, ms, []migrate.Migration{other}); err == nil {
+		t.Fatal("two different migrations under one version were accepted")
 	}
 }
 
@@ -119,7 +127,7 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 	db := testdb.New(t)
 	ms := migrate.FromDir("demo", files, "m")
 	ctx := context.Background()
-	if err := migrate.Up(ctx, db.Pool, migrate.Names{Prefix: "x'"}, ms...); !errors.Is(err, migrate.ErrInvalidName) {
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{Prefix: "x'"}, ms); !errors.Is(err, migrate.ErrInvalidName) {
 		t.Fatalf("Up with a quote in the prefix = %v, want ErrInvalidName", err)
 	}
 	var tables int
@@ -128,7 +136,7 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 	}
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
-		go func() { errs <- migrate.Up(ctx, db.Pool, migrate.Names{}, ms...) }()
+		go func() { errs <- migrate.Up(ctx, db.Pool, migrate.Names{}, ms, ms[:1]) }()
 	}
 	for i := 0; i < 4; i++ {
 		if err := <-errs; err != nil {
@@ -141,5 +149,30 @@ func TestUpConcurrentAndIdempotent(t *testing.T) {
 	}
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM lockfree_things`).Scan(&n); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Up applies several packages' sets in one transaction: a migration that
+// fails leaves none of the set applied, so a retry starts from a clean
+// schema.
+func TestUpSetsAllOrNothing(t *testing.T) {
+	db := testdb.New(t)
+	ctx := context.Background()
+	demo := migrate.FromDir("demo", files, "m")
+	broken := []migrate.Migration{{Package: "zbroken", Version: 1, Name: "broken", Up: `CREATE TABLE {{things}} (id int)`}}
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{}, demo, broken); err == nil {
+		t.Fatal("Up of a set that creates a table twice succeeded")
+	}
+	var tables int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1`, db.Schema).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("a failed Up left %d tables (%v)", tables, err)
+	}
+	other := []migrate.Migration{{Package: "other", Version: 1, Name: "others", Up: `CREATE TABLE {{others}} (id int)`}}
+	if err := migrate.Up(ctx, db.Pool, migrate.Names{}, other, demo); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM lockfree_migrations`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("recorded migrations = %d, %v; want 3", n, err)
 	}
 }

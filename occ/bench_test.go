@@ -26,7 +26,7 @@ func backends(b *testing.B, fn func(b *testing.B, be backend)) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fn(b, backend{s, fencedlock.NewMemory(nil)})
+		fn(b, backend{s, memoryLocks(nil)})
 	})
 	b.Run("postgres", func(b *testing.B) {
 		db := newDocs(b)

@@ -135,7 +135,8 @@ func ExampleFenced() {
 	ctx := context.Background()
 	accounts, _ := occ.NewMemory[Account](occ.TableConfig{})
 	accounts.Insert(ctx, Account{ID: "erin", Balance: 5})
-	twin, err := occ.NewFenced(fencedlock.NewMemory(nil), accounts, occ.FencedConfig{})
+	locks, _ := fencedlock.NewMemory(nil)
+	twin, err := occ.NewFenced(locks, accounts, occ.FencedConfig{})
 	if err != nil {
 		panic(err)
 	}

@@ -17,6 +17,7 @@ func (nopDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
 }
 func (nopDB) Query(context.Context, string, ...any) (pgx.Rows, error) { panic("nopDB used") }
 func (nopDB) QueryRow(context.Context, string, ...any) pgx.Row        { panic("nopDB used") }
+func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("nopDB used") }
 
 type nopLocks struct{ fencedlock.Store }
 

@@ -92,7 +92,7 @@ func NewFenced[T any](locks fencedlock.Store, store Store[T], cfg FencedConfig) 
 	f := &Fenced[T]{locks: locks, store: store, cfg: cfg}
 	switch s := store.(type) {
 	case *Postgres[T]:
-		fence := fencedlock.Fence{Schema: s.cfg.Schema, Table: s.cfg.Table, Key: s.cfg.Key, Token: cfg.TokenColumn}
+		fence := fencedlock.Fence{Schema: s.cfg.Schema, Table: s.cfg.Table, Key: s.cfg.Key, TokenColumn: cfg.TokenColumn}
 		f.m, f.prefix = s.m, "occ/"+s.cfg.Table+"/"
 		f.write = func(ctx context.Context, row T, loaded, token int64) (int64, error) {
 			return s.writeLocked(ctx, row, loaded, fence, token, !cfg.Unfenced)

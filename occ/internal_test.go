@@ -62,7 +62,7 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFenced(fencedlock.NewMemory(nil), Store[doc](s), FencedConfig{})
+	f, err := NewFenced(memoryLocks(nil), Store[doc](s), FencedConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 		}
 		seen[name] = k
 	}
-	if _, err := NewFenced(fencedlock.NewMemory(nil), Store[doc](s), FencedConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewFenced(memoryLocks(nil), Store[doc](s), FencedConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a lock prefix leaving no room for a hashed key: %v, want ErrInvalid", err)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/occ"
 	"github.com/lockfree-go/lockfree/occ/occtest"
@@ -22,7 +22,7 @@ func TestMemoryStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := &clock.Manual{}
-		return occtest.Harness{Store: s, Locks: fencedlock.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return occtest.Harness{Store: s, Locks: memoryLocks(c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 

@@ -91,7 +91,7 @@ var benchFence = fencedlock.Fence{Table: "accounts", Key: "id"}
 func BenchmarkFencedDo(b *testing.B) {
 	wait := &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}
 	b.Run("memory", func(b *testing.B) {
-		f, err := partition.NewFenced(fencedlock.NewMemory(nil), partition.FencedConfig{Holder: "bench", Wait: wait})
+		f, err := partition.NewFenced(memoryLocks(nil), partition.FencedConfig{Holder: "bench", Wait: wait})
 		if err != nil {
 			b.Fatal(err)
 		}

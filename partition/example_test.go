@@ -73,7 +73,7 @@ func ExampleMemory_Verify() {
 // The fenced-lock twin: a lease lock per key around each call.
 func ExampleFenced() {
 	ctx := context.Background()
-	locks := fencedlock.NewMemory(nil)
+	locks, _ := fencedlock.NewMemory(nil)
 	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "worker-1"})
 	if err != nil {
 		fmt.Println(err)

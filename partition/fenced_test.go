@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/partition"
 )
 
@@ -17,7 +17,7 @@ import (
 // store, as Member.Do does for the owner.
 func TestFencedSerialisesPerKey(t *testing.T) {
 	t.Parallel()
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	w := newWatcher(t)
 	var wg sync.WaitGroup
 	counts := map[string]int{}
@@ -63,7 +63,7 @@ func TestFencedPausedHolder(t *testing.T) {
 	t.Parallel()
 	for _, fenced := range []bool{true, false} {
 		c := &clock.Manual{}
-		locks := fencedlock.NewMemory(c)
+		locks := memoryLocks(c)
 		a, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Second,
 			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}})
 		b, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "b", TTL: time.Second})
@@ -94,7 +94,7 @@ func TestFencedPausedHolder(t *testing.T) {
 
 func TestNewFencedRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	for _, cfg := range []partition.FencedConfig{
 		{},
 		{Holder: "a", TTL: -time.Second},
@@ -120,7 +120,7 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 // Do releases it before the panic goes on.
 func TestFencedReleasesWhenFnPanics(t *testing.T) {
 	t.Parallel()
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Minute,
 		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/partition"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockfree-go/lockfree/internal/clock"
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"

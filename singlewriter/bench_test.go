@@ -129,7 +129,7 @@ func BenchmarkBareReaderThroughput(b *testing.B) {
 // fenced lock (one lock round trip per event).
 func BenchmarkFencedConsumerThroughput(b *testing.B) {
 	e := benchEnv(b)
-	if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+	if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()); err != nil {
 		b.Fatal(err)
 	}
 	locks, err := fencedlock.NewPostgres(e.db.Pool, nil)

@@ -60,7 +60,7 @@ func ExampleConsumer() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, "postgres://localhost/app")
 	defer pool.Close()
-	_ = migrate.Up(ctx, pool, migrate.Names{}, singlewriter.Migrations()...)
+	_ = migrate.Up(ctx, pool, migrate.Names{}, singlewriter.Migrations())
 
 	c, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{
 		Brokers: []string{"localhost:9092"},

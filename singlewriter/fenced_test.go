@@ -114,7 +114,7 @@ func TestFencedConsumerRejectsPausedConsumer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 3)
-			if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+			if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()); err != nil {
 				t.Fatal(err)
 			}
 			locks, err := fencedlock.NewPostgres(e.db.Pool, nil)
@@ -206,7 +206,7 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 	}
 	long := singlewriter.LockName("s", strings.Repeat("k", 300))
 	pairs = append(pairs, [2]string{"s", long}, [2]string{"", long})
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		name := singlewriter.LockName(p[0], p[1])
@@ -266,7 +266,7 @@ func TestFencedApplyKeepsEntitiesApart(t *testing.T) {
 func TestFencedConsumerKeysAndPoison(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
-	if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+	if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()); err != nil {
 		t.Fatal(err)
 	}
 	locks, err := fencedlock.NewPostgres(e.db.Pool, nil)

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/singlewriter"
 )
@@ -86,7 +85,7 @@ func claimErr(in *singlewriter.Inbox, g, topic string, p int, start int64) error
 func TestNilDBIsInvalid(t *testing.T) {
 	t.Parallel()
 	var nilPool *pgxpool.Pool
-	locks := fencedlock.NewMemory(nil)
+	locks := memoryLocks(nil)
 	h := func(context.Context, pgx.Tx, kafka.Message) error { return nil }
 	calls := map[string]func() error{
 		"NewInbox(nil)":      func() error { _, err := singlewriter.NewInbox(nil, nil); return err },

@@ -2,7 +2,7 @@
 // under faults, and applies lockfree's database schema.
 //
 //	lockfree compare [flags]      run every approach side by side; see -h
-//	lockfree migrate up|print     apply or print the PostgreSQL schema
+//	lockfree migrate up|print     apply or print the PostgreSQL schema (--packages a,b; default all)
 package main
 
 import (

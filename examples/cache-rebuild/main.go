@@ -20,9 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -75,7 +75,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
 	}
 	if cfg.DB != nil {
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()); err != nil {
 			return err
 		}
 	}
@@ -105,28 +105,34 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 
 // serveWithLock serves the report. When the cached copy is stale, the
 // request that gets the lock rebuilds it; the others do not wait — they
-// serve the stale copy. No fencing token, no keepalive: if two requests
+// serve the stale copy. No fencing token, and no renewal: if two requests
 // ever rebuild at once, both compute the same report from the source and
 // write it whole, so the worst case is the work the lock was meant to save.
+// The rebuild runs on the request's context, not the lease's: outliving the
+// lease is harmless here.
 func serveWithLock(ctx context.Context, locks fencedlock.Store, c *cache, holder string, paused func()) (rebuilt bool, err error) {
 	if c.fresh() {
 		return false, nil
 	}
-	lease, err := locks.Acquire(ctx, lockName, holder, ttl)
+	locker, err := fencedlock.NewLocker(locks, &fencedlock.LockerConfig{Holder: holder, TTL: ttl,
+		Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}})
+	if err != nil {
+		return false, err
+	}
+	err = locker.TryDo(ctx, lockName, func(context.Context, fencedlock.Lease) error {
+		c.arrived()
+		if c.fresh() { // rebuilt while we were asking for the lock
+			return nil
+		}
+		paused() // a GC pause, swap, a VM migration, SIGSTOP …
+		rebuilt = true
+		return c.rebuild(ctx)
+	}) // the release after a lease that ran out finds nothing to free: not an error
 	if errors.Is(err, fencedlock.ErrHeld) {
 		c.arrived()
 		return false, nil // someone is rebuilding: serve the stale copy
 	}
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = locks.Release(context.WithoutCancel(ctx), lease) }() // ErrNotHeld if the lease ran out: nothing to free
-	c.arrived()
-	if c.fresh() { // rebuilt while we were asking for the lock
-		return false, nil
-	}
-	paused() // a GC pause, swap, a VM migration, SIGSTOP …
-	return true, c.rebuild(ctx)
+	return rebuilt, err
 }
 
 // serveWithoutLock is the comparison: every request that finds the cache
@@ -210,7 +216,8 @@ func (c *cache) correct() bool {
 func newLockSetup(db *pgxpool.Pool) (fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

@@ -22,9 +22,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/occ"
 )
@@ -88,7 +88,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
 	}
 	if cfg.DB != nil {
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -335,7 +335,7 @@ type pages interface {
 type pgPages struct{ db *pgxpool.Pool }
 
 // fence makes the documents table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "documents", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "documents", Key: "id", TokenColumn: "fencing_token"}
 
 func (p pgPages) reset(ctx context.Context) error {
 	_, err := p.db.Exec(ctx, `INSERT INTO documents (id, body) VALUES ($1, $2)
@@ -411,7 +411,8 @@ func (p *memPages) fencedWrite(ctx context.Context, token int64, body string) er
 func newLockSetup(db *pgxpool.Pool) (pages, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memPages{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memPages{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

@@ -20,9 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -78,7 +78,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
 	}
 	if cfg.DB != nil {
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -192,7 +192,7 @@ type shelf interface {
 type pgShelf struct{ db *pgxpool.Pool }
 
 // fence makes the inventory table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "inventory", Key: "sku", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "inventory", Key: "sku", TokenColumn: "fencing_token"}
 
 func (s pgShelf) reset(ctx context.Context, qty int64) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO inventory (sku, quantity) VALUES ($1, $2)
@@ -265,7 +265,7 @@ func (s *memShelf) fencedWrite(ctx context.Context, token, qty int64) error {
 func newLockSetup(db *pgxpool.Pool) (shelf, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		locks := fencedlock.NewMemory(c)
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
 		return &memShelf{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)

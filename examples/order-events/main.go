@@ -28,9 +28,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/singlewriter"
 )
@@ -119,8 +119,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 	}
 	if cfg.DB != nil {
-		ms := append(fencedlock.Migrations(), singlewriter.Migrations()...)
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, ms...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), singlewriter.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -450,7 +449,7 @@ type orders interface {
 type pgOrders struct{ db *pgxpool.Pool }
 
 // fence makes the orders table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "orders", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "orders", Key: "id", TokenColumn: "fencing_token"}
 
 func (s *pgOrders) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -593,7 +592,8 @@ func (actorOrders) fencedWrite(context.Context, int64, event) error     { return
 func newLockSetup(db *pgxpool.Pool) (orders, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memOrders{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memOrders{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

@@ -25,10 +25,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -84,8 +84,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
 	}
 	if cfg.DB != nil {
-		ms := append(fencedlock.Migrations(), idempotency.Migrations()...)
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, ms...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), idempotency.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -535,7 +534,7 @@ type ledger interface {
 type pgLedger struct{ db *pgxpool.Pool }
 
 // fence makes the payments table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "payments", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "payments", Key: "id", TokenColumn: "fencing_token"}
 
 func (l pgLedger) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
@@ -664,7 +663,8 @@ func (l *memLedger) captures(context.Context) (int, error) {
 func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memLedger{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memLedger{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

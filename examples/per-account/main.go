@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/clock"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 )
@@ -82,8 +82,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
 	}
 	if cfg.DB != nil {
-		ms := append(fencedlock.Migrations(), partition.Migrations()...)
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, ms...); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), partition.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -381,7 +380,7 @@ type pgLedger struct {
 }
 
 // fence makes the accounts table's reads and writes fenced by token.
-var fence = fencedlock.Fence{Table: "accounts", Key: "id", Token: "fencing_token"}
+var fence = fencedlock.Fence{Table: "accounts", Key: "id", TokenColumn: "fencing_token"}
 
 func (l *pgLedger) reset(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
@@ -505,7 +504,8 @@ func (l *memLedger) entries(context.Context) ([]int64, error) {
 func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Context) error) {
 	if db == nil {
 		c := &clock.Manual{}
-		return &memLedger{}, fencedlock.NewMemory(c), func(context.Context) error { c.Advance(ttl); return nil }
+		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
+		return &memLedger{}, locks, func(context.Context) error { c.Advance(ttl); return nil }
 	}
 	locks, err := fencedlock.NewPostgres(db, nil)
 	if err != nil {

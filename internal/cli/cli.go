@@ -7,12 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter"
@@ -22,8 +26,8 @@ const usage = `lockfree: distributed locks, and what to use instead
 
 usage:
   lockfree compare [flags]     run each approach side by side under faults (lockfree compare -h)
-  lockfree migrate up [flags]  apply the PostgreSQL schema of every package
-  lockfree migrate print       print that schema as SQL (for goose, tern, golang-migrate)
+  lockfree migrate up [flags]     apply the PostgreSQL schema (--packages fencedlock,idempotency,…; default all)
+  lockfree migrate print [flags]  print that schema as SQL (for goose, tern, golang-migrate)
 `
 
 // Main runs the command with args (without the program name) and returns
@@ -61,14 +65,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type usageError struct{ error }
 
-// migrations lists the schema of every package that has one.
-func migrations() []migrate.Migration {
-	var ms []migrate.Migration
-	ms = append(ms, fencedlock.Migrations()...)
-	ms = append(ms, idempotency.Migrations()...)
-	ms = append(ms, partition.Migrations()...)
-	ms = append(ms, singlewriter.Migrations()...)
-	return ms
+// packageMigrations is the schema of every package that has one, by name.
+var packageMigrations = map[string]func() []migrate.Migration{
+	"fencedlock":   fencedlock.Migrations,
+	"idempotency":  idempotency.Migrations,
+	"partition":    partition.Migrations,
+	"singlewriter": singlewriter.Migrations,
+}
+
+// migrationSets returns the sets of the packages named in list (comma
+// separated; empty or "all" means every package).
+func migrationSets(list string) ([][]migrate.Migration, error) {
+	names := slices.Sorted(maps.Keys(packageMigrations))
+	if list != "" && list != "all" {
+		names = nil
+		for _, name := range strings.Split(list, ",") {
+			name = strings.TrimSpace(name)
+			if packageMigrations[name] == nil {
+				return nil, usageError{fmt.Errorf("--packages: no package %s has migrations (want %s)",
+					short.Quote(name), strings.Join(slices.Sorted(maps.Keys(packageMigrations)), ", "))}
+			}
+			names = append(names, name)
+		}
+	}
+	sets := make([][]migrate.Migration, 0, len(names))
+	for _, name := range names {
+		sets = append(sets, packageMigrations[name]())
+	}
+	return sets, nil
 }
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -81,12 +105,17 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	schema := fs.String("schema", "", "schema for lockfree's tables (default: the connection's search_path)")
 	prefix := fs.String("prefix", migrate.DefaultPrefix, "prefix of lockfree's table names")
 	down := fs.Bool("down", false, "print: the down migrations, in reverse order")
+	packages := fs.String("packages", "all", "comma-separated packages whose schema to apply or print (fencedlock,idempotency,partition,singlewriter)")
 	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	sets, err := migrationSets(*packages)
+	if err != nil {
 		return err
 	}
 	names := migrate.Names{Schema: *schema, Prefix: *prefix}
 	if args[0] == "print" {
-		return migrate.Print(stdout, names, *down, migrations()...)
+		return migrate.Print(stdout, names, *down, sets...)
 	}
 	if *dbURL == "" {
 		return usageError{fmt.Errorf("migrate up needs --postgres or DATABASE_URL")}
@@ -96,9 +125,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
-	if err := migrate.Up(ctx, pool, names, migrations()...); err != nil {
+	if err := migrate.Up(ctx, pool, names, sets...); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "lockfree: schema up to date (%d migrations known)\n", len(migrations()))
+	fmt.Fprintf(stderr, "lockfree: schema up to date (%s)\n", *packages)
 	return nil
 }

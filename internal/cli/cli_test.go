@@ -73,6 +73,7 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--clients", "0"},
 		{"compare", "--backend", "oracle"},
 		{"migrate"},
+		{"migrate", "print", "--packages", "fencedlock,nosuch"},
 		{"frobnicate"},
 	} {
 		if code, _, _ := run(t, args...); code != 2 {
@@ -86,7 +87,14 @@ func TestMigrate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"app"."lf_locks"`) {
 		t.Fatalf("migrate print: %d\n%s", code, out)
 	}
+	code, out, _ = run(t, "migrate", "print", "--packages", "fencedlock")
+	if code != 0 || !strings.Contains(out, `"lockfree_locks"`) || strings.Contains(out, "idempotency") {
+		t.Fatalf("migrate print --packages fencedlock: %d\n%s", code, out)
+	}
 	db := testdb.New(t)
+	if code, _, errs := run(t, "migrate", "up", "--postgres", db.URL, "--packages", "fencedlock"); code != 0 {
+		t.Fatalf("migrate up --packages fencedlock: %d %s", code, errs)
+	}
 	for i := 0; i < 2; i++ { // the second run finds nothing to do
 		if code, _, errs := run(t, "migrate", "up", "--postgres", db.URL); code != 0 {
 			t.Fatalf("migrate up: %d %s", code, errs)

@@ -229,7 +229,7 @@ type Infra struct {
 }
 
 // Result is one approach's line of the report. The JSON names are a public
-// interface (DESIGN.md §7).
+// interface (ARCHITECTURE.md, "The harness"): they are never renamed.
 type Result struct {
 	Approach   Approach `json:"approach"`
 	Label      string   `json:"label"`
@@ -326,7 +326,7 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 	env := &Env{Keys: cfg.Keys, Clients: cfg.Clients, LeaseTTL: cfg.LeaseTTL, Kafka: infra.Kafka}
 	var proxy *faultproxy.Proxy
 	if infra.URL == "" {
-		env.Locks = fencedlock.NewMemory(nil)
+		env.Locks, _ = fencedlock.NewMemory(nil) // the defaults are valid
 	} else {
 		sch, err := newSchema(ctx, infra.URL, sc, a)
 		if err != nil {

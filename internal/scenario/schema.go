@@ -42,8 +42,7 @@ func newSchema(ctx context.Context, base string, sc Scenario, a Approach) (*sche
 	if s.admin, err = pgxpool.New(ctx, s.url); err != nil {
 		return nil, err
 	}
-	ms := append(fencedlock.Migrations(), sc.Migrations...)
-	if err := migrate.Up(ctx, s.admin, migrate.Names{}, ms...); err != nil {
+	if err := migrate.Up(ctx, s.admin, migrate.Names{}, fencedlock.Migrations(), sc.Migrations); err != nil {
 		s.drop()
 		return nil, err
 	}

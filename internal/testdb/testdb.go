@@ -92,7 +92,7 @@ func newSchema(t testing.TB, base string, ms []migrate.Migration) *DB {
 	}
 	t.Cleanup(pool.Close)
 	if len(ms) > 0 {
-		if err := migrate.Up(ctx, pool, migrate.Names{}, ms...); err != nil {
+		if err := migrate.Up(ctx, pool, migrate.Names{}, ms); err != nil {
 			t.Fatalf("testdb: %v", err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package testkafka gives integration tests a real Apache Kafka broker and fresh topics
-// (DESIGN.md §6).
+// (ARCHITECTURE.md, "The harness").
 //
 // Where the broker comes from, in order:
 //  1. TEST_KAFKA_BROKERS (comma-separated host:port list), e.g. from

@@ -1,0 +1,174 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+)
+
+// LockerConfig configures a Locker. A nil *LockerConfig means the defaults.
+// Every fenced twin's config embeds it, so these names and defaults are the
+// same in every package.
+type LockerConfig struct {
+	// Holder identifies this process in the lock table (HeldError.Holder,
+	// Lease.Holder). Defaults to a new UUIDv7 per Locker: time-ordered, and
+	// unique without coordination.
+	Holder string
+	// TTL is the lease of each tenure, between MinTTL and MaxTTL. Defaults
+	// to 10s.
+	TTL time.Duration
+	// LockPrefix is prepended to every name given to Do and TryDo, so that
+	// several users of one lock table do not collide; prefix and name
+	// together must be a valid lock name. Defaults to "".
+	LockPrefix string
+	// Wait configures the wait for a busy lock in Do. Defaults to the
+	// WaitConfig defaults (with the store's own wake-ups).
+	Wait *WaitConfig
+	// Keepalive configures the renewal of the lease while fn runs.
+	// Defaults to the KeepaliveConfig defaults.
+	Keepalive *KeepaliveConfig
+	// ReleaseTimeout bounds the release after fn returns; the release runs
+	// even when the caller's context has ended. Defaults to 5s.
+	ReleaseTimeout time.Duration
+}
+
+// DefaultTTL is a Locker's lease when LockerConfig.TTL is zero.
+const DefaultTTL = 10 * time.Second
+
+func (c *LockerConfig) withDefaults() LockerConfig {
+	var d LockerConfig
+	if c != nil {
+		d = *c
+	}
+	if d.Holder == "" {
+		d.Holder = uuid.Must(uuid.NewV7()).String()
+	}
+	if d.TTL == 0 {
+		d.TTL = DefaultTTL
+	}
+	if d.ReleaseTimeout == 0 {
+		d.ReleaseTimeout = 5 * time.Second
+	}
+	return d
+}
+
+func (c LockerConfig) validate(store Store) error {
+	if err := validName("holder", c.Holder); err != nil {
+		return err
+	}
+	if len(c.LockPrefix) >= MaxNameLen || !utf8.ValidString(c.LockPrefix) || strings.ContainsRune(c.LockPrefix, 0) {
+		return fmt.Errorf("%w: lock prefix must be valid UTF-8 without NUL, shorter than %d bytes", ErrInvalid, MaxNameLen)
+	}
+	if c.ReleaseTimeout < 0 {
+		return fmt.Errorf("%w: negative release timeout %v", ErrInvalid, c.ReleaseTimeout)
+	}
+	if err := c.Keepalive.withDefaults(c.TTL).Validate(c.TTL); err != nil {
+		return err
+	}
+	return c.Wait.withDefaults(store).validate()
+}
+
+// Locker runs functions under a lock: acquire → keepalive → fn → release,
+// with the keepalive's stop and the release deferred, so that a fn that
+// panics releases the lease before the panic goes on. It is the building
+// block of every fenced twin in lockfree. It is safe for concurrent use; the
+// zero value is not usable: call NewLocker.
+//
+// The lock alone excludes nothing once a holder pauses past its lease: fn
+// must present lease.Token to the resource (Fence.Update, Postgres.Verify,
+// Gate.Do), which rejects a stale holder's write.
+type Locker struct {
+	store Store
+	cfg   LockerConfig
+	wait  WaitConfig
+}
+
+// NewLocker returns a Locker on store. A nil cfg means the defaults. A nil
+// store or a bad cfg (a bad Holder, TTL, LockPrefix, Keepalive or Wait)
+// give an error matching ErrInvalid; it does no I/O.
+func NewLocker(store Store, cfg *LockerConfig) (*Locker, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(store); err != nil {
+		return nil, err
+	}
+	return &Locker{store: store, cfg: c, wait: c.Wait.withDefaults(store)}, nil
+}
+
+// Holder returns the holder identity the Locker acquires with.
+func (l *Locker) Holder() string { return l.cfg.Holder }
+
+// Do acquires the lock LockPrefix+name, waiting while another holder has
+// it until ctx ends (then ctx's cause joined with the last *HeldError), and
+// runs fn with the lease. fn's context is the keepalive's: it is cancelled,
+// with a cause (ErrLost, ErrExpiring, ErrMaxRenewals), when the lease can no
+// longer be trusted. When fn returns or panics, the keepalive stops and the
+// lease is released (bounded by ReleaseTimeout, even if ctx has ended).
+//
+// Do returns fn's error as it is — a *FencedError from the resource is an
+// error like any other, for errors.As — joined with the release's error, if
+// any. A release that finds the lease already gone (ErrNotHeld: it expired
+// under fn) is not an error: the resource's fencing decided fn's writes.
+func (l *Locker) Do(ctx context.Context, name string, fn func(ctx context.Context, lease Lease) error) error {
+	return l.do(ctx, name, true, fn)
+}
+
+// TryDo is Do without the wait: when another holder has the lock it returns
+// a *HeldError at once and fn does not run.
+func (l *Locker) TryDo(ctx context.Context, name string, fn func(ctx context.Context, lease Lease) error) error {
+	return l.do(ctx, name, false, fn)
+}
+
+func (l *Locker) do(ctx context.Context, name string, wait bool, fn func(ctx context.Context, lease Lease) error) (err error) {
+	full := l.cfg.LockPrefix + name
+	if err := validName("lock name", full); err != nil {
+		return err
+	}
+	var lease Lease
+	if wait {
+		lease, err = l.wait.acquire(ctx, l.store, full, l.cfg.Holder, l.cfg.TTL)
+	} else {
+		lease, err = l.store.Acquire(ctx, full, l.cfg.Holder, l.cfg.TTL)
+	}
+	if err != nil {
+		return err
+	}
+	k, err := Keep(ctx, l.store, lease, l.cfg.Keepalive)
+	if err != nil {
+		return errors.Join(err, l.release(ctx, lease, nil))
+	}
+	defer func() {
+		failpoint.Inject(ctx, "fencedlock.locker.before-release")
+		if rerr := l.release(ctx, lease, k); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	failpoint.Inject(k.Context(), "fencedlock.locker.acquired")
+	return fn(k.Context(), lease)
+}
+
+// release stops k (when set) and releases its lease, bounded by
+// ReleaseTimeout from now. A lease that is gone already is not an error.
+func (l *Locker) release(ctx context.Context, lease Lease, k *Keepalive) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ReleaseTimeout)
+	defer cancel()
+	var err error
+	if k != nil {
+		err = k.Release(rctx)
+	} else {
+		err = l.store.Release(rctx, lease)
+	}
+	if errors.Is(err, ErrNotHeld) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,177 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// recovered runs f and returns what it panicked with.
+func recovered(f func()) (v any) {
+	defer func() { v = recover() }()
+	f()
+	return nil
+}
+
+func newLocker(t testing.TB, store fencedlock.Store, cfg *fencedlock.LockerConfig) *fencedlock.Locker {
+	t.Helper()
+	l, err := fencedlock.NewLocker(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Work that panics must not leave its lease renewed for nobody: Do stops
+// the keepalive and releases the lease before the panic goes on.
+func TestLockerReleasesWhenWorkPanics(t *testing.T) {
+	t.Parallel()
+	store := &countingStore{Store: newMemory(t, nil)}
+	locker := newLocker(t, store, &fencedlock.LockerConfig{Holder: "a", TTL: time.Minute,
+		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
+	var workCtx context.Context
+	v := recovered(func() {
+		locker.Do(ctx, "panicky", func(ctx context.Context, _ fencedlock.Lease) error {
+			workCtx = ctx
+			panic("boom")
+		})
+	})
+	if v != "boom" {
+		t.Fatalf("recovered %v, want the work's panic", v)
+	}
+	if cur, held, err := store.Holder(ctx, "panicky"); err != nil || held {
+		t.Fatalf("after the panic the lock is held by %+v (%v): nobody releases it", cur, err)
+	}
+	if n := store.releases.Load(); n != 1 {
+		t.Fatalf("%d releases, want 1", n)
+	}
+	// The keepalive has stopped (Stop waits for its goroutine): no renewal
+	// can follow.
+	if cause := context.Cause(workCtx); !errors.Is(cause, fencedlock.ErrStopped) {
+		t.Fatalf("work's context cause = %v, want ErrStopped", cause)
+	}
+	if _, err := store.Acquire(ctx, "panicky", "b", time.Minute); err != nil {
+		t.Fatalf("another holder cannot take the lock at once: %v", err)
+	}
+}
+
+func TestLockerDo(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, nil)
+	locker := newLocker(t, store, &fencedlock.LockerConfig{LockPrefix: "jobs/", TTL: time.Minute})
+	if _, err := uuid.Parse(locker.Holder()); err != nil || uuid.MustParse(locker.Holder()).Version() != 7 {
+		t.Fatalf("default holder %q is not a UUIDv7", locker.Holder())
+	}
+	var gate fencedlock.Gate
+	var ran fencedlock.Lease
+	err := locker.Do(ctx, "daily", func(ctx context.Context, l fencedlock.Lease) error {
+		ran = l
+		return gate.Do(l.Token, func() error { return nil })
+	})
+	if err != nil || ran.Name != "jobs/daily" || ran.Holder != locker.Holder() {
+		t.Fatalf("Do = %v with lease %+v", err, ran)
+	}
+	if _, held, _ := store.Holder(ctx, "jobs/daily"); held {
+		t.Fatal("Do did not release")
+	}
+
+	// Busy: TryDo says who holds it, without running fn.
+	other, _ := store.Acquire(ctx, "jobs/daily", "other", time.Minute)
+	err = locker.TryDo(ctx, "daily", func(context.Context, fencedlock.Lease) error {
+		t.Fatal("fn ran without the lock")
+		return nil
+	})
+	var held *fencedlock.HeldError
+	if !errors.As(err, &held) || held.Holder != "other" || held.Token != other.Token {
+		t.Fatalf("TryDo on a held lock = %v", err)
+	}
+	// Do waits until ctx ends, and says both.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = locker.Do(wctx, "daily", func(context.Context, fencedlock.Lease) error {
+		t.Fatal("fn ran without the lock")
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencedlock.ErrHeld) {
+		t.Fatalf("Do on a held lock = %v, want the deadline and ErrHeld", err)
+	}
+	if err := store.Release(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+
+	// A newer writer got there first: fn's *FencedError comes back as it is.
+	gate.Do(other.Token+100, func() error { return nil })
+	err = locker.Do(ctx, "daily", func(ctx context.Context, l fencedlock.Lease) error {
+		return gate.Do(l.Token, func() error { return nil })
+	})
+	var fenced *fencedlock.FencedError
+	if !errors.As(err, &fenced) || fenced.Required != other.Token+100 {
+		t.Fatalf("fenced Do = %v", err)
+	}
+	boom := errors.New("boom")
+	if err := locker.Do(ctx, "daily", func(context.Context, fencedlock.Lease) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn's error = %v", err)
+	}
+}
+
+// A release that fails is joined to fn's result; one that finds the lease
+// gone (it expired under fn) is not an error.
+func TestLockerReleaseErrors(t *testing.T) {
+	t.Parallel()
+	broken := errors.New("connection reset")
+	store := &failingRelease{Store: newMemory(t, nil), err: broken}
+	locker := newLocker(t, store, &fencedlock.LockerConfig{TTL: time.Minute})
+	if err := locker.Do(ctx, "r", func(context.Context, fencedlock.Lease) error { return nil }); !errors.Is(err, broken) {
+		t.Fatalf("Do with a failing release = %v", err)
+	}
+	store.err = fencedlock.ErrNotHeld
+	if err := locker.Do(ctx, "r2", func(context.Context, fencedlock.Lease) error { return nil }); err != nil {
+		t.Fatalf("Do whose lease was gone at release = %v", err)
+	}
+}
+
+type failingRelease struct {
+	fencedlock.Store
+	err error
+}
+
+func (s *failingRelease) Release(context.Context, fencedlock.Lease) error { return s.err }
+
+func TestNewLockerRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, nil)
+	if _, err := fencedlock.NewLocker(nil, nil); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("NewLocker(nil) = %v", err)
+	}
+	for _, cfg := range []fencedlock.LockerConfig{
+		{TTL: -time.Second},
+		{TTL: fencedlock.MaxTTL + 1},
+		{Holder: strings.Repeat("h", fencedlock.MaxNameLen+1)},
+		{Holder: "a\x00"},
+		{LockPrefix: strings.Repeat("p", fencedlock.MaxNameLen)},
+		{LockPrefix: "\xff"},
+		{ReleaseTimeout: -time.Second},
+		{Wait: &fencedlock.WaitConfig{Jitter: 2}},
+		{Wait: &fencedlock.WaitConfig{MinDelay: time.Second, MaxDelay: time.Millisecond}},
+		{TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Second}},
+	} {
+		if _, err := fencedlock.NewLocker(store, &cfg); !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Errorf("NewLocker(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+	// A name that the prefix makes too long is refused before any statement.
+	locker := newLocker(t, store, &fencedlock.LockerConfig{LockPrefix: "p/"})
+	err := locker.Do(ctx, strings.Repeat("n", fencedlock.MaxNameLen-1), func(context.Context, fencedlock.Lease) error {
+		t.Fatal("fn ran")
+		return nil
+	})
+	if !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("Do with a too-long name = %v", err)
+	}
+}

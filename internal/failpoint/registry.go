@@ -1,0 +1,38 @@
+package failpoint
+
+// Kind says what a registered site is.
+type Kind int
+
+const (
+	// InjectPoint is a name passed to Inject.
+	InjectPoint Kind = iota + 1
+	// MutantSite is a name passed to Mutant.
+	MutantSite
+)
+
+// Point is one registered name.
+type Point struct {
+	Name string
+	Kind Kind
+	// Doc says in one line where the site is and, for a mutant, what the
+	// unsafe variant does.
+	Doc string
+}
+
+// registry is every name used with Inject or Mutant in the module. Names are
+// "<package>.<site>"; keep the list sorted by name.
+var registry = []Point{
+	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
+	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
+	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},
+	{"fencedlock.gate.compare", MutantSite, "Gate.Do admits a token lower than the highest it admitted"},
+	{"fencedlock.locker.acquired", InjectPoint, "Locker.Do after the acquire, before fn runs with the lease"},
+	{"fencedlock.locker.before-release", InjectPoint, "Locker.Do after fn returned, before the keepalive stops and the lease is released"},
+	{"fencedlock.release.tenure", MutantSite, "Release frees the lock whoever holds it, not only the (holder, token) tenure"},
+	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
+	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
+	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+}
+
+// Registered returns every registered name, sorted.
+func Registered() []Point { return append([]Point(nil), registry...) }
