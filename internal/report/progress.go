@@ -128,9 +128,9 @@ func seconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) 
 // NewTerminalProgress draws one live line per run with mpb, redrawn in
 // place: scenario and approach, a bar of elapsed over total time, and the
 // operations and faults so far. A finished run's line stays, with its
-// outcome.
+// outcome. It redraws even when w is not a terminal.
 func NewTerminalProgress(w io.Writer) ProgressWriter {
-	return &terminalProgress{p: mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(150*time.Millisecond))}
+	return &terminalProgress{p: mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(100), mpb.WithRefreshRate(150*time.Millisecond))}
 }
 
 type terminalProgress struct {
@@ -193,7 +193,9 @@ func (t *terminalTask) Update(ops, faults int64) {
 	}
 	t.ops.Store(ops)
 	t.faults.Store(faults)
-	t.bar.SetCurrent(min(int64(time.Since(t.start)/time.Millisecond), int64(t.total/time.Millisecond)))
+	// Short of the total: reaching it would complete the bar, and only Done
+	// may, with the outcome.
+	t.bar.SetCurrent(min(int64(time.Since(t.start)/time.Millisecond), int64(t.total/time.Millisecond)-1))
 }
 
 func (t *terminalTask) Done(res Result) {

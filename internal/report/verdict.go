@@ -197,36 +197,36 @@ func (v Verdict) safety() string {
 }
 
 func (v Verdict) speed() string {
-	c := v.VsFenced
-	if c == nil {
-		if v.VsRaw == nil {
-			return ""
-		}
-		return fmt.Sprintf("alternative did %s raw SQL's throughput.", times(*v.VsRaw))
-	}
+	f, r := v.VsFenced, v.VsRaw
 	var s string
 	switch {
-	case c.Tie:
-		s = fmt.Sprintf("alternative and the fenced lock tied on throughput (%s)", times(*c))
+	case f == nil && r == nil:
+		return ""
+	case f == nil:
+		s = "alternative " + vs(*r, "raw SQL")
 	default:
-		s = fmt.Sprintf("alternative did %s the fenced lock's throughput", times(*c))
+		s = "alternative " + vs(*f, "the fenced lock")
+		if r != nil {
+			s += ", and " + vs(*r, "raw SQL")
+		}
 	}
-	if v.VsRaw != nil {
-		s += fmt.Sprintf(" (and %s raw SQL's)", times(*v.VsRaw))
-	}
-	if c.Rounds == 1 && !c.Tie && c.Ratio > 0.8 && c.Ratio < 1.25 {
+	if f != nil && f.Rounds == 1 && f.Ratio > 0.8 && f.Ratio < 1.25 {
 		s += "; one round, so this may be noise: --rounds 5 measures the spread"
 	}
 	return s + "."
 }
 
-// times is "4.1×", or "4.1× (median of 5 rounds, 3.8–4.4×)".
-func times(c Comparison) string {
-	s := fmt.Sprintf("%s×", ratio(c.Ratio))
+// vs is "did 4.1× the fenced lock's throughput", "tied with the fenced lock
+// on throughput", each with the rounds' spread when measured.
+func vs(c Comparison, whom string) string {
+	spread := ""
 	if c.Rounds > 1 {
-		s += fmt.Sprintf(", median of %d rounds, spread %s–%s×", c.Rounds, ratio(c.Min), ratio(c.Max))
+		spread = fmt.Sprintf(" (median of %d rounds, spread %s–%s×)", c.Rounds, ratio(c.Min), ratio(c.Max))
 	}
-	return s
+	if c.Tie {
+		return fmt.Sprintf("tied with %s on throughput at %s×%s", whom, ratio(c.Ratio), spread)
+	}
+	return fmt.Sprintf("did %s× %s's throughput%s", ratio(c.Ratio), whom, spread)
 }
 
 // ratio prints two significant digits: 0.98, 4.1, 12.
