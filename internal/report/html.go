@@ -84,6 +84,9 @@ type rowView struct {
 type timelineView struct {
 	Approach, Color, Label, Summary, Note string
 	SVG                                   template.HTML
+	// CloseUp zooms on the moment that explains the approach's fate.
+	CloseUp        template.HTML
+	CloseUpCaption string
 }
 
 type sweepView struct {
@@ -175,9 +178,15 @@ func timelines(rep Report, id string) []timelineView {
 			continue
 		}
 		t := Cap(*r.Timeline, maxTimelineLanes, maxTimelineMarks)
-		out = append(out, timelineView{Approach: string(r.Approach), Color: Color(r.Approach), Label: r.Label,
+		tv := timelineView{Approach: string(r.Approach), Color: Color(r.Approach), Label: r.Label,
 			Summary: timelineSummary(t, r), Note: t.Note,
-			SVG: template.HTML(timelineSVG(t, r.Approach, fmt.Sprintf("%s-t%d", id, j)))})
+			SVG: template.HTML(timelineSVG(t, r.Approach, fmt.Sprintf("%s-t%d", id, j)))}
+		// A close-up only when it shows much more than the whole run does.
+		if from, to, what, ok := Focus(t); ok && to-from < (t.End-t.Start)/2 {
+			tv.CloseUpCaption = fmt.Sprintf("close-up of %.2fs–%.2fs: %s", from, to, what)
+			tv.CloseUp = template.HTML(timelineSVG(Window(t, from, to), r.Approach, fmt.Sprintf("%s-z%d", id, j)))
+		}
+		out = append(out, tv)
 	}
 	return out
 }

@@ -23,7 +23,7 @@ h2 { font-size:20px; margin:0 0 4px; }
 h3 { font-size:15px; margin:18px 0 6px; }
 section { background:white; border:1px solid var(--line); border-radius:10px; padding:18px 22px; margin:18px 0; box-shadow:0 1px 2px rgba(0,0,0,.04); }
 #verdict { border-left:6px solid var(--ink); }
-.cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(340px, 1fr)); gap:12px; margin-top:10px; }
+.cards { display:grid; grid-template-columns:repeat(auto-fit, minmax(340px, 1fr)); gap:12px; margin-top:10px; }
 .card { border:1px solid var(--line); border-radius:8px; padding:12px 14px; border-left:5px solid var(--good); }
 .card.lost { border-left-color:var(--bad); }
 .card h3 { margin:0 0 4px; font-size:16px; }
@@ -54,6 +54,9 @@ ul.labels b { color:var(--ink); font-weight:600; }
 .timeline figcaption { font-weight:600; }
 .timeline figcaption small { font-weight:normal; color:var(--muted); }
 .timeline svg { display:block; margin-top:6px; }
+.how-to-read { margin:4px 0 8px; max-width:980px; }
+.zoom-caption { margin:8px 0 0; font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.04em; }
+.closeup { border:1px solid #cfd8dc; border-radius:6px; background:#fcfcfd; }
 .legend { display:flex; flex-wrap:wrap; gap:14px; color:var(--muted); font-size:12.5px; margin:6px 0 0; }
 .legend svg { vertical-align:middle; margin-right:4px; }
 .note { color:var(--muted); font-size:12.5px; }
@@ -112,6 +115,9 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
 {{if .Timelines}}
 <h3>Timeline</h3>
+<p class="how-to-read">Read a close-up left to right: a worker takes the lease (a bar with its token) and pauses past it (hatched);
+another worker takes over with a newer token and writes. When the paused worker wakes up, a fenced lock rejects its write (×),
+while a naive lock accepts it (!) and overwrites the newer write (dashed arrow). One lane per worker; hover anything for details.</p>
 <div class="legend">
 <span><svg width="26" height="12"><rect x="1" y="1" width="24" height="10" rx="3" fill="#1565c0" fill-opacity=".22" stroke="#1565c0"/></svg>lease held (token)</span>
 <span><svg width="26" height="12"><defs><pattern id="lg-{{.ID}}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#eceff1"/><line x1="0" y1="0" x2="0" y2="6" stroke="#90a4ae" stroke-width="2.5"/></pattern></defs><rect x="1" y="1" width="24" height="10" fill="url(#lg-{{.ID}})" stroke="#78909c"/></svg>paused (SIGSTOP)</span>
@@ -125,15 +131,18 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{range .Timelines}}
 <figure class="timeline" data-approach="{{.Approach}}">
 <figcaption><span style="color:{{.Color}}">■</span> {{.Approach}} <small>— {{.Label}} · {{.Summary}}</small></figcaption>
+{{if .CloseUp}}<p class="zoom-caption">{{.CloseUpCaption}}</p>
+<div class="closeup">{{.CloseUp}}</div>
+<p class="zoom-caption">whole run</p>{{end}}
 {{.SVG}}
 {{if .Note}}<p class="note">Drawn in part: {{.Note}}.</p>{{end}}
 </figure>
 {{end}}
-{{else if .Injected}}<p class="note">No timeline: this run recorded none.</p>{{end}}
+{{else}}<p class="note">No timeline: this run recorded none.</p>{{end}}
 </section>
 {{end}}
 
-<footer>{{.Closing}}</footer>
+<footer>Made by <code>lockfree compare --html</code>. Self-contained: this page loads nothing from anywhere. Hover a mark or a bar for its details.</footer>
 </main>
 </body>
 </html>

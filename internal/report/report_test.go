@@ -190,3 +190,43 @@ func TestCap(t *testing.T) {
 		t.Errorf("a small timeline changed: %+v", c)
 	}
 }
+
+// TestFocus zooms on the first stale write: the window holds the pause
+// before it, the write it overwrote, and the stale write itself.
+func TestFocus(t *testing.T) {
+	naive := *Fixture(false)[0].Results[2].Timeline
+	from, to, what, ok := Focus(naive)
+	if !ok || !strings.Contains(what, "stale write") || to-from > 1.5 {
+		t.Fatalf("Focus = %v–%v %q %v", from, to, what, ok)
+	}
+	w := Window(naive, from, to)
+	kinds := map[string]int{}
+	for _, l := range w.Lanes {
+		for _, m := range l.Marks {
+			if m.At < from || m.At > to {
+				t.Errorf("mark at %v outside %v–%v", m.At, from, to)
+			}
+			kinds[string(m.Kind)]++
+			if m.Kind == MarkViolation {
+				if _, ok := markByID(w, m.Ref); !ok {
+					t.Errorf("the write %s that the violation overwrote is outside the window", m.Ref)
+				}
+			}
+		}
+		for _, s := range l.Spans {
+			if s.Kind == SpanPause {
+				kinds["pause"]++
+			}
+		}
+	}
+	if kinds["violation"] < 1 || kinds["pause"] < 1 {
+		t.Errorf("window shows %v", kinds)
+	}
+	fenced := *Fixture(false)[0].Results[1].Timeline
+	if _, _, what, ok := Focus(fenced); !ok || !strings.Contains(what, "rejected") {
+		t.Errorf("fenced focus = %q %v", what, ok)
+	}
+	if _, _, _, ok := Focus(Timeline{End: 1, Lanes: []Lane{{Marks: []Mark{{Kind: MarkWrite}}}}}); ok {
+		t.Error("a timeline with nothing to explain got a focus")
+	}
+}

@@ -184,3 +184,102 @@ func decimate(ms []Mark, keepEvery int, refs map[string]bool, seen int) ([]Mark,
 	}
 	return out, seen
 }
+
+// Window returns the part of t between from and to: spans clipped to it,
+// marks within it.
+func Window(t Timeline, from, to float64) Timeline {
+	w := Timeline{Start: from, End: to, Note: t.Note}
+	clip := func(ss []Span) []Span {
+		var out []Span
+		for _, s := range ss {
+			if s.End >= from && s.Start <= to {
+				s.Start, s.End = max(s.Start, from), min(s.End, to)
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	w.Spans = clip(t.Spans)
+	for _, l := range t.Lanes {
+		nl := Lane{Name: l.Name, Spans: clip(l.Spans)}
+		for _, m := range l.Marks {
+			if m.At >= from && m.At <= to {
+				nl.Marks = append(nl.Marks, m)
+			}
+		}
+		w.Lanes = append(w.Lanes, nl)
+	}
+	return w
+}
+
+// Focus finds the moment of t that explains it best — the first violation
+// with the fault before it and the write it clobbered, else the first
+// rejected write with its fault, else the first fault — and returns a window
+// around it and what it shows. ok is false when t has none of these.
+func Focus(t Timeline) (from, to float64, what string, ok bool) {
+	for _, k := range []MarkKind{MarkViolation, MarkRejected} {
+		lane, m, found := first(t, k)
+		if !found {
+			continue
+		}
+		from, to = m.At, m.At
+		for _, s := range t.Lanes[lane].Spans {
+			if s.Kind != SpanLease && s.Start <= m.At && s.Start < from && m.At-s.End < 1 {
+				from = s.Start
+			}
+		}
+		if r, ok := markByID(t, m.Ref); ok {
+			from = min(from, r.At)
+		}
+		what = "the first stale write, the fault before it and the write it overwrote"
+		if k == MarkRejected {
+			what = "the first write the fence rejected, and the fault before it"
+		}
+		from, to = pad(from, to, t)
+		return from, to, what, true
+	}
+	var fault *Span
+	for _, l := range t.Lanes {
+		for i, s := range l.Spans {
+			if s.Kind != SpanLease && (fault == nil || s.Start < fault.Start) {
+				fault = &l.Spans[i]
+			}
+		}
+	}
+	if fault == nil {
+		return 0, 0, "", false
+	}
+	from, to = pad(fault.Start, fault.End, t)
+	return from, to, "the first fault", true
+}
+
+// pad widens [from, to] by a third on each side (at least 50ms), within t.
+func pad(from, to float64, t Timeline) (float64, float64) {
+	p := max((to-from)/3, 0.05)
+	return max(t.Start, from-p), min(t.End, to+p)
+}
+
+func first(t Timeline, k MarkKind) (lane int, m Mark, ok bool) {
+	for i, l := range t.Lanes {
+		for _, x := range l.Marks {
+			if x.Kind == k && (!ok || x.At < m.At) {
+				lane, m, ok = i, x, true
+			}
+		}
+	}
+	return lane, m, ok
+}
+
+func markByID(t Timeline, id string) (Mark, bool) {
+	if id == "" {
+		return Mark{}, false
+	}
+	for _, l := range t.Lanes {
+		for _, m := range l.Marks {
+			if m.ID == id {
+				return m, true
+			}
+		}
+	}
+	return Mark{}, false
+}

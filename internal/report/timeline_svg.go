@@ -43,8 +43,14 @@ func timelineSVG(t Timeline, a Approach, id string) string {
 			fmt.Fprintf(&b, `<rect x="0" y="%.0f" width="%d" height="%d" fill="#fafafa"/>`, y, tlWidth, tlLane)
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end" fill="#333">%s</text>`, tlLeft-8, y+tlLane/2+4, esc(clip(l.Name, 16)))
-		for _, sp := range l.Spans {
-			drawSpan(&b, sp, x(sp.Start), x(sp.End), y, a, l.Name, id)
+		// Faults first, so that the lease a paused worker still believes it
+		// holds shows on top of its pause.
+		for _, lease := range []bool{false, true} {
+			for _, sp := range l.Spans {
+				if (sp.Kind == SpanLease) == lease {
+					drawSpan(&b, sp, x(sp.Start), x(sp.End), y, a, l.Name, id)
+				}
+			}
 		}
 		for _, m := range l.Marks {
 			if m.ID != "" {
@@ -71,8 +77,12 @@ func drawSpan(b *strings.Builder, sp Span, x0, x1, y float64, a Approach, lane, 
 	case SpanLease:
 		fmt.Fprintf(b, `<rect class="span lease" x="%.1f" y="%.0f" width="%.1f" height="%d" rx="3" fill="%s" fill-opacity="0.22" stroke="%s" stroke-width="1"><title>%s</title></rect>`,
 			x0, y+6, w, tlLane-12, Color(a), Color(a), esc(tip))
-		if sp.Label != "" && w > 7*float64(len(sp.Label))+6 {
-			fmt.Fprintf(b, `<text x="%.1f" y="%.0f" fill="%s" font-size="10">%s</text>`, x0+4, y+tlLane/2+4, Color(a), esc(sp.Label))
+		label := sp.Label
+		if w <= 6*float64(len(label))+6 {
+			label = strings.TrimPrefix(label, "token ")
+		}
+		if label != "" && w > 6*float64(len(label))+6 {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.0f" fill="%s" font-size="10" font-weight="bold">%s</text>`, x0+4, y+tlLane/2+4, darker(a), esc(label))
 		}
 	default:
 		fill, label := spanStyle(sp.Kind, id)
@@ -85,6 +95,17 @@ func drawSpan(b *strings.Builder, sp Span, x0, x1, y float64, a Approach, lane, 
 }
 
 // spanStyle is the fill and the word drawn on a fault span.
+// darker is the approach's color for text on its own light tint.
+func darker(a Approach) string {
+	switch a {
+	case FencedLock:
+		return "#0d47a1"
+	case NaiveLock:
+		return "#8e0000"
+	}
+	return Color(a)
+}
+
 func spanStyle(k SpanKind, id string) (fill, label string) {
 	switch k {
 	case SpanPause:
