@@ -124,7 +124,7 @@ func TestCompareTextVerdict(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	sweep, verdict := strings.Index(out, "sweep over clients 1,2"), strings.Index(out, "\nverdict\n")
-	if sweep < 0 || verdict < sweep || !strings.Contains(out[verdict:], "inventory: ") || !strings.Contains(out[verdict:], "Every table") {
+	if sweep < 0 || verdict < sweep || !strings.Contains(out[verdict:], "inventory over 2 points: ") || !strings.Contains(out[verdict:], "Every table") {
 		t.Errorf("output:\n%s", out)
 	}
 }

@@ -8,7 +8,7 @@ import (
 // Fixture returns realistic reports for tests and the README screenshot:
 // inventory on one hot key under pauses, where the naive lock oversells,
 // with a recorded timeline per approach; documents with measured round
-// trips, extras and interleaved rounds; and, with sweep, inventory swept over
+// trips, extras and interleaved rounds; and, with sweep, accounts swept over
 // clients and keys. It is deterministic.
 func Fixture(sweep bool) []Report {
 	reps := []Report{fixtureInventory(), fixtureDocuments()}
@@ -160,7 +160,7 @@ func fixtureSweep() []Report {
 	var reps []Report
 	for _, c := range []int{1, 4, 16, 64} {
 		for _, k := range []int{1, 100, 10000} {
-			rep := Report{Scenario: "inventory", Backend: "postgres", Clients: c, Keys: k, DurationS: 2, Faults: []Fault{}}
+			rep := Report{Scenario: "accounts", Backend: "postgres", Clients: c, Keys: k, DurationS: 2, Faults: []Fault{}}
 			spread := float64(min(c, k))
 			for _, a := range []Approach{Alternative, FencedLock, NaiveLock, Raw} {
 				var ops, p99 float64
@@ -170,7 +170,12 @@ func fixtureSweep() []Report {
 				default:
 					ops, p99 = 180*spread/(1+spread/float64(c)), 5+6*float64(c)/spread
 				}
-				rep.Results = append(rep.Results, Result{Approach: a, OpsPerSec: ops, P99ms: p99, Checked: true})
+				// Raw skips the checks; the naive lock skips the fence.
+				f := map[Approach]float64{Raw: 1.12, NaiveLock: 1.15}[a]
+				if f == 0 {
+					f = 1
+				}
+				rep.Results = append(rep.Results, Result{Approach: a, OpsPerSec: ops * f, P99ms: p99 / f, Checked: true})
 			}
 			reps = append(reps, rep)
 		}

@@ -40,19 +40,38 @@ func WriteHTML(w io.Writer, reps []Report, opts HTMLOptions) error {
 		page.Generated = opts.Generated.UTC().Format("2006-01-02 15:04 UTC")
 	}
 	sweeps := Sweeps(reps)
-	for i, rep := range reps {
-		page.Scenarios = append(page.Scenarios, htmlScenario(rep, i, len(sweeps) > 0))
+	swept := map[string]bool{}
+	for i, sw := range sweeps {
+		swept[sw.Scenario] = true
+		v := htmlSweep(sw, i)
+		page.Sweeps = append(page.Sweeps, v)
+		page.Cards = append(page.Cards, card{ID: v.ID, Name: sw.Scenario, Point: v.Axes, Lost: v.Lost, Chips: v.Chips, Lines: []string{v.Verdict}})
 	}
-	for i, s := range sweeps {
-		page.Sweeps = append(page.Sweeps, htmlSweep(s, i))
+	for i, rep := range reps {
+		sv := htmlScenario(rep, i, swept[rep.Scenario])
+		page.Scenarios = append(page.Scenarios, sv)
+		if !sv.InSweep {
+			page.Cards = append(page.Cards, card{ID: sv.ID, Name: sv.Name, Lost: sv.Lost, Chips: sv.Chips,
+				Lines: []string{sv.Safety, sv.Speed}, Injected: sv.Injected})
+		}
 	}
 	return pageTemplate.Execute(w, page)
 }
 
 type htmlPage struct {
 	Title, Generated, Command, Closing string
+	Cards                              []card
 	Scenarios                          []scenarioView
 	Sweeps                             []sweepView
+}
+
+// card is one verdict at the top of the page: a scenario's, or a sweep's.
+type card struct {
+	ID, Name, Point string
+	Lost            bool
+	Chips           []chip
+	Lines           []string
+	Injected        string
 }
 
 type scenarioView struct {
@@ -91,6 +110,9 @@ type timelineView struct {
 
 type sweepView struct {
 	ID, Scenario, Axes string
+	Verdict            string
+	Lost               bool
+	Chips              []chip
 	Charts             []template.HTML
 }
 
@@ -106,7 +128,7 @@ func htmlScenario(rep Report, i int, inSweep bool) scenarioView {
 		sv.Heads = append(sv.Heads, headView{c.head, c.title})
 	}
 	if inSweep {
-		sv.Point = fmt.Sprintf("%d clients · %d keys", rep.Clients, rep.Keys)
+		sv.Point = plural(rep.Clients, "client", "clients") + " · " + plural(rep.Keys, "key", "keys")
 	}
 	for _, r := range rep.Results {
 		sv.Chips = append(sv.Chips, resultChip(r))
@@ -217,14 +239,34 @@ func timelineSummary(t Timeline, r Result) string {
 
 func htmlSweep(s Sweep, i int) sweepView {
 	sv := sweepView{ID: fmt.Sprintf("sweep%d-%s", i, slug(s.Scenario)), Scenario: s.Scenario,
-		Axes: fmt.Sprintf("clients %s × keys %s", ints(s.Clients), ints(s.Keys))}
+		Axes: fmt.Sprintf("clients %s × keys %s", ints(s.Clients), ints(s.Keys)), Verdict: SweepVerdict(s)}
+	for _, a := range s.Order {
+		var lost int64
+		var at, unchecked int
+		for _, p := range s.Points {
+			if v := p.By[a].Violations; v != nil && *v > 0 {
+				lost, at = lost+*v, at+1
+			} else if _, ok := p.By[a]; ok && v == nil {
+				unchecked++
+			}
+		}
+		c := chip{Approach: string(a), Color: Color(a), Text: "0 violations at any point", Class: "good"}
+		switch {
+		case at > 0:
+			c.Text, c.Class = fmt.Sprintf("%d violations at %d of %d points", lost, at, len(s.Points)), "bad"
+			sv.Lost = true
+		case unchecked > 0:
+			c.Text, c.Class = fmt.Sprintf("— not checked at %d points", unchecked), "skip"
+		}
+		sv.Chips = append(sv.Chips, c)
+	}
 	ops := func(p PointSum) float64 { return p.OpsPerSec }
 	p99 := func(p PointSum) float64 { return p.P99ms }
 	if len(s.Clients) > 1 {
 		for _, k := range s.Keys {
 			sv.Charts = append(sv.Charts,
-				sweepChart(s, fmt.Sprintf("ops/s by clients, %d keys", k), "clients", s.Clients, func(c int) (int, int) { return c, k }, ops),
-				sweepChart(s, fmt.Sprintf("p99 ms by clients, %d keys", k), "clients", s.Clients, func(c int) (int, int) { return c, k }, p99))
+				sweepChart(s, "ops/s by clients, "+plural(k, "key", "keys"), "clients", s.Clients, func(c int) (int, int) { return c, k }, ops),
+				sweepChart(s, "p99 ms by clients, "+plural(k, "key", "keys"), "clients", s.Clients, func(c int) (int, int) { return c, k }, p99))
 		}
 	}
 	if len(s.Keys) > 1 {

@@ -38,6 +38,7 @@ section { background:white; border:1px solid var(--line); border-radius:10px; pa
 .chip.good { background:#e8f5e9; border-color:#a5d6a7; color:#1b5e20; }
 .chip.skip { background:#f5f5f5; color:#616161; }
 .closing { margin:14px 0 0; max-width:900px; }
+.table-wrap { overflow-x:auto; }
 table.results { border-collapse:collapse; width:100%; margin:10px 0 6px; font-variant-numeric:tabular-nums; font-size:13px; }
 table.results th, table.results td { padding:5px 8px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
 table.results th { color:var(--muted); font-weight:600; font-size:12px; cursor:help; }
@@ -74,13 +75,12 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 <section id="verdict">
 <h2>Verdict</h2>
 <div class="cards">
-{{- range .Scenarios}}
+{{- range .Cards}}
 <div class="card{{if .Lost}} lost{{end}}">
 <h3><a href="#{{.ID}}">{{.Name}}</a>{{if .Point}} <small>{{.Point}}</small>{{end}}</h3>
 <div class="chips">{{range .Chips}}<span class="chip {{.Class}}"><i style="background:{{.Color}}"></i>{{.Approach}}: {{.Text}}</span>{{end}}</div>
-<p>{{.Safety}}</p>
-{{if .Speed}}<p>{{.Speed}}</p>{{end}}
-<p class="injected">{{.Injected}}</p>
+{{range .Lines}}{{if .}}<p>{{.}}</p>{{end}}{{end}}
+{{if .Injected}}<p class="injected">{{.Injected}}</p>{{end}}
 </div>
 {{- end}}
 </div>
@@ -90,17 +90,19 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{range .Sweeps}}
 <section class="sweep" id="{{.ID}}">
 <h2>{{.Scenario}}: sweep</h2>
-<p class="setting">{{.Axes}} — a dashed line is an approach that lost data at some point of the sweep.</p>
+<p class="setting">{{.Axes}} — a dashed line is an approach that lost data at some point of the sweep; each point's table is further down.</p>
+<p>{{.Verdict}}</p>
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
 </section>
 {{end}}
 
 {{range .Scenarios}}
 <section class="scenario" id="{{.ID}}">
+{{if .InSweep}}<details><summary><b>{{.Name}}</b> at {{.Point}}: {{.Safety}}</summary>{{end}}
 <h2>{{.Name}}{{if .Point}} <small class="setting">{{.Point}}</small>{{end}}</h2>
 <p class="setting">{{.Setting}}</p>
 <div class="verdict-lines"><p>{{.Safety}} {{.Speed}}</p><p class="injected">{{.Injected}}</p></div>
-<table class="results">
+<div class="table-wrap"><table class="results">
 <thead><tr><th>approach</th>{{range .Heads}}<th title="{{.Title}}">{{.Head}}</th>{{end}}</tr></thead>
 <tbody>
 {{- range .Rows}}
@@ -109,7 +111,7 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{- else}}{{range $i, $c := .Cells}}<td{{if eq $c "—"}} class="unchecked"{{end}}>{{$c}}</td>{{end}}{{end}}</tr>
 {{- end}}
 </tbody>
-</table>
+</table></div>
 {{range .Ratios}}<p class="note">{{.}}</p>{{end}}
 <ul class="labels">{{range .Rows}}<li><b>{{.Approach}}</b>: {{.Label}}</li>{{end}}{{range .Notes}}<li>note: {{.}}</li>{{end}}</ul>
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
@@ -139,6 +141,7 @@ while a naive lock accepts it (!) and overwrites the newer write (dashed arrow).
 </figure>
 {{end}}
 {{else}}<p class="note">No timeline: this run recorded none.</p>{{end}}
+{{if .InSweep}}</details>{{end}}
 </section>
 {{end}}
 

@@ -213,8 +213,8 @@ func sortedKeys[K ~string, V any](m map[K]V) []K {
 
 // describe is the one-line description of a run's setting.
 func (rep Report) describe() string {
-	s := fmt.Sprintf("backend %s, %d clients, %d keys, %gs per approach, faults %s",
-		rep.Backend, rep.Clients, rep.Keys, rep.DurationS, FaultList(rep.Faults))
+	s := fmt.Sprintf("backend %s, %s, %s, %gs per approach, faults %s",
+		rep.Backend, plural(rep.Clients, "client", "clients"), plural(rep.Keys, "key", "keys"), rep.DurationS, FaultList(rep.Faults))
 	if rep.Rounds != nil {
 		s += fmt.Sprintf(", %d interleaved rounds", rep.Rounds.N)
 	}

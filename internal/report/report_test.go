@@ -96,10 +96,10 @@ func TestSweeps(t *testing.T) {
 	reps := Fixture(true)
 	sweeps := Sweeps(reps)
 	if len(sweeps) != 1 {
-		t.Fatalf("%d sweeps, want 1 (inventory: the documents run has one point)", len(sweeps))
+		t.Fatalf("%d sweeps, want 1 (accounts: the others have one point)", len(sweeps))
 	}
 	s := sweeps[0]
-	if !reflect.DeepEqual(s.Clients, []int{1, 4, 6, 16, 64}) || !reflect.DeepEqual(s.Keys, []int{1, 100, 10000}) {
+	if !reflect.DeepEqual(s.Clients, []int{1, 4, 16, 64}) || !reflect.DeepEqual(s.Keys, []int{1, 100, 10000}) {
 		t.Errorf("axes = %v × %v", s.Clients, s.Keys)
 	}
 	p, ok := s.At(16, 100)

@@ -139,12 +139,15 @@ func WriteVerdicts(w io.Writer, reps []Report, width int) {
 		return
 	}
 	fmt.Fprintln(w, "\nverdict")
+	swept := map[string]bool{}
+	for _, s := range Sweeps(reps) {
+		swept[s.Scenario] = true
+		fmt.Fprintln(w, wrap(SweepVerdict(s), width, "  ", "    "))
+	}
 	for _, rep := range reps {
-		prefix := ""
-		if len(Sweeps(reps)) > 0 {
-			prefix = fmt.Sprintf("[%d clients, %d keys] ", rep.Clients, rep.Keys)
+		if !swept[rep.Scenario] {
+			fmt.Fprintln(w, wrap(Judge(rep).String(), width, "  ", "    "))
 		}
-		fmt.Fprintln(w, wrap(prefix+Judge(rep).String(), width, "  ", "    "))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, wrap(Closing(reps), width, "  ", "  "))
