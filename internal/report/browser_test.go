@@ -171,7 +171,7 @@ func TestReportInBrowserFixture(t *testing.T) {
 	p := open(t, writeHTML(t, reps), 1280)
 	p.check(t, "#verdict .card", 3) // inventory, documents, and the accounts sweep
 	p.check(t, "section.scenario details", 12)
-	p.check(t, "#verdict .card.lost", 2) // inventory's and documents' naive lock
+	p.check(t, "#verdict .card.lost", 2)    // inventory's and documents' naive lock
 	p.check(t, "table.results tbody tr", 9) // the sweep's tables are folded
 	p.check(t, "svg.bar-chart rect.bar", 4)
 	p.check(t, "svg.line-chart polyline", 4)
