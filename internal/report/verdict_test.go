@@ -16,77 +16,80 @@ func inventoryReport() Report {
 		}}
 }
 
+// verdictCases are reports and what their verdict must (and must not) say.
+var verdictCases = []struct {
+	name string
+	rep  func() Report
+	want []string
+	not  []string
+}{
+	{"the brief's example", inventoryReport, []string{
+		"inventory: naive-lock lost 37 sales (oversold); alternative, fenced-lock and raw lost none.",
+		"alternative did 4.1× the fenced lock's throughput, and did 0.98× raw SQL's throughput.",
+		"Injected: pause 12–14 times per approach (SIGSTOPs past the lease, each resumed after another worker took over).",
+	}, []string{"tied", "noise"}},
+	{"one violation is singular", func() Report {
+		r := inventoryReport()
+		r.Results[2].Violations = 1
+		return r
+	}, []string{"naive-lock lost 1 sale (oversold)"}, nil},
+	{"unchecked is not clean", func() Report {
+		r := inventoryReport()
+		r.Results[3].Checked = false
+		return r
+	}, []string{"alternative and fenced-lock lost none; raw not checked (—)."}, []string{"raw lost none"}},
+	{"a skipped approach says why", func() Report {
+		r := inventoryReport()
+		r.Results = append(r.Results, Result{Approach: RedisLock, Skipped: "no Redis"})
+		return r
+	}, []string{"redis-lock skipped: no Redis"}, nil},
+	{"a close ratio from one round may be noise", func() Report {
+		r := inventoryReport()
+		r.Results[0].OpsPerSec = 1050
+		return r
+	}, []string{"1.1× the fenced lock's", "one round, so this may be noise"}, []string{"tied"}},
+	{"a ratio within the rounds' spread is a tie", func() Report {
+		r := inventoryReport()
+		r.Rounds = &Rounds{N: 3, Ratios: []Ratio{{Of: Alternative, To: FencedLock, Median: 1.04, Min: 0.93, Max: 1.12, PerRound: []float64{0.93, 1.04, 1.12}}}}
+		return r
+	}, []string{"alternative tied with the fenced lock on throughput at 1.0× (median of 3 rounds, spread 0.93–1.1×)"}, []string{"did 1.0×"}},
+	{"a ratio outside the spread is not a tie", func() Report {
+		r := inventoryReport()
+		r.Rounds = &Rounds{N: 3, Ratios: []Ratio{{Of: Alternative, To: FencedLock, Median: 3.9, Min: 3.5, Max: 4.4, PerRound: []float64{3.5, 3.9, 4.4}}}}
+		return r
+	}, []string{"alternative did 3.9× the fenced lock's throughput (median of 3 rounds, spread 3.5–4.4×)"}, []string{"tied"}},
+	{"no faults: cost, not safety", func() Report {
+		r := inventoryReport()
+		r.Faults = nil
+		for i := range r.Results {
+			r.Results[i].FaultsInjected = nil
+		}
+		return r
+	}, []string{"No faults injected: this run measures cost, not safety."}, nil},
+	{"a fault that never hit proves nothing", func() Report {
+		r := inventoryReport()
+		for i := range r.Results {
+			r.Results[i].FaultsInjected = nil
+		}
+		return r
+	}, []string{"pause configured, but none took effect"}, nil},
+	{"the older harness's pauses count", func() Report {
+		r := inventoryReport()
+		r.FaultHow = nil
+		for i := range r.Results {
+			r.Results[i].FaultsInjected, r.Results[i].Pauses = nil, 5
+		}
+		return r
+	}, []string{"Injected: pause 5 times per approach (operations paused past the lease"}, nil},
+	{"an unknown scenario gets generic words", func() Report {
+		r := inventoryReport()
+		r.Scenario = "ledger"
+		return r
+	}, []string{"ledger: naive-lock had 37 violations; alternative, fenced-lock and raw had none."}, nil},
+}
+
 func TestVerdictSays(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		rep  func() Report
-		want []string
-		not  []string
-	}{
-		{"the brief's example", inventoryReport, []string{
-			"inventory: naive-lock lost 37 sales (oversold); alternative, fenced-lock and raw lost none.",
-			"alternative did 4.1× the fenced lock's throughput, and did 0.98× raw SQL's throughput.",
-			"Injected: pause 12–14 times per approach (SIGSTOPs past the lease, each resumed after another worker took over).",
-		}, []string{"tied", "noise"}},
-		{"one violation is singular", func() Report {
-			r := inventoryReport()
-			r.Results[2].Violations = 1
-			return r
-		}, []string{"naive-lock lost 1 sale (oversold)"}, nil},
-		{"unchecked is not clean", func() Report {
-			r := inventoryReport()
-			r.Results[3].Checked = false
-			return r
-		}, []string{"alternative and fenced-lock lost none; raw not checked (—)."}, []string{"raw lost none"}},
-		{"a skipped approach says why", func() Report {
-			r := inventoryReport()
-			r.Results = append(r.Results, Result{Approach: RedisLock, Skipped: "no Redis"})
-			return r
-		}, []string{"redis-lock skipped: no Redis"}, nil},
-		{"a close ratio from one round may be noise", func() Report {
-			r := inventoryReport()
-			r.Results[0].OpsPerSec = 1050
-			return r
-		}, []string{"1.1× the fenced lock's", "one round, so this may be noise"}, []string{"tied"}},
-		{"a ratio within the rounds' spread is a tie", func() Report {
-			r := inventoryReport()
-			r.Rounds = &Rounds{N: 3, Ratios: []Ratio{{Of: Alternative, To: FencedLock, Median: 1.04, Min: 0.93, Max: 1.12, PerRound: []float64{0.93, 1.04, 1.12}}}}
-			return r
-		}, []string{"alternative tied with the fenced lock on throughput at 1.0× (median of 3 rounds, spread 0.93–1.1×)"}, []string{"did 1.0×"}},
-		{"a ratio outside the spread is not a tie", func() Report {
-			r := inventoryReport()
-			r.Rounds = &Rounds{N: 3, Ratios: []Ratio{{Of: Alternative, To: FencedLock, Median: 3.9, Min: 3.5, Max: 4.4, PerRound: []float64{3.5, 3.9, 4.4}}}}
-			return r
-		}, []string{"alternative did 3.9× the fenced lock's throughput (median of 3 rounds, spread 3.5–4.4×)"}, []string{"tied"}},
-		{"no faults: cost, not safety", func() Report {
-			r := inventoryReport()
-			r.Faults = nil
-			for i := range r.Results {
-				r.Results[i].FaultsInjected = nil
-			}
-			return r
-		}, []string{"No faults injected: this run measures cost, not safety."}, nil},
-		{"a fault that never hit proves nothing", func() Report {
-			r := inventoryReport()
-			for i := range r.Results {
-				r.Results[i].FaultsInjected = nil
-			}
-			return r
-		}, []string{"pause configured, but none took effect"}, nil},
-		{"the older harness's pauses count", func() Report {
-			r := inventoryReport()
-			r.FaultHow = nil
-			for i := range r.Results {
-				r.Results[i].FaultsInjected, r.Results[i].Pauses = nil, 5
-			}
-			return r
-		}, []string{"Injected: pause 5 times per approach (operations paused past the lease"}, nil},
-		{"an unknown scenario gets generic words", func() Report {
-			r := inventoryReport()
-			r.Scenario = "ledger"
-			return r
-		}, []string{"ledger: naive-lock had 37 violations; alternative, fenced-lock and raw had none."}, nil},
-	} {
+	for _, tc := range verdictCases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Judge(tc.rep()).String()
 			for _, w := range tc.want {
