@@ -1,16 +1,24 @@
-# lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/) and runs
-# every test against them.
+# lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
+# sure headless Chromium is there for the HTML report's browser test
+# (scripts/chromium.sh), and runs every test against them.
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test test-mutants services services-down lint bench compare
+.PHONY: test test-mutants services services-down browser lint bench compare screenshot
 
-test: services
-	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) ./...
+test: services browser
+	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) ./...
 	@$(MAKE) --no-print-directory test-mutants
+
+browser:
+	@scripts/chromium.sh >/dev/null
+
+# docs/img/report.png, the README's picture of the HTML report.
+screenshot: browser
+	@eval "$$(scripts/chromium.sh env)" && $(GO) test -count=1 -run TestReportScreenshot ./internal/report -update-screenshot
 
 # The packages built with their mutant sites compiled in (internal/failpoint):
 # each package's tests show that the test guarding a safety condition fails

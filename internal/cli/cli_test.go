@@ -66,11 +66,78 @@ func TestCompareJSONShape(t *testing.T) {
 	}
 }
 
+// TestCompareSweepRounds sweeps clients and keys with interleaved rounds:
+// one JSON report per point, each with its rounds' ratios, and an HTML
+// report with the sweep's charts.
+func TestCompareSweepRounds(t *testing.T) {
+	html := filepath.Join(t.TempDir(), "report.html")
+	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "150ms",
+		"--clients", "1,2", "--keys", "1,3", "--rounds", "2", "--json", "--html", html)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d JSON lines, want one per point (4):\n%s", len(lines), out)
+	}
+	var points []string
+	for _, l := range lines {
+		var rep struct {
+			Clients, Keys int
+			Rounds        struct {
+				N      int
+				Ratios []struct{ Of, To string }
+			}
+			Results []struct {
+				Approach        string
+				Checked         bool
+				RoundsOpsPerSec []float64 `json:"rounds_ops_per_sec"`
+			}
+		}
+		if err := json.Unmarshal([]byte(l), &rep); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		points = append(points, fmt.Sprintf("%dx%d", rep.Clients, rep.Keys))
+		if rep.Rounds.N != 2 || len(rep.Rounds.Ratios) == 0 || rep.Rounds.Ratios[0].To != "fenced-lock" {
+			t.Errorf("rounds = %+v", rep.Rounds)
+		}
+		for _, r := range rep.Results {
+			if len(r.RoundsOpsPerSec) != 2 || !r.Checked {
+				t.Errorf("%s: rounds %v checked %v", r.Approach, r.RoundsOpsPerSec, r.Checked)
+			}
+		}
+	}
+	if got := strings.Join(points, " "); got != "1x1 1x3 2x1 2x3" {
+		t.Errorf("points = %s", got)
+	}
+	b, err := os.ReadFile(html)
+	if err != nil || !strings.Contains(string(b), "inventory: sweep") || !strings.Contains(string(b), "line-chart") {
+		t.Errorf("HTML report lacks the sweep: %v", err)
+	}
+}
+
+// TestCompareTextVerdict: the text output ends with the verdicts and the
+// closing paragraph, after the sweep's table.
+func TestCompareTextVerdict(t *testing.T) {
+	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "150ms", "--clients", "1,2", "--faults", "pause")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	sweep, verdict := strings.Index(out, "sweep over clients 1,2"), strings.Index(out, "\nverdict\n")
+	if sweep < 0 || verdict < sweep || !strings.Contains(out[verdict:], "inventory over 2 points: ") || !strings.Contains(out[verdict:], "Every table") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"compare", "--scenario", "nope"},
 		{"compare", "--faults", "fire"},
 		{"compare", "--clients", "0"},
+		{"compare", "--clients", "1,x"},
+		{"compare", "--clients", "4,4"},
+		{"compare", "--keys", "1,0"},
+		{"compare", "--rounds", "0"},
 		{"compare", "--backend", "oracle"},
 		{"migrate"},
 		{"migrate", "print", "--packages", "fencedlock,nosuch"},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,84 +10,185 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/localpg"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/scenario"
+	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// compareFlags are the parsed flags of `lockfree compare`.
+type compareFlags struct {
+	names            []string
+	clients, keys    []int
+	rounds           int
+	duration         time.Duration
+	faults           []scenario.Fault
+	backend, pgURL   string
+	restartCmd       string
+	kafka            string
+	asJSON           bool
+	out, chart, html string
+}
+
+func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
+	var f compareFlags
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sc := fs.String("scenario", "all", "scenario: "+strings.Join(scenario.Names(), "|")+"|all")
-	clients := fs.Int("clients", 16, "concurrent clients")
-	keys := fs.Int("keys", 1, "distinct keys (entities) the clients work on")
-	duration := fs.Duration("duration", 5*time.Second, "how long each approach runs")
+	clients := fs.String("clients", "16", "concurrent clients; a list (1,4,16,64) sweeps them")
+	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
+	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
+	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long each approach runs (per point and round)")
 	faults := fs.String("faults", "none", "none, or a comma-separated list of pause, partition, restart")
-	backend := fs.String("backend", "auto", "auto|postgres|memory")
-	pgURL := fs.String("postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL); printed as host:port/database only")
-	restartCmd := fs.String("restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
-	kafka := fs.String("kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario")
-	asJSON := fs.Bool("json", false, "print one JSON object per scenario instead of a table")
-	out := fs.String("out", "", "also write a Markdown report to this file")
-	chart := fs.String("chart", "", "also write an SVG bar chart (throughput and p99 per approach) to this file")
+	fs.StringVar(&f.backend, "backend", "auto", "auto|postgres|memory")
+	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL); printed as host:port/database only")
+	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
+	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of a table")
+	fs.StringVar(&f.out, "out", "", "also write a Markdown report to this file")
+	fs.StringVar(&f.chart, "chart", "", "also write an SVG bar chart (throughput and p99 per approach) to this file")
+	fs.StringVar(&f.html, "html", "", "also write one self-contained HTML report (verdict, tables, charts, sweeps, timelines) to this file")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return f, err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return f, usageError{fmt.Errorf("unexpected arguments %s", short.Quote(strings.Join(fs.Args(), " ")))}
 	}
-	fl, err := scenario.ParseFaults(*faults)
-	if err != nil {
-		return usageError{err}
+	var err error
+	if f.faults, err = scenario.ParseFaults(*faults); err != nil {
+		return f, usageError{err}
 	}
-	if *clients < 1 || *clients > 1024 || *keys < 1 || *keys > 10_000_000 || *duration < 100*time.Millisecond || *duration > time.Hour {
-		return usageError{errors.New("want 1 ≤ clients ≤ 1024, 1 ≤ keys ≤ 10,000,000, 100ms ≤ duration ≤ 1h")}
+	if f.clients, err = report.ParseInts(*clients, 1, 1024); err != nil {
+		return f, usageError{fmt.Errorf("--clients: %w", err)}
 	}
-	var names []string
+	if f.keys, err = report.ParseInts(*keys, 1, 10_000_000); err != nil {
+		return f, usageError{fmt.Errorf("--keys: %w", err)}
+	}
+	if f.duration < 100*time.Millisecond || f.duration > time.Hour || f.rounds < 1 || f.rounds > 100 {
+		return f, usageError{errors.New("want 100ms ≤ duration ≤ 1h and 1 ≤ rounds ≤ 100")}
+	}
 	if *sc == "all" {
-		names = scenario.Names()
+		f.names = scenario.Names()
 	} else if _, ok := scenario.Lookup(*sc); ok {
-		names = []string{*sc}
+		f.names = []string{*sc}
 	} else {
-		return usageError{fmt.Errorf("unknown scenario %q (want %s or all)", *sc, strings.Join(scenario.Names(), ", "))}
+		return f, usageError{fmt.Errorf("unknown scenario %s (want %s or all)", short.Quote(*sc), strings.Join(scenario.Names(), ", "))}
 	}
+	return f, nil
+}
 
-	infra, cleanup, err := resolveBackend(ctx, *backend, *pgURL, *restartCmd, stderr)
+// command is the run's command line as the HTML report shows it: the
+// parsed settings, never the connection string.
+func (f compareFlags) command() string {
+	sc := "all"
+	if len(f.names) == 1 {
+		sc = f.names[0]
+	}
+	return fmt.Sprintf("lockfree compare --scenario %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
+		sc, joinInts(f.clients), joinInts(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseCompare(args, stderr)
+	if err != nil {
+		return err
+	}
+	infra, cleanup, err := resolveBackend(ctx, f.backend, f.pgURL, f.restartCmd, stderr)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	if *kafka != "" {
-		infra.Kafka = strings.Split(*kafka, ",")
+	if f.kafka != "" {
+		infra.Kafka = strings.Split(f.kafka, ",")
 	}
-
-	cfg := scenario.Config{Clients: *clients, Keys: *keys, Duration: *duration, Faults: fl, Progress: stderr}
-	var reports []scenario.Report
-	for _, n := range names {
+	var reports []report.Report
+	for _, n := range f.names {
 		s, _ := scenario.Lookup(n)
-		rep, err := scenario.Run(ctx, s, cfg, infra)
-		if err != nil {
-			return err
-		}
-		reports = append(reports, rep)
-		if *asJSON {
-			b, _ := json.Marshal(rep)
-			fmt.Fprintln(stdout, string(b))
-		} else {
-			printTable(stdout, rep)
+		for _, c := range f.clients {
+			for _, k := range f.keys {
+				cfg := scenario.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults}
+				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
+				if err != nil {
+					return err
+				}
+				reports = append(reports, rep)
+				if f.asJSON {
+					b, err := json.Marshal(rep)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(stdout, string(b))
+				} else {
+					report.WriteTable(stdout, rep)
+				}
+			}
 		}
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(markdown(reports)), 0o644); err != nil {
+	if !f.asJSON {
+		for _, s := range report.Sweeps(reports) {
+			report.WriteSweep(stdout, s)
+		}
+		report.WriteVerdicts(stdout, reports, 100)
+	}
+	return writeFiles(f, reports)
+}
+
+// runPoint runs every approach of s at one size: once, or --rounds times
+// interleaved (round 1: every approach, round 2: every approach, …) so that
+// a drift of the machine's load hits every approach alike. Progress goes to
+// stderr, closed before the caller prints on stdout.
+func runPoint(ctx context.Context, s scenario.Scenario, cfg scenario.Config, infra scenario.Infra, rounds int, stderr io.Writer) (report.Report, error) {
+	live := report.NewProgress(stderr)
+	defer live.Close()
+	cfg.Progress, cfg.Live = live, live
+	if rounds == 1 {
+		return scenario.Run(ctx, s, cfg, infra)
+	}
+	all := make([][]report.Report, rounds)
+	for r := range all {
+		for _, a := range s.Approaches {
+			cfg.Approaches = []scenario.Approach{a}
+			rep, err := scenario.Run(ctx, s, cfg, infra)
+			if err != nil {
+				return rep, fmt.Errorf("round %d: %w", r+1, err)
+			}
+			all[r] = append(all[r], rep)
+		}
+	}
+	return report.MergeRounds(all), nil
+}
+
+// writeFiles writes the Markdown, SVG and HTML reports that were asked for.
+func writeFiles(f compareFlags, reps []report.Report) error {
+	if f.out != "" {
+		if err := os.WriteFile(f.out, []byte(report.Markdown(reps)), 0o644); err != nil {
 			return err
 		}
 	}
-	if *chart != "" {
-		if err := os.WriteFile(*chart, []byte(svgChart(reports)), 0o644); err != nil {
+	if f.chart != "" {
+		if err := os.WriteFile(f.chart, []byte(report.SVGChart(reps)), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.html != "" {
+		var b bytes.Buffer
+		if err := report.WriteHTML(&b, reps, report.HTMLOptions{Generated: time.Now(), Command: f.command()}); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.html, b.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
@@ -135,64 +237,4 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 		return scenario.Infra{}, nothing, err
 	}
 	return scenario.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
-}
-
-func faultList(fs []scenario.Fault) string {
-	if len(fs) == 0 {
-		return "none"
-	}
-	s := make([]string, len(fs))
-	for i, f := range fs {
-		s[i] = string(f)
-	}
-	return strings.Join(s, ",")
-}
-
-func printTable(w io.Writer, rep scenario.Report) {
-	fmt.Fprintf(w, "\n%s — backend %s, %d clients, %d keys, %.0fs per approach, faults %s\n",
-		rep.Scenario, rep.Backend, rep.Clients, rep.Keys, rep.DurationS, faultList(rep.Faults))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "approach\tops/s\tp50 ms\tp99 ms\tops\tretries\trejected\terrors\tuncertain\tpauses\tviolations\t")
-	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
-			r.Approach, r.OpsPerSec, r.P50ms, r.P99ms, r.Ops, r.Retries, r.Rejected, r.Errors, r.Uncertain, r.Pauses, r.Violations)
-	}
-	tw.Flush()
-	for _, r := range rep.Results {
-		fmt.Fprintf(w, "  %-12s %s", r.Approach, r.Label)
-		if r.Detail != "" {
-			fmt.Fprintf(w, " — %s", r.Detail)
-		}
-		fmt.Fprintln(w)
-	}
-	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "  note: %s\n", n)
-	}
-}
-
-func markdown(reps []scenario.Report) string {
-	var b strings.Builder
-	for _, rep := range reps {
-		fmt.Fprintf(&b, "### %s\n\nbackend %s, %d clients, %d keys, %.0fs per approach, faults %s\n\n",
-			rep.Scenario, rep.Backend, rep.Clients, rep.Keys, rep.DurationS, faultList(rep.Faults))
-		b.WriteString("| approach | ops/s | p50 ms | p99 ms | retries | rejected | errors | uncertain | pauses | violations |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, r := range rep.Results {
-			fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %d | %d | %d | %d | %d | %d |\n",
-				r.Approach, r.OpsPerSec, r.P50ms, r.P99ms, r.Retries, r.Rejected, r.Errors, r.Uncertain, r.Pauses, r.Violations)
-		}
-		b.WriteString("\n")
-		for _, r := range rep.Results {
-			fmt.Fprintf(&b, "- `%s`: %s", r.Approach, r.Label)
-			if r.Detail != "" {
-				fmt.Fprintf(&b, " — %s", r.Detail)
-			}
-			b.WriteString("\n")
-		}
-		for _, n := range rep.Notes {
-			fmt.Fprintf(&b, "- note: %s\n", n)
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
 }

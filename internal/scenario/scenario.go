@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,12 +24,13 @@ import (
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // Approach names one way of solving a scenario's problem. The names are part
 // of the public JSON report.
-type Approach string
+type Approach = report.Approach
 
 const (
 	// Alternative is the lock-free mechanism of the scenario's package.
@@ -44,7 +46,7 @@ const (
 )
 
 // Fault is a fault injected while a scenario runs.
-type Fault string
+type Fault = report.Fault
 
 const (
 	// Pause makes some operations sleep past the lease between their read
@@ -213,8 +215,15 @@ type Config struct {
 	LeaseTTL time.Duration
 	// OpTimeout bounds one operation. Defaults to 2s.
 	OpTimeout time.Duration
-	// Progress receives one line per second while a run goes on. Optional.
+	// Progress receives one line per second while a run goes on, and the
+	// harness's messages. Optional.
 	Progress io.Writer
+	// Live, when set, follows each approach's run instead of the lines
+	// on Progress (see report.NewProgress).
+	Live report.Progress
+	// Approaches, when set, restricts a run to these of the scenario's
+	// approaches (in the scenario's order): --rounds interleaves them.
+	Approaches []Approach
 }
 
 // Infra is where scenarios run.
@@ -228,41 +237,12 @@ type Infra struct {
 	Kafka []string
 }
 
-// Result is one approach's line of the report. The JSON names are a public
-// interface (ARCHITECTURE.md, "The harness"): they are never renamed.
-type Result struct {
-	Approach   Approach `json:"approach"`
-	Label      string   `json:"label"`
-	Ops        int64    `json:"ops"`
-	OpsPerSec  float64  `json:"ops_per_sec"`
-	P50ms      float64  `json:"p50_ms"`
-	P99ms      float64  `json:"p99_ms"`
-	Retries    int64    `json:"retries"`
-	Rejected   int64    `json:"rejected"`
-	Violations int64    `json:"violations"`
-	// Errors, Uncertain, Pauses and Detail are extra fields for humans.
-	Errors    int64  `json:"errors"`
-	Uncertain int64  `json:"uncertain"`
-	Pauses    int64  `json:"pauses"`
-	Detail    string `json:"detail,omitempty"`
-	// Submitted is the clients' own count of successful operations when
-	// Ops counts something else: the units a Drainer finished.
-	Submitted int64 `json:"submitted,omitempty"`
-}
-
-// Report is one scenario's run.
-type Report struct {
-	Scenario  string   `json:"scenario"`
-	Backend   string   `json:"backend"`
-	Clients   int      `json:"clients"`
-	Keys      int      `json:"keys"`
-	DurationS float64  `json:"duration_s"`
-	Faults    []Fault  `json:"faults"`
-	Results   []Result `json:"results"`
-	// Notes say what could not be done (e.g. a fault unavailable on this
-	// backend).
-	Notes []string `json:"notes,omitempty"`
-}
+// Result is one approach's line of the report, and Report one scenario's
+// run; they live in internal/report, which renders them.
+type (
+	Result = report.Result
+	Report = report.Report
+)
 
 func (c *Config) setDefaults() {
 	if c.Clients <= 0 {
@@ -310,6 +290,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (Report, err
 		rep.Notes = append(rep.Notes, "restart fault skipped: this server cannot be restarted from here (use the embedded server or --restart-cmd)")
 	}
 	for _, a := range sc.Approaches {
+		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, a) {
+			continue
+		}
 		res, err := runApproach(ctx, sc, a, cfg, infra)
 		if errors.Is(err, errSkip) {
 			continue
@@ -389,7 +372,13 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 		inject(runCtx, cfg, env, proxy, infra)
 	}()
 	var ops atomic.Int64
-	progress := startProgress(runCtx, cfg.Progress, sc.Name, a, &ops)
+	var task report.Task
+	var progress <-chan struct{}
+	if cfg.Live != nil {
+		task, progress = startLive(runCtx, cfg, sc.Name, a, &ops, &env.pauses)
+	} else {
+		progress = startProgress(runCtx, cfg.Progress, sc.Name, a, &ops)
+	}
 	start := time.Now()
 	res, latencies := drive(runCtx, cfg, w, &ops)
 	elapsed := time.Since(start)
@@ -429,6 +418,10 @@ func runApproach(ctx context.Context, sc Scenario, a Approach, cfg Config, infra
 	}
 	if cerr != nil {
 		return res, fmt.Errorf("checking invariants: %w", cerr)
+	}
+	res.Checked = true
+	if task != nil {
+		task.Done(res)
 	}
 	return res, nil
 }
@@ -519,6 +512,28 @@ func startProgress(ctx context.Context, w io.Writer, name string, a Approach, op
 		}
 	}()
 	return done
+}
+
+// startLive follows a run on cfg.Live, when set, instead of startProgress:
+// it updates the task every second until ctx ends.
+func startLive(ctx context.Context, cfg Config, name string, a Approach, ops, faults *atomic.Int64) (report.Task, <-chan struct{}) {
+	task := cfg.Live.Start(name, a, cfg.Duration)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				task.Update(ops.Load(), faults.Load())
+				return
+			case <-tick.C:
+				task.Update(ops.Load(), faults.Load())
+			}
+		}
+	}()
+	return task, done
 }
 
 // inject drives the faults for one approach's run.

@@ -1,0 +1,222 @@
+// Package report holds what `lockfree compare` measured and turns it into
+// what a person reads: text tables and verdicts on stdout, live progress on
+// stderr, Markdown, an SVG chart, and one self-contained HTML file with
+// charts, sweeps and a timeline per approach.
+//
+// The harness (internal/scenario) fills in a [Report] per scenario run; the
+// functions here only read it. Report and [Result] serialise to the public
+// JSON of `lockfree compare --json`: fields are added, never renamed. A
+// result whose invariants were not checked has Checked false and renders as
+// "—" (and "violations": null in JSON), never as 0.
+//
+// Everything in this package is a pure function of its arguments, except
+// [Progress] implementations, which are safe for concurrent use.
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ErrInvalid is matched (with errors.Is) by the errors of functions that
+// reject their input, such as [ParseInts].
+var ErrInvalid = errors.New("report: invalid input")
+
+// Approach names one way of solving a scenario's problem. The names are part
+// of the public JSON report.
+type Approach string
+
+// The approaches the harness runs, in report order.
+const (
+	Alternative Approach = "alternative"
+	FencedLock  Approach = "fenced-lock"
+	NaiveLock   Approach = "naive-lock"
+	RedisLock   Approach = "redis-lock"
+	Raw         Approach = "raw"
+)
+
+// Fault is a fault injected while a scenario runs ("pause", "partition",
+// "restart", "isolate", …). The names are part of the public JSON report.
+type Fault string
+
+// Result is one approach's line of the report. The zero value is a result
+// whose invariants were not checked.
+type Result struct {
+	Approach  Approach `json:"approach"`
+	Label     string   `json:"label"`
+	Ops       int64    `json:"ops"`
+	OpsPerSec float64  `json:"ops_per_sec"`
+	P50ms     float64  `json:"p50_ms"`
+	P99ms     float64  `json:"p99_ms"`
+	Retries   int64    `json:"retries"`
+	Rejected  int64    `json:"rejected"`
+	// Violations counts broken invariants found by the check; it means
+	// something only when Checked is set (JSON: null otherwise).
+	Violations int64 `json:"violations"`
+	// Checked is set once the invariants were checked to the end. A check
+	// that timed out or could not run leaves it false: the report shows
+	// "—", because 0 would claim a safety that was never verified.
+	Checked   bool   `json:"checked"`
+	Errors    int64  `json:"errors"`
+	Uncertain int64  `json:"uncertain"`
+	Pauses    int64  `json:"pauses"`
+	Detail    string `json:"detail,omitempty"`
+	// Submitted is the clients' own count of successful operations when
+	// Ops counts something else: the units a pipeline finished.
+	Submitted int64 `json:"submitted,omitempty"`
+	// Skipped, when set, says why the approach could not run (no Redis,
+	// …); the other fields are then meaningless.
+	Skipped string `json:"skipped,omitempty"`
+	// RoundTripsPerOp and StatementsPerOp are measured by a database
+	// tracer; nil when not measured (the memory backend).
+	RoundTripsPerOp *float64 `json:"round_trips_per_op,omitempty"`
+	StatementsPerOp *float64 `json:"statements_per_op,omitempty"`
+	// FaultsInjected counts the faults that took effect, by kind. When nil,
+	// Pauses stands for {"pause": Pauses}.
+	FaultsInjected map[Fault]int64 `json:"faults_injected,omitempty"`
+	// Extra holds a scenario's own counts (first_executions, replays, …),
+	// shown as extra columns.
+	Extra map[string]float64 `json:"extra,omitempty"`
+	// RoundsOpsPerSec lists the ops/s of each round under --rounds; OpsPerSec
+	// is then their median.
+	RoundsOpsPerSec []float64 `json:"rounds_ops_per_sec,omitempty"`
+	// Timeline is what each worker did over time, when recorded.
+	Timeline *Timeline `json:"timeline,omitempty"`
+}
+
+// Report is one scenario's run: every approach under the same load and
+// faults.
+type Report struct {
+	Scenario  string   `json:"scenario"`
+	Backend   string   `json:"backend"`
+	Clients   int      `json:"clients"`
+	Keys      int      `json:"keys"`
+	DurationS float64  `json:"duration_s"`
+	Faults    []Fault  `json:"faults"`
+	Results   []Result `json:"results"`
+	// Notes say what could not be done (e.g. a fault unavailable on this
+	// backend).
+	Notes []string `json:"notes,omitempty"`
+	// FaultHow says, per fault, how it was injected, in a phrase that
+	// follows a count ("SIGSTOPs past the lease, each resumed after another
+	// worker took over"). Faults it lacks get a default phrase.
+	FaultHow map[Fault]string `json:"fault_how,omitempty"`
+	// Rounds is set when the approaches ran interleaved over several
+	// rounds (--rounds N).
+	Rounds *Rounds `json:"rounds,omitempty"`
+}
+
+// MarshalJSON writes "violations": null for a result that was not checked.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	v := struct {
+		plain
+		Violations *int64 `json:"violations"`
+	}{plain: plain(r)}
+	if r.Checked {
+		v.Violations = &r.Violations
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads both this format and the one before "checked"
+// existed, in which every result with an integer "violations" was checked.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	type plain Result
+	v := struct {
+		*plain
+		Violations *int64 `json:"violations"`
+		Checked    *bool  `json:"checked"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.Violations, r.Checked = 0, false
+	if v.Violations != nil {
+		r.Violations = *v.Violations
+		r.Checked = v.Checked == nil || *v.Checked
+	}
+	return nil
+}
+
+// Faults returns the faults that took effect, by kind: FaultsInjected, or
+// the pauses the older harness counted.
+func (r Result) Faults() map[Fault]int64 {
+	if r.FaultsInjected != nil {
+		return r.FaultsInjected
+	}
+	if r.Pauses > 0 {
+		return map[Fault]int64{"pause": r.Pauses}
+	}
+	return nil
+}
+
+// Result returns the result of approach a, if the report has one.
+func (rep Report) Result(a Approach) (Result, bool) {
+	for _, r := range rep.Results {
+		if r.Approach == a {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// ExtraNames lists the names of every result's Extra, sorted.
+func (rep Report) ExtraNames() []string {
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		for k := range r.Extra {
+			seen[k] = true
+		}
+	}
+	return sortedKeys(seen)
+}
+
+// Float returns a pointer to f, for the optional measurements of a Result.
+func Float(f float64) *float64 { return &f }
+
+// FaultList is "none" or the faults joined by commas.
+func FaultList(fs []Fault) string {
+	if len(fs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ",")
+}
+
+// faultsText is "pause 12, isolate 3" or "—".
+func faultsText(m map[Fault]int64) string {
+	if len(m) == 0 {
+		return "—"
+	}
+	var s []string
+	for _, f := range sortedKeys(m) {
+		s = append(s, fmt.Sprintf("%s %d", f, m[f]))
+	}
+	return strings.Join(s, ", ")
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+// describe is the one-line description of a run's setting.
+func (rep Report) describe() string {
+	s := fmt.Sprintf("backend %s, %s, %s, %gs per approach, faults %s",
+		rep.Backend, plural(rep.Clients, "client", "clients"), plural(rep.Keys, "key", "keys"), rep.DurationS, FaultList(rep.Faults))
+	if rep.Rounds != nil {
+		s += fmt.Sprintf(", %d interleaved rounds", rep.Rounds.N)
+	}
+	return s
+}
