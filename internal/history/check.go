@@ -163,12 +163,12 @@ func groupByKey(ops []Op) ([]keyOps, *Report) {
 
 // window is one search: a slice of one key's searched operations.
 type window struct {
-	key          int // index in Report.Keys
-	index        int // among the key's windows
-	km           keyModel
-	first        bool
+	key           int // index in Report.Keys
+	index         int // among the key's windows
+	km            keyModel
+	first         bool
 	core, carried []int
-	settle       Time
+	settle        Time
 
 	pops   []porcupine.Operation
 	src    []*Op
