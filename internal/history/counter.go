@@ -337,9 +337,16 @@ func (k *counterKey) explain(state any, w *window, prefix []int, stuck int) Viol
 		uncertain = fmt.Sprintf("%s of unknown outcome could take at most %d", plural(s.credits, "sale", "sales"), s.credits)
 	}
 	switch {
+	case (in.kind == cRead || out.has) && out.stock < k.c.Floor:
+		return Violation{Anomaly: Oversell, Marks: marks,
+			Text: fmt.Sprintf("%s %s, below the floor of %d", did, what, k.c.Floor)}
 	case (in.kind == cRead || out.has) && s.known && found > s.v:
-		if in.kind == cSell && last != nil && last.Kind == KindSell {
-			marks = []Mark{{*op, Stale}, {*last, Clobbered}}
+		if in.kind == cSell && last != nil {
+			if last.Kind == KindSell {
+				marks = []Mark{{*op, Stale}, {*last, Clobbered}}
+			}
+			return Violation{Anomaly: LostUpdate, Marks: marks,
+				Text: fmt.Sprintf("%s %s, so it found %d, but %s: it overwrote what was sold since", did, what, found, was)}
 		}
 		return Violation{Anomaly: LostUpdate, Marks: marks,
 			Text: fmt.Sprintf("%s %s, but %s: acknowledged sales were undone", did, what, was)}
