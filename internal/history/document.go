@@ -112,7 +112,7 @@ type docKey struct {
 	reads  []docAt
 	lists  [][]string // DocState.Edits, when given
 	in     []DocInput
-	index  map[*Op]int // in ops
+	index  map[*Op]int    // in ops
 	byEdit map[string]*Op // every edit of the key, failed ones too
 	failed []*Op
 }
@@ -290,7 +290,7 @@ func describeDocState(state any) string {
 
 func (k *docKey) patterns() []Violation {
 	basedOn := map[docAt][]*Op{} // accepted edits by the state they read
-	readers := map[string]*Op{}   // heads read, by the first to return
+	readers := map[string]*Op{}  // heads read, by the first to return
 	for i, op := range k.ops {
 		if op.Outcome != OK {
 			continue
