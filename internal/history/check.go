@@ -74,13 +74,17 @@ type keyModel interface {
 	// those are carried into the windows they overlap.
 	effect(i int) bool
 	model() porcupine.Model
+	// fits reports whether op's answer fits state, whatever order the
+	// model otherwise imposes: what explanations look for.
+	fits(state any, op porcupine.Operation) bool
 	// initial is the state a window starts from: the key's initial state
 	// for the first window, a state that any first observation fits for
 	// the others.
 	initial(first bool) any
-	// operations converts a window for porcupine: core ops are checked,
-	// carried ones may take effect; src[j] is the op of ops[j].
-	operations(core, carried []int, settle Time) (ops []porcupine.Operation, src []*Op)
+	// operations converts a window for porcupine: core ops are checked;
+	// before and after are the neighbours' that may take effect in it (see
+	// windows); src[j] is the op of ops[j].
+	operations(core, before, after []int, settle Time) (ops []porcupine.Operation, src []*Op)
 	// patterns finds the violations that need no search, with their
 	// evidence.
 	patterns() []Violation
@@ -163,12 +167,12 @@ func groupByKey(ops []Op) ([]keyOps, *Report) {
 
 // window is one search: a slice of one key's searched operations.
 type window struct {
-	key           int // index in Report.Keys
-	index         int // among the key's windows
-	km            keyModel
-	first         bool
-	core, carried []int
-	settle        Time
+	key                 int // index in Report.Keys
+	index               int // among the key's windows
+	km                  keyModel
+	first               bool
+	core, before, after []int
+	settle              Time
 
 	pops   []porcupine.Operation
 	src    []*Op
@@ -179,10 +183,10 @@ type window struct {
 
 // windows cuts a key's searched operations into windows of cfg.Window by
 // Call. Each window also carries the effects of its neighbours that may land
-// inside it: earlier operations still running (or uncertain) when it
-// starts, later ones that started before its last checked operation
-// returned. They may take effect in the window but their answers are not
-// checked there — they are in their own window.
+// among its own: before, the earlier operations still running (or
+// uncertain) when it starts; after, the later ones that started before the
+// last of its checked operations (or of before's) returned. They may take
+// effect in the window, but their answers are checked in their own.
 func windows(km keyModel, cfg Config) []*window {
 	ops := km.searched()
 	settle := Time(cfg.Settle)
@@ -199,12 +203,15 @@ func windows(km keyModel, cfg Config) []*window {
 		}
 		for i := 0; i < a; i++ {
 			if km.effect(i) && until(ops[i], settle) >= start {
-				w.carried = append(w.carried, i)
+				w.before = append(w.before, i)
+				if ops[i].Outcome == OK {
+					end = max(end, ops[i].Return)
+				}
 			}
 		}
 		for i := b; i < len(ops) && ops[i].Call <= end; i++ {
 			if km.effect(i) {
-				w.carried = append(w.carried, i)
+				w.after = append(w.after, i)
 			}
 		}
 		out = append(out, w)
@@ -256,7 +263,7 @@ func (w *window) search(ctx context.Context, timeout time.Duration) {
 		}
 		return timeout, true
 	}
-	w.pops, w.src = w.km.operations(w.core, w.carried, w.settle)
+	w.pops, w.src = w.km.operations(w.core, w.before, w.after, w.settle)
 	m := w.km.model()
 	init := w.km.initial(w.first)
 	m.Init = func() any { return init }
@@ -302,7 +309,7 @@ func (w *window) report(k *KeyReport, km keyModel, d *describer) {
 	if w.found {
 		prefix := longest(w.info)
 		state := replay(km.model(), km.initial(w.first), w.pops, prefix)
-		v = km.explain(state, w, prefix, w.stuck(km.model(), state, prefix))
+		v = km.explain(state, w, prefix, w.stuck(km, state, prefix))
 	} else {
 		v = Violation{Anomaly: NotLinearizable, Text: fmt.Sprintf(
 			"operations %s–%s of key %s fit no sequential order (the search for the evidence ran out of time)",
@@ -366,7 +373,7 @@ func replay(m porcupine.Model, state any, ops []porcupine.Operation, order []int
 // stuck picks the operation the search could not place after prefix: among
 // those left that the model refuses from state, the first to return (it had
 // to come before anything that started after it returned).
-func (w *window) stuck(m porcupine.Model, state any, prefix []int) int {
+func (w *window) stuck(km keyModel, state any, prefix []int) int {
 	placed := make([]bool, len(w.pops))
 	for _, i := range prefix {
 		placed[i] = true
@@ -376,7 +383,7 @@ func (w *window) stuck(m porcupine.Model, state any, prefix []int) int {
 		if placed[i] {
 			continue
 		}
-		if ok, _ := m.Step(state, op.Input, op.Output); ok {
+		if km.fits(state, op) {
 			continue
 		}
 		if best < 0 || op.Return < w.pops[best].Return ||

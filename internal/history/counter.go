@@ -1,9 +1,11 @@
 package history
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -54,11 +56,18 @@ func (Counter) name() string { return "counter" }
 const (
 	cSell uint8 = iota
 	cRead
-	cCredit // an uncertain sale, or a neighbour window's sale: may take one unit later
+	cCredit // an uncertain sale, or a neighbour's that did not say: may take one unit later
+	cBefore // an earlier window's sale that left stock: here, or before the window
+	cAfter  // a later window's sale that left stock: here, or after the window
 )
 
-// cIn and cOut are a counter operation as porcupine sees it.
-type cIn struct{ kind uint8 }
+// cIn and cOut are a counter operation as porcupine sees it. rank, when
+// not 0, is the operation's place among the window's answered operations:
+// see operations.
+type cIn struct {
+	kind uint8
+	rank int
+}
 
 type cOut struct {
 	stock        int64
@@ -76,6 +85,7 @@ type counterState struct {
 	known   bool
 	v       int64
 	credits int64
+	rank    int // of the last answered operation placed
 }
 
 type counterKey struct {
@@ -138,37 +148,85 @@ func (k *counterKey) initial(first bool) any {
 	return counterState{}
 }
 
-func (k *counterKey) operations(core, carried []int, _ Time) ([]porcupine.Operation, []*Op) {
+// operations converts a window for porcupine. The answered operations
+// (sales that said what they left, reads, refusals) get ranks: since
+// nothing adds stock, every order of the history holds them by the stock
+// they found, then the stock they left — reads of one stock commute, so
+// they can be held by Return. Placing them in rank order only, the search
+// does not wander through orders that uncertain sales would otherwise let
+// it try.
+func (k *counterKey) operations(core, before, after []int, _ Time) ([]porcupine.Operation, []*Op) {
 	var pops []porcupine.Operation
 	var src []*Op
-	add := func(i int, credit bool) {
-		op := k.ops[i]
-		p := porcupine.Operation{Input: cIn{k.kind[i]}, Output: k.outs[i], Call: int64(op.Call), Return: int64(op.Return), Metadata: op}
-		if credit {
+	var ranked []int // indices in pops
+	add := func(i int, kind uint8) {
+		op, o := k.ops[i], k.outs[i]
+		p := porcupine.Operation{Input: cIn{kind: kind}, Output: o, Call: int64(op.Call), Return: int64(op.Return), Metadata: op}
+		switch {
+		case op.Outcome == Unknown || !o.has && kind != cSell:
 			// At its Call: a credit placed early is never worse than late.
-			p.Input, p.Output, p.Return = cIn{cCredit}, cOut{}, int64(op.Call)
+			p.Input, p.Output, p.Return = cIn{kind: cCredit}, cOut{}, int64(op.Call)
+		case kind == cRead || kind == cSell && (o.has || o.insufficient):
+			ranked = append(ranked, len(pops))
 		}
 		pops, src = append(pops, p), append(src, op)
 	}
 	for _, i := range core {
-		add(i, k.ops[i].Outcome == Unknown)
+		add(i, k.kind[i])
 	}
-	for _, i := range carried {
-		add(i, true)
+	for _, i := range before {
+		add(i, cBefore)
 	}
+	for _, i := range after {
+		add(i, cAfter)
+	}
+	k.rank(pops, ranked)
 	lanes(pops, src)
 	return pops, src
+}
+
+// rank numbers the answered operations from 1 by the stock they found,
+// then the stock they left (both falling), then Return.
+func (k *counterKey) rank(pops []porcupine.Operation, ranked []int) {
+	span := func(i int) (found, left int64) {
+		o := pops[i].Output.(cOut)
+		switch {
+		case o.insufficient:
+			return k.c.Floor, k.c.Floor
+		case pops[i].Input.(cIn).kind == cSell:
+			return o.stock + 1, o.stock
+		}
+		return o.stock, o.stock
+	}
+	slices.SortStableFunc(ranked, func(a, b int) int {
+		fa, la := span(a)
+		fb, lb := span(b)
+		return cmp.Or(cmp.Compare(fb, fa), cmp.Compare(lb, la), cmp.Compare(pops[a].Return, pops[b].Return))
+	})
+	for r, i := range ranked {
+		in := pops[i].Input.(cIn)
+		in.rank = r + 1
+		pops[i].Input = in
+	}
 }
 
 func (k *counterKey) model() porcupine.Model {
 	floor := k.c.Floor
 	return porcupine.Model{
 		Step: func(state, in, out any) (bool, any) {
-			return counterStep(floor, state.(counterState), in.(cIn), out.(cOut))
+			s, i := state.(counterState), in.(cIn)
+			if i.rank != 0 && i.rank != s.rank+1 {
+				return false, s
+			}
+			ok, next := counterStep(floor, s, i, out.(cOut))
+			if i.rank != 0 {
+				next.rank = i.rank
+			}
+			return ok, next
 		},
 		Hash: func(state any) uint64 {
 			s := state.(counterState)
-			h := uint64(s.v)*0x9e3779b97f4a7c15 ^ bits.RotateLeft64(uint64(s.credits), 32)
+			h := uint64(s.v)*0x9e3779b97f4a7c15 ^ bits.RotateLeft64(uint64(s.credits), 32) ^ uint64(s.rank)<<48
 			if s.known {
 				h = ^h
 			}
@@ -180,6 +238,11 @@ func (k *counterKey) model() porcupine.Model {
 	}
 }
 
+func (k *counterKey) fits(state any, op porcupine.Operation) bool {
+	ok, _ := counterStep(k.c.Floor, state.(counterState), op.Input.(cIn), op.Output.(cOut))
+	return ok
+}
+
 // counterStep is the model: whether an operation with this answer can come
 // next in state s, and the state after it.
 func counterStep(floor int64, s counterState, in cIn, out cOut) (bool, counterState) {
@@ -187,6 +250,8 @@ func counterStep(floor int64, s counterState, in cIn, out cOut) (bool, counterSt
 	case in.kind == cCredit:
 		s.credits++
 		return true, s
+	case in.kind == cBefore || in.kind == cAfter:
+		return neighbourStep(s, in.kind, out.stock)
 	case in.kind == cRead || out.has:
 		// A read finds n; a sale leaves n, so found n+1.
 		found, after := out.stock, out.stock
@@ -230,11 +295,32 @@ func counterStep(floor int64, s counterState, in cIn, out cOut) (bool, counterSt
 	return true, s
 }
 
+// neighbourStep places a neighbour window's sale that left n. While the
+// window's state is not pinned, it is part of what the first answer will
+// pin. It takes effect when uncertain sales can bring the stock to n+1.
+// Below that, an earlier sale took effect before the window (a later one
+// cannot have: fail); above it, a later sale takes effect after the window
+// (an earlier one must wait: fail).
+func neighbourStep(s counterState, kind uint8, n int64) (bool, counterState) {
+	switch taken := s.v - (n + 1); {
+	case !s.known:
+		return true, s
+	case taken >= 0 && taken <= s.credits:
+		s.v, s.credits = n, s.credits-taken
+		return true, s
+	case taken < 0:
+		return kind == cBefore, s
+	}
+	return kind == cAfter, s
+}
+
 func describeCounterOp(in, out any) string {
 	i, o := in.(cIn), out.(cOut)
 	switch {
 	case i.kind == cCredit:
 		return "sale? (uncertain, or checked in its own window)"
+	case i.kind == cBefore || i.kind == cAfter:
+		return fmt.Sprintf("sale → %d left (checked in its own window)", o.stock)
 	case i.kind == cRead:
 		return fmt.Sprintf("read → %d", o.stock)
 	case o.insufficient:
@@ -305,18 +391,27 @@ func (k *counterKey) patterns() []Violation {
 }
 
 func (k *counterKey) explain(state any, w *window, prefix []int, stuck int) Violation {
+	if v, ok := k.rise(w); ok {
+		return v
+	}
 	s := state.(counterState)
 	after := "initially"
 	if !w.first {
 		after = fmt.Sprintf("at the start of window %d", w.index+1)
 	}
+	// The last operation that pinned or moved the stock.
 	var last *Op
-	for j := len(prefix) - 1; j >= 0; j-- {
-		if w.pops[prefix[j]].Input.(cIn).kind != cCredit {
-			last = w.src[prefix[j]]
-			after = "after " + k.d.did(last, counterNoun(last))
-			break
+	st := k.initial(w.first).(counterState)
+	for _, j := range prefix {
+		in := w.pops[j].Input.(cIn)
+		_, next := counterStep(k.c.Floor, st, in, w.pops[j].Output.(cOut))
+		if in.kind == cSell || in.kind == cRead || next.v != st.v {
+			last = w.src[j]
 		}
+		st = next
+	}
+	if last != nil {
+		after = "after " + k.d.did(last, counterNoun(last))
 	}
 	was := fmt.Sprintf("the stock was %d %s", s.v, after)
 	if stuck < 0 {
@@ -363,6 +458,52 @@ func (k *counterKey) explain(state any, w *window, prefix []int, stuck int) Viol
 	}
 	return Violation{Anomaly: NotLinearizable, Marks: marks,
 		Text: fmt.Sprintf("%s fits no sequential order with the others (%s)", did, was)}
+}
+
+// rise looks among the window's answered operations for stock that went up:
+// one that found more than another had left before it began. The search
+// cannot place such a pair, and the rank order hides which one it tripped
+// on, so the pair is the evidence.
+func (k *counterKey) rise(w *window) (Violation, bool) {
+	type answer struct {
+		op          *Op
+		found, left int64
+	}
+	var as []answer
+	for j, p := range w.pops {
+		in, o := p.Input.(cIn), p.Output.(cOut)
+		switch {
+		case in.rank == 0:
+		case o.insufficient:
+			as = append(as, answer{w.src[j], k.c.Floor, k.c.Floor})
+		case in.kind == cSell:
+			as = append(as, answer{w.src[j], o.stock + 1, o.stock})
+		default:
+			as = append(as, answer{w.src[j], o.stock, o.stock})
+		}
+	}
+	byReturn := slices.Clone(as)
+	slices.SortFunc(byReturn, func(a, b answer) int { return cmp.Compare(a.op.Return, b.op.Return) })
+	slices.SortFunc(as, func(a, b answer) int { return cmp.Compare(a.op.Call, b.op.Call) })
+	var low *answer // the lowest stock left by the answers returned so far
+	next := 0
+	for _, y := range as {
+		for ; next < len(byReturn) && byReturn[next].op.Return < y.op.Call; next++ {
+			if low == nil || byReturn[next].left < low.left {
+				low = &byReturn[next]
+			}
+		}
+		if low == nil || y.found <= low.left {
+			continue
+		}
+		marks := []Mark{{*y.op, Witness}, {*low.op, Clobbered}}
+		if low.op.Kind == KindRead {
+			marks[1].Role = Witness
+		}
+		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s found stock %d, but %s had left %d before it began: acknowledged sales were undone",
+			k.d.did(y.op, counterNoun(y.op)), y.found, k.d.did(low.op, counterNoun(low.op)), low.left)}, true
+	}
+	return Violation{}, false
 }
 
 func counterNoun(op *Op) string {

@@ -84,8 +84,11 @@ func (d Document) validate() error {
 const (
 	dEdit uint8 = iota
 	dRead
-	dNamed  // an uncertain or neighbouring edit that a checked read names: it wrote Version
-	dCredit // one that nothing names: it may have been overwritten under others
+	dNamed  // an uncertain edit that a checked read names: it wrote version
+	dFound  // an uncertain edit that only a neighbour's read names
+	dCredit // one that nothing names: it may have landed under others
+	dBefore // an earlier window's accepted edit: here, or before the window
+	dAfter  // a later window's accepted edit: here, or after the window
 )
 
 type dIn struct {
@@ -179,40 +182,54 @@ func (k *docKey) initial(first bool) any {
 	return docState{}
 }
 
-func (k *docKey) operations(core, carried []int, settle Time) ([]porcupine.Operation, []*Op) {
-	// The edits that the window's checked operations read, and the version
-	// each read them at.
+func (k *docKey) operations(core, before, after []int, settle Time) ([]porcupine.Operation, []*Op) {
+	// The uncertain edits that the window's checked operations found, and
+	// the version each was found at; then those only its neighbours found.
 	named := map[string]int64{}
-	for _, i := range core {
-		if k.ops[i].Outcome == OK {
-			if _, ok := named[k.reads[i].head]; !ok {
-				named[k.reads[i].head] = k.reads[i].version
+	found := map[string]int64{}
+	name := func(m map[string]int64, idx []int) {
+		for _, i := range idx {
+			if _, ok := m[k.reads[i].head]; !ok && k.ops[i].Outcome == OK {
+				m[k.reads[i].head] = k.reads[i].version
 			}
 		}
 	}
+	name(named, core)
+	name(found, before)
+	name(found, after)
 	var pops []porcupine.Operation
 	var src []*Op
-	add := func(i int, checked bool) {
-		op := k.ops[i]
-		p := porcupine.Operation{Call: int64(op.Call), Return: int64(until(op, settle)), Metadata: op}
-		v, isNamed := named[k.in[i].Edit]
-		switch {
-		case checked && op.Outcome == OK && op.Kind == KindRead:
-			p.Input, p.Output = dIn{kind: dRead}, k.reads[i]
-		case checked && op.Outcome == OK:
-			p.Input, p.Output = dIn{kind: dEdit, edit: k.in[i].Edit}, k.reads[i]
-		case isNamed:
-			p.Input, p.Output = dIn{kind: dNamed, edit: k.in[i].Edit, version: v}, docAt{}
-		default:
-			p.Input, p.Output, p.Return = dIn{kind: dCredit, edit: k.in[i].Edit}, docAt{}, int64(op.Call)
+	add := func(i int, kind uint8) {
+		op, e := k.ops[i], k.in[i].Edit
+		p := porcupine.Operation{Input: dIn{kind: kind, edit: e}, Output: k.reads[i],
+			Call: int64(op.Call), Return: int64(until(op, settle)), Metadata: op}
+		if op.Outcome == Unknown {
+			v, isNamed := named[e]
+			fv, isFound := found[e]
+			switch {
+			case isNamed:
+				p.Input, p.Output = dIn{kind: dNamed, edit: e, version: v}, docAt{}
+			case isFound:
+				p.Input, p.Output = dIn{kind: dFound, edit: e, version: fv}, docAt{}
+			default:
+				// At its Call: a credit placed early is never worse than late.
+				p.Input, p.Output, p.Return = dIn{kind: dCredit, edit: e}, docAt{}, int64(op.Call)
+			}
 		}
 		pops, src = append(pops, p), append(src, op)
 	}
 	for _, i := range core {
-		add(i, true)
+		if k.ops[i].Kind == KindRead {
+			add(i, dRead)
+		} else {
+			add(i, dEdit)
+		}
 	}
-	for _, i := range carried {
-		add(i, false)
+	for _, i := range before {
+		add(i, dBefore)
+	}
+	for _, i := range after {
+		add(i, dAfter)
 	}
 	lanes(pops, src)
 	return pops, src
@@ -239,6 +256,11 @@ func (k *docKey) model() porcupine.Model {
 	}
 }
 
+func (k *docKey) fits(state any, op porcupine.Operation) bool {
+	ok, _ := docStep(state.(docState), op.Input.(dIn), op.Output.(docAt))
+	return ok
+}
+
 // docStep is the model: whether an operation with this answer can come next
 // in state s, and the state after it.
 func docStep(s docState, in dIn, read docAt) (bool, docState) {
@@ -246,16 +268,10 @@ func docStep(s docState, in dIn, read docAt) (bool, docState) {
 	case dCredit:
 		s.credits++
 		return true, s
-	case dNamed:
-		if s.known {
-			under := in.version - 1 - s.version // unnamed edits it landed on
-			if under < 0 || under > s.credits {
-				return false, s
-			}
-			s.credits -= under
-		}
-		s.known, s.version, s.head = true, in.version, in.edit
-		return true, s
+	case dBefore, dAfter:
+		return neighbourEdit(s, in, read)
+	case dNamed, dFound:
+		return namedEdit(s, in)
 	}
 	if s.known && (read.version != s.version || read.head != s.head) {
 		return false, s
@@ -267,6 +283,44 @@ func docStep(s docState, in dIn, read docAt) (bool, docState) {
 	return true, s
 }
 
+// namedEdit places an uncertain edit that a read found at in.version,
+// landed on as many unnamed uncertain edits as it takes. While the window's
+// state is not pinned, it is part of what the first answer will pin. One
+// that a checked read found took effect in the window, so it fails when it
+// cannot be placed; one that only a neighbour found may have taken effect
+// outside the window.
+func namedEdit(s docState, in dIn) (bool, docState) {
+	if !s.known {
+		return true, s
+	}
+	under := in.version - 1 - s.version // unnamed edits it landed on
+	if under < 0 || under > s.credits {
+		return in.kind == dFound, s
+	}
+	s.version, s.head, s.credits = in.version, in.edit, s.credits-under
+	return true, s
+}
+
+// neighbourEdit places a neighbour window's accepted edit that read r.
+// While the window's state is not pinned, it is part of what the first
+// answer will pin. At r it is its turn. Past r, an earlier edit took effect
+// before the window (a later one cannot have: fail); short of it, a later
+// edit takes effect after the window (an earlier one must wait).
+func neighbourEdit(s docState, in dIn, r docAt) (bool, docState) {
+	switch {
+	case !s.known:
+		return true, s
+	case s.version == r.version && s.head == r.head:
+		s.version, s.head = r.version+1, in.edit
+		return true, s
+	case s.version > r.version:
+		return in.kind == dBefore, s
+	case s.version < r.version:
+		return in.kind == dAfter, s
+	}
+	return false, s // the same version with another head: a fork
+}
+
 func describeDocOp(in, out any) string {
 	i, r := in.(dIn), out.(docAt)
 	switch i.kind {
@@ -274,8 +328,10 @@ func describeDocOp(in, out any) string {
 		return fmt.Sprintf("read → v%d %s", r.version, quote(r.head))
 	case dEdit:
 		return fmt.Sprintf("edit %s on v%d %s", quote(i.edit), r.version, quote(r.head))
-	case dNamed:
+	case dNamed, dFound:
 		return fmt.Sprintf("edit %s? → v%d (uncertain, read later)", quote(i.edit), i.version)
+	case dBefore, dAfter:
+		return fmt.Sprintf("edit %s on v%d %s (checked in its own window)", quote(i.edit), r.version, quote(r.head))
 	}
 	return fmt.Sprintf("edit %s? (uncertain, or checked in its own window)", quote(i.edit))
 }
