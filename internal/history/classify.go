@@ -23,8 +23,10 @@ import (
 //
 // Unknown: everything else, in particular a timeout, a reset or an EOF after
 // the request was sent, a context that ended while the request was in
-// flight, and a FATAL or PANIC from the server, which may end a session
-// whose COMMIT had already been made durable. pgx returns the bare context
+// flight, a FATAL or PANIC from the server, which may end a session whose
+// COMMIT had already been made durable, and pgx's "conn closed"
+// (pgconn.ErrConnClosed), which it returns both for a connection closed
+// before the operation and for one reset while the answer was read. pgx returns the bare context
 // error both for a context that ended while waiting for a pooled connection
 // and for one that ended while the statement ran, so both are Unknown: a
 // caller that wants the first as Fail acquires the connection itself and
@@ -49,7 +51,15 @@ func Classify(err error, refusals ...error) Outcome {
 		pgErr   *pgconn.PgError
 	)
 	switch {
-	case errors.As(err, &ns), pgconn.SafeToRetry(err), errors.As(err, &connect),
+	case errors.As(err, &ns):
+		return Fail
+	case errors.Is(err, pgconn.ErrConnClosed):
+		// pgx reports a connection reset while it read the answer to a
+		// statement it had sent as "conn closed", which it also calls
+		// safe to retry: the same error as a connection that was closed
+		// before this operation began.
+		return Unknown
+	case pgconn.SafeToRetry(err), errors.As(err, &connect),
 		errors.Is(err, puddle.ErrClosedPool), dialFailed(err):
 		return Fail
 	case errors.As(err, &pgErr):
