@@ -407,8 +407,10 @@ func annotations(v Violation, w *window) []porcupine.Annotation {
 			if end == int64(Inf) {
 				end = p.Call
 			}
-			out = append(out, porcupine.Annotation{ClientId: p.ClientId, Start: p.Call, End: end,
-				Description: string(mk.Role), Details: v.Text, BackgroundColor: roleColor[mk.Role]})
+			// A row per role, beside the clients' rows: on a client's row
+			// the mark would hide the operation.
+			out = append(out, porcupine.Annotation{Tag: string(mk.Role), Start: p.Call, End: end,
+				Description: fmt.Sprintf("client %d", mk.Op.Client), Details: v.Text, BackgroundColor: roleColor[mk.Role]})
 			break
 		}
 	}
