@@ -106,6 +106,9 @@ func Check(ctx context.Context, m Model, ops []Op, cfg Config) (*Report, error) 
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	if err := validate(m.name(), ops); err != nil {
+		return nil, err
+	}
 	keys, rep := groupByKey(ops)
 	rep.Checker = m.name()
 	d := &describer{base: rep.Base}

@@ -395,24 +395,7 @@ func (k *counterKey) explain(state any, w *window, prefix []int, stuck int) Viol
 		return v
 	}
 	s := state.(counterState)
-	after := "initially"
-	if !w.first {
-		after = fmt.Sprintf("at the start of window %d", w.index+1)
-	}
-	// The last operation that pinned or moved the stock.
-	var last *Op
-	st := k.initial(w.first).(counterState)
-	for _, j := range prefix {
-		in := w.pops[j].Input.(cIn)
-		_, next := counterStep(k.c.Floor, st, in, w.pops[j].Output.(cOut))
-		if in.kind == cSell || in.kind == cRead || next.v != st.v {
-			last = w.src[j]
-		}
-		st = next
-	}
-	if last != nil {
-		after = "after " + k.d.did(last, counterNoun(last))
-	}
+	last, after := k.lastMover(w, prefix)
 	was := fmt.Sprintf("the stock was %d %s", s.v, after)
 	if stuck < 0 {
 		return Violation{Anomaly: NotLinearizable, Text: "the operations fit no sequential order (" + was + ")"}
@@ -458,6 +441,29 @@ func (k *counterKey) explain(state any, w *window, prefix []int, stuck int) Viol
 	}
 	return Violation{Anomaly: NotLinearizable, Marks: marks,
 		Text: fmt.Sprintf("%s fits no sequential order with the others (%s)", did, was)}
+}
+
+// lastMover returns the last operation of prefix that pinned or moved the
+// stock, and says when the stock was what it left: "after client 5's sale
+// at t=1.800s".
+func (k *counterKey) lastMover(w *window, prefix []int) (*Op, string) {
+	var last *Op
+	st := k.initial(w.first).(counterState)
+	for _, j := range prefix {
+		in := w.pops[j].Input.(cIn)
+		_, next := counterStep(k.c.Floor, st, in, w.pops[j].Output.(cOut))
+		if in.kind == cSell || in.kind == cRead || next.v != st.v {
+			last = w.src[j]
+		}
+		st = next
+	}
+	switch {
+	case last != nil:
+		return last, "after " + k.d.did(last, counterNoun(last))
+	case w.first:
+		return nil, "initially"
+	}
+	return nil, fmt.Sprintf("at the start of window %d", w.index+1)
 }
 
 // rise looks among the window's answered operations for stock that went up:

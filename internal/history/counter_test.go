@@ -146,3 +146,26 @@ func TestCounterInvalid(t *testing.T) {
 		t.Errorf("window 1: err = %v, want ErrInvalid", err)
 	}
 }
+
+// What every checker relies on is checked before anything is searched.
+func TestCheckRejectsHistories(t *testing.T) {
+	sale := Op{Client: 1, Seq: 1, Key: "k", Kind: KindSell, Outcome: OK, Call: 5, Return: 6}
+	for name, ops := range map[string][]Op{
+		"no outcome":           {{Client: 1, Seq: 1, Key: "k", Kind: KindSell}},
+		"negative client":      {{Client: -1, Seq: 1, Key: "k", Kind: KindSell, Outcome: Fail}},
+		"no key":               {{Client: 1, Seq: 1, Kind: KindSell, Outcome: Fail}},
+		"ID twice":             {sale, sale},
+		"returns before calls": {{Client: 1, Seq: 1, Key: "k", Kind: KindSell, Outcome: OK, Call: 6, Return: 5}},
+	} {
+		if _, err := Check(context.Background(), inventory, ops, Config{}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Check, %s: %v, want ErrInvalid", name, err)
+		}
+		charges := append([]Op(nil), ops...)
+		for i := range charges {
+			charges[i].Kind = KindCharge
+		}
+		if _, err := ExactlyOnce(charges, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ExactlyOnce, %s: %v, want ErrInvalid", name, err)
+		}
+	}
+}

@@ -63,6 +63,9 @@ type keyState struct {
 }
 
 func newInvariant(checker string, ops []Op, effects []Effect, kind string) (*invariant, error) {
+	if err := validate(checker, ops); err != nil {
+		return nil, err
+	}
 	inv := &invariant{rep: &Report{Checker: checker}, keys: map[string]*keyState{}, byID: map[string]*Op{}}
 	for i := range ops {
 		op := &ops[i]

@@ -103,3 +103,30 @@ func (o *Op) ID() string { return opID(o.Client, o.Seq) }
 func opID(client int, seq int64) string {
 	return strconv.Itoa(client) + "/" + strconv.FormatInt(seq, 10)
 }
+
+// validate checks what every checker relies on: known outcomes, a client
+// number, an ID used once, a key and a kind, and no return before the call.
+func validate(checker string, ops []Op) error {
+	seen := make(map[[2]int64]bool, len(ops))
+	for i := range ops {
+		op := &ops[i]
+		bad := func(why string) error {
+			return fmt.Errorf("%w: %s: operation %s on key %s: %s", ErrInvalid, checker, op.ID(), quote(op.Key), why)
+		}
+		id := [2]int64{int64(op.Client), op.Seq}
+		switch {
+		case op.Outcome != OK && op.Outcome != Fail && op.Outcome != Unknown:
+			return bad(fmt.Sprintf("outcome %d is not ok, fail or unknown", op.Outcome))
+		case op.Client < 0:
+			return bad("negative client")
+		case op.Key == "" || op.Kind == "":
+			return bad("no key or no kind")
+		case seen[id]:
+			return bad("the ID is used twice")
+		case op.Outcome != Unknown && op.Return < op.Call:
+			return bad("it returns before its call")
+		}
+		seen[id] = true
+	}
+	return nil
+}
