@@ -494,7 +494,7 @@ func (k *docKey) explain(state any, w *window, prefix []int, stuck int) Violatio
 		return Violation{Anomaly: NotLinearizable, Text: "the operations fit no sequential order (" + was + ")"}
 	}
 	op, in, r := w.src[stuck], w.pops[stuck].Input.(dIn), w.pops[stuck].Output.(docAt)
-	if in.kind == dEdit && writer != nil && writer.Outcome == OK && writer.Kind == KindEdit && k.reads[k.index[writer]] == r {
+	if in.kind == dEdit && writer != nil && writer != op && writer.Outcome == OK && writer.Kind == KindEdit && k.reads[k.index[writer]] == r {
 		return k.forked(r, []*Op{op, writer}, nil)[0] // a fork the search met first
 	}
 	var marks []Mark
