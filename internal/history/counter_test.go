@@ -2,7 +2,9 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +44,15 @@ func TestCounterLostUpdate(t *testing.T) {
 	}
 	if rep.Figure() != "1" || rep.Keys[0].Status != Violated {
 		t.Errorf("Figure %q, status %s; want 1, violated", rep.Figure(), rep.Keys[0].Status)
+	}
+	b2, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"status":"violated"`, `"anomaly":"lost update"`, `"role":"stale write"`, `"outcome":"ok"`} {
+		if !strings.Contains(string(b2), want) {
+			t.Errorf("the JSON report lacks %s: %s", want, b2)
+		}
 	}
 }
 

@@ -24,6 +24,9 @@ const (
 	NotChecked
 )
 
+// MarshalText encodes a status as its String, for JSON reports.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 func (s Status) String() string {
 	switch s {
 	case Passed:
@@ -81,34 +84,35 @@ const (
 
 // Mark is one operation of a violation and its part in it.
 type Mark struct {
-	Op   Op
-	Role Role
+	Op   Op   `json:"op"`
+	Role Role `json:"role"`
 }
 
 // Violation is one violation, with the operations that show it.
 type Violation struct {
-	Key     string
-	Anomaly Anomaly
+	Key     string  `json:"key"`
+	Anomaly Anomaly `json:"anomaly"`
 	// Text says what happened in one sentence a person can read: which
 	// operations, by which clients, at what times (seconds since
 	// Report.Base).
-	Text  string
-	Marks []Mark
+	Text  string `json:"text"`
+	Marks []Mark `json:"marks,omitempty"`
 }
 
 // KeyReport is the verdict on one key.
 type KeyReport struct {
-	Key    string
-	Status Status
+	Key    string `json:"key"`
+	Status Status `json:"status"`
 	// Ops counts the key's operations in the history.
-	Ops int
+	Ops int `json:"ops"`
 	// Windows counts the windows a linearizability check searched, and
 	// Unchecked those whose search ran out of time; both are 0 for the
 	// invariant checkers.
-	Windows, Unchecked int
-	Violations         []Violation
+	Windows    int         `json:"windows"`
+	Unchecked  int         `json:"unchecked"`
+	Violations []Violation `json:"violations,omitempty"`
 	// Note says why the key is NotChecked.
-	Note string
+	Note string `json:"note,omitempty"`
 
 	visual []visual // violating windows, for Visualize
 }
@@ -117,11 +121,11 @@ type KeyReport struct {
 type Report struct {
 	// Checker names the checker: "counter", "document", "exactly-once",
 	// "sequence", "delivery".
-	Checker string
+	Checker string `json:"checker"`
 	// Base is the earliest Call of the history: the times in violation
 	// texts count from it.
-	Base Time
-	Keys []KeyReport
+	Base Time        `json:"base"`
+	Keys []KeyReport `json:"keys"`
 }
 
 // Violations counts the violations found.
