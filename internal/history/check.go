@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"github.com/lockfree-go/lockfree/internal/short"
 )
 
 // Defaults of Config.
@@ -296,30 +294,19 @@ func (w *window) report(k *KeyReport, km keyModel, d *describer) {
 		k.Unchecked++
 		return
 	}
-	inCore := map[*Op]bool{}
-	for _, i := range w.core {
-		inCore[km.searched()[i]] = true
-	}
-	explained := false
-	for _, v := range k.Violations {
-		for _, mk := range v.Marks {
-			if inCore[findOp(km.searched(), mk.Op)] {
-				explained = true
-			}
-		}
-	}
-	var v Violation
-	if w.found {
-		prefix := longest(w.info)
-		state := replay(km.model(), km.initial(w.first), w.pops, prefix)
-		v = km.explain(state, w, prefix, w.stuck(km, state, prefix))
-	} else {
-		v = Violation{Anomaly: NotLinearizable, Text: fmt.Sprintf(
-			"operations %s–%s of key %s fit no sequential order (the search for the evidence ran out of time)",
-			d.at(w.src[0].Call), d.at(w.src[len(w.src)-1].Call), short.Quote(k.Key))}
-	}
-	v.Key = k.Key
+	v, explained := w.explained(k.Violations, km)
 	if !explained {
+		if w.found {
+			prefix := longest(w.info)
+			state := replay(km.model(), km.initial(w.first), w.pops, prefix)
+			v = km.explain(state, w, prefix, w.stuck(km, state, prefix))
+		} else {
+			last := w.src[len(w.core)-1]
+			v = Violation{Anomaly: NotLinearizable, Text: fmt.Sprintf(
+				"the operations of key %s called from %s to %s fit no sequential order (the search for the evidence ran out of time)",
+				quote(k.Key), d.at(w.src[0].Call), d.at(last.Call))}
+		}
+		v.Key = k.Key
 		k.Violations = append(k.Violations, v)
 	}
 	if w.found {
@@ -329,13 +316,22 @@ func (w *window) report(k *KeyReport, km keyModel, d *describer) {
 	}
 }
 
-func findOp(ops []*Op, op Op) *Op {
-	for _, o := range ops {
-		if o.Client == op.Client && o.Seq == op.Seq {
-			return o
+// explained returns the first of a key's violations found without a search
+// that marks one of the window's own operations: it explains the window.
+func (w *window) explained(vs []Violation, km keyModel) (Violation, bool) {
+	core := make(map[[2]int64]bool, len(w.core))
+	for _, i := range w.core {
+		op := km.searched()[i]
+		core[[2]int64{int64(op.Client), op.Seq}] = true
+	}
+	for _, v := range vs {
+		for _, mk := range v.Marks {
+			if core[[2]int64{int64(mk.Op.Client), mk.Op.Seq}] {
+				return v, true
+			}
 		}
 	}
-	return nil
+	return Violation{}, false
 }
 
 // settle sets a key's status from its violations and unchecked windows.

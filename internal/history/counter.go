@@ -59,6 +59,7 @@ const (
 	cCredit // an uncertain sale, or a neighbour's that did not say: may take one unit later
 	cBefore // an earlier window's sale that left stock: here, or before the window
 	cAfter  // a later window's sale that left stock: here, or after the window
+	cLate   // a cAfter that began after the window's first answer was given
 )
 
 // cIn and cOut are a counter operation as porcupine sees it. rank, when
@@ -177,8 +178,16 @@ func (k *counterKey) operations(core, before, after []int, _ Time) ([]porcupine.
 	for _, i := range before {
 		add(i, cBefore)
 	}
+	pinned := Inf // no answer of the window is given later than this
+	for _, j := range ranked {
+		pinned = min(pinned, Time(pops[j].Return))
+	}
 	for _, i := range after {
-		add(i, cAfter)
+		if k.ops[i].Call > pinned {
+			add(i, cLate)
+		} else {
+			add(i, cAfter)
+		}
 	}
 	k.rank(pops, ranked)
 	lanes(pops, src)
@@ -250,7 +259,7 @@ func counterStep(floor int64, s counterState, in cIn, out cOut) (bool, counterSt
 	case in.kind == cCredit:
 		s.credits++
 		return true, s
-	case in.kind == cBefore || in.kind == cAfter:
+	case in.kind == cBefore || in.kind == cAfter || in.kind == cLate:
 		return neighbourStep(s, in.kind, out.stock)
 	case in.kind == cRead || out.has:
 		// A read finds n; a sale leaves n, so found n+1.
@@ -297,21 +306,22 @@ func counterStep(floor int64, s counterState, in cIn, out cOut) (bool, counterSt
 
 // neighbourStep places a neighbour window's sale that left n. While the
 // window's state is not pinned, it is part of what the first answer will
-// pin. It takes effect when uncertain sales can bring the stock to n+1.
-// Below that, an earlier sale took effect before the window (a later one
-// cannot have: fail); above it, a later sale takes effect after the window
-// (an earlier one must wait: fail).
+// pin — unless it began after that answer was given. It takes effect when
+// uncertain sales can bring the stock to n+1. Below that, an earlier sale
+// took effect before the window (a later one cannot have: fail); above it,
+// a later sale takes effect after the window (an earlier one must wait:
+// fail).
 func neighbourStep(s counterState, kind uint8, n int64) (bool, counterState) {
 	switch taken := s.v - (n + 1); {
 	case !s.known:
-		return true, s
+		return kind != cLate, s
 	case taken >= 0 && taken <= s.credits:
 		s.v, s.credits = n, s.credits-taken
 		return true, s
 	case taken < 0:
 		return kind == cBefore, s
 	}
-	return kind == cAfter, s
+	return kind != cBefore, s
 }
 
 func describeCounterOp(in, out any) string {
@@ -319,7 +329,7 @@ func describeCounterOp(in, out any) string {
 	switch {
 	case i.kind == cCredit:
 		return "sale? (uncertain, or checked in its own window)"
-	case i.kind == cBefore || i.kind == cAfter:
+	case i.kind == cBefore || i.kind == cAfter || i.kind == cLate:
 		return fmt.Sprintf("sale → %d left (checked in its own window)", o.stock)
 	case i.kind == cRead:
 		return fmt.Sprintf("read → %d", o.stock)

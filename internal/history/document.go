@@ -89,6 +89,7 @@ const (
 	dCredit // one that nothing names: it may have landed under others
 	dBefore // an earlier window's accepted edit: here, or before the window
 	dAfter  // a later window's accepted edit: here, or after the window
+	dLate   // a dAfter that began after the window's first answer was given
 )
 
 type dIn struct {
@@ -228,8 +229,18 @@ func (k *docKey) operations(core, before, after []int, settle Time) ([]porcupine
 	for _, i := range before {
 		add(i, dBefore)
 	}
+	pinned := Inf // no answer of the window is given later than this
+	for _, i := range core {
+		if k.ops[i].Outcome == OK {
+			pinned = min(pinned, k.ops[i].Return)
+		}
+	}
 	for _, i := range after {
-		add(i, dAfter)
+		if k.ops[i].Call > pinned {
+			add(i, dLate)
+		} else {
+			add(i, dAfter)
+		}
 	}
 	lanes(pops, src)
 	return pops, src
@@ -268,7 +279,7 @@ func docStep(s docState, in dIn, read docAt) (bool, docState) {
 	case dCredit:
 		s.credits++
 		return true, s
-	case dBefore, dAfter:
+	case dBefore, dAfter, dLate:
 		return neighbourEdit(s, in, read)
 	case dNamed, dFound:
 		return namedEdit(s, in)
@@ -303,20 +314,21 @@ func namedEdit(s docState, in dIn) (bool, docState) {
 
 // neighbourEdit places a neighbour window's accepted edit that read r.
 // While the window's state is not pinned, it is part of what the first
-// answer will pin. At r it is its turn. Past r, an earlier edit took effect
-// before the window (a later one cannot have: fail); short of it, a later
-// edit takes effect after the window (an earlier one must wait).
+// answer will pin — unless it began after that answer was given. At r it
+// is its turn. Past r, an earlier edit took effect before the window (a
+// later one cannot have: fail); short of it, a later edit takes effect
+// after the window (an earlier one must wait).
 func neighbourEdit(s docState, in dIn, r docAt) (bool, docState) {
 	switch {
 	case !s.known:
-		return true, s
+		return in.kind != dLate, s
 	case s.version == r.version && s.head == r.head:
 		s.version, s.head = r.version+1, in.edit
 		return true, s
 	case s.version > r.version:
 		return in.kind == dBefore, s
 	case s.version < r.version:
-		return in.kind == dAfter, s
+		return in.kind != dBefore, s
 	}
 	return false, s // the same version with another head: a fork
 }
@@ -330,7 +342,7 @@ func describeDocOp(in, out any) string {
 		return fmt.Sprintf("edit %s on v%d %s", quote(i.edit), r.version, quote(r.head))
 	case dNamed, dFound:
 		return fmt.Sprintf("edit %s? → v%d (uncertain, read later)", quote(i.edit), i.version)
-	case dBefore, dAfter:
+	case dBefore, dAfter, dLate:
 		return fmt.Sprintf("edit %s on v%d %s (checked in its own window)", quote(i.edit), r.version, quote(r.head))
 	}
 	return fmt.Sprintf("edit %s? (uncertain, or checked in its own window)", quote(i.edit))

@@ -140,7 +140,8 @@ func TestLinearizableHistoriesPass(t *testing.T) {
 			}
 		}
 		windows := []int{2, 3, 7, 25, DefaultWindow}
-		cfg := Config{Window: windows[g.rnd.IntN(len(windows))], Settle: time.Duration(ms(g.settle))}
+		// The timeout is generous: this checks verdicts, not speed.
+		cfg := Config{Window: windows[g.rnd.IntN(len(windows))], Settle: time.Duration(ms(g.settle)), Timeout: 10 * time.Minute}
 		t.Run(fmt.Sprintf("seed=%d/%s/window=%d/settle=%v", seed, m.name(), cfg.Window, cfg.Settle), func(t *testing.T) {
 			requirePassed(t, check(t, m, g.b.ops, cfg))
 		})
