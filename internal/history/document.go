@@ -11,8 +11,8 @@ import (
 // Operation kinds of the Document model (KindRead too).
 const (
 	// KindEdit reads the document and writes it back with one more edit.
-	// Input: a DocInput naming the edit. Output: the DocState it read, on
-	// which its write was based.
+	// Input: a DocInput naming the edit. Output: the DocState its write
+	// was based on (after retries, what the last attempt read).
 	KindEdit = "edit"
 )
 
@@ -63,12 +63,13 @@ type docAt struct {
 // branching on it.
 //
 // Patterns found without a search: accepted writes based on the same state
-// (a lost update: the last to return is marked stale, the others
-// clobbered), and heads that name a refused edit or none (a phantom). The
-// search finds the rest: stale reads, versions that skip.
+// (a lost update: the one later reads found, or else the last to return,
+// is marked stale, the others clobbered), and heads or listed edits that
+// name a refused edit or none (a phantom). The search finds the rest:
+// stale reads, versions that skip.
 type Document struct {
 	// Initial is each key's document before the history: zero is version
-	// 0 with no head.
+	// 0 with no head. Its Edits are ignored.
 	Initial DocState
 }
 

@@ -34,7 +34,10 @@ const evInvoke = "invoke"
 // many recorders into one history.
 //
 // Create a Recorder with NewRecorder; it is safe for concurrent use. Each
-// Call it returns belongs to the goroutine that runs the operation.
+// Call it returns belongs to the goroutine that runs the operation. A client
+// number belongs to one recorder, which numbers its operations from 1: give
+// a restarted worker a new client number (Read refuses an operation ID
+// seen twice).
 type Recorder struct {
 	mu  sync.Mutex
 	w   io.Writer
