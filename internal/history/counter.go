@@ -114,7 +114,7 @@ func (c Counter) prepare(key string, ops []*Op, d *describer) (keyModel, error) 
 		var out CounterOutput
 		if op.Outcome == OK && len(op.Output) > 0 {
 			if err := json.Unmarshal(op.Output, &out); err != nil {
-				return nil, fmt.Errorf("%w: operation %s on key %s: output: %v", ErrInvalid, op.ID(), quote(key), err)
+				return nil, fmt.Errorf("%w: operation %s on key %s: output: %w", ErrInvalid, op.ID(), quote(key), err)
 			}
 		}
 		switch {

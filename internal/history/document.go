@@ -127,7 +127,7 @@ func (doc Document) prepare(key string, ops []*Op, d *describer) (keyModel, erro
 	for _, op := range ops {
 		in, read, err := decodeDoc(op)
 		if err != nil {
-			return nil, fmt.Errorf("%w: operation %s on key %s: %v", ErrInvalid, op.ID(), quote(key), err)
+			return nil, fmt.Errorf("%w: operation %s on key %s: %w", ErrInvalid, op.ID(), quote(key), err)
 		}
 		if op.Kind == KindEdit {
 			if prev, dup := k.byEdit[in.Edit]; dup {

@@ -75,7 +75,7 @@ func (r *Recorder) Invoke(client int, key, kind string, input any) (*Call, error
 	}
 	in, err := marshal(input)
 	if err != nil {
-		return nil, fmt.Errorf("%w: input of %s on key %s: %v", ErrInvalid, short.Quote(kind), short.Quote(key), err)
+		return nil, fmt.Errorf("%w: input of %s on key %s: %w", ErrInvalid, short.Quote(kind), short.Quote(key), err)
 	}
 	t := Now() // before the request leaves: a wider interval is safe, a narrower one is not
 	r.mu.Lock()
@@ -101,7 +101,7 @@ func (r *Recorder) writeLocked(ev *event) error {
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if _, err := r.w.Write(append(b, '\n')); err != nil {
 		r.err = fmt.Errorf("history: recording: %w", err)
@@ -128,7 +128,7 @@ func (c *Call) Set(key, value string) {
 func (c *Call) Ok(output any) error {
 	out, err := marshal(output)
 	if err != nil {
-		return fmt.Errorf("%w: output of operation %s: %v", ErrInvalid, c.ID(), err)
+		return fmt.Errorf("%w: output of operation %s: %w", ErrInvalid, c.ID(), err)
 	}
 	return c.complete(OK, out, nil)
 }
