@@ -33,8 +33,8 @@ const EraShift = 40
 var migrationFiles embed.FS
 
 // Migrations returns the schema of the fence functions (package "fence"):
-// the fence_offset table, the fence_eras sequence, and the functions
-// fence_era, fence_mint, fence_next and fence_advance.
+// the sequences fence_offset and fence_eras, and the functions fence_era,
+// fence_mint, fence_next and fence_advance.
 func Migrations() []migrate.Migration {
 	return migrate.FromDir("fence", migrationFiles, "migrations")
 }

@@ -3,4 +3,4 @@ DROP FUNCTION {{fence_next}}(bigint);
 DROP FUNCTION {{fence_mint}}(regclass);
 DROP FUNCTION {{fence_era}}();
 DROP SEQUENCE {{fence_eras}};
-DROP TABLE {{fence_offset}};
+DROP SEQUENCE {{fence_offset}};

@@ -5,36 +5,34 @@
 -- timeline, so what the promoted server mints exceeds what the old primary
 -- minted, even the values whose WAL never reached it.
 
--- era_offset is 0 until fence_advance raises it, after a failover that
--- creates no timeline (a restore or an upgrade onto a new cluster, whose
--- timeline starts again at 1).
-CREATE TABLE {{fence_offset}} (
-	singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-	era_offset bigint  NOT NULL CHECK (era_offset >= 0)
-);
-INSERT INTO {{fence_offset}} (era_offset) VALUES (0);
-
--- The highest era minted in so far. A sequence, because setval takes no row
--- lock and is not undone by a rollback: recording a new era costs the
--- minting transaction nothing. An era below it means the timeline went back.
+-- Two numbers, each kept in a sequence: setval takes no row lock and is not
+-- undone by a rollback, so recording a new era costs the minting transaction
+-- nothing, and pg_sequence_last_value (what the pg_sequences view reads)
+-- reads one without a query: 0.3 µs where a SELECT from a table costs 5.
+-- Both only grow.
+--
+-- fence_offset is added to the timeline: 0 until fence_advance raises it,
+-- after a failover that creates no timeline (a restore or an upgrade onto a
+-- new cluster, whose timeline starts again at 1).
+CREATE SEQUENCE {{fence_offset}} AS bigint MINVALUE 0 START 0 NO CYCLE;
+-- fence_eras is the highest era minted in so far: an era below it means the
+-- timeline went back.
 CREATE SEQUENCE {{fence_eras}} AS bigint MINVALUE 0 START 0 NO CYCLE;
 
 -- fence_era returns the era to mint in now. It fails with SQLSTATE 55000
 -- when the era is below one already minted in (the database was restored or
 -- upgraded onto a cluster with a lower timeline: every fence minted now
 -- could be lower than one handed out before) and on a standby (recovery is
--- in progress).
+-- in progress); with 22003 from era 2^23 on.
 CREATE FUNCTION {{fence_era}}() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
 	-- The timeline of the WAL file being written: it changes the moment a
 	-- promotion ends, unlike pg_control_checkpoint(), which lags until the
 	-- next checkpoint ends.
 	tl   bigint := ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint;
-	era  bigint;
-	seen bigint;
+	era  bigint := tl + coalesce(pg_sequence_last_value({{regclass fence_offset}}), 0);
+	seen bigint := coalesce(pg_sequence_last_value({{regclass fence_eras}}), 0);
 BEGIN
-	SELECT tl + era_offset INTO era FROM {{fence_offset}};
-	SELECT last_value INTO seen FROM {{fence_eras}};
 	IF era < seen THEN
 		RAISE EXCEPTION 'lockfree: fence era % is below era %, already minted in: the database was restored or upgraded onto another cluster', era, seen
 			USING ERRCODE = '55000', HINT = 'Once every server of the old cluster is gone, run SELECT {{raw fence_advance}}().';
@@ -82,17 +80,19 @@ $$;
 -- data may predate it. It returns the new era.
 CREATE FUNCTION {{fence_advance}}(at_least bigint DEFAULT 0) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-	tl   bigint := ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint;
-	cur  bigint;
-	seen bigint;
-	era  bigint;
+	tl  bigint := ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint;
+	era bigint;
 BEGIN
-	SELECT era_offset INTO cur FROM {{fence_offset}} FOR UPDATE;
-	SELECT last_value INTO seen FROM {{fence_eras}};
-	era := greatest(tl + cur, seen, at_least) + 1;
-	UPDATE {{fence_offset}} SET era_offset = era - tl;
-	-- Last: setval is not undone if the transaction fails, and a recorded
-	-- era above the offset's only makes minting fail until the next advance.
+	-- One advance at a time: two would compute from the same numbers.
+	PERFORM pg_advisory_xact_lock({{regclass fence_offset}}::regclass::oid::bigint);
+	era := greatest(tl + coalesce(pg_sequence_last_value({{regclass fence_offset}}), 0),
+		coalesce(pg_sequence_last_value({{regclass fence_eras}}), 0), at_least) + 1;
+	IF era >= 8388608 THEN
+		RAISE EXCEPTION 'lockfree: fence era % does not fit in 23 bits', era USING ERRCODE = '22003';
+	END IF;
+	-- The offset first: between the two, minting is in the new era already,
+	-- and a failure in between leaves eras that still only grow.
+	PERFORM setval({{regclass fence_offset}}, era - tl);
 	PERFORM setval({{regclass fence_eras}}, era);
 	RETURN era;
 END
