@@ -1,15 +1,25 @@
 # lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/) and runs
-# every test against them.
+# every test against them, the failover tests last (`make test-failover`).
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test services services-down lint bench compare
+.PHONY: test test-failover services services-down lint bench compare
+
+# The failover tests: each test binary makes a PostgreSQL primary and standby
+# of its own (scripts/pg-replication.sh) and kills, isolates and promotes
+# them. They run after the other tests, so as not to share the CPU with them.
+FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/...
 
 test: services
-	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) ./...
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) \
+		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl)$$')
+	@$(MAKE) --no-print-directory test-failover
+
+test-failover: services
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $(FAILOVER_PKGS)
 
 services:
 	@scripts/postgres.sh up

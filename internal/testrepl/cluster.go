@@ -81,7 +81,17 @@ func newCluster() (*cluster, error) {
 		return nil, err
 	}
 	c.sweep()
-	return c, c.make()
+	// A port found free can be taken before the server binds it: try again
+	// on others.
+	for attempt := 1; ; attempt++ {
+		err := c.make()
+		if err == nil || attempt == 3 {
+			return c, err
+		}
+		if rmErr := c.remove(); rmErr != nil {
+			return c, fmt.Errorf("%w; removing the pair after it: %w", err, rmErr)
+		}
+	}
 }
 
 // haveServerBinaries looks where scripts/lib/pg.sh looks.
@@ -125,6 +135,7 @@ func (c *cluster) make() error {
 	if err != nil {
 		return err
 	}
+	c.dir = dir
 	// As root the servers run as postgres, which must reach the data inside.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
@@ -132,7 +143,6 @@ func (c *cluster) make() error {
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return err
 	}
-	c.dir = dir
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
