@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -111,24 +112,25 @@ func waitNotSyncRep(t *testing.T, admin *pgx.Conn, pid uint32) {
 }
 
 // mintTx mints every fence n times in one transaction and commits it with
-// ctx; it returns what was minted and the commit's error.
-func mintTx(t *testing.T, ctx context.Context, conn *pgx.Conn, n int) (minted, error) {
-	t.Helper()
+// ctx. It returns what was minted, and the commit's error in commitErr: the
+// caller tells it from err, the failure of a mint. It runs on goroutines
+// other than the test's, so it does not fail the test itself.
+func mintTx(ctx context.Context, conn *pgx.Conn, n int) (m minted, commitErr, err error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	out := minted{}
+	m = minted{}
 	for range n {
 		for _, f := range fences() {
 			var v int64
 			if err := tx.QueryRow(ctx, f.mintSQL()).Scan(&v); err != nil {
-				t.Fatalf("mint %v: %v", f, err)
+				return nil, nil, fmt.Errorf("mint %v: %w", f, err)
 			}
-			out[f] = append(out[f], v)
+			m[f] = append(m[f], v)
 		}
 	}
-	return out, tx.Commit(ctx)
+	return m, tx.Commit(ctx), nil
 }
 
 // A commit whose wait for the synchronous standby is cancelled has
@@ -145,13 +147,13 @@ func TestSyncCancelledWait(t *testing.T) {
 
 	p.HoldStandby()
 	type result struct {
-		minted minted
-		err    error
+		minted         minted
+		commitErr, err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		m, err := mintTx(t, t.Context(), client.Conn, 40)
-		done <- result{m, err}
+		m, commitErr, err := mintTx(t.Context(), client.Conn, 40)
+		done <- result{m, commitErr, err}
 	}()
 	waitSyncRep(t, admin, client.PgConn().PID())
 	if _, err := admin.Exec(t.Context(), `SELECT pg_cancel_backend($1)`, client.PgConn().PID()); err != nil {
@@ -159,7 +161,10 @@ func TestSyncCancelledWait(t *testing.T) {
 	}
 	r := <-done
 	if r.err != nil {
-		t.Fatalf("the commit whose wait was cancelled failed (%v): the client was not told it holds its fences", r.err)
+		t.Fatal(r.err)
+	}
+	if r.commitErr != nil {
+		t.Fatalf("the commit whose wait was cancelled failed (%v): the client was not told it holds its fences", r.commitErr)
 	}
 	if !client.warned("canceling wait for synchronous replication") {
 		t.Errorf("no warning about the cancelled wait; notices: %q", client.notices)
@@ -184,15 +189,19 @@ func measureContextCancel(t *testing.T, p *testrepl.Pair, admin *pgx.Conn) {
 	defer cancel()
 	done := make(chan error, 1)
 	var m minted
+	var mintErr error
 	go func() {
-		var err error
-		m, err = mintTx(t, ctx, conn, 1)
-		done <- err
+		var commitErr error
+		m, commitErr, mintErr = mintTx(ctx, conn, 1)
+		done <- commitErr
 	}()
 	pid := conn.PgConn().PID()
 	waitSyncRep(t, admin, pid)
 	cancel()
 	err := <-done
+	if mintErr != nil {
+		t.Fatal(mintErr)
+	}
 	waitNotSyncRep(t, admin, pid)
 	f := fence{kinds[0], false}
 	var now int64

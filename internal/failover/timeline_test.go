@@ -2,10 +2,12 @@ package failover_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 	"github.com/lockfree-go/lockfree/migrate"
@@ -40,9 +42,13 @@ func TestEraAtPromotion(t *testing.T) {
 	oldTL := p.Timeline(old)
 	early := p.Connect(p.URL(p.Standby())) // outlives the promotion
 
-	p.Kill(old)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	var pgErr *pgconn.PgError
+	if err := new(probe).scan(ctx, early); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("minting on the standby: %v, want SQLSTATE 25006 (read-only), as nextval", err)
+	}
+	p.Kill(old)
 	first := make(chan probe, 1)
 	go func() {
 		// Mint as soon as the session can write: every attempt before that

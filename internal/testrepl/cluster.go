@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // cluster is the binary's pair and what the test holding it changed, so
@@ -214,13 +215,12 @@ func (n Node) arg() string { return strconv.Itoa(int(n)) }
 func (c *cluster) run(env []string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
+	start := time.Now()
 	out, err := run(ctx, c.script, c.dir, env, args...)
 	if err != nil {
 		return fmt.Errorf("pg-replication.sh %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	if out != "" {
-		c.logf("%s", out)
-	}
+	c.logf("pg-replication.sh %s (%.1f s)\n%s", strings.Join(args, " "), time.Since(start).Seconds(), out)
 	return nil
 }
 

@@ -24,6 +24,7 @@ package testrepl
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -68,7 +69,8 @@ func Get(t testing.TB) *Pair {
 	t.Helper()
 	c, err := theCluster()
 	if err != nil {
-		if missing, ok := err.(*missingError); ok {
+		var missing *missingError
+		if errors.As(err, &missing) {
 			testdb.Missing(t, "a PostgreSQL replication pair", missing.why)
 			return nil
 		}

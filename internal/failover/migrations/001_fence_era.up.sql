@@ -22,17 +22,22 @@ CREATE SEQUENCE {{fence_eras}} AS bigint MINVALUE 0 START 0 NO CYCLE;
 -- fence_era returns the era to mint in now. It fails with SQLSTATE 55000
 -- when the era is below one already minted in (the database was restored or
 -- upgraded onto a cluster with a lower timeline: every fence minted now
--- could be lower than one handed out before) and on a standby (recovery is
--- in progress); with 22003 from era 2^23 on.
+-- could be lower than one handed out before), with 25006 on a standby (as
+-- nextval would), and with 22003 from era 2^23 on.
 CREATE FUNCTION {{fence_era}}() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+	tl   bigint;
+	era  bigint;
+	seen bigint := coalesce(pg_sequence_last_value({{regclass fence_eras}}), 0);
+BEGIN
+	IF pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'lockfree: cannot mint a fence on a standby' USING ERRCODE = '25006';
+	END IF;
 	-- The timeline of the WAL file being written: it changes the moment a
 	-- promotion ends, unlike pg_control_checkpoint(), which lags until the
 	-- next checkpoint ends.
-	tl   bigint := ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint;
-	era  bigint := tl + coalesce(pg_sequence_last_value({{regclass fence_offset}}), 0);
-	seen bigint := coalesce(pg_sequence_last_value({{regclass fence_eras}}), 0);
-BEGIN
+	tl := ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint;
+	era := tl + coalesce(pg_sequence_last_value({{regclass fence_offset}}), 0);
 	IF era < seen THEN
 		RAISE EXCEPTION 'lockfree: fence era % is below era %, already minted in: the database was restored or upgraded onto another cluster', era, seen
 			USING ERRCODE = '55000', HINT = 'Once every server of the old cluster is gone, run SELECT {{raw fence_advance}}().';
