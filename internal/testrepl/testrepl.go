@@ -78,7 +78,9 @@ func Get(t testing.TB) *Pair {
 	}
 	c.mu.Lock()
 	c.t = t
+	p := &Pair{t: t, c: c, schema: schemaName(t)}
 	t.Cleanup(func() {
+		p.dropSchema()
 		c.t = nil // t may no longer log
 		c.mu.Unlock()
 	})
@@ -88,10 +90,27 @@ func Get(t testing.TB) *Pair {
 			t.Fatalf("testrepl: %v", err)
 		}
 	}
-	p := &Pair{t: t, c: c, schema: schemaName(t)}
 	p.Exec(p.Primary(), "CREATE SCHEMA "+pgx.Identifier{p.schema}.Sanitize())
 	p.WaitReplayed()
 	return p
+}
+
+// dropSchema drops the test's schema from the primary, so that the next
+// rebuild of the standby copies no more than it needs to. A primary the test
+// left down, isolated, or waiting for a held synchronous standby keeps it,
+// which costs only time.
+func (p *Pair) dropSchema() {
+	if c := p.c; c.down[c.primary] || c.isolated[c.primary] || c.sync && c.held {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL(p.Primary()))
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.schema}.Sanitize()+" CASCADE")
 }
 
 // Schema is the test's own schema: the URLs set it as search_path.
