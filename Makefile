@@ -1,17 +1,28 @@
 # lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
-# (scripts/chromium.sh), and runs every test against them.
+# (scripts/chromium.sh), and runs every test against them: the failover tests
+# last (`make test-failover`), then the mutant builds (`make test-mutants`).
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test test-mutants services services-down browser lint bench compare screenshot
+.PHONY: test test-failover test-mutants services services-down browser lint bench compare screenshot
+
+# The failover tests: each test binary makes a PostgreSQL primary and standby
+# of its own (scripts/pg-replication.sh) and kills, isolates and promotes
+# them. They run after the other tests, so as not to share the CPU with them.
+FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/...
 
 test: services browser
-	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) ./...
+	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) \
+		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl)$$')
+	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory test-mutants
+
+test-failover: services
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $(FAILOVER_PKGS)
 
 browser:
 	@scripts/chromium.sh >/dev/null

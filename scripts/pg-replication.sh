@@ -17,8 +17,10 @@
 #   scripts/pg-replication.sh mode async|sync   switch the current primary's synchronous mode
 #                                    (ALTER SYSTEM, reload)
 #   scripts/pg-replication.sh promote [NODE]    promote the standby (default: the node in
-#                                    recovery) and wait until it accepts writes; the old primary
-#                                    keeps running: stop, kill or isolate it
+#                                    recovery) and wait until it accepts writes, nothing more: the
+#                                    post-promotion checkpoint still runs, as after a real failover
+#                                    (pg_control_checkpoint() shows the old timeline until it ends);
+#                                    the old primary keeps running: stop, kill or isolate it
 #   scripts/pg-replication.sh stop NODE    fast shutdown
 #   scripts/pg-replication.sh kill NODE    SIGKILL the postmaster, then its children once they
 #                                    noticed (a crash: no shutdown checkpoint)
@@ -40,8 +42,10 @@
 # NODE is 1 or 2 (node1, node2). Ports: 55434 (node1) and 55435 (node2) when both are free, else
 # this checkout's own (see scripts/lib/service.sh); REPL_PORT1 and REPL_PORT2 set them.
 # Remembered in .services/pg-replication.ports. The data is in .services/pg-replication/ (as
-# root: see scripts/lib/pg.sh). The script connects as the superuser lockfree_ctl, which isolate
-# leaves admitted.
+# root: see scripts/lib/pg.sh). REPL_DIR, a folder, takes the place of the checkout for all of
+# that (REPL_DIR/.services/…): a pair of its own beside the checkout's, as each test binary of
+# internal/testrepl makes. The script connects as the superuser lockfree_ctl, which isolate
+# leaves admitted. status prints the timeline each node writes or receives on.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,6 +56,12 @@ me=pg-replication.sh
 . "$root/scripts/lib/pg.sh"
 db=lockfree
 ctl_user=lockfree_ctl
+self=$root/scripts/pg-replication.sh
+if [ -n "${REPL_DIR:-}" ]; then
+	# Everything the pair keeps (data, ports, lock) follows root.
+	root=$(cd "$REPL_DIR" && pwd) || die "REPL_DIR=$REPL_DIR is not a folder"
+	pg_outside=/var/lib/postgresql/lockfree-$(checkout_hash)
+fi
 
 # node N sets the variables of node N (1 or 2); other is the other node's number.
 node() {
@@ -80,6 +90,17 @@ sql() {
 }
 
 in_recovery() { [ "$(sql 'SELECT pg_is_in_recovery()')" = t ]; }
+
+# timeline: the timeline the current node writes WAL on (a primary) or receives (a standby).
+# pg_control_checkpoint() would lag: a promoted node reports its old timeline there until the
+# post-promotion checkpoint ends, which can take minutes.
+timeline() {
+	if in_recovery; then
+		sql "SELECT coalesce((SELECT received_tli FROM pg_stat_wal_receiver)::text, 'none received')"
+	else
+		sql "SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint"
+	fi
+}
 writable() { ! in_recovery; }
 receiver_gone() { [ "$(sql 'SELECT count(*) FROM pg_stat_wal_receiver')" = 0 ]; }
 
@@ -250,9 +271,7 @@ promote() {
 	say "promoting"
 	as_owner "$bin/pg_ctl" -D "$data" -w -t 60 promote >/dev/null
 	wait_until "accepting writes" writable
-	# The end-of-recovery checkpoint is asynchronous: make pg_control show the new timeline now.
-	sql CHECKPOINT
-	say "primary now; timeline $(sql 'SELECT timeline_id FROM pg_control_checkpoint()')"
+	say "primary now; timeline $(timeline)"
 }
 
 stop() {
@@ -343,7 +362,12 @@ rebuild() {
 	local me_n=$n
 	node "$other"
 	if ! running || in_recovery; then die "node$n (the source) is not a running primary"; fi
-	stop "$me_n"
+	# Its data is about to be replaced: no shutdown checkpoint to wait for.
+	node "$me_n"
+	if running; then
+		say "stopping (immediate)"
+		as_owner "$bin/pg_ctl" -D "$data" -m immediate -w -t 60 stop >/dev/null
+	fi
 	basebackup "$me_n"
 	launch
 	wait_until "streaming from node$other" streaming
@@ -361,7 +385,7 @@ status() {
 		role=primary
 		in_recovery && role="standby, receiver $(sql "SELECT coalesce((SELECT status FROM pg_stat_wal_receiver), 'stopped')")"
 		[ -f "$dir/isolated" ] && role="$role, isolated"
-		echo "node$i: $role, timeline $(sql 'SELECT timeline_id FROM pg_control_checkpoint()'), port $port"
+		echo "node$i: $role, timeline $(timeline), port $port"
 	done
 }
 
@@ -383,7 +407,9 @@ print_env() {
 	echo "export TEST_REPL_NODE1_URL='postgres://postgres@127.0.0.1:$p1/$db?sslmode=disable'"
 	echo "export TEST_REPL_NODE2_URL='postgres://postgres@127.0.0.1:$p2/$db?sslmode=disable'"
 	echo "export TEST_REPL_URL='postgres://postgres@127.0.0.1:$p1,127.0.0.1:$p2/$db?sslmode=disable&target_session_attrs=read-write&connect_timeout=10'"
-	printf 'export TEST_REPL_CTL=%q\n' "$root/scripts/pg-replication.sh"
+	printf 'export TEST_REPL_CTL=%q\n' "$self"
+	# The script finds this pair again only with the same REPL_DIR.
+	[ -z "${REPL_DIR:-}" ] || printf 'export REPL_DIR=%q\n' "$root"
 }
 
 cmd=${1:-}

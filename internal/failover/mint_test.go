@@ -1,0 +1,185 @@
+package failover_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/internal/failover"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+// These tests need one server, no replication: the limits of the
+// prototype and what it does when the timeline goes back.
+
+const eraSize = int64(1) << failover.EraShift
+
+func r(sql string) string { return migrate.Render(sql, migrate.Names{}) }
+
+func one(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var v int64
+	if err := pool.QueryRow(t.Context(), r(sql), args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// sqlState returns the SQLSTATE of the error sql fails with, or "" when it
+// succeeds.
+func sqlState(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), r(sql), args...)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		t.Logf("%s: %s (%s)", sql, pgErr.Message, pgErr.Code)
+		return pgErr.Code
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return ""
+}
+
+func newFenceDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	db := testdb.New(t, failover.Migrations()...)
+	if _, err := db.Pool.Exec(t.Context(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
+		t.Fatal(err)
+	}
+	return db.Pool
+}
+
+// Past 2^40 the sequence carries into the era bits: tokens keep growing,
+// nothing wraps. Past 2^63 - 1 minting fails (SQLSTATE 22003), and so does
+// an era of 2^23 or more.
+func TestMintLimits(t *testing.T) {
+	pool := newFenceDB(t)
+	e := one(t, pool, `SELECT {{fence_era}}()`)
+	one(t, pool, `SELECT setval('s', $1)`, eraSize-2)
+	a := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	b := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	if a != e*eraSize+eraSize-1 || b != a+1 {
+		t.Errorf("across 2^40: minted %d then %d, want %d then %d", a, b, e*eraSize+eraSize-1, e*eraSize+eraSize)
+	}
+
+	one(t, pool, `SELECT setval('s', $1)`, int64(1<<63-1)-e*eraSize)
+	if code := sqlState(t, pool, `SELECT {{fence_mint}}('s')`); code != "22003" {
+		t.Errorf("a token past 2^63 - 1: SQLSTATE %q, want 22003", code)
+	}
+
+	if _, err := pool.Exec(t.Context(), r(`SELECT setval({{regclass fence_offset}}, $1::bigint - $2::bigint)`), int64(1)<<23, e); err != nil {
+		t.Fatal(err)
+	}
+	if code := sqlState(t, pool, `SELECT {{fence_era}}()`); code != "22003" {
+		t.Errorf("era 2^23: SQLSTATE %q, want 22003", code)
+	}
+}
+
+// fence_next jumps to the era's first epoch, counts within it, and refuses
+// to leave it: the next epoch after the era's last one fails with 55000.
+func TestNextWithinEra(t *testing.T) {
+	pool := newFenceDB(t)
+	e := one(t, pool, `SELECT {{fence_era}}()`)
+	for _, c := range []struct{ prev, want int64 }{
+		{0, e * eraSize},
+		{(e-1)*eraSize + 12345, e * eraSize},
+		{e*eraSize + 7, e*eraSize + 8},
+		{e*eraSize + eraSize - 2, e*eraSize + eraSize - 1},
+	} {
+		if got := one(t, pool, `SELECT {{fence_next}}($1)`, c.prev); got != c.want {
+			t.Errorf("fence_next(%d) = %d, want %d", c.prev, got, c.want)
+		}
+	}
+	if got := one(t, pool, `SELECT {{fence_next}}(NULL)`); got != e*eraSize {
+		t.Errorf("fence_next(NULL) = %d, want %d", got, e*eraSize)
+	}
+	if code := sqlState(t, pool, `SELECT {{fence_next}}($1)`, e*eraSize+eraSize-1); code != "55000" {
+		t.Errorf("fence_next of the era's last epoch: SQLSTATE %q, want 55000", code)
+	}
+}
+
+// When the era goes below one already minted in — what a restore or an
+// upgrade onto a cluster with a lower timeline leaves — minting fails
+// (55000) until fence_advance, after which every fence exceeds every one
+// minted before. TestRestoreOntoAnotherCluster does it for real.
+func TestAdvance(t *testing.T) {
+	pool := newFenceDB(t)
+	e := one(t, pool, `SELECT {{fence_era}}()`)
+	high := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	// As if era e+5 had been minted in before the timeline went back to e.
+	one(t, pool, `SELECT setval({{regclass fence_eras}}, $1)`, e+5)
+	for _, q := range []string{`SELECT {{fence_era}}()`, `SELECT {{fence_mint}}('s')`, `SELECT {{fence_next}}(1)`} {
+		if code := sqlState(t, pool, q); code != "55000" {
+			t.Errorf("%s with the timeline gone back: SQLSTATE %q, want 55000", q, code)
+		}
+	}
+	if got := one(t, pool, `SELECT {{fence_advance}}()`); got != e+6 {
+		t.Errorf("fence_advance() = %d, want era %d", got, e+6)
+	}
+	if got := one(t, pool, `SELECT {{fence_mint}}('s')`); got <= (e+5)*eraSize+high || era(got) != e+6 {
+		t.Errorf("after fence_advance minted %d (era %d), want era %d", got, era(got), e+6)
+	}
+	if got := one(t, pool, `SELECT {{fence_advance}}($1)`, e+100); got != e+101 {
+		t.Errorf("fence_advance(%d) = %d, want %d", e+100, got, e+101)
+	}
+	if got := one(t, pool, `SELECT {{fence_next}}(5)`); got != (e+101)*eraSize {
+		t.Errorf("fence_next after fence_advance(%d) = %d, want %d", e+100, got, (e+101)*eraSize)
+	}
+}
+
+// BenchmarkMint compares the prototype with what the packages run today.
+// server/…: each operation mints 1000 values in one statement, and ns/mint
+// is the server's time per value. statement/…: each operation is one
+// committed UPDATE that mints, as a package's statement is.
+func BenchmarkMint(b *testing.B) {
+	db := testdb.New(b, failover.Migrations()...)
+	if _, err := db.Pool.Exec(context.Background(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, expr string }{
+		{"nextval", `nextval('s')`},
+		{"fence_mint", `{{fence_mint}}('s')`},
+		{"plus_one", `g + 1`},
+		{"fence_next", `{{fence_next}}(g)`},
+		{"fence_era", `{{fence_era}}() + g`},
+	} {
+		b.Run("server/"+c.name, func(b *testing.B) {
+			sql := r(`SELECT max(` + c.expr + `) FROM generate_series(1, 1000) g`)
+			for b.Loop() {
+				if _, err := db.Pool.Exec(context.Background(), sql); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/mint")
+		})
+	}
+}
+
+func BenchmarkMintStatement(b *testing.B) {
+	db := testdb.New(b, failover.Migrations()...)
+	if _, err := db.Pool.Exec(context.Background(), `CREATE SEQUENCE s AS bigint NO CYCLE;
+		CREATE TABLE locks (name text PRIMARY KEY, token bigint NOT NULL); INSERT INTO locks VALUES ('a', 0)`); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, expr string }{
+		{"nextval", `nextval('s')`},
+		{"fence_mint", `{{fence_mint}}('s')`},
+		{"plus_one", `token + 1`},
+		{"fence_next", `{{fence_next}}(token)`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			sql := r(`UPDATE locks SET token = ` + c.expr + ` WHERE name = 'a' RETURNING token`)
+			var token int64
+			for b.Loop() {
+				if err := db.Pool.QueryRow(context.Background(), sql).Scan(&token); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,270 @@
+// Package testrepl gives a test a real PostgreSQL primary with a streaming
+// standby on this machine, and the steps of a failover one at a time: hold
+// the standby's WAL receiver, mint and commit on the primary, kill or isolate
+// the primary, promote the standby, reconnect through a multi-host URL with
+// target_session_attrs=read-write.
+//
+// A test binary that uses it calls [Main] from its TestMain. Its first [Get]
+// makes a pair of its own with scripts/pg-replication.sh, in a temporary
+// folder and on free ports, so that test binaries running side by side never
+// share one; Main removes it when the tests end (and a later binary removes
+// what a killed one left behind). Tests use the pair one after another: Get
+// waits until the previous test has ended, then hands the pair over healthy —
+// both nodes up, neither isolated, the standby streaming, replication
+// asynchronous — rebuilding the standby from the primary when the previous
+// test promoted it. Each test gets a schema of its own, which the URLs set as
+// search_path and which the standby has replayed before Get returns.
+//
+// The pair needs bash and PostgreSQL's server programs (initdb, pg_ctl,
+// pg_basebackup: PATH, PG_BINDIR or Debian's /usr/lib/postgresql). Without
+// them the test is skipped, or failed under CI=true, like every test of this
+// module that lacks a service.
+package testrepl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// Node names one server of the pair: 1 or 2. Which one is the primary
+// changes with every promotion.
+type Node int
+
+// Other returns the pair's other node.
+func (n Node) Other() Node { return 3 - n }
+
+func (n Node) String() string { return "node" + strconv.Itoa(int(n)) }
+
+// Pair is one test's hold on the binary's replication pair. Its methods fail
+// the test when a step fails, and are meant for the test's own goroutine.
+type Pair struct {
+	t      testing.TB
+	c      *cluster
+	schema string
+}
+
+// stepTimeout bounds one step of the script; its own waits give up after 60 s.
+const stepTimeout = 3 * time.Minute
+
+// Get returns the binary's pair for t, made on first use and handed over
+// healthy. It holds the pair until t ends.
+func Get(t testing.TB) *Pair {
+	t.Helper()
+	c, err := theCluster()
+	if err != nil {
+		var missing *missingError
+		if errors.As(err, &missing) {
+			testdb.Missing(t, "a PostgreSQL replication pair", missing.why)
+			return nil
+		}
+		t.Fatalf("testrepl: %v", err)
+	}
+	c.mu.Lock()
+	c.t = t
+	p := &Pair{t: t, c: c, schema: schemaName(t)}
+	t.Cleanup(func() {
+		p.dropSchema()
+		c.t = nil // t may no longer log
+		c.mu.Unlock()
+	})
+	if err := c.restore(); err != nil {
+		t.Logf("testrepl: restoring the pair failed (%v); making it again", err)
+		if err := c.remake(); err != nil {
+			t.Fatalf("testrepl: %v", err)
+		}
+	}
+	p.Exec(p.Primary(), "CREATE SCHEMA "+pgx.Identifier{p.schema}.Sanitize())
+	p.WaitReplayed()
+	return p
+}
+
+// dropSchema drops the test's schema from the primary, so that the next
+// rebuild of the standby copies no more than it needs to. A primary the test
+// left down, isolated, or waiting for a held synchronous standby keeps it,
+// which costs only time.
+func (p *Pair) dropSchema() {
+	if c := p.c; c.down[c.primary] || c.isolated[c.primary] || c.sync && c.held {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL(p.Primary()))
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.schema}.Sanitize()+" CASCADE")
+}
+
+// Schema is the test's own schema: the URLs set it as search_path.
+func (p *Pair) Schema() string { return p.schema }
+
+// Primary returns the node that accepts writes (after a promotion, the
+// promoted one; an isolated old primary does too, but is no longer this).
+func (p *Pair) Primary() Node { return p.c.primary }
+
+// Standby returns the node that is not Primary.
+func (p *Pair) Standby() Node { return p.c.primary.Other() }
+
+// URL connects to node n alone, in the test's schema.
+func (p *Pair) URL(n Node) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/lockfree?sslmode=disable&connect_timeout=10&search_path=%s",
+		p.c.port(n), p.schema)
+}
+
+// MultiURL lists both nodes with target_session_attrs=read-write, as an
+// application configured for failover would: pgx connects to the first one
+// that accepts writes, in list order (node1 first).
+func (p *Pair) MultiURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/lockfree?sslmode=disable"+
+		"&target_session_attrs=read-write&connect_timeout=10&search_path=%s", p.c.port(1), p.c.port(2), p.schema)
+}
+
+// Connect opens a connection to url (URL or MultiURL), closed when the test
+// ends.
+func (p *Pair) Connect(url string) *pgx.Conn {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		p.t.Fatalf("testrepl: connect %s: %v", redact(url), err)
+	}
+	p.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx)
+	})
+	return conn
+}
+
+// Exec runs sql on node n through a connection of its own.
+func (p *Pair) Exec(n Node, sql string, args ...any) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL(n))
+	if err != nil {
+		p.t.Fatalf("testrepl: connect to %v: %v", n, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		p.t.Fatalf("testrepl: on %v: %s: %v", n, sql, err)
+	}
+}
+
+// Timeline returns the WAL timeline node n writes on (a primary) or has
+// received (a standby).
+func (p *Pair) Timeline(n Node) int64 {
+	p.t.Helper()
+	var tl int64
+	p.queryRow(n, timelineSQL, &tl)
+	return tl
+}
+
+// timelineSQL reads the timeline from the name of the WAL file being
+// written, which changes the moment a promotion ends; pg_control_checkpoint()
+// lags until the next checkpoint. A standby has no current WAL position.
+const timelineSQL = `SELECT CASE WHEN pg_is_in_recovery()
+	THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver), 0)::bigint
+	ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint END`
+
+func (p *Pair) queryRow(n Node, sql string, dest ...any) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL(n))
+	if err != nil {
+		p.t.Fatalf("testrepl: connect to %v: %v", n, err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
+		p.t.Fatalf("testrepl: on %v: %v", n, err)
+	}
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
+
+func schemaName(t testing.TB) string {
+	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
+}
+
+var password = regexp.MustCompile(`//[^@/]*@`)
+
+func redact(url string) string { return password.ReplaceAllString(url, "//…@") }
+
+// freePorts returns n ports that nothing listened on a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// moduleRoot finds the folder of go.mod above the working directory (a
+// test runs in its package's folder).
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// alive reports whether process pid exists.
+func alive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+// run runs the script with args and returns its combined output.
+func run(ctx context.Context, script, dir string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = append(append(os.Environ(), "REPL_DIR="+dir), env...)
+	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return strings.TrimSpace(out.String()), err
+}
