@@ -160,7 +160,7 @@ func TestFencedWritesAfterLeaseEnds(t *testing.T) {
 		twin := pausingTwin(t, e, "a")
 		v, err := twin.Update(ctx, "row", func(d *occtest.Doc) error {
 			e.expire()
-			waitExpired(t, e, e.prefix+"row")
+			waitExpired(t, e.locks, e.prefix+"row")
 			d.Counter++
 			return nil
 		})
@@ -171,12 +171,12 @@ func TestFencedWritesAfterLeaseEnds(t *testing.T) {
 }
 
 // waitExpired waits until the lock service no longer sees name held.
-func waitExpired(t *testing.T, e twinEnv, name string) {
+func waitExpired(t *testing.T, locks fencedlock.Store, name string) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		_, held, err := e.locks.Holder(wctx, name)
+		_, held, err := locks.Holder(wctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
