@@ -22,7 +22,7 @@ type backend struct {
 // server is configured).
 func backends(b *testing.B, fn func(b *testing.B, be backend)) {
 	b.Run("memory", func(b *testing.B) {
-		s, err := occ.NewMemory[string, occtest.Doc](occtest.Config)
+		s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func backends(b *testing.B, fn func(b *testing.B, be backend)) {
 	})
 	b.Run("postgres", func(b *testing.B) {
 		db := newDocs(b)
-		s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, occtest.Config)
+		s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 		if err != nil {
 			b.Fatal(err)
 		}

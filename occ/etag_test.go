@@ -93,7 +93,7 @@ func TestParseIfMatch(t *testing.T) {
 // writer's window).
 func docServer(t *testing.T) (*httptest.Server, *occ.Memory[string, occtest.Doc], *func()) {
 	t.Helper()
-	store, err := occ.NewMemory[string, occtest.Doc](occtest.Config)
+	store, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

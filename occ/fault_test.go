@@ -31,7 +31,7 @@ func pausedTwin(in *bufio.Scanner, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	store, err := occ.NewPostgres[string, occtest.Doc](pool, occtest.TableName, occtest.Config)
+	store, err := occ.NewPostgres[string, occtest.Doc](pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// FencedConfig configures a Fenced updater. A nil *FencedConfig means the
-// defaults. The embedded LockerConfig is the lock's (Holder, TTL, LockPrefix,
+// FencedConfig configures a Fenced updater. A nil *FencedConfig, like the
+// zero value, means the defaults; a FencedConfig is a value, safe to copy. The embedded LockerConfig is the lock's (Holder, TTL, LockPrefix,
 // Wait, Keepalive, ReleaseTimeout), with fencedlock's defaults except
 // LockPrefix, which defaults to "occ/" + the table's name + "/" ("occ/" for a
 // Memory store) and may be at most 184 bytes: the key follows it, or

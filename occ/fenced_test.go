@@ -111,7 +111,7 @@ func TestFencedConcurrentIncrements(t *testing.T) {
 
 func TestFencedConfig(t *testing.T) {
 	t.Parallel()
-	s, err := occ.NewMemory[string, occtest.Doc](occtest.Config)
+	s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

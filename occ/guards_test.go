@@ -27,7 +27,7 @@ type docStore = occ.Store[string, occtest.Doc]
 func stores() map[string]func(t *testing.T) docStore {
 	return map[string]func(t *testing.T) docStore{
 		"memory": func(t *testing.T) docStore {
-			s, err := occ.NewMemory[string, occtest.Doc](occtest.Config)
+			s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 			if err != nil {
 				t.Fatal(err)
 			}

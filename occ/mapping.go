@@ -9,8 +9,8 @@ import (
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// TableConfig maps a row type onto a table. A nil *TableConfig means the
-// defaults. Columns are the struct's fields with a `db:"column"` tag (fields
+// TableConfig maps a row type onto a table. A nil *TableConfig, like the
+// zero value, means the defaults. Columns are the struct's fields with a `db:"column"` tag (fields
 // of embedded structs included; untagged fields and `db:"-"` are ignored);
 // they are found by reflection once, when the store is constructed, which is
 // also when a bad mapping is reported (an ErrInvalid). TableConfig is a

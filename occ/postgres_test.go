@@ -53,7 +53,7 @@ func TestPostgresQuotedNames(t *testing.T) {
 func TestPostgresInCallerTransaction(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestPostgresInCallerTransaction(t *testing.T) {
 func TestPostgresSerializationFailure(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

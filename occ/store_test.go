@@ -15,7 +15,7 @@ var ctx = context.Background()
 func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	occtest.Run(t, func(t *testing.T) occtest.Harness {
-		s, err := occ.NewMemory[string, occtest.Doc](occtest.Config)
+		s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,7 +26,7 @@ func TestMemoryStore(t *testing.T) {
 func TestPostgresStore(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func newDocs(t testing.TB) *testdb.DB {
 // newDocStore returns the store of the suite's table in db.
 func newDocStore(t testing.TB, db *testdb.DB) *occ.Postgres[string, occtest.Doc] {
 	t.Helper()
-	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

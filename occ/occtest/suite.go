@@ -41,7 +41,7 @@ const Table = `CREATE TABLE docs (
 const TableName = "docs"
 
 // Config maps Doc onto Table.
-var Config = &occ.TableConfig{Key: "id", Version: "version"}
+var Config = occ.TableConfig{Key: "id", Version: "version"}
 
 // Harness is a store under test.
 type Harness struct {
