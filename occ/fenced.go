@@ -111,7 +111,7 @@ func NewFenced[K comparable, T any](locks fencedlock.Store, store Store[K, T], c
 	}
 	if s, ok := store.(*Postgres[K, T]); ok {
 		f.rw = pgTwin[K, T]{p: s, fence: fencedlock.Fence{
-			Schema: s.cfg.Schema, Table: s.table, Key: s.cfg.Key, TokenColumn: c.TokenColumn,
+			Schema: s.m.cfg.Schema, Table: s.table, Key: s.m.cfg.Key, TokenColumn: c.TokenColumn,
 		}}
 	}
 	locker, err := fencedlock.NewLocker(locks, &c.LockerConfig)

@@ -84,6 +84,7 @@ type column struct {
 // mapping is the struct layout of a row type with keys of type K, found once
 // at construction.
 type mapping[K comparable] struct {
+	cfg     TableConfig // defaults filled in
 	typ     reflect.Type
 	cols    []column // in field order
 	key     int      // index into cols
@@ -91,12 +92,17 @@ type mapping[K comparable] struct {
 	keyKind reflect.Kind
 }
 
-func newMapping[K comparable, T any](c TableConfig) (*mapping[K], error) {
+// newMapping checks cfg and lays T out as it says.
+func newMapping[K comparable, T any](cfg *TableConfig) (*mapping[K], error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
 	typ := reflect.TypeFor[T]()
 	if typ.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("%w: row type %v is not a struct", ErrInvalid, typ)
 	}
-	m := &mapping[K]{typ: typ, key: -1, version: -1}
+	m := &mapping[K]{cfg: c, typ: typ, key: -1, version: -1}
 	if err := m.collect(typ, nil, map[string]bool{}); err != nil {
 		return nil, err
 	}

@@ -33,11 +33,7 @@ type memRow[T any] struct {
 // mapped as cfg says (a nil cfg: the key column "id", the version column
 // "version"; Schema is ignored). A bad mapping is an ErrInvalid.
 func NewMemory[K comparable, T any](cfg *TableConfig) (*Memory[K, T], error) {
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	m, err := newMapping[K, T](c)
+	m, err := newMapping[K, T](cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,6 @@ type pgStatements struct {
 type Postgres[K comparable, T any] struct {
 	db     DB
 	m      *mapping[K]
-	cfg    TableConfig
 	table  string // as the user named it, for messages
 	render *strings.Replacer
 	sql    pgStatements
@@ -84,15 +83,11 @@ func NewPostgres[K comparable, T any](db DB, table string, cfg *TableConfig) (*P
 	if err := validIdent("table", table, true); err != nil {
 		return nil, err
 	}
-	c := cfg.withDefaults()
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	m, err := newMapping[K, T](c)
+	m, err := newMapping[K, T](cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres[K, T]{db: db, m: m, cfg: c, table: table, render: newRenderer(m, c, table)}
+	p := &Postgres[K, T]{db: db, m: m, table: table, render: newRenderer(m, table)}
 	r := p.render.Replace
 	p.sql = pgStatements{
 		load: r(sqlLoad), insert: r(sqlInsert), update: r(sqlUpdate), del: r(sqlDelete), version: r(sqlVersion),
@@ -104,7 +99,8 @@ func NewPostgres[K comparable, T any](db DB, table string, cfg *TableConfig) (*P
 // newRenderer returns the replacer of the statements' placeholders for the
 // table and mapping. Every identifier is quoted (pgx.Identifier), so no name
 // can end one early.
-func newRenderer[K comparable](m *mapping[K], c TableConfig, table string) *strings.Replacer {
+func newRenderer[K comparable](m *mapping[K], table string) *strings.Replacer {
+	c := m.cfg
 	id := pgx.Identifier{table}
 	if c.Schema != "" {
 		id = pgx.Identifier{c.Schema, table}
