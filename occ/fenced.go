@@ -16,12 +16,13 @@ import (
 )
 
 // FencedConfig configures a Fenced updater. A nil *FencedConfig, like the
-// zero value, means the defaults; a FencedConfig is a value, safe to copy. The embedded LockerConfig is the lock's (Holder, TTL, LockPrefix,
-// Wait, Keepalive, ReleaseTimeout), with fencedlock's defaults except
-// LockPrefix, which defaults to "occ/" + the table's name + "/" ("occ/" for a
-// Memory store) and may be at most 184 bytes: the key follows it, or
-// "sha256:" and the key's SHA-256 when the name would be too long for a lock
-// or the key itself starts with "sha256:".
+// zero value, means the defaults; a FencedConfig is a value, safe to copy.
+// The embedded LockerConfig is the lock's (Holder, TTL, LockPrefix, Wait,
+// Keepalive, ReleaseTimeout), with fencedlock's defaults except LockPrefix,
+// which defaults to "occ/" + the table's name + "/" ("occ/" for a Memory
+// store) and may be at most 184 bytes: the key follows it, or "sha256:" and
+// the key's SHA-256 when the name would be too long for a lock or the key
+// itself starts with "sha256:".
 type FencedConfig struct {
 	fencedlock.LockerConfig
 	// TokenColumn is the bigint column (NOT NULL DEFAULT 0) of the user's

@@ -11,8 +11,9 @@ import (
 
 // Each safety condition's mutant makes the check that guards it see the
 // violation: the guard tests can fail. The mutants are process-wide, so
-// these subtests run one at a time and not beside TestGuards' (run this
-// build with -run TestMutantsAreCaught, as make test-mutants does).
+// these subtests run one at a time, and this test is not parallel: the
+// parallel tests of the package (TestGuards among them, which would see the
+// mutants) wait until every sequential test has finished.
 func TestMutantsAreCaught(t *testing.T) {
 	for _, g := range guards() {
 		name, _, _ := strings.Cut(g.mutant, "/")
