@@ -21,7 +21,7 @@ func TestMemoryMembership(t *testing.T) {
 	t.Parallel()
 	partitiontest.Run(t, func(t *testing.T) partitiontest.Harness {
 		c := &clock.Manual{}
-		return partitiontest.Harness{Store: partition.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return partitiontest.Harness{Store: newMemory(c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 
@@ -60,6 +60,12 @@ func TestNewPostgresRejectsBadConfig(t *testing.T) {
 			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
 		}
 	}
+	for _, lt := range []time.Duration{-time.Second, time.Microsecond} {
+		_, err := partition.NewPostgres(pool, &partition.PostgresConfig{LockTimeout: lt})
+		if !errors.Is(err, partition.ErrInvalid) || strings.Count(err.Error(), "partition:") != 1 {
+			t.Errorf("NewPostgres(LockTimeout %v) = %v, want ErrInvalid with one prefix", lt, err)
+		}
+	}
 }
 
 // Memory.Verify keeps the epoch current while its function runs without
@@ -69,7 +75,7 @@ func TestNewPostgresRejectsBadConfig(t *testing.T) {
 func TestMemoryVerifyDoesNotBlockTheStore(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	s := partition.NewMemory(c)
+	s := newMemory(c)
 	a, err := s.Join(ctx, partition.MemberInfo{Name: "a"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +125,8 @@ func TestMemoryVerifyDoesNotBlockTheStore(t *testing.T) {
 	if err != nil || len(es) != 1 || es[0].Token != e.Token+1 {
 		t.Fatalf("Claim after Verify = %v, %v; want epoch %d", es, err, e.Token+1)
 	}
-	if err := s.Verify(e, func() error { t.Error("a stale epoch's write ran"); return nil }); !errors.Is(err, partition.ErrFenced) {
-		t.Fatalf("Verify of the old epoch = %v, want ErrFenced", err)
+	if err := s.Verify(e, func() error { t.Error("a stale epoch's write ran"); return nil }); !errors.Is(err, partition.ErrStaleEpoch) {
+		t.Fatalf("Verify of the old epoch = %v, want ErrStaleEpoch", err)
 	}
 }
 
@@ -155,7 +161,7 @@ func blockedIn(fns ...string) bool {
 // release waits for the share lock; its context bounds the wait.
 func TestMemoryReleaseWaitsForVerify(t *testing.T) {
 	t.Parallel()
-	s := partition.NewMemory(nil)
+	s := newMemory(nil)
 	a, err := s.Join(ctx, partition.MemberInfo{Name: "a"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
 			return nil, errSkip
 		}
 		w.mem = make([]account, env.Keys)
-		w.memMem = partition.NewMemory(nil)
+		w.memMem, _ = partition.NewMemory(nil) // every MemoryConfig is valid
 		store = w.memMem
 	} else {
 		if _, err := env.Admin.Exec(ctx, accountsDDL); err != nil {
@@ -117,11 +117,14 @@ func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
 func (w *accounts) startMembers(ctx context.Context, store partition.Membership) error {
 	w.byName = map[string]*partition.Member{}
 	for i := 0; i < accountsMembers; i++ {
-		m, err := partition.NewMember(ctx, partition.Config{
+		m, err := partition.NewMember(store, &partition.Config{
 			Name: "m" + strconv.Itoa(i), TTL: 2 * time.Second,
 			Interval: 200 * time.Millisecond, MoveInterval: 10 * time.Millisecond,
-		}, store)
+		})
 		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
 			return err
 		}
 		w.members = append(w.members, m)
@@ -179,7 +182,7 @@ func (w *accounts) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = m.Close(ctx)
+			errs[i] = m.Stop(ctx)
 		}()
 	}
 	wg.Wait()
@@ -241,7 +244,7 @@ func (w *accounts) partitioned(ctx context.Context, client int, rnd *rand.Rand, 
 				continue
 			}
 			return Outcome{Err: err, Retries: retries} // never queued: no effect
-		case errors.Is(err, partition.ErrFenced), errors.Is(err, errStaleSeq):
+		case errors.Is(err, partition.ErrStaleEpoch), errors.Is(err, errStaleSeq):
 			return Outcome{Rejected: true, Retries: retries}
 		case ctx.Err() != nil:
 			// Do returns when ctx ends, possibly while fn runs.
