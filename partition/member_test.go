@@ -408,8 +408,9 @@ func TestNewMemberRejectsBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := partition.NewMember(store, &tt.cfg); !errors.Is(err, partition.ErrInvalid) {
-				t.Fatalf("NewMember = %v, want ErrInvalid", err)
+			_, err := partition.NewMember(store, &tt.cfg)
+			if !errors.Is(err, partition.ErrInvalid) || strings.Count(err.Error(), "partition:") != 1 {
+				t.Fatalf("NewMember = %v, want ErrInvalid with the package prefix once", err)
 			}
 		})
 	}
@@ -741,5 +742,83 @@ func TestStopHonoursDeadline(t *testing.T) {
 	case <-m.Stopped():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Stopped not closed after the straggler returned")
+	}
+}
+
+// blackhole is a membership store that can stop answering: while on, every
+// call waits until its context ends, as a call to an unreachable database
+// does.
+type blackhole struct {
+	partition.Membership
+	on atomic.Bool
+}
+
+func (b *blackhole) hole(ctx context.Context) error {
+	if !b.on.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+func (b *blackhole) Heartbeat(ctx context.Context, name string, inc int64, ttl time.Duration) error {
+	if err := b.hole(ctx); err != nil {
+		return err
+	}
+	return b.Membership.Heartbeat(ctx, name, inc, ttl)
+}
+
+func (b *blackhole) Join(ctx context.Context, m partition.MemberInfo, ttl time.Duration) (partition.MemberInfo, error) {
+	if err := b.hole(ctx); err != nil {
+		return partition.MemberInfo{}, err
+	}
+	return b.Membership.Join(ctx, m, ttl)
+}
+
+func (b *blackhole) Live(ctx context.Context) ([]partition.MemberInfo, error) {
+	if err := b.hole(ctx); err != nil {
+		return nil, err
+	}
+	return b.Membership.Live(ctx)
+}
+
+// A member whose store stops answering gives its lease up on its own clock
+// (TTL − Margin after the last heartbeat it sent): it cancels the function
+// it runs and refuses calls — it does not wait for a heartbeat that hangs.
+// When the store answers again, it joins again and serves.
+func TestUnreachableStoreStopsTheMember(t *testing.T) {
+	t.Parallel()
+	bh := &blackhole{Membership: newMemory(nil)}
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, _ := startMember(t, bh, cfg)
+	started, result := make(chan partition.Epoch, 1), make(chan error, 1)
+	go func() {
+		result <- m.Do(ctx, "k", func(ctx context.Context, e partition.Epoch) error {
+			started <- e
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	before := <-started
+	bh.on.Store(true)
+	select {
+	case err := <-result:
+		if !errors.Is(err, partition.ErrMoving) || !strings.Contains(err.Error(), partition.ReasonLeaseLost) {
+			t.Fatalf("the running function ended with %v, want ErrMoving for a lost lease", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the running function was not cancelled while the store did not answer")
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrMoving) {
+		t.Fatalf("Do without a lease = %v, want ErrMoving", err)
+	}
+	bh.on.Store(false)
+	var after partition.Epoch
+	if err := doOwned(m, "k", func(_ context.Context, e partition.Epoch) error { after = e; return nil }); err != nil {
+		t.Fatalf("Do once the store answers again: %v", err)
+	}
+	if after.Token <= before.Token {
+		t.Fatalf("epoch %d after %d: the partition was not claimed anew", after.Token, before.Token)
 	}
 }

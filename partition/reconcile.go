@@ -18,6 +18,10 @@ func (m *Member) step(ctx context.Context) (moving bool, err error) {
 	m.stepMu.Lock()
 	defer m.stepMu.Unlock()
 	failpoint.Inject(ctx, "partition.member.reconcile")
+	// A step that outlasts a lease is of no use, and one hung on an
+	// unreachable store must not keep the member from its next attempt.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+	defer cancel()
 	info, err := m.ensureLease(ctx)
 	if err != nil || info.Incarnation == 0 {
 		return true, err
