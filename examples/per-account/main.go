@@ -589,6 +589,13 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 	if err != nil {
 		return err
 	}
+	printLedger(w, label, seqs, fenced)
+	return nil
+}
+
+// printLedger prints the account's entries and what is wrong with them:
+// duplicates, or gaps.
+func printLedger(w io.Writer, label string, seqs []int64, fenced int) {
 	nums := make([]string, len(seqs))
 	seen := map[int64]bool{}
 	dups, gapless := 0, true
@@ -615,5 +622,4 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 		fmt.Fprintf(w, "; %d append fenced off after its pause and run again", fenced)
 	}
 	fmt.Fprintln(w)
-	return nil
 }
