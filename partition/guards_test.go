@@ -38,7 +38,9 @@ func memoryStoreEnv(t *testing.T) storeEnv {
 func postgresStoreEnv(t *testing.T) storeEnv {
 	db := testdb.New(t, partition.Migrations()...)
 	store := newPostgres(t, db)
-	return storeEnv{store: store, ttl: 300 * time.Millisecond, pool: db.Pool, expire: func(t *testing.T, name string) {
+	// The lease must outlive a join and a claim on a loaded machine, and
+	// expire soon after: expire waits for it.
+	return storeEnv{store: store, ttl: 2 * time.Second, pool: db.Pool, expire: func(t *testing.T, name string) {
 		waitFor(t, 30*time.Second, func() bool {
 			live, err := store.Live(ctx)
 			return err == nil && !slices.ContainsFunc(live, func(m partition.MemberInfo) bool { return m.Name == name })
