@@ -83,10 +83,15 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 }
 
 func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder string, ttl time.Duration) (Lease, error) {
-	// Subscribe before each attempt, so that a release in between is not
-	// missed, and subscribe the next before dropping the last, so that a
+	// Subscribe only once the lock is found busy: a subscription can start
+	// a LISTEN connection, which an acquire that never waits must not pay
+	// for. A release between that attempt and the subscription is missed,
+	// which costs at most the first delay: waiters poll as well. From then
+	// on, subscribe before each attempt, so that a release in between is
+	// not missed, and subscribe the next before dropping the last, so that a
 	// store that listens only while someone waits keeps listening.
-	wake, stop := c.subscribe(name)
+	var wake <-chan struct{}
+	stop := func() {}
 	defer func() { stop() }()
 	delay := c.MinDelay
 	var held error // the last contention seen, reported with ctx's end
@@ -98,6 +103,9 @@ func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder strin
 		}
 		if !errors.Is(err, ErrHeld) {
 			return lease, err
+		}
+		if held == nil {
+			wake, stop = c.subscribe(name)
 		}
 		held = err
 		d := time.Duration(float64(delay) * (1 + c.Jitter*(2*rand.Float64()-1)))
