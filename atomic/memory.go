@@ -5,6 +5,21 @@ import (
 	"sync"
 )
 
+// MemoryConfig configures a Memory store. A nil *MemoryConfig means the
+// defaults.
+type MemoryConfig struct {
+	// Floor is the lowest value Decrement and DecrementMany leave behind (a
+	// negative floor allows credit). Defaults to 0.
+	Floor int64
+}
+
+func (c *MemoryConfig) withDefaults() MemoryConfig {
+	if c == nil {
+		return MemoryConfig{}
+	}
+	return *c
+}
+
 // Memory is a Store in this process's memory: a map of counters guarded by
 // one mutex, with the same contract and errors as Postgres. It suits tests
 // and single-process programs. It is safe for concurrent use; the zero value
@@ -16,9 +31,12 @@ type Memory struct {
 	values map[string]int64
 }
 
-// NewMemory returns an empty store whose decrements stop at floor.
-func NewMemory(floor int64) *Memory {
-	return &Memory{floor: floor, values: map[string]int64{}}
+// NewMemory returns an empty store. A nil cfg means the defaults. Every
+// MemoryConfig is valid today: the error lets a later option be refused
+// without another API change.
+func NewMemory(cfg *MemoryConfig) (*Memory, error) {
+	c := cfg.withDefaults()
+	return &Memory{floor: c.Floor, values: map[string]int64{}}, nil
 }
 
 // Decrement implements Store.
@@ -37,7 +55,7 @@ func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64
 	case !ok:
 		return 0, notFound(key)
 	case v < threshold:
-		return 0, &InsufficientError{Op: OpDecrement, Key: key, Current: v, Amount: amount, Bound: m.floor}
+		return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amount, Bound: m.floor}
 	}
 	m.values[key] = v - amount
 	return v - amount, nil
@@ -80,7 +98,7 @@ func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64)
 	case !ok:
 		return notFound(key)
 	case v != old:
-		return &ConflictError{Op: OpCompareAndSet, Key: key, Offered: old, Current: v}
+		return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: v}
 	}
 	m.values[key] = next
 	return nil
@@ -101,7 +119,7 @@ func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) erro
 	case !ok:
 		return notFound(key)
 	case value <= v:
-		return &ConflictError{Op: OpSetIfGreater, Key: key, Offered: value, Current: v}
+		return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: v}
 	}
 	m.values[key] = value
 	return nil
@@ -118,7 +136,7 @@ func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if v, ok := m.values[key]; ok {
-		return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: v}
+		return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: v}
 	}
 	m.values[key] = value
 	return nil
@@ -142,7 +160,7 @@ func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (m
 		case !ok:
 			return nil, notFound(k)
 		case v < b.thresholds[i]:
-			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Current: v, Amount: b.amounts[i], Bound: m.floor}
+			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Actual: v, Amount: b.amounts[i], Bound: m.floor}
 		}
 	}
 	out := make(map[string]int64, len(b.keys))

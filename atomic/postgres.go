@@ -13,15 +13,21 @@ import (
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// DB is what the PostgreSQL backends need from a connection:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it, so every operation can
-// run inside the caller's own transaction. Only Fenced.DecrementMany calls
-// Begin (on a pgx.Tx that is a savepoint).
+// DB is what the PostgreSQL backend needs from a connection: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all satisfy it, so every operation can run inside
+// the caller's own transaction (Postgres.WithDB).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxDB is a DB that can open a transaction, which Fenced.DecrementMany
+// needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx (where Begin is a savepoint)
+// satisfy it.
+type TxDB interface {
+	DB
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -219,7 +225,7 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (int
 			return 0, err
 		}
 		if cur < threshold || attempt == maxAttempts {
-			return 0, &InsufficientError{Op: OpDecrement, Key: key, Current: cur, Amount: amount, Bound: p.table.Floor}
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: p.table.Floor}
 		}
 	}
 }
@@ -262,7 +268,7 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 			return err
 		}
 		if cur != old || attempt == maxAttempts {
-			return &ConflictError{Op: OpCompareAndSet, Key: key, Offered: old, Current: cur}
+			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
 		}
 	}
 }
@@ -282,7 +288,7 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) er
 			return err
 		}
 		if value <= cur || attempt == maxAttempts {
-			return &ConflictError{Op: OpSetIfGreater, Key: key, Offered: value, Current: cur}
+			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
 		}
 	}
 }
@@ -301,7 +307,7 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
 		cur, err := p.miss(ctx, OpClaim, key, err)
 		switch {
 		case err == nil:
-			return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: cur}
+			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: cur}
 		case !errors.Is(err, ErrNotFound):
 			return err
 		case attempt == maxAttempts:
@@ -354,7 +360,7 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) 
 		case bv == nil:
 			return nil, notFound(k)
 		case *bv < b.thresholds[i]:
-			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Current: *bv, Amount: b.amounts[i], Bound: p.table.Floor}
+			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Actual: *bv, Amount: b.amounts[i], Bound: p.table.Floor}
 		}
 	}
 	return nil, fmt.Errorf("atomic: %s: batch refused although every key had enough", OpDecrementMany)

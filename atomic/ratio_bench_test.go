@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 )
 
 // sqlRawSale is the bare statement the alternative must match: the
@@ -94,4 +94,4 @@ func runPhase(b *testing.B, clients, keys, n int, op func(ctx context.Context, k
 	return time.Since(start)
 }
 
-var _ lfatomic.Store = (*lfatomic.Postgres)(nil)
+var _ atomic.Store = (*atomic.Postgres)(nil)

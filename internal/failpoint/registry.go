@@ -22,6 +22,7 @@ type Point struct {
 // registry is every name used with Inject or Mutant in the module. Names are
 // "<package>.<site>"; keep the list sorted by name.
 var registry = []Point{
+	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
 	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
 	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
 	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},

@@ -67,7 +67,10 @@ func newInventory(ctx context.Context, env *Env, a Approach) (Workload, error) {
 		if a == Raw {
 			return nil, errSkip
 		}
-		m := lfatomic.NewMemory(0)
+		m, err := lfatomic.NewMemory(nil)
+		if err != nil {
+			return nil, err
+		}
 		for _, k := range w.keys {
 			if err := m.Claim(ctx, k, inventoryStock); err != nil {
 				return nil, err
