@@ -48,6 +48,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -230,6 +231,46 @@ func incrementMiss(key string, amount, limit, current int64) error {
 		return fmt.Errorf("%w: increment %s: %d + %d overflows int64", ErrInvalid, short.Quote(key), current, amount)
 	}
 	return &InsufficientError{Op: OpIncrement, Key: key, Actual: current, Amount: amount, Bound: limit}
+}
+
+// The conditions of the memory backend and the fenced twin, which decide in
+// Go what the PostgreSQL backend decides in its statements. Each is a mutant
+// site (internal/failpoint): an unsafe variant that the tests guarding the
+// condition must catch.
+
+// decrementAllowed reports whether amount can be taken from v without
+// crossing the floor, where threshold is floor + amount.
+func decrementAllowed(v, threshold int64) bool {
+	if failpoint.Mutant("atomic.decrement.floor") {
+		return true
+	}
+	return v >= threshold
+}
+
+// incrementAllowed reports whether amount can be added to v without
+// crossing the cap, where ceiling is cap − amount.
+func incrementAllowed(v, ceiling int64) bool {
+	if failpoint.Mutant("atomic.increment.cap") {
+		return true
+	}
+	return v <= ceiling
+}
+
+// compareAndSetAllowed reports whether v is the value a compare-and-set
+// expected.
+func compareAndSetAllowed(v, old int64) bool {
+	if failpoint.Mutant("atomic.cas.compare") {
+		return true
+	}
+	return v == old
+}
+
+// setIfGreaterAllowed reports whether value is greater than v.
+func setIfGreaterAllowed(v, value int64) bool {
+	if failpoint.Mutant("atomic.setifgreater.compare") {
+		return true
+	}
+	return value > v
 }
 
 // batch is a validated DecrementMany request in key order.

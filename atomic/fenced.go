@@ -246,7 +246,7 @@ func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (int64
 		return 0, err
 	}
 	return f.update(ctx, key, func(cur int64) (int64, error) {
-		if cur < threshold {
+		if !decrementAllowed(cur, threshold) {
 			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: f.table.Floor}
 		}
 		return cur - amount, nil
@@ -260,7 +260,7 @@ func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64)
 		return 0, err
 	}
 	return f.update(ctx, key, func(cur int64) (int64, error) {
-		if cur > ceiling {
+		if !incrementAllowed(cur, ceiling) {
 			return 0, incrementMiss(key, amount, limit, cur)
 		}
 		return cur + amount, nil
@@ -273,7 +273,7 @@ func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64)
 		return err
 	}
 	_, err := f.update(ctx, key, func(cur int64) (int64, error) {
-		if cur != old {
+		if !compareAndSetAllowed(cur, old) {
 			return 0, &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
 		}
 		return next, nil
@@ -287,7 +287,7 @@ func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) erro
 		return err
 	}
 	_, err := f.update(ctx, key, func(cur int64) (int64, error) {
-		if value <= cur {
+		if !setIfGreaterAllowed(cur, value) {
 			return 0, &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
 		}
 		return value, nil

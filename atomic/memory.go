@@ -3,6 +3,8 @@ package atomic
 import (
 	"context"
 	"sync"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
 // MemoryConfig configures a Memory store. A nil *MemoryConfig means the
@@ -54,7 +56,7 @@ func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64
 	switch {
 	case !ok:
 		return 0, notFound(key)
-	case v < threshold:
+	case !decrementAllowed(v, threshold):
 		return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amount, Bound: m.floor}
 	}
 	m.values[key] = v - amount
@@ -76,7 +78,7 @@ func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64)
 	switch {
 	case !ok:
 		return 0, notFound(key)
-	case v > ceiling:
+	case !incrementAllowed(v, ceiling):
 		return 0, incrementMiss(key, amount, limit, v)
 	}
 	m.values[key] = v + amount
@@ -97,7 +99,7 @@ func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64)
 	switch {
 	case !ok:
 		return notFound(key)
-	case v != old:
+	case !compareAndSetAllowed(v, old):
 		return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: v}
 	}
 	m.values[key] = next
@@ -118,7 +120,7 @@ func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) erro
 	switch {
 	case !ok:
 		return notFound(key)
-	case value <= v:
+	case !setIfGreaterAllowed(v, value):
 		return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: v}
 	}
 	m.values[key] = value
@@ -135,7 +137,7 @@ func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v, ok := m.values[key]; ok {
+	if v, ok := m.values[key]; ok && !failpoint.Mutant("atomic.claim.conflict") { // the mutant overwrites
 		return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: v}
 	}
 	m.values[key] = value
@@ -152,6 +154,9 @@ func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (m
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The mutant takes key by key, so that a short key leaves the keys
+	// before it taken: not all or nothing.
+	eager := failpoint.Mutant("atomic.decrementmany.all")
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, k := range b.keys {
@@ -162,10 +167,15 @@ func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (m
 		case v < b.thresholds[i]:
 			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Actual: v, Amount: b.amounts[i], Bound: m.floor}
 		}
+		if eager {
+			m.values[k] = v - b.amounts[i]
+		}
 	}
 	out := make(map[string]int64, len(b.keys))
 	for i, k := range b.keys {
-		m.values[k] -= b.amounts[i]
+		if !eager {
+			m.values[k] -= b.amounts[i]
+		}
 		out[k] = m.values[k]
 	}
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -133,6 +134,20 @@ const (
 	LEFT JOIN u ON u.k = req.k`
 )
 
+// Unsafe variants for the mutant sites (internal/failpoint): dead code in
+// default builds. Each drops one condition and keeps the parameters of the
+// statement it replaces.
+const (
+	mutantDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
+	mutantIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
+	mutantCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL`
+	mutantSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1`
+	mutantClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V}`
+	// mutantManyVerdict is removed from sqlDecrementMany: each key with
+	// enough is then updated whether or not the others have enough.
+	mutantManyVerdict = `verdict.ok AND `
+)
+
 // maxAttempts bounds the runs of a statement whose miss the read after it
 // contradicts. Under READ COMMITTED that read takes a new snapshot, in which
 // a concurrent change may have committed since the statement decided; the
@@ -214,9 +229,13 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (int
 	if err != nil {
 		return 0, err
 	}
+	sql := p.sql.decrement
+	if failpoint.Mutant("atomic.decrement.floor") {
+		sql = p.table.render(mutantDecrement)
+	}
 	for attempt := 1; ; attempt++ {
 		var v int64
-		err := p.db.QueryRow(ctx, p.sql.decrement, key, amount, threshold).Scan(&v)
+		err := p.db.QueryRow(ctx, sql, key, amount, threshold).Scan(&v)
 		if err == nil {
 			return v, nil
 		}
@@ -237,9 +256,13 @@ func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int6
 	if err != nil {
 		return 0, err
 	}
+	sql := p.sql.increment
+	if failpoint.Mutant("atomic.increment.cap") {
+		sql = p.table.render(mutantIncrement)
+	}
 	for attempt := 1; ; attempt++ {
 		var v int64
-		err := p.db.QueryRow(ctx, p.sql.increment, key, amount, ceiling).Scan(&v)
+		err := p.db.QueryRow(ctx, sql, key, amount, ceiling).Scan(&v)
 		if err == nil {
 			return v, nil
 		}
@@ -258,8 +281,12 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 	if err := validKey(key); err != nil {
 		return err
 	}
+	sql := p.sql.cas
+	if failpoint.Mutant("atomic.cas.compare") {
+		sql = p.table.render(mutantCompareAndSet)
+	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, p.sql.cas, key, old, next)
+		tag, err := p.db.Exec(ctx, sql, key, old, next)
 		if err == nil && tag.RowsAffected() > 0 {
 			return nil
 		}
@@ -278,8 +305,12 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) er
 	if err := validKey(key); err != nil {
 		return err
 	}
+	sql := p.sql.setIfGreater
+	if failpoint.Mutant("atomic.setifgreater.compare") {
+		sql = p.table.render(mutantSetIfGreater)
+	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, p.sql.setIfGreater, key, value)
+		tag, err := p.db.Exec(ctx, sql, key, value)
 		if err == nil && tag.RowsAffected() > 0 {
 			return nil
 		}
@@ -299,8 +330,12 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
+	sql := p.sql.claim
+	if failpoint.Mutant("atomic.claim.conflict") {
+		sql = p.table.render(mutantClaim)
+	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, p.sql.claim, key, value)
+		tag, err := p.db.Exec(ctx, sql, key, value)
 		if err == nil && tag.RowsAffected() > 0 {
 			return nil
 		}
@@ -324,7 +359,11 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.db.Query(ctx, p.sql.many, b.keys, b.amounts, b.thresholds)
+	sql := p.sql.many
+	if failpoint.Mutant("atomic.decrementmany.all") {
+		sql = strings.Replace(sql, mutantManyVerdict, "", 1)
+	}
+	rows, err := p.db.Query(ctx, sql, b.keys, b.amounts, b.thresholds)
 	if err != nil {
 		return nil, fmt.Errorf("atomic: %s: %w", OpDecrementMany, err)
 	}
