@@ -14,8 +14,9 @@ import (
 )
 
 // sqlRawSale is the bare statement the alternative must match: the
-// scenario's raw approach.
-const sqlRawSale = `UPDATE "Inventory ""stock""" SET quantity = quantity - 1 WHERE sku = $1 AND quantity >= 1`
+// scenario's raw approach, with Decrement's effect (take one unit if there
+// is one, and say what is left).
+const sqlRawSale = `UPDATE "Inventory ""stock""" SET quantity = quantity - 1 WHERE sku = $1 AND quantity >= 1 RETURNING quantity`
 
 // BenchmarkDecrementVsRaw is the inventory scenario's fair fight in one
 // run: clients goroutines sell one unit of a random key among keys, through
@@ -39,7 +40,10 @@ func BenchmarkDecrementVsRaw(b *testing.B) {
 				defer pool.Close()
 				store := newPostgres(b, pool, inventory)
 				sides := [2]func(ctx context.Context, key string) error{
-					func(ctx context.Context, key string) error { _, err := pool.Exec(ctx, sqlRawSale, key); return err },
+					func(ctx context.Context, key string) error {
+						var left int64
+						return pool.QueryRow(ctx, sqlRawSale, key).Scan(&left)
+					},
 					func(ctx context.Context, key string) error { _, err := store.Decrement(ctx, key, 1); return err },
 				}
 				for _, op := range sides { // dial the connections, prepare the statements
