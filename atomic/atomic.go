@@ -233,44 +233,70 @@ func incrementMiss(key string, amount, limit, current int64) error {
 	return &InsufficientError{Op: OpIncrement, Key: key, Actual: current, Amount: amount, Bound: limit}
 }
 
-// The conditions of the memory backend and the fenced twin, which decide in
-// Go what the PostgreSQL backend decides in its statements. Each is a mutant
-// site (internal/failpoint): an unsafe variant that the tests guarding the
+// A decision is what the memory backend (under its mutex) and the fenced
+// twin (under its lease) decide in Go about a value they read apart from
+// their write, where the PostgreSQL backend decides in its statement: the
+// new value, or the refusal. Each condition is a mutant site
+// (internal/failpoint): an unsafe variant that the tests guarding the
 // condition must catch.
+type decision func(v int64) (next int64, err error)
 
-// decrementAllowed reports whether amount can be taken from v without
-// crossing the floor, where threshold is floor + amount.
-func decrementAllowed(v, threshold int64) bool {
-	if failpoint.Mutant("atomic.decrement.floor") {
-		return true
+// decrement validates a Decrement and returns its decision: take amount
+// unless that crosses floor.
+func decrement(key string, amount, floor int64) (decision, error) {
+	threshold, err := decrementThreshold(key, amount, floor)
+	if err != nil {
+		return nil, err
 	}
-	return v >= threshold
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.decrement.floor") && v < threshold {
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amount, Bound: floor}
+		}
+		return v - amount, nil
+	}, nil
 }
 
-// incrementAllowed reports whether amount can be added to v without
-// crossing the cap, where ceiling is cap − amount.
-func incrementAllowed(v, ceiling int64) bool {
-	if failpoint.Mutant("atomic.increment.cap") {
-		return true
+// increment validates an Increment and returns its decision: add amount
+// unless that crosses limit.
+func increment(key string, amount, limit int64) (decision, error) {
+	ceiling, err := incrementCeiling(key, amount, limit)
+	if err != nil {
+		return nil, err
 	}
-	return v <= ceiling
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.increment.cap") && v > ceiling {
+			return 0, incrementMiss(key, amount, limit, v)
+		}
+		return v + amount, nil
+	}, nil
 }
 
-// compareAndSetAllowed reports whether v is the value a compare-and-set
-// expected.
-func compareAndSetAllowed(v, old int64) bool {
-	if failpoint.Mutant("atomic.cas.compare") {
-		return true
+// compareAndSet validates a CompareAndSet and returns its decision: next
+// if the value is old.
+func compareAndSet(key string, old, next int64) (decision, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
 	}
-	return v == old
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.cas.compare") && v != old {
+			return 0, &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: v}
+		}
+		return next, nil
+	}, nil
 }
 
-// setIfGreaterAllowed reports whether value is greater than v.
-func setIfGreaterAllowed(v, value int64) bool {
-	if failpoint.Mutant("atomic.setifgreater.compare") {
-		return true
+// setIfGreater validates a SetIfGreater and returns its decision: value if
+// it is greater.
+func setIfGreater(key string, value int64) (decision, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
 	}
-	return value > v
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.setifgreater.compare") && value <= v {
+			return 0, &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: v}
+		}
+		return value, nil
+	}, nil
 }
 
 // batch is a validated DecrementMany request in key order.

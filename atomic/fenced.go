@@ -219,8 +219,8 @@ func (f *Fenced) fenceErr(what, key string, err error) error {
 }
 
 // update is the twin's single-key operation: lock, fenced read, decide,
-// fenced write, release. decide returns the new value or the refusal.
-func (f *Fenced) update(ctx context.Context, key string, decide func(current int64) (int64, error)) (int64, error) {
+// fenced write, release.
+func (f *Fenced) update(ctx context.Context, key string, decide decision) (int64, error) {
 	var next int64
 	err := f.locked(ctx, []string{key}, func(leases []fencedlock.Lease) error {
 		cur, err := f.read(ctx, f.db, key, leases[0].Token)
@@ -241,57 +241,39 @@ func (f *Fenced) update(ctx context.Context, key string, decide func(current int
 
 // Decrement implements Store.
 func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
-	threshold, err := decrementThreshold(key, amount, f.table.Floor)
+	d, err := decrement(key, amount, f.table.Floor)
 	if err != nil {
 		return 0, err
 	}
-	return f.update(ctx, key, func(cur int64) (int64, error) {
-		if !decrementAllowed(cur, threshold) {
-			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: f.table.Floor}
-		}
-		return cur - amount, nil
-	})
+	return f.update(ctx, key, d)
 }
 
 // Increment implements Store.
 func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
-	ceiling, err := incrementCeiling(key, amount, limit)
+	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
 	}
-	return f.update(ctx, key, func(cur int64) (int64, error) {
-		if !incrementAllowed(cur, ceiling) {
-			return 0, incrementMiss(key, amount, limit, cur)
-		}
-		return cur + amount, nil
-	})
+	return f.update(ctx, key, d)
 }
 
 // CompareAndSet implements Store.
 func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64) error {
-	if err := validKey(key); err != nil {
+	d, err := compareAndSet(key, old, next)
+	if err != nil {
 		return err
 	}
-	_, err := f.update(ctx, key, func(cur int64) (int64, error) {
-		if !compareAndSetAllowed(cur, old) {
-			return 0, &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
-		}
-		return next, nil
-	})
+	_, err = f.update(ctx, key, d)
 	return err
 }
 
 // SetIfGreater implements Store.
 func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) error {
-	if err := validKey(key); err != nil {
+	d, err := setIfGreater(key, value)
+	if err != nil {
 		return err
 	}
-	_, err := f.update(ctx, key, func(cur int64) (int64, error) {
-		if !setIfGreaterAllowed(cur, value) {
-			return 0, &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
-		}
-		return value, nil
-	})
+	_, err = f.update(ctx, key, d)
 	return err
 }
 

@@ -41,90 +41,62 @@ func NewMemory(cfg *MemoryConfig) (*Memory, error) {
 	return &Memory{floor: c.Floor, values: map[string]int64{}}, nil
 }
 
-// Decrement implements Store.
-func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
-	threshold, err := decrementThreshold(key, amount, m.floor)
-	if err != nil {
-		return 0, err
-	}
+// update applies decide to key's value under the mutex and stores the
+// value it returns.
+func (m *Memory) update(ctx context.Context, key string, decide decision) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.values[key]
-	switch {
-	case !ok:
+	if !ok {
 		return 0, notFound(key)
-	case !decrementAllowed(v, threshold):
-		return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amount, Bound: m.floor}
 	}
-	m.values[key] = v - amount
-	return v - amount, nil
+	next, err := decide(v)
+	if err != nil {
+		return 0, err
+	}
+	m.values[key] = next
+	return next, nil
+}
+
+// Decrement implements Store.
+func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
+	d, err := decrement(key, amount, m.floor)
+	if err != nil {
+		return 0, err
+	}
+	return m.update(ctx, key, d)
 }
 
 // Increment implements Store.
 func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
-	ceiling, err := incrementCeiling(key, amount, limit)
+	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return 0, notFound(key)
-	case !incrementAllowed(v, ceiling):
-		return 0, incrementMiss(key, amount, limit, v)
-	}
-	m.values[key] = v + amount
-	return v + amount, nil
+	return m.update(ctx, key, d)
 }
 
 // CompareAndSet implements Store.
 func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64) error {
-	if err := validKey(key); err != nil {
+	d, err := compareAndSet(key, old, next)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return notFound(key)
-	case !compareAndSetAllowed(v, old):
-		return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: v}
-	}
-	m.values[key] = next
-	return nil
+	_, err = m.update(ctx, key, d)
+	return err
 }
 
 // SetIfGreater implements Store.
 func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) error {
-	if err := validKey(key); err != nil {
+	d, err := setIfGreater(key, value)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return notFound(key)
-	case !setIfGreaterAllowed(v, value):
-		return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: v}
-	}
-	m.values[key] = value
-	return nil
+	_, err = m.update(ctx, key, d)
+	return err
 }
 
 // Claim implements Store.
