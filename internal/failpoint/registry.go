@@ -32,6 +32,14 @@ var registry = []Point{
 	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
 	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
+	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran, before the progress write fenced by the token"},
+	{"kafkawriter.fenced.read.stamp", MutantSite, "Fenced.Apply's progress read checks the token but does not raise the row's token to it"},
+	{"kafkawriter.fenced.skip.seq", MutantSite, "Fenced.Apply runs events whose sequence number the progress already records"},
+	{"kafkawriter.fenced.write.token", MutantSite, "Fenced.Apply's progress write runs without its token condition"},
+	{"kafkawriter.inbox.advance.epoch", MutantSite, "Inbox.Advance moves the offset whatever epoch (owner) is stored"},
+	{"kafkawriter.inbox.advance.offset", MutantSite, "Inbox.Advance moves the offset whatever offset is stored"},
+	{"kafkawriter.inbox.claim.epoch", MutantSite, "Inbox.Claim gives the new owner the old owner's epoch instead of a higher one"},
 }
 
 // Registered returns every registered name, sorted.
