@@ -191,7 +191,7 @@ func (c *FencedConsumer) run(stopping, work context.Context, ready func()) error
 			}
 			continue
 		}
-		if err := c.handle(stopping, work, c.fresh(batch)); err != nil {
+		if err := c.consume(stopping, work, batch); err != nil {
 			if errors.Is(err, ErrPoison) {
 				return err
 			}
@@ -204,6 +204,14 @@ func (c *FencedConsumer) run(stopping, work context.Context, ready func()) error
 		}
 	}
 	return stopCause(stopping)
+}
+
+// consume applies a fetched batch: the messages not handled before. Kafka
+// redelivers after a rejoin or a lost commit; a redelivery is dropped and
+// counted as Redelivered, so that Applied + Skipped + DeadLettered counts
+// each message once and can tell when a consumer has caught up.
+func (c *FencedConsumer) consume(stopping, work context.Context, batch []kafka.Message) error {
+	return c.handle(stopping, work, c.fresh(batch))
 }
 
 // whenJoined calls ready once r's group has given it its first generation.
