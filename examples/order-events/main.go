@@ -2,8 +2,8 @@
 // lock an order around each of its events to a single writer per order
 // (packages singlewriter and singlewriter/kafkawriter): Kafka keyed by order
 // and a consumer that applies each event in the transaction that advances
-// its offset, or in-process actors. Four events of one order; the worker of the first one pauses past
-// its lease. See README.md.
+// its offset, or in-process actors. Four events of one order; the worker of
+// the first one pauses past its lease. See README.md.
 //
 //	go run ./examples/order-events [-postgres URL|memory] [-kafka BROKERS] [-mode lock|alternative|both] [-pause=false]
 package main

@@ -120,7 +120,8 @@ func (c ConsumerConfig) validate() error {
 // goroutine per assigned partition, which claims the partition in the inbox,
 // seeks to the stored offset, and applies messages until the generation
 // ends. Create it with NewConsumer, then Start it once; Stop it to leave the
-// group. Its methods are safe for concurrent use.
+// group. The zero Consumer is not usable. Its methods are safe for
+// concurrent use.
 type Consumer struct {
 	db      TxDB
 	src     Source

@@ -81,7 +81,10 @@ func renderProgress(n migrate.Names) progressStatements {
 
 // ApplyFunc applies, in tx, an entity's events whose sequence numbers are
 // above after (the highest already applied, or -1) and at most the seq given
-// to Apply.
+// to Apply. It must do all its database writes on tx, which commits them
+// with the entity's progress or rolls them back. Apply runs it under the
+// entity's lock, on a goroutine of its own (a panic or runtime.Goexit is
+// contained and returned as an error).
 type ApplyFunc func(ctx context.Context, tx pgx.Tx, after int64) error
 
 // Fenced applies per-entity events exactly once the lock-based way: under
@@ -89,11 +92,14 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, after int64) error
 // progress raises its token to the lease's and returns the highest sequence
 // number applied; the events above it run in one transaction that records
 // the new highest with a write fenced by the token. A holder that paused past
-// its lease and wakes after another took over changes nothing. It is safe
-// for concurrent use.
+// its lease and wakes after another took over changes nothing. Create it
+// with NewFenced (the zero Fenced is not usable); it is safe for concurrent
+// use.
 //
-// Compared with the inbox it costs three round trips per entity and
-// transaction (acquire, fenced read, release), and a paused holder delays its
+// Compared with the inbox, whose transaction costs BEGIN, a compare-and-set
+// and COMMIT per batch of any entities' events, a run of one entity's events
+// costs six round trips besides fn's statements (acquire, fenced read,
+// BEGIN, fenced write, COMMIT, release), and a paused holder delays its
 // entity by up to the lease TTL.
 type Fenced struct {
 	db     TxDB

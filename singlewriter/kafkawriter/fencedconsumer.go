@@ -87,7 +87,8 @@ func (c *FencedConsumerConfig) settings() settings {
 // offsets, which only compare within a partition, so a key that appears on
 // two partitions is two entities, each with its own progress. Create it
 // with NewFencedConsumer, then Start it once; Stop it to leave the group.
-// Its methods are safe for concurrent use.
+// The zero FencedConsumer is not usable. Its methods are safe for
+// concurrent use.
 type FencedConsumer struct {
 	src     Source
 	handler Handler

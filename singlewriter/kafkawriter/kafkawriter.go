@@ -129,7 +129,9 @@ func (e *PoisonError) Unwrap() error { return e.Err }
 // Source is what a consumer reads: Topic on the cluster at Brokers, as a
 // member of the consumer group GroupID. All three are required. They are one
 // value rather than three arguments because Topic and GroupID are both
-// strings: side by side in a signature, a swap would compile.
+// strings: side by side in a signature, a swap would compile. The zero
+// Source is invalid. A Source is a plain value, safe to copy; the consumers
+// keep their own copy.
 type Source struct {
 	// Brokers are the bootstrap addresses.
 	Brokers []string

@@ -116,7 +116,8 @@ type InboxConfig struct {
 // apply and the epoch of the partition's current owner. It is the building
 // block of Consumer, exported for consumers built on other clients: Claim on
 // assignment, and Advance inside each handler transaction (WithDB). It is
-// safe for concurrent use.
+// safe for concurrent use; the zero Inbox is not (create it with
+// NewInbox).
 type Inbox struct {
 	db  DB
 	sql inboxStatements

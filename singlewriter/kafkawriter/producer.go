@@ -24,8 +24,9 @@ type ProducerConfig struct {
 // Producer writes messages keyed by entity: every message with the same key
 // goes to the same partition (kafka-go's Hash balancer, FNV-1a, compatible
 // with Sarama), so one consumer applies an entity's messages in the order
-// they were sent. Sends wait for all in-sync replicas. A Producer is safe for
-// concurrent use; Close it when done.
+// they were sent. Sends wait for all in-sync replicas. Create it with
+// NewProducer (the zero Producer is not usable); it is safe for concurrent
+// use; Close it when done.
 //
 // Order holds per key only for messages sent one after another: two
 // concurrent Sends for one key may land in either order.
