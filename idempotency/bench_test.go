@@ -60,7 +60,7 @@ func BenchmarkPostgres(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			key := nextKey()
 			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+				_, err := store.WithDB(tx).Do(ctx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
 					return benchResult, benchEffect(ctx, tx, key, i)
 				})
 				return err
@@ -116,7 +116,7 @@ func BenchmarkPostgres(b *testing.B) {
 
 // BenchmarkMemory measures each executor's own cost on the memory store.
 func BenchmarkMemory(b *testing.B) {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, nil)
 	fenced, _ := idempotency.NewFenced(memoryLocks(nil), store, nil)
 	fp := idempotency.NewFingerprint([]byte("bench"))
@@ -188,7 +188,7 @@ func BenchmarkOverhead(b *testing.B) {
 						})
 					} else {
 						err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-							_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+							_, err := store.WithDB(tx).Do(ctx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
 								return tc.result, benchEffect(ctx, tx, key, i)
 							})
 							return err

@@ -42,15 +42,15 @@ func (l recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) err
 	return l.Memory.Release(ctx, lease)
 }
 
-// WriteTimeout bounds the writes after the work: its clock starts when the
-// work returns, so a long work does not eat into it.
+// ReleaseTimeout bounds the writes after the work: its clock starts when
+// the work returns, so a long work does not eat into it.
 func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
 	t.Parallel()
 	const writeTimeout = time.Hour
 	d := &deadlines{}
-	mem, _ := idempotency.NewMemory(nil, nil)
+	mem, _ := idempotency.NewMemory(nil)
 	f, err := idempotency.NewFenced(recordingLocks{memoryLocks(nil), d}, recordingRecords{mem, d},
-		&idempotency.FencedConfig{TTL: time.Minute, WriteTimeout: writeTimeout})
+		&idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Minute, ReleaseTimeout: writeTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,18 @@ var registry = []Point{
 	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
 	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+	{"idempotency.claim.conflict", MutantSite, "a transactional claim of a key that has a record runs the work again and writes the record over"},
+	{"idempotency.claim.in-flight", MutantSite, "a claim runs beside an execution of the key in flight (transactional lock, memory wait, live lease taken over)"},
+	{"idempotency.expired", MutantSite, "an expired or tombstoned key replays or is taken over instead of answering ErrExpired"},
+	{"idempotency.fenced.before-write", InjectPoint, "Fenced.Do after the work, before the fenced write of its result"},
+	{"idempotency.fenced.put.token", MutantSite, "PutFenced stores a result whatever token the record has seen"},
+	{"idempotency.fenced.read.stamp", MutantSite, "ReadFenced checks the token but does not raise the record's token to it"},
+	{"idempotency.fingerprint", MutantSite, "a key presented with another fingerprint replays or is taken over instead of answering ErrKeyReused"},
+	{"idempotency.leased.before-write", InjectPoint, "Leased.Do after the work, before Complete stores its result"},
+	{"idempotency.leased.complete.token", MutantSite, "Complete stores a leased attempt's result whatever the record's token"},
+	{"idempotency.leased.release.token", MutantSite, "Release deletes or ends a leased record whatever its token"},
+	{"idempotency.memory.before-write", InjectPoint, "Memory.Do after the work, before its result is recorded"},
+	{"idempotency.postgres.before-write", InjectPoint, "Postgres.Do after the work, before its result is recorded (with COMMIT in its own transaction)"},
 }
 
 // Registered returns every registered name, sorted.

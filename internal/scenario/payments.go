@@ -93,7 +93,7 @@ func newPayments(ctx context.Context, env *Env, a Approach) (Workload, error) {
 		if a == Raw {
 			return nil, errSkip
 		}
-		m, err := idempotency.NewMemory(nil, nil)
+		m, err := idempotency.NewMemory(nil)
 		if err != nil {
 			return nil, err
 		}
@@ -114,8 +114,10 @@ func newPayments(ctx context.Context, env *Env, a Approach) (Workload, error) {
 		// client takes the key over. Only the tokens keep the stale
 		// holder's charge out.
 		f, err := idempotency.NewFenced(env.Locks, records, &idempotency.FencedConfig{
-			TTL:       env.LeaseTTL,
-			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true},
+			LockerConfig: fencedlock.LockerConfig{
+				TTL:       env.LeaseTTL,
+				Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true},
+			},
 		})
 		if err != nil {
 			return nil, err
