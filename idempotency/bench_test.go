@@ -149,7 +149,7 @@ func BenchmarkMemory(b *testing.B) {
 // same machine load, and reports their mean latencies and the ratio
 // transactional / bare. "do" is Postgres.Do in its own transaction, which
 // sends BEGIN with the claim and the result with COMMIT, so it costs the
-// bare transaction's round trips; "tx" is DoTx in the caller's transaction,
+// bare transaction's round trips; "tx" is WithDB(tx).Do in the caller's transaction,
 // which adds the claim's round trip and, with a result to store (an HTTP
 // response), the completion's. An empty result ("effect-only") is stored by
 // the claim.
