@@ -44,7 +44,7 @@ func (l recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) err
 
 // ReleaseTimeout bounds the writes after the work: its clock starts when
 // the work returns, so a long work does not eat into it.
-func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
+func TestFencedReleaseTimeoutStartsAfterTheWork(t *testing.T) {
 	t.Parallel()
 	const writeTimeout = time.Hour
 	d := &deadlines{}
@@ -74,7 +74,7 @@ func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
 		t.Fatalf("the writes had no deadline (record %v, release %v)", d.putOK, d.releaseOK)
 	}
 	if limit := workEnd.Add(writeTimeout); d.put.Before(limit) || d.release.Before(limit) {
-		t.Fatalf("the write deadlines (record %v, release %v) were set before the work ended (%v earlier than its end + WriteTimeout)",
+		t.Fatalf("the write deadlines (record %v, release %v) were set before the work ended (%v earlier than its end + ReleaseTimeout)",
 			d.put, d.release, limit.Sub(d.put))
 	}
 }

@@ -326,7 +326,7 @@ func TestClaimRestoresLockTimeout(t *testing.T) {
 			return idempotency.Result{}, nil
 		})
 		if v := show(tx); v != "42s" {
-			t.Errorf("after DoTx lock_timeout = %q", v)
+			t.Errorf("after WithDB(tx).Do lock_timeout = %q", v)
 		}
 		return err
 	})

@@ -411,7 +411,7 @@ func (s *stalling) Renew(ctx context.Context, l idempotency.Lease) (idempotency.
 
 // --- After (c): the HTTP middleware ---------------------------------------------
 
-// handler captures a payment. Behind idempotency.Middleware with a
+// handler captures a payment. Behind idempotency.NewMiddleware with a
 // transactional executor it runs in the claim's transaction, and its
 // response is stored and sent after the commit.
 func handler(l ledger) http.Handler {
