@@ -18,12 +18,13 @@ type lease struct {
 }
 
 // leaseSafe reports whether the member's lease is held safely: live, and
-// within TTL − Margin of the last heartbeat sent.
+// within TTL − Margin of the last heartbeat sent. Calls run only while it
+// holds: this is what pauses the executors when heartbeats are late.
 func (m *Member) leaseSafe() bool {
 	m.mu.RLock()
 	l := m.lease
 	m.mu.RUnlock()
-	return l != nil && l.loop.HeldSafely()
+	return l != nil && (l.loop.HeldSafely() || failpoint.Mutant("partition.member.paused"))
 }
 
 // join starts a new lease (retrying while the name is in use when wait is

@@ -3,6 +3,7 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -112,9 +113,20 @@ func late(t *testing.T, st *stall, m *partition.Member, key string) {
 	t.Helper()
 	st.hold()
 	st.waitLate(t)
-	if err := m.Do(ctx, key, func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrMoving) {
-		t.Fatalf("Do while heartbeats are late = %v, want ErrMoving", err)
+	if err := runsWhileLate(m, key); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// runsWhileLate returns an error if m, whose heartbeats are late, runs a
+// call for key or answers it with anything but ErrMoving.
+func runsWhileLate(m *partition.Member, key string) error {
+	ran := false
+	err := m.Do(ctx, key, func(context.Context, partition.Epoch) error { ran = true; return nil })
+	if ran || !errors.Is(err, partition.ErrMoving) {
+		return fmt.Errorf("a call while heartbeats are late: ran %v, %v; want ErrMoving", ran, err)
+	}
+	return nil
 }
 
 // A heartbeat that answers late — after the member stopped trusting its
