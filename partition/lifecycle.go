@@ -13,17 +13,20 @@ import (
 // partitions with the same ring, and takes the member's first step: it
 // claims the partitions the ring places on the member that are free. It
 // then returns: the member is running until Stop. A first step that fails
-// (a store error, a timeout) is left to the member's background loop, which
-// retries it every MoveInterval; until the loop has claimed a partition, Do
-// answers ErrMoving for its keys (a NotOwnerError for keys the ring places
-// on other members). If a lease of the same name is still live (a previous
-// incarnation), Start retries until that lease expires or ctx ends. It fails
-// when it cannot join, with ErrRingMismatch when a live member places
-// partitions with another ring, and with an ErrInvalid error for a ring it
-// cannot build; it leaves no lease behind when it fails, and a failed Start
-// may be called again. ctx bounds Start itself; the member's background work
-// (heartbeats, polls, handoffs) keeps ctx's values but not its cancellation.
-// Start on a running member returns nil, and on a stopped one ErrStopped.
+// (a store error, a claim that timed out) does not fail Start: the member
+// has joined, and its background loop takes the step again every
+// MoveInterval. Until the member has claimed a partition, Do answers
+// ErrMoving for its keys (retry shortly), and a NotOwnerError for keys the
+// ring places on other members.
+//
+// If a lease of the same name is still live (a previous incarnation), Start
+// retries until that lease expires or ctx ends. Start fails when it cannot
+// join, when ctx ends, with ErrRingMismatch when a live member places
+// partitions with another ring, and with an error matching ErrInvalid for a
+// ring it cannot build; it then leaves no lease behind, and may be called
+// again. ctx bounds Start itself; the member's background work (heartbeats,
+// polls, handoffs) keeps ctx's values but not its cancellation. Start on a
+// running member returns nil, and on a stopped one ErrStopped.
 func (m *Member) Start(ctx context.Context) error {
 	if err := m.hold(ctx); err != nil {
 		return err
