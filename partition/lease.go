@@ -20,11 +20,19 @@ type lease struct {
 // leaseSafe reports whether the member's lease is held safely: live, and
 // within TTL − Margin of the last heartbeat sent. Calls run only while it
 // holds: this is what pauses the executors when heartbeats are late.
-func (m *Member) leaseSafe() bool {
+func (m *Member) leaseSafe() bool { return m.leaseSafeFor(0) }
+
+// leaseSafeFor is leaseSafe for the lease of incarnation (any when 0). An
+// executor asks for the incarnation that claimed its epoch: a later one,
+// joined after that lease was lost, says nothing about that epoch.
+func (m *Member) leaseSafeFor(incarnation int64) bool {
 	m.mu.RLock()
 	l := m.lease
 	m.mu.RUnlock()
-	return l != nil && (l.loop.HeldSafely() || failpoint.Mutant("partition.member.paused"))
+	if l == nil || (incarnation != 0 && l.info.Incarnation != incarnation) {
+		return false
+	}
+	return l.loop.HeldSafely() || failpoint.Mutant("partition.member.paused")
 }
 
 // join starts a new lease (retrying while the name is in use when wait is

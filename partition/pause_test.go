@@ -271,3 +271,89 @@ func TestStartLeavesAFailedClaimToTheLoop(t *testing.T) {
 		t.Fatalf("Do once claims work: %v", err)
 	}
 }
+
+// lapsing is a membership store whose lease of a member can be made to
+// expire: the next heartbeat finds it gone, as after a pause past the TTL.
+type lapsing struct {
+	partition.Membership
+	lapse atomic.Bool
+}
+
+func (s *lapsing) Heartbeat(ctx context.Context, name string, inc int64, ttl time.Duration) error {
+	if s.lapse.CompareAndSwap(true, false) {
+		if err := s.Membership.Leave(ctx, name, inc); err != nil {
+			return err
+		}
+	}
+	return s.Membership.Heartbeat(ctx, name, inc, ttl)
+}
+
+// A partition being handed off drains under the lease that claimed it: if
+// that lease is lost meanwhile and the member joins again, the calls still
+// queued on the old executor do not run — the new incarnation's lease says
+// nothing about the old epoch.
+func TestDrainStopsWithItsLease(t *testing.T) {
+	t.Parallel()
+	store := newMemory(nil)
+	cfg := testConfig
+	cfg.DrainTimeout = time.Minute // the drain outlasts the test's steps
+	cfg.Name = "a"
+	la := &lapsing{Membership: store}
+	a, _ := startMember(t, la, cfg)
+	two, err := partition.NewRing([]string{"a", "b"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := keyOf(two, "b")
+	// A call that runs until released, and one queued behind it.
+	running, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	first, queued := make(chan error, 1), make(chan error, 1)
+	go func() {
+		first <- doOwned(a, key, func(context.Context, partition.Epoch) error { close(running); <-release; return nil })
+	}()
+	<-running
+	ran := make(chan partition.Epoch, 1)
+	go func() {
+		queued <- a.Do(ctx, key, func(_ context.Context, e partition.Epoch) error { ran <- e; return nil })
+	}()
+	live := liveIncarnation(t, store, "a")
+
+	cfg.Name = "b"
+	startMember(t, store, cfg)                                      // the ring moves key's partition to b: a drains it
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before the members stop
+	waitFor(t, 30*time.Second, func() bool {
+		return !slices.ContainsFunc(a.Owned(), func(e partition.Epoch) bool { return e.Partition == a.Partition(key) })
+	})
+	la.lapse.Store(true) // a's lease expires: a joins again
+	waitFor(t, 30*time.Second, func() bool {
+		ms, err := store.Live(ctx)
+		return err == nil && slices.ContainsFunc(ms, func(m partition.MemberInfo) bool { return m.Name == "a" && m.Incarnation > live })
+	})
+	// a joined after it stopped its executors: a call served now runs under
+	// the new lease.
+	if err := doOwned(a, keyOf(two, "a"), func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-queued; !errors.Is(err, partition.ErrMoving) {
+		select {
+		case e := <-ran:
+			t.Fatalf("a call queued under a lost lease ran with epoch %+v after the member joined again (%v)", e, err)
+		default:
+			t.Fatalf("the call queued under a lost lease = %v, want ErrMoving", err)
+		}
+	}
+}
+
+// keyOf returns a key that ring places on member.
+func keyOf(ring *partition.Ring, member string) string {
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("key-%d", i); ring.Owner(ring.Partition(k)) == member {
+			return k
+		}
+	}
+}
