@@ -101,7 +101,9 @@ func (m *Member) abandon(ctx context.Context, cause error) {
 
 // Stop leaves the fleet: it marks the member leaving, keeps serving for one
 // Interval so that the other members see it go and get ready, then hands off
-// every partition (stop accepting, drain, release) and ends its lease. If
+// every partition (stop accepting, drain, release) and ends its lease. A
+// lease that has already run out (the member paused) leaves nothing to hand
+// off: Stop just stops, and returns nil. If
 // ctx ends first, it stops the executors without releasing (the partitions
 // move when the lease is gone, which Stop ends too) and returns ctx's cause.
 // Stop waits for the member's goroutines until ctx ends: a function that
@@ -147,9 +149,16 @@ func (m *Member) leave(ctx context.Context) error {
 	var err error
 	if l != nil && l.loop.Context().Err() == nil {
 		err = m.store.SetLeaving(ctx, l.info.Name, l.info.Incarnation)
-		if err == nil {
+		switch {
+		case err == nil:
 			m.poke()
 			err = m.waitHandedOff(ctx)
+		case errors.Is(err, ErrExpired):
+			// The lease ran out before Stop (a pause, a late heartbeat):
+			// there is nothing to hand off, the partitions move by expiry,
+			// and stopping is all that is left to do.
+			m.warn("partition: stopping without handoff: membership lease expired", "incarnation", l.info.Incarnation)
+			err = nil
 		}
 	}
 	m.cancel(ErrStopped)

@@ -317,6 +317,7 @@ func TestDrainStopsWithItsLease(t *testing.T) {
 	go func() {
 		queued <- a.Do(ctx, key, func(_ context.Context, e partition.Epoch) error { ran <- e; return nil })
 	}()
+	waitFor(t, 30*time.Second, func() bool { return partition.Queued(a, key) == 1 })
 	live := liveIncarnation(t, store, "a")
 
 	cfg.Name = "b"
@@ -355,5 +356,39 @@ func keyOf(ring *partition.Ring, member string) string {
 		if k := fmt.Sprintf("key-%d", i); ring.Owner(ring.Partition(k)) == member {
 			return k
 		}
+	}
+}
+
+// expiredOnLeave is a membership store whose lease has run out by the time
+// the member marks itself leaving, as after a pause just before Stop.
+type expiredOnLeave struct{ partition.Membership }
+
+func (s expiredOnLeave) SetLeaving(ctx context.Context, name string, inc int64) error {
+	if err := s.Membership.Leave(ctx, name, inc); err != nil {
+		return err
+	}
+	return s.Membership.SetLeaving(ctx, name, inc)
+}
+
+// Stop of a member whose lease ran out just before has nothing to hand off:
+// it stops, and reports no error — the member is stopped as asked.
+func TestStopAfterTheLeaseExpired(t *testing.T) {
+	t.Parallel()
+	store := newMemory(nil)
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, _ := startMember(t, expiredOnLeave{store}, cfg)
+	if err := doOwned(m, "k", func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Stop(ctx); err != nil {
+		t.Fatalf("Stop after the lease expired = %v, want nil", err)
+	}
+	<-m.Stopped()
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Do after Stop = %v, want ErrStopped", err)
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("Stop left a lease: %v", live)
 	}
 }
