@@ -103,9 +103,9 @@ func (m *Member) abandon(ctx context.Context, cause error) {
 // Interval so that the other members see it go and get ready, then hands off
 // every partition (stop accepting, drain, release) and ends its lease. A
 // lease that has already run out (the member paused) leaves nothing to hand
-// off: Stop just stops, and returns nil. If
-// ctx ends first, it stops the executors without releasing (the partitions
-// move when the lease is gone, which Stop ends too) and returns ctx's cause.
+// off: Stop just stops, and returns nil. If ctx ends first, it stops the
+// executors without releasing (the partitions move when the lease is gone,
+// which Stop ends too) and returns ctx's cause.
 // Stop waits for the member's goroutines until ctx ends: a function that
 // ignores its context is then left to finish in the background (its writes
 // are fenced once another member claims the partition), and Stopped closes
