@@ -32,6 +32,13 @@ var registry = []Point{
 	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
 	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+	{"occ.delete.version", MutantSite, "Delete removes the row whatever its version, not only at the version the caller names"},
+	{"occ.fenced.before-write", InjectPoint, "Fenced.Update after the fenced read and mutate, before the fenced write"},
+	{"occ.fenced.read.stamp", MutantSite, "the Memory twin's fenced read checks the token but does not raise the row's token to it"},
+	{"occ.fenced.write.token", MutantSite, "the Memory twin's fenced write ignores a higher token on the row"},
+	{"occ.insert.conflict", MutantSite, "Insert replaces an existing row instead of returning a conflict"},
+	{"occ.update.before-write", InjectPoint, "occ.Update after the load and mutate, before the conditional write"},
+	{"occ.update.version", MutantSite, "Update writes the row whatever its version, not only at the version the caller read"},
 }
 
 // Registered returns every registered name, sorted.
