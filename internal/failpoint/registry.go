@@ -39,6 +39,17 @@ var registry = []Point{
 	{"occ.insert.conflict", MutantSite, "Insert replaces an existing row instead of returning a conflict"},
 	{"occ.update.before-write", InjectPoint, "occ.Update after the load and mutate, before the conditional write"},
 	{"occ.update.version", MutantSite, "Update writes the row whatever its version, not only at the version the caller read"},
+	{"partition.check.epoch", MutantSite, "Check reports a stale epoch as current"},
+	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},
+	{"partition.condition.epoch", MutantSite, "Postgres.Condition is true whatever the epoch"},
+	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},
+	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
+	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
+	{"partition.member.before-write", InjectPoint, "Member.Do on the partition executor, after the lease check, before fn writes with the epoch"},
+	{"partition.member.heartbeat", InjectPoint, "a Member heartbeat, before it renews the membership lease"},
+	{"partition.member.reconcile", InjectPoint, "a Member step, before it checks its lease, reads the fleet and claims or hands off"},
+	{"partition.release.epoch", MutantSite, "Release frees a partition whatever its current owner and epoch"},
+	{"partition.verify.epoch", MutantSite, "Verify (Postgres and Memory) accepts a stale epoch"},
 }
 
 // Registered returns every registered name, sorted.
