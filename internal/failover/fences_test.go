@@ -14,6 +14,7 @@ import (
 	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/partition"
 )
 
 // db is what a fence is minted on: *pgx.Conn and pgx.Tx satisfy it, and it
@@ -70,17 +71,50 @@ var (
 	}}
 	protoToken = &fenceKind{name: "fence_mint token (prototype)", era: true, mint: scalarMint(mintProtoToken)}
 	protoEpoch = &fenceKind{name: "fence_next epoch (prototype)", era: true, mint: scalarMint(mintProtoEpoch)}
+	// A Join of a fresh name mints an incarnation.
+	partitionIncarnation = &fenceKind{name: "partition incarnation", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := partition.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		m, err := store.Join(ctx, partition.MemberInfo{Name: fmt.Sprintf("member-%d", memberNames.Add(1)), Ring: "r"}, time.Hour)
+		return m.Incarnation, err
+	}}
+	// A claim of partition 0 by the member setup joined, its owner, bumps
+	// its epoch.
+	partitionEpoch = &fenceKind{name: "partition epoch", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := partition.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		es, err := store.Claim(ctx, claimer, claimerIncarnation.Load(), []int{0})
+		if err == nil && len(es) != 1 {
+			err = fmt.Errorf("claim of partition 0 by its owner took %v", es)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return es[0].Token, nil
+	}}
 )
+
+var memberNames atomic.Int64
+
+// claimer is the partition member that claims partition 0 again and again;
+// setup joins it, with an hour's lease.
+const claimer = "claimer"
+
+var claimerIncarnation atomic.Int64
 
 // fences returns every fence the tests mint: the packages' own, the
 // prototype's forms for the packages still to adopt them, and the foils.
 func fences() []*fenceKind {
-	return []*fenceKind{plainToken, plainEpoch, lockToken, protoToken, protoEpoch}
+	return []*fenceKind{plainToken, plainEpoch, lockToken, partitionIncarnation, partitionEpoch, protoToken, protoEpoch}
 }
 
 // migrations is the schema of every package whose fences the tests mint.
 func migrations() [][]migrate.Migration {
-	return [][]migrate.Migration{fence.Migrations(), fencedlock.Migrations()}
+	return [][]migrate.Migration{fencedlock.Migrations(), partition.Migrations()}
 }
 
 // scalarMint mints with a statement that returns the fence, and types its
@@ -107,6 +141,15 @@ func setup(t *testing.T, p *testrepl.Pair) {
 	if _, err := conn.Exec(ctx, createPlain+createProto); err != nil {
 		t.Fatal(err)
 	}
+	store, err := partition.NewPostgres(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := store.Join(ctx, partition.MemberInfo{Name: claimer, Ring: "r"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimerIncarnation.Store(m.Incarnation)
 	p.WaitReplayed()
 }
 
