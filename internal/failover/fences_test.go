@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 // db is what a fence is minted on: *pgx.Conn and pgx.Tx satisfy it, and it
@@ -46,13 +49,8 @@ const (
 		INSERT INTO plain_epochs VALUES (1, 0);`
 	mintPlainToken = `SELECT nextval('plain_tokens')`
 	mintPlainEpoch = `UPDATE plain_epochs SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch`
-	// The minting forms of the packages that have not adopted fence eras
-	// yet, on tables of the test's own.
-	createProto = `CREATE SEQUENCE proto_tokens AS bigint NO CYCLE;
-		CREATE TABLE proto_epochs (id int PRIMARY KEY, epoch bigint NOT NULL);
-		INSERT INTO proto_epochs VALUES (1, 0);`
-	mintProtoToken = `SELECT {{fence_mint}}('proto_tokens')`
-	mintProtoEpoch = `UPDATE proto_epochs SET epoch = {{fence_next}}(epoch) WHERE id = 1 RETURNING epoch`
+	// A sequence that TestEraAtPromotion mints from with fence_mint.
+	createProbe = `CREATE SEQUENCE probe_tokens AS bigint NO CYCLE;`
 )
 
 // lockNames makes every fencedlock acquire one of a fresh name, which mints.
@@ -69,8 +67,25 @@ var (
 		l, err := store.Acquire(ctx, fmt.Sprintf("lock-%d", lockNames.Add(1)), "failover", time.Hour)
 		return l.Token, err
 	}}
-	protoToken = &fenceKind{name: "fence_mint token (prototype)", era: true, mint: scalarMint(mintProtoToken)}
-	protoEpoch = &fenceKind{name: "fence_next epoch (prototype)", era: true, mint: scalarMint(mintProtoEpoch)}
+	// A leased-mode claim of a fresh key mints a token.
+	leasedToken = &fenceKind{name: "idempotency leased token", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := idempotency.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		key := idempotency.Key{ID: fmt.Sprintf("key-%d", leasedKeys.Add(1))}
+		l, _, err := store.Claim(ctx, key, idempotency.NewFingerprint([]byte("failover")), time.Hour)
+		return l.Token, err
+	}}
+	// A claim of inbox partition 0 bumps its epoch.
+	inboxEpoch = &fenceKind{name: "kafkawriter inbox epoch", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		inbox, err := kafkawriter.NewInbox(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		c, err := inbox.Claim(ctx, "group", "topic", 0, "failover", kafka.FirstOffset)
+		return c.Epoch, err
+	}}
 	// A Join of a fresh name mints an incarnation.
 	partitionIncarnation = &fenceKind{name: "partition incarnation", era: true, mint: func(ctx context.Context, db db) (int64, error) {
 		store, err := partition.NewPostgres(db, nil)
@@ -98,7 +113,7 @@ var (
 	}}
 )
 
-var memberNames atomic.Int64
+var memberNames, leasedKeys atomic.Int64
 
 // claimer is the partition member that claims partition 0 again and again;
 // setup joins it, with an hour's lease.
@@ -106,15 +121,15 @@ const claimer = "claimer"
 
 var claimerIncarnation atomic.Int64
 
-// fences returns every fence the tests mint: the packages' own, the
-// prototype's forms for the packages still to adopt them, and the foils.
+// fences returns every fence the tests mint: every package's, through its
+// own API, and the foils.
 func fences() []*fenceKind {
-	return []*fenceKind{plainToken, plainEpoch, lockToken, partitionIncarnation, partitionEpoch, protoToken, protoEpoch}
+	return []*fenceKind{plainToken, plainEpoch, lockToken, partitionIncarnation, partitionEpoch, leasedToken, inboxEpoch}
 }
 
 // migrations is the schema of every package whose fences the tests mint.
 func migrations() [][]migrate.Migration {
-	return [][]migrate.Migration{fencedlock.Migrations(), partition.Migrations()}
+	return [][]migrate.Migration{fencedlock.Migrations(), partition.Migrations(), idempotency.Migrations(), kafkawriter.Migrations()}
 }
 
 // scalarMint mints with a statement that returns the fence, and types its
@@ -138,7 +153,7 @@ func setup(t *testing.T, p *testrepl.Pair) {
 	if err := migrate.Up(ctx, conn, migrate.Names{}, migrations()...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, createPlain+createProto); err != nil {
+	if _, err := conn.Exec(ctx, createPlain+createProbe); err != nil {
 		t.Fatal(err)
 	}
 	store, err := partition.NewPostgres(conn, nil)

@@ -16,7 +16,7 @@ import (
 // probeSQL mints through fence_mint and reads both places the timeline
 // shows: the WAL file being written (what fence_era uses) and the last
 // checkpoint (pg_control_checkpoint()).
-var probeSQL = migrate.Render(`SELECT {{fence_mint}}('proto_tokens'),
+var probeSQL = migrate.Render(`SELECT {{fence_mint}}('probe_tokens'),
 	('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint,
 	(SELECT timeline_id FROM pg_control_checkpoint())::bigint`, migrate.Names{})
 
