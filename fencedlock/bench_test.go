@@ -18,12 +18,13 @@ import (
 
 // The bare-SQL lease: the least a lease with fencing tokens can send, one
 // INSERT … ON CONFLICT DO UPDATE … WHERE expired to acquire and one UPDATE
-// to release, on the same table. The ratio of lockfree's time to this one's
-// is the library's overhead (below 1: lockfree is faster).
+// to release, on the same table, with plain tokens (nextval, no fence era).
+// The ratio of lockfree's time to this one's is the library's overhead,
+// fence eras included (below 1: lockfree is faster).
 const (
 	bareAcquire = `INSERT INTO lockfree_locks AS l (name, holder, token, acquired_at, expires_at)
-		VALUES ($1, $2, nextval('lockfree_lock_tokens'), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
-		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = nextval('lockfree_lock_tokens'),
+		VALUES ($1, $2, nextval('lockfree_lock_fences'), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = nextval('lockfree_lock_fences'),
 			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 		WHERE l.expires_at <= clock_timestamp()
 		RETURNING token`

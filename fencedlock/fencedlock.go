@@ -24,9 +24,18 @@
 // resource that cannot check a token (a third-party API) is not protected by
 // any lock. The keepalive ([Keep]) cancels a context before the server can
 // re-grant the lease, which stops work that looks at the context, but a pause
-// stops the keepalive too. Tokens are durable only as far as the database is:
-// an asynchronous replica promoted after a failover can hand out a token
-// again; run the lock table with synchronous replication, or include an epoch.
+// stops the keepalive too.
+//
+// Failover: [Postgres] mints tokens in fence eras — the WAL timeline the
+// server writes on, read in the acquiring statement, times 2^40 plus the
+// sequence's value — so every token minted after a standby is promoted
+// exceeds every token minted before, even with asynchronous replication that
+// lost the old primary's last WAL, and an isolated old primary that goes on
+// granting locks mints tokens that a resource which has seen the new
+// primary's refuses. A failover that creates no timeline (a restore or an
+// upgrade onto a new cluster) needs an operator to run fence_advance; until
+// then Acquire fails with ErrFenceEra if the era went back. docs/failover.md
+// states the limits.
 //
 // Two backends implement [Store]: [Postgres] (the database's clock decides
 // expiry) and [Memory] (a [clock.Clock]; one process).
@@ -39,6 +48,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -67,7 +77,25 @@ var (
 	ErrNotFound = errors.New("fencedlock: row not found")
 	// ErrInvalid reports bad input, detected before anything was written.
 	ErrInvalid = errors.New("fencedlock: invalid argument")
+	// ErrFenceEra reports an Acquire that the database refused to mint a
+	// token for, because the token could be lower than one already handed
+	// out: the database moved to a cluster whose WAL timeline is lower than
+	// the era it had reached (a restore or an upgrade onto a new cluster).
+	// Every lockfree package that mints fences in PostgreSQL returns it, as
+	// a *FenceError; it stays until an operator, once every server of the
+	// old cluster is gone, runs the fence_advance statement the error gives
+	// (SELECT lockfree_fence_advance(), with the tables' schema and prefix).
+	ErrFenceEra = fence.ErrEra
+	// ErrFenceReadOnly reports an Acquire on a read-only server: a standby
+	// (connect with target_session_attrs=read-write) or a read-only
+	// transaction. The error is a *FenceError.
+	ErrFenceReadOnly = fence.ErrReadOnly
 )
+
+// FenceError is a fence the database refused to mint: it matches
+// ErrFenceEra or ErrFenceReadOnly (its Kind), unwraps to the server's
+// *pgconn.PgError, and says what an operator does about it.
+type FenceError = fence.Error
 
 // Causes with which a [Keepalive]'s context is cancelled.
 var (

@@ -20,7 +20,8 @@ import (
 // name per request (an idempotency key, say) does not grow the store without
 // bound; Purge forgets them all. Tokens come from one counter for every name,
 // as in PostgreSQL from one sequence, so a forgotten name's next token is
-// still larger than all its earlier ones.
+// still larger than all its earlier ones. Its tokens need no fence eras: a
+// process's memory has no replica to fail over to.
 type Memory struct {
 	clock clock.Clock
 

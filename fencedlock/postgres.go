@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -21,9 +22,12 @@ import (
 var migrationFiles embed.FS
 
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
-// and migrate.Print (or `lockfree migrate`).
+// and migrate.Print (or `lockfree migrate`): the fence functions (package
+// "fence", shared with every lockfree package that mints fences, and
+// applied once however many of them an application migrates), then the
+// lock table.
 func Migrations() []migrate.Migration {
-	return migrate.FromDir("fencedlock", migrationFiles, "migrations")
+	return append(fence.Migrations(), migrate.FromDir("fencedlock", migrationFiles, "migrations")...)
 }
 
 // DB is what the PostgreSQL backend and Fence need from a connection:
@@ -67,10 +71,13 @@ func (c PostgresConfig) validate() error {
 
 // The statements of the Postgres store, rendered once per store.
 //
-// Acquire is one statement. Its fresh-row branch mints a token with the
-// INSERT's nextval(), evaluated before the row exists, so a Purge that
-// deleted the name's row between that nextval() and the insert could let a
-// later tenure carry a smaller token than a purged earlier one. So the
+// Acquire is one statement. It mints a token with fence_mint, in the fence
+// era of the server it runs on (see ErrFenceEra), so that a token minted
+// after a failover exceeds every token minted before it. Its fresh-row
+// branch mints with the INSERT's fence_mint(), evaluated before the row
+// exists, so a Purge that deleted the name's row between that mint and the
+// insert could let a later tenure carry a smaller token than a purged
+// earlier one. So the
 // branch first takes a shared transaction-level advisory lock (sqlPurgeLock
 // takes it exclusively): a Purge waits for every mint in flight, and every
 // mint after a Purge is greater than the tokens of the rows it deleted. The
@@ -84,13 +91,13 @@ const (
 	// lock table.
 	purgeFence = `hashtext('lockfree.fencedlock.purge'), {{regclass locks}}::regclass::oid::int`
 	sqlAcquire = `WITH upd AS (
-		UPDATE {{locks}} SET holder = $2, token = nextval({{regclass lock_tokens}}),
+		UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
 			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND expires_at <= clock_timestamp()
 		RETURNING token, expires_at
 	), ins AS (
 		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		SELECT $1, $2, nextval({{regclass lock_tokens}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
 		FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence
 		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
@@ -241,7 +248,7 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, err
 	case err != nil:
-		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), err)
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
 	case !acquired:
 		return Lease{}, &HeldError{Name: name, Holder: l.Holder, Token: l.Token}
 	}

@@ -30,7 +30,7 @@ func TestPurgeCannotSendATokenBack(t *testing.T) {
 	var pid int
 	for _, q := range []string{
 		`SELECT pg_advisory_xact_lock(hashtext('lockfree.fencedlock.purge'), 'lockfree_locks'::regclass::oid::int)`,
-		`INSERT INTO lockfree_locks VALUES ('fresh', 'earlier', nextval('lockfree_lock_tokens'), now(), now())`,
+		`INSERT INTO lockfree_locks VALUES ('fresh', 'earlier', lockfree_fence_mint('lockfree_lock_fences'), now(), now())`,
 	} {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestPurgeCannotSendATokenBack(t *testing.T) {
 		return waiting
 	})
 	var purged int64
-	if err := tx.QueryRow(ctx, `UPDATE lockfree_locks SET token = nextval('lockfree_lock_tokens') WHERE name = 'fresh' RETURNING token`).Scan(&purged); err != nil {
+	if err := tx.QueryRow(ctx, `UPDATE lockfree_locks SET token = lockfree_fence_mint('lockfree_lock_fences') WHERE name = 'fresh' RETURNING token`).Scan(&purged); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM lockfree_locks WHERE name = 'fresh'`); err != nil {

@@ -51,6 +51,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -83,7 +84,25 @@ var (
 	ErrRecoveryPointNotReached = errors.New("idempotency: recovery point not reached")
 	// ErrInvalid reports bad input, detected before anything was written.
 	ErrInvalid = errors.New("idempotency: invalid argument")
+	// ErrFenceEra reports a leased-mode Claim that the database refused to
+	// mint a token for, because it could be lower than one already handed
+	// out: the database moved to a cluster whose WAL timeline is lower than
+	// the era it had reached (a restore or an upgrade onto a new cluster).
+	// The error is a *FenceError naming the statement an operator runs
+	// (fence_advance); it is the same sentinel as fencedlock.ErrFenceEra.
+	ErrFenceEra = fence.ErrEra
+	// ErrFenceReadOnly reports a leased-mode Claim on a read-only server: a
+	// standby (connect with target_session_attrs=read-write) or a read-only
+	// transaction. The error is a *FenceError; it is the same sentinel as
+	// fencedlock.ErrFenceReadOnly.
+	ErrFenceReadOnly = fence.ErrReadOnly
 )
+
+// FenceError is a token the database refused to mint: it matches
+// ErrFenceEra or ErrFenceReadOnly (its Kind), unwraps to the server's
+// *pgconn.PgError, and says what an operator does about it. It is the same
+// type as fencedlock.FenceError.
+type FenceError = fence.Error
 
 // InFlightError is returned while another execution holds the key.
 type InFlightError struct {

@@ -56,7 +56,8 @@ func (c MemoryConfig) validate() error { return c.keeping().validate() }
 // contract as Postgres — transactional-mode Do, leased mode (LeaseStore),
 // the twin's records (FencedStore), Lookup and Purge — for tests and
 // single-process programs. Expiry follows its Clock. It is safe for
-// concurrent use; the zero value is not usable: call NewMemory.
+// concurrent use; the zero value is not usable: call NewMemory. Its tokens
+// need no fence eras: a process's memory has no replica to fail over to.
 type Memory struct {
 	clock clock.Clock
 	cfg   MemoryConfig

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -27,9 +28,12 @@ import (
 var migrationFiles embed.FS
 
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
-// and migrate.Print (or `lockfree migrate`).
+// and migrate.Print (or `lockfree migrate`): the fence functions (package
+// "fence", shared with every lockfree package that mints fences, and
+// applied once however many of them an application migrates), then the
+// keys table.
 func Migrations() []migrate.Migration {
-	return migrate.FromDir("idempotency", migrationFiles, "migrations")
+	return append(fence.Migrations(), migrate.FromDir("idempotency", migrationFiles, "migrations")...)
 }
 
 // DB is what the PostgreSQL backend needs from a connection to run its

@@ -10,21 +10,24 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/fence"
 )
 
 // Leased mode on PostgreSQL: a record 'running' with a lease and a token.
 //
 // sqlEnsure gives a new key a running record with no token and an expired
 // lease, so that every token is minted by sqlTakeover, after it holds the
-// row lock (as fencedlock mints its tokens). Claim sends both with the read
-// of the record in one batch. Renew, Checkpoint, Complete and Release are
+// row lock (as fencedlock mints its tokens), in the fence era of the server
+// it runs on (see ErrFenceEra), so that a token minted after a failover
+// exceeds every token minted before it. Claim sends both with the read of
+// the record in one batch. Renew, Checkpoint, Complete and Release are
 // compare-and-set statements on the attempt's token.
 const (
 	sqlEnsure = `INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, token, lease_expires_at, created_at, expires_at)
 		VALUES ($1, $2, $3, 'running', 0, '-infinity', clock_timestamp(), clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (tenant, key) DO NOTHING`
 	sqlTakeover = `UPDATE {{idempotency_keys}}
-		SET token = nextval({{regclass idempotency_tokens}}), lease_expires_at = clock_timestamp() + $4 * interval '1 microsecond'
+		SET token = {{fence_mint}}({{regclass idempotency_fences}}), lease_expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 		WHERE tenant = $1 AND key = $2 AND state = 'running' ` + takeoverSameRequest + ` ` + takeoverNotInFlight + ` ` + takeoverNotExpired + `
 		RETURNING token, lease_expires_at, recovery_point`
 	takeoverSameRequest = `AND fingerprint = $3`
@@ -102,7 +105,7 @@ func (p *Postgres) Claim(ctx context.Context, key Key, fp Fingerprint, ttl time.
 	for attempt := 0; ; attempt++ {
 		l, took, rec, found, err := p.claimLease(ctx, key, fp, ttl)
 		if err != nil {
-			return Lease{}, nil, fmt.Errorf("idempotency: claim %s: %w", key, err)
+			return Lease{}, nil, fmt.Errorf("idempotency: claim %s: %w", key, fence.Check(err, p.tables))
 		}
 		if took {
 			return l, nil, nil

@@ -36,6 +36,8 @@ func (c *MemoryConfig) withDefaults() MemoryConfig {
 // Memory is the membership store in this process's memory, for several
 // members in one process (tests, simulations). Expiry follows its Clock. It
 // is safe for concurrent use. The zero value is not usable; call NewMemory.
+// Its incarnations and epochs need no fence eras: a process's memory has no
+// replica to fail over to.
 type Memory struct {
 	clock clock.Clock
 

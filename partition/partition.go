@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -81,7 +82,26 @@ var (
 	// ErrInvalid reports bad input or configuration, detected before
 	// anything was written.
 	ErrInvalid = errors.New("partition: invalid argument")
+	// ErrFenceEra reports a Join or Claim that the database refused to
+	// mint an incarnation or epoch for, because it could be lower than one
+	// already handed out: the database moved to a cluster whose WAL
+	// timeline is lower than the era it had reached (a restore or an
+	// upgrade onto a new cluster). The error is a *FenceError naming the
+	// statement an operator runs (fence_advance); it is the same sentinel
+	// as fencedlock.ErrFenceEra.
+	ErrFenceEra = fence.ErrEra
+	// ErrFenceReadOnly reports a Join or Claim on a read-only server: a
+	// standby (connect with target_session_attrs=read-write) or a read-only
+	// transaction. The error is a *FenceError; it is the same sentinel as
+	// fencedlock.ErrFenceReadOnly.
+	ErrFenceReadOnly = fence.ErrReadOnly
 )
+
+// FenceError is an incarnation or epoch the database refused to mint: it
+// matches ErrFenceEra or ErrFenceReadOnly (its Kind), unwraps to the
+// server's *pgconn.PgError, and says what an operator does about it. It is
+// the same type as fencedlock.FenceError.
+type FenceError = fence.Error
 
 // MaxNameLen is the longest member name or address, in bytes.
 const MaxNameLen = 255

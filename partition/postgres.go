@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -20,9 +21,12 @@ import (
 var migrationFiles embed.FS
 
 // Migrations returns the schema of the PostgreSQL backend, for migrate.Up
-// and migrate.Print (or `lockfree migrate`).
+// and migrate.Print (or `lockfree migrate`): the fence functions (package
+// "fence", shared with every lockfree package that mints fences, and
+// applied once however many of them an application migrates), then the
+// membership and ownership tables.
 func Migrations() []migrate.Migration {
-	return migrate.FromDir("partition", migrationFiles, "migrations")
+	return append(fence.Migrations(), migrate.FromDir("partition", migrationFiles, "migrations")...)
 }
 
 // DB is what the PostgreSQL backend needs from a connection: *pgxpool.Pool,
@@ -80,9 +84,13 @@ func (c PostgresConfig) validate() error {
 // sees every membership change committed before — a just-joined owner is not
 // taken for dead. The last statement says whether the claimant's lease is
 // live, for a claim that took nothing.
+//
+// Incarnations (fence_mint) and epochs (fence_next) are minted in the fence
+// era of the server the statement runs on (see ErrFenceEra), so that those
+// minted after a failover exceed every one minted before it.
 const (
 	sqlJoin = `INSERT INTO {{partition_members}} AS m (name, addr, ring, incarnation, leaving, joined_at, expires_at)
-		VALUES ($1, $2, $3, nextval({{regclass partition_incarnations}}), false, clock_timestamp(),
+		VALUES ($1, $2, $3, {{fence_mint}}({{regclass partition_incarnation_fences}}), false, clock_timestamp(),
 		        clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, ring = excluded.ring, incarnation = excluded.incarnation,
 		    leaving = false, joined_at = excluded.joined_at, expires_at = excluded.expires_at
@@ -101,7 +109,7 @@ const (
 		SELECT p, '', 0, clock_timestamp() FROM unnest($1::int[]) AS p ORDER BY p
 		ON CONFLICT (partition) DO NOTHING`
 	sqlLock  = `SELECT partition FROM {{partition_owners}} WHERE partition = ANY($1) ORDER BY partition FOR UPDATE`
-	sqlClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = o.epoch + 1, changed_at = clock_timestamp()
+	sqlClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
@@ -126,14 +134,14 @@ const (
 // default builds. They keep the parameters of the statements they replace.
 const (
 	mutantJoin = `INSERT INTO {{partition_members}} AS m (name, addr, ring, incarnation, leaving, joined_at, expires_at)
-		VALUES ($1, $2, $3, nextval({{regclass partition_incarnations}}), false, clock_timestamp(),
+		VALUES ($1, $2, $3, {{fence_mint}}({{regclass partition_incarnation_fences}}), false, clock_timestamp(),
 		        clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, ring = excluded.ring, incarnation = excluded.incarnation,
 		    leaving = false, joined_at = excluded.joined_at, expires_at = excluded.expires_at
 		RETURNING incarnation`
 	mutantHeartbeat = `UPDATE {{partition_members}} SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND incarnation = $2`
-	mutantClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = o.epoch + 1, changed_at = clock_timestamp()
+	mutantClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
@@ -235,7 +243,7 @@ func (p *Postgres) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (M
 		return MemberInfo{}, fmt.Errorf("%w: %s", ErrNameInUse, short.Quote(m.Name))
 	}
 	if err != nil {
-		return MemberInfo{}, fmt.Errorf("partition: join %s: %w", short.Quote(m.Name), err)
+		return MemberInfo{}, fmt.Errorf("partition: join %s: %w", short.Quote(m.Name), fence.Check(err, p.tables))
 	}
 	m.Leaving = false
 	return m, nil
@@ -346,7 +354,7 @@ func (p *Postgres) Claim(ctx context.Context, member string, incarnation int64, 
 	}
 	out, alive, err := p.claim(ctx, member, incarnation, partitions)
 	if err != nil {
-		return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), err)
+		return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), fence.Check(err, p.tables))
 	}
 	if len(out) == 0 && !alive {
 		return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(member), incarnation)

@@ -4,109 +4,172 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
 
-	"github.com/lockfree-go/lockfree/internal/failover"
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/partition"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
-// A kind is one fence the project mints, modelled on the statement its
-// package runs: an UPDATE that sets the fence and returns it, committed on
-// its own.
-type kind struct {
+// db is what a fence is minted on: *pgx.Conn and pgx.Tx satisfy it, and it
+// satisfies the DB interface of every package's Postgres backend.
+type db interface {
+	fencedlock.DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// A fenceKind is one number lockfree hands out as a fence, minted as its
+// package mints it (era: through fence eras), or one of the foils, minted
+// the plain way the packages did before (nextval, prev + 1), which shows
+// that the fault the test makes did happen.
+type fenceKind struct {
 	name string
-	seq  bool // a token from a sequence; else an epoch kept in a row
+	era  bool
+	// mint mints one fence on db and returns it, committed when db is a
+	// connection.
+	mint func(ctx context.Context, db db) (int64, error)
 }
 
-var kinds = []kind{
-	{"fencedlock token", true},
-	{"idempotency leased token", true},
-	{"partition incarnation", true},
-	{"partition epoch", false},
-	{"singlewriter inbox epoch", false},
+func (f *fenceKind) String() string { return f.name }
+
+// The plain forms, on tables of the test's own (setup creates them): one
+// token from a sequence and one epoch kept in a row.
+const (
+	createPlain = `CREATE SEQUENCE plain_tokens AS bigint NO CYCLE;
+		CREATE TABLE plain_epochs (id int PRIMARY KEY, epoch bigint NOT NULL);
+		INSERT INTO plain_epochs VALUES (1, 0);`
+	mintPlainToken = `SELECT nextval('plain_tokens')`
+	mintPlainEpoch = `UPDATE plain_epochs SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch`
+	// A sequence that TestEraAtPromotion mints from with fence_mint.
+	createProbe = `CREATE SEQUENCE probe_tokens AS bigint NO CYCLE;`
+)
+
+// lockNames makes every fencedlock acquire one of a fresh name, which mints.
+var lockNames atomic.Int64
+
+var (
+	plainToken = &fenceKind{name: "plain token (foil)", mint: scalarMint(mintPlainToken)}
+	plainEpoch = &fenceKind{name: "plain epoch (foil)", mint: scalarMint(mintPlainEpoch)}
+	lockToken  = &fenceKind{name: "fencedlock token", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := fencedlock.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		l, err := store.Acquire(ctx, fmt.Sprintf("lock-%d", lockNames.Add(1)), "failover", time.Hour)
+		return l.Token, err
+	}}
+	// A leased-mode claim of a fresh key mints a token.
+	leasedToken = &fenceKind{name: "idempotency leased token", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := idempotency.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		key := idempotency.Key{ID: fmt.Sprintf("key-%d", leasedKeys.Add(1))}
+		l, _, err := store.Claim(ctx, key, idempotency.NewFingerprint([]byte("failover")), time.Hour)
+		return l.Token, err
+	}}
+	// A claim of inbox partition 0 bumps its epoch.
+	inboxEpoch = &fenceKind{name: "kafkawriter inbox epoch", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		inbox, err := kafkawriter.NewInbox(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		c, err := inbox.Claim(ctx, "group", "topic", 0, "failover", kafka.FirstOffset)
+		return c.Epoch, err
+	}}
+	// A Join of a fresh name mints an incarnation.
+	partitionIncarnation = &fenceKind{name: "partition incarnation", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := partition.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		m, err := store.Join(ctx, partition.MemberInfo{Name: fmt.Sprintf("member-%d", memberNames.Add(1)), Ring: "r"}, time.Hour)
+		return m.Incarnation, err
+	}}
+	// A claim of partition 0 by the member setup joined, its owner, bumps
+	// its epoch.
+	partitionEpoch = &fenceKind{name: "partition epoch", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := partition.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		es, err := store.Claim(ctx, claimer, claimerIncarnation.Load(), []int{0})
+		if err == nil && len(es) != 1 {
+			err = fmt.Errorf("claim of partition 0 by its owner took %v", es)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return es[0].Token, nil
+	}}
+)
+
+var memberNames, leasedKeys atomic.Int64
+
+// claimer is the partition member that claims partition 0 again and again;
+// setup joins it, with an hour's lease.
+const claimer = "claimer"
+
+var claimerIncarnation atomic.Int64
+
+// fences returns every fence the tests mint: every package's, through its
+// own API, and the foils.
+func fences() []*fenceKind {
+	return []*fenceKind{plainToken, plainEpoch, lockToken, partitionIncarnation, partitionEpoch, leasedToken, inboxEpoch}
 }
 
-// A fence is a kind minted plain (nextval, prev + 1: what the packages do
-// today) or through the prototype (fence_mint, fence_next).
-type fence struct {
-	kind
-	era bool
+// migrations is the schema of every package whose fences the tests mint.
+func migrations() [][]migrate.Migration {
+	return [][]migrate.Migration{fencedlock.Migrations(), partition.Migrations(), idempotency.Migrations(), kafkawriter.Migrations()}
 }
 
-func (f fence) String() string {
-	if f.era {
-		return f.name + " (era)"
+// scalarMint mints with a statement that returns the fence, and types its
+// errors as a package does.
+func scalarMint(sql string) func(context.Context, db) (int64, error) {
+	sql = migrate.Render(sql, migrate.Names{})
+	return func(ctx context.Context, db db) (int64, error) {
+		var v int64
+		err := db.QueryRow(ctx, sql).Scan(&v)
+		return v, fence.Check(err, migrate.Names{})
 	}
-	return f.name + " (plain)"
 }
 
-// fences returns every kind in both forms.
-func fences() []fence {
-	var out []fence
-	for _, k := range kinds {
-		out = append(out, fence{k, false}, fence{k, true})
-	}
-	return out
-}
-
-func (f fence) table() string {
-	name := "f_" + strings.ReplaceAll(f.name, " ", "_")
-	if f.era {
-		return name + "_era"
-	}
-	return name + "_plain"
-}
-
-func (f fence) create() string {
-	sql := fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, value bigint NOT NULL);
-		INSERT INTO %[1]s VALUES (1, 0);`, f.table())
-	if f.seq {
-		sql += fmt.Sprintf(`CREATE SEQUENCE %s_seq AS bigint NO CYCLE;`, f.table())
-	}
-	return sql
-}
-
-// mintSQL is the fence's minting statement.
-func (f fence) mintSQL() string {
-	var next string
-	switch {
-	case f.seq && f.era:
-		next = fmt.Sprintf(`{{fence_mint}}('%s_seq')`, f.table())
-	case f.seq:
-		next = fmt.Sprintf(`nextval('%s_seq')`, f.table())
-	case f.era:
-		next = `{{fence_next}}(value)`
-	default:
-		next = `value + 1`
-	}
-	return migrate.Render(fmt.Sprintf(`UPDATE %s SET value = %s WHERE id = 1 RETURNING value`, f.table(), next), migrate.Names{})
-}
-
-// setup installs the prototype and every fence on the pair's primary, in the
-// test's schema, and waits until the standby has them.
+// setup installs every package's schema and the plain forms on the pair's
+// primary, in the test's schema, and waits until the standby has them.
 func setup(t *testing.T, p *testrepl.Pair) {
 	t.Helper()
 	conn := p.Connect(p.URL(p.Primary()))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := migrate.Up(ctx, conn, migrate.Names{}, failover.Migrations()); err != nil {
+	if err := migrate.Up(ctx, conn, migrate.Names{}, migrations()...); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fences() {
-		if _, err := conn.Exec(ctx, f.create()); err != nil {
-			t.Fatalf("%v: %v", f, err)
-		}
+	if _, err := conn.Exec(ctx, createPlain+createProbe); err != nil {
+		t.Fatal(err)
 	}
+	store, err := partition.NewPostgres(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := store.Join(ctx, partition.MemberInfo{Name: claimer, Ring: "r"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimerIncarnation.Store(m.Incarnation)
 	p.WaitReplayed()
 }
 
 // minted is what each fence handed out, in order.
-type minted map[fence][]int64
+type minted map[*fenceKind][]int64
 
 // mintAll mints every fence n times on conn, each mint committed on its own.
 func mintAll(t *testing.T, conn *pgx.Conn, n int) minted {
@@ -120,12 +183,12 @@ func mintAll(t *testing.T, conn *pgx.Conn, n int) minted {
 	return out
 }
 
-func mint(t *testing.T, conn *pgx.Conn, f fence) int64 {
+func mint(t *testing.T, conn *pgx.Conn, f *fenceKind) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var v int64
-	if err := conn.QueryRow(ctx, f.mintSQL()).Scan(&v); err != nil {
+	v, err := f.mint(ctx, conn)
+	if err != nil {
 		t.Fatalf("mint %v: %v", f, err)
 	}
 	return v
@@ -148,7 +211,7 @@ func nodePort(t *testing.T, p *testrepl.Pair, n testrepl.Node) int {
 }
 
 // era returns the era a fence belongs to.
-func era(v int64) int64 { return v >> failover.EraShift }
+func era(v int64) int64 { return v >> fence.EraShift }
 
 // checkAfter asserts, for every fence, that everything minted after the
 // failover exceeds everything minted before it in the era form, and (the
@@ -173,5 +236,5 @@ func checkAfter(t *testing.T, before, after minted) {
 
 var eraSQL = migrate.Render(`SELECT {{fence_era}}()`, migrate.Names{})
 
-// eraMint mints from sequence SEQ through the prototype.
+// eraMint mints from sequence SEQ through fence_mint.
 var eraMint = migrate.Render(`SELECT {{fence_mint}}('SEQ')`, migrate.Names{})

@@ -35,7 +35,7 @@ func newResource(t *testing.T) *resource {
 }
 
 // write reports whether the resource accepted a write fenced with token.
-func (r *resource) write(f fence, token int64) bool {
+func (r *resource) write(f *fenceKind, token int64) bool {
 	r.t.Helper()
 	tag, err := r.pool.Exec(r.t.Context(),
 		`UPDATE resource SET token = $2, writes = writes + 1 WHERE fence = $1 AND token <= $2`, f.String(), token)
@@ -74,7 +74,7 @@ func TestSplitBrain(t *testing.T) {
 			t.Fatalf("%v: the resource refused the new primary's first fence %d", f, token)
 		}
 	}
-	accepted := map[fence]int{}
+	accepted := map[*fenceKind]int{}
 	for range 40 {
 		for _, f := range fences() {
 			if res.write(f, mint(t, oldConn, f)) {

@@ -13,10 +13,10 @@ import (
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
-// probeSQL mints through the prototype and reads both places the timeline
+// probeSQL mints through fence_mint and reads both places the timeline
 // shows: the WAL file being written (what fence_era uses) and the last
 // checkpoint (pg_control_checkpoint()).
-var probeSQL = migrate.Render(`SELECT {{fence_mint}}('f_fencedlock_token_era_seq'),
+var probeSQL = migrate.Render(`SELECT {{fence_mint}}('probe_tokens'),
 	('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint,
 	(SELECT timeline_id FROM pg_control_checkpoint())::bigint`, migrate.Names{})
 

@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/singlewriter"
 )
@@ -70,7 +71,25 @@ var (
 	// ErrStopped reports a Start of a consumer that was stopped: a consumer
 	// runs once.
 	ErrStopped = errors.New("kafkawriter: consumer stopped")
+	// ErrFenceEra reports a Claim that the database refused to mint an
+	// epoch for, because it could be lower than one already handed out: the
+	// database moved to a cluster whose WAL timeline is lower than the era
+	// it had reached (a restore or an upgrade onto a new cluster). The
+	// error is a *FenceError naming the statement an operator runs
+	// (fence_advance); it is the same sentinel as fencedlock.ErrFenceEra.
+	ErrFenceEra = fence.ErrEra
+	// ErrFenceReadOnly reports a Claim on a read-only server: a standby
+	// (connect with target_session_attrs=read-write) or a read-only
+	// transaction. The error is a *FenceError; it is the same sentinel as
+	// fencedlock.ErrFenceReadOnly.
+	ErrFenceReadOnly = fence.ErrReadOnly
 )
+
+// FenceError is an epoch the database refused to mint: it matches
+// ErrFenceEra or ErrFenceReadOnly (its Kind), unwraps to the server's
+// *pgconn.PgError, and says what an operator does about it. It is the same
+// type as fencedlock.FenceError.
+type FenceError = fence.Error
 
 // FencedError is an inbox write rejected because a newer owner claimed the
 // partition.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -18,13 +19,15 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the package's schema (the inbox table and the fenced
-// twin's progress table), for migrate.Up and migrate.Print (or `lockfree
-// migrate --packages singlewriter`). The set keeps the name "singlewriter",
-// under which installations made before this package was split out recorded
-// it, so migrate.Up does not apply it twice.
+// Migrations returns the package's schema (the fence functions, package
+// "fence", shared with every lockfree package that mints fences and applied
+// once; the inbox table and the fenced twin's progress table), for
+// migrate.Up and migrate.Print (or `lockfree migrate --packages
+// singlewriter`). The set keeps the name "singlewriter", under which
+// installations made before this package was split out recorded it, so
+// migrate.Up does not apply it twice.
 func Migrations() []migrate.Migration {
-	return migrate.FromDir("singlewriter", migrationFiles, "migrations")
+	return append(fence.Migrations(), migrate.FromDir("singlewriter", migrationFiles, "migrations")...)
 }
 
 // DB is what the inbox and the fenced twin need from a connection:
@@ -58,13 +61,18 @@ func isNil(v any) bool {
 
 // The inbox's statements. The claim takes the row lock: an old owner's
 // transaction that has already advanced the row commits first, and the claim
-// reads its offset.
+// reads its offset. Epochs are minted in the fence era of the server the
+// claim runs on (fence_next; see ErrFenceEra), so an epoch claimed after a
+// failover exceeds every epoch claimed before it, and a row lost with the
+// old primary's WAL and inserted again starts in the new era. Rows claimed
+// by an earlier version (epoch + 1) need no migration: fence_next(epoch) is
+// at least epoch + 1.
 const (
 	sqlClaim = `INSERT INTO {{inbox_offsets}} AS i
 		(group_id, topic, partition, next_offset, owner, epoch, claimed_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp(), clock_timestamp())
+		VALUES ($1, $2, $3, $4, $5, {{fence_next}}(NULL), clock_timestamp(), clock_timestamp())
 		ON CONFLICT (group_id, topic, partition) DO UPDATE
-		SET owner = EXCLUDED.owner, epoch = i.epoch + 1, claimed_at = clock_timestamp()
+		SET owner = EXCLUDED.owner, epoch = {{fence_next}}(i.epoch), claimed_at = clock_timestamp()
 		RETURNING next_offset, epoch`
 	sqlAdvance = `UPDATE {{inbox_offsets}} SET next_offset = $6, updated_at = clock_timestamp()
 		WHERE group_id = $1 AND topic = $2 AND partition = $3 AND next_offset = $4 AND epoch = $5`
@@ -77,7 +85,7 @@ const (
 const (
 	mutantClaimEpoch = `INSERT INTO {{inbox_offsets}} AS i
 		(group_id, topic, partition, next_offset, owner, epoch, claimed_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp(), clock_timestamp())
+		VALUES ($1, $2, $3, $4, $5, {{fence_next}}(NULL), clock_timestamp(), clock_timestamp())
 		ON CONFLICT (group_id, topic, partition) DO UPDATE
 		SET owner = EXCLUDED.owner, claimed_at = clock_timestamp()
 		RETURNING next_offset, epoch`
@@ -119,8 +127,9 @@ type InboxConfig struct {
 // safe for concurrent use; the zero Inbox is not (create it with
 // NewInbox).
 type Inbox struct {
-	db  DB
-	sql inboxStatements
+	db     DB
+	tables migrate.Names
+	sql    inboxStatements
 }
 
 // Claim is one tenure of a partition: what Inbox.Claim returns. It is a
@@ -156,7 +165,7 @@ func NewInbox(db DB, cfg *InboxConfig) (*Inbox, error) {
 	if err := c.Tables.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return &Inbox{db: db, sql: renderInbox(c.Tables)}, nil
+	return &Inbox{db: db, tables: c.Tables, sql: renderInbox(c.Tables)}, nil
 }
 
 // WithDB returns a copy of the inbox whose statements run on db — typically
@@ -192,7 +201,7 @@ func (in *Inbox) Claim(ctx context.Context, groupID, topic string, partition int
 	}
 	c := Claim{GroupID: groupID, Topic: topic, Partition: partition, Holder: holder}
 	if err := in.db.QueryRow(ctx, claim, groupID, topic, partition, start, holder).Scan(&c.Next, &c.Epoch); err != nil {
-		return Claim{}, fmt.Errorf("kafkawriter: claim %s/%d: %w", short.Quote(topic), partition, err)
+		return Claim{}, fmt.Errorf("kafkawriter: claim %s/%d: %w", short.Quote(topic), partition, fence.Check(err, in.tables))
 	}
 	return c, nil
 }

@@ -1,4 +1,4 @@
-package failover_test
+package fence_test
 
 import (
 	"context"
@@ -8,15 +8,19 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockfree-go/lockfree/internal/failover"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
-// These tests need one server, no replication: the limits of the
-// prototype and what it does when the timeline goes back.
+// These tests need one server, no replication: the limits of the fence
+// functions, what they do when the era goes back, and the errors Check makes
+// of their refusals. internal/failover runs them across real failovers.
 
-const eraSize = int64(1) << failover.EraShift
+const eraSize = int64(1) << fence.EraShift
+
+// era returns the era a fence belongs to.
+func era(v int64) int64 { return v >> fence.EraShift }
 
 func r(sql string) string { return migrate.Render(sql, migrate.Names{}) }
 
@@ -47,7 +51,7 @@ func sqlState(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string 
 
 func newFenceDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	db := testdb.New(t, failover.Migrations()...)
+	db := testdb.New(t, fence.Migrations()...)
 	if _, err := db.Pool.Exec(t.Context(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +136,13 @@ func TestAdvance(t *testing.T) {
 	}
 }
 
-// BenchmarkMint compares the prototype with what the packages run today.
+// BenchmarkMint compares the fence functions with the plain forms they
+// replace.
 // server/…: each operation mints 1000 values in one statement, and ns/mint
 // is the server's time per value. statement/…: each operation is one
 // committed UPDATE that mints, as a package's statement is.
 func BenchmarkMint(b *testing.B) {
-	db := testdb.New(b, failover.Migrations()...)
+	db := testdb.New(b, fence.Migrations()...)
 	if _, err := db.Pool.Exec(context.Background(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +166,7 @@ func BenchmarkMint(b *testing.B) {
 }
 
 func BenchmarkMintStatement(b *testing.B) {
-	db := testdb.New(b, failover.Migrations()...)
+	db := testdb.New(b, fence.Migrations()...)
 	if _, err := db.Pool.Exec(context.Background(), `CREATE SEQUENCE s AS bigint NO CYCLE;
 		CREATE TABLE locks (name text PRIMARY KEY, token bigint NOT NULL); INSERT INTO locks VALUES ('a', 0)`); err != nil {
 		b.Fatal(err)
@@ -182,4 +187,47 @@ func BenchmarkMintStatement(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Check makes typed errors of the fence functions' refusals — the era gone
+// back, an epoch at the end of its era, a read-only server — and leaves
+// every other error alone, 55000 from elsewhere included.
+func TestCheck(t *testing.T) {
+	pool := newFenceDB(t)
+	e := one(t, pool, `SELECT {{fence_era}}()`)
+	names := migrate.Names{Schema: "s", Prefix: "p_"}
+	run := func(sql string, args ...any) error {
+		t.Helper()
+		_, err := pool.Exec(t.Context(), r(sql), args...)
+		return fence.Check(err, names)
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"an epoch at the end of its era", run(`SELECT {{fence_next}}($1)`, e*eraSize+eraSize-1), fence.ErrEra},
+		{"a read-only transaction", run(`BEGIN READ ONLY; SELECT {{fence_mint}}('s'); COMMIT`), fence.ErrReadOnly},
+		{"currval before nextval (55000, not a fence function's)", run(`SELECT currval('s')`), nil},
+		{"no error", run(`SELECT 1`), nil},
+	} {
+		var fenceErr *fence.Error
+		switch {
+		case c.want == nil && errors.As(c.err, &fenceErr):
+			t.Errorf("%s: %v, want no *fence.Error", c.name, c.err)
+		case c.want != nil && (!errors.Is(c.err, c.want) || !errors.As(c.err, &fenceErr)):
+			t.Errorf("%s: %v, want a *fence.Error matching %v", c.name, c.err, c.want)
+		case c.want == fence.ErrEra && fenceErr.Advance != `SELECT "s"."p_fence_advance"()`:
+			t.Errorf("%s: Advance = %s, want the schema-qualified, prefixed name", c.name, fenceErr.Advance)
+		}
+		t.Logf("%s: %v", c.name, c.err)
+	}
+
+	one(t, pool, `SELECT setval({{regclass fence_eras}}, $1)`, e+5)
+	err := run(`SELECT {{fence_mint}}('s')`)
+	var pgErr *pgconn.PgError
+	if !errors.Is(err, fence.ErrEra) || errors.Is(err, fence.ErrReadOnly) || !errors.As(err, &pgErr) || pgErr.Code != "55000" {
+		t.Errorf("the era gone back: %v, want ErrEra unwrapping to the server's 55000", err)
+	}
+	t.Logf("the era gone back: %v", err)
 }
