@@ -83,7 +83,11 @@ wait_answer() {
 	local i
 	for i in $(seq 1 100); do
 		answers && return
-		pid >/dev/null || break
+		# The daemon writes its pid file after it forks, a while after the
+		# command returned: only a pid file whose server is gone means it died.
+		if [ -f "$pidfile" ] && ! pid >/dev/null; then
+			break
+		fi
 		sleep 0.2
 	done
 	tail -n 20 "$log" >&2 || true
