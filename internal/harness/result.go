@@ -111,6 +111,12 @@ func (r *run) stats() workerStats {
 			sum.OpRoundTrips += s.OpRoundTrips
 			sum.OpStatements += s.OpStatements
 			sum.Connects += s.Connects
+			for k, n := range s.Hits {
+				if sum.Hits == nil {
+					sum.Hits = map[string]int64{}
+				}
+				sum.Hits[k] += n
+			}
 		}
 		p.mu.Unlock()
 	}

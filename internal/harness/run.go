@@ -71,6 +71,10 @@ type Config struct {
 	Progress io.Writer
 	// Live, when set, follows each approach's run instead of Progress.
 	Live report.Progress
+	// Hits, when set, is called after each approach's run with how often
+	// its workers reached each failpoint site (summed), so that a mutant
+	// run can prove it exercised its mutant. Optional.
+	Hits func(a Approach, hits map[string]int64)
 }
 
 // Infra is where a run runs.
@@ -154,6 +158,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		}
 		if err != nil {
 			return rep, fmt.Errorf("%s/%s: %w", sc.Name(), def.Approach(), err)
+		}
+		if cfg.Hits != nil {
+			cfg.Hits(def.Approach(), r.stats().Hits)
 		}
 		for _, f := range cfg.Faults {
 			if res.FaultsInjected[f] == 0 {
