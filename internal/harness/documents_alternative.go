@@ -54,4 +54,3 @@ func (c *documentsAltClient) Op(ctx context.Context) error {
 }
 
 func (c *documentsAltClient) Close() error { return nil }
-
