@@ -64,4 +64,3 @@ func (c *eventsAltClient) Close() error {
 	defer cancel()
 	return c.group.Stop(ctx)
 }
-
