@@ -46,7 +46,7 @@ func (c *documentsAltClient) Op(ctx context.Context) error {
 	retries := 0
 	_, err = occ.Update(ctx, c.store, op.key, func(d *document) error {
 		based = d.edit(name) // the last attempt's read is the one written on
-		return nil // occ.update.before-write follows
+		return nil           // occ.update.before-write follows
 	}, occ.OnRetry(func(int, error) { retries++ }))
 	op.Set("retries", strconv.Itoa(retries))
 	return op.Finish(based, err, occ.ErrConflict)
