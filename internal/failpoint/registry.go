@@ -22,6 +22,13 @@ type Point struct {
 // registry is every name used with Inject or Mutant in the module. Names are
 // "<package>.<site>"; keep the list sorted by name.
 var registry = []Point{
+	{"atomic.cas.compare", MutantSite, "CompareAndSet (every backend) sets the value whatever it holds, without comparing it with the expected one"},
+	{"atomic.claim.conflict", MutantSite, "Claim (Postgres, Memory) overwrites an existing key (ON CONFLICT DO UPDATE) instead of refusing"},
+	{"atomic.decrement.floor", MutantSite, "Decrement (every backend) takes the amount whatever the value, below the floor too"},
+	{"atomic.decrementmany.all", MutantSite, "DecrementMany (Postgres, Memory) takes each key that has enough even when another is short: not all or nothing"},
+	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
+	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
+	{"atomic.setifgreater.compare", MutantSite, "SetIfGreater (every backend) sets the value even when it is not greater"},
 	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
 	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
 	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},
