@@ -221,3 +221,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestWriteGlance: the grid sums a scenario's reports per approach, shows —
+// for an unchecked result, and the sentence names who lost data where.
+func TestWriteGlance(t *testing.T) {
+	inv := inventoryReport()
+	docs := inventoryReport()
+	docs.Scenario = "documents"
+	docs.Results[2].Violations = 0
+	docs.Results[3].Checked = false
+	var b bytes.Buffer
+	WriteGlance(&b, []Report{inv, inv, docs}, 100)
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("want a header, two scenarios and a sentence:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "violations alternative fenced-lock naive-lock raw" {
+		t.Errorf("header %q", lines[0])
+	}
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "inventory 0 0 74 0" {
+		t.Errorf("inventory row %q: want the two reports summed", lines[1])
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "documents 0 0 0 —" {
+		t.Errorf("documents row %q", lines[2])
+	}
+	sentence := strings.Join(strings.Fields(strings.Join(lines[3:], " ")), " ")
+	want := "naive-lock lost data in 1 of 2 scenarios (inventory); alternative and fenced-lock lost none; raw: not checked everywhere (—), nothing found where checked."
+	if sentence != want {
+		t.Errorf("sentence %q, want %q", sentence, want)
+	}
+}

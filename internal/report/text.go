@@ -132,13 +132,15 @@ func describeResult(r Result) string {
 	return s
 }
 
-// WriteVerdicts writes a verdict per report, then the closing paragraph,
-// each wrapped at width columns.
+// WriteVerdicts writes the verdict at a glance (WriteGlance), a verdict per
+// report, then the closing paragraph, each wrapped at width columns.
 func WriteVerdicts(w io.Writer, reps []Report, width int) {
 	if len(reps) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "\nverdict")
+	WriteGlance(w, reps, width)
+	fmt.Fprintln(w)
 	swept := map[string]bool{}
 	for _, s := range Sweeps(reps) {
 		swept[s.Scenario] = true
