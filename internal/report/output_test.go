@@ -251,3 +251,28 @@ func TestWriteGlance(t *testing.T) {
 		t.Errorf("sentence %q, want %q", sentence, want)
 	}
 }
+
+// TestRoundTripsInEveryTable: the text, Markdown and sweep tables show the
+// round trips per operation, and "—" for a result that has none measured.
+func TestRoundTripsInEveryTable(t *testing.T) {
+	rep := inventoryReport()
+	rep.Results[0].RoundTripsPerOp, rep.Results[0].StatementsPerOp = Float(1), Float(1)
+	var text bytes.Buffer
+	WriteTable(&text, rep)
+	md := Markdown([]Report{rep})
+	for name, out := range map[string]string{"text": text.String(), "markdown": md} {
+		if !strings.Contains(out, "round trips/op") || !strings.Contains(out, "statements/op") {
+			t.Errorf("%s table lacks the round trips:\n%s", name, out)
+		}
+	}
+	other := rep
+	other.Clients = 32
+	var sweep bytes.Buffer
+	WriteSweep(&sweep, Sweeps([]Report{rep, other})[0])
+	if !strings.Contains(sweep.String(), "rt/op") || !strings.Contains(sweep.String(), "1.00") {
+		t.Errorf("sweep table lacks the round trips:\n%s", sweep.String())
+	}
+	if !strings.Contains(Markdown([]Report{rep, other}), "alternative round trips/op") {
+		t.Error("Markdown sweep lacks the round trips")
+	}
+}
