@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/history"
@@ -63,7 +64,7 @@ func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, err
 	if err := m.Start(ctx); err != nil {
 		return nil, err
 	}
-	c := &accountsAltClient{env: env, store: store, member: m}
+	c := &accountsAltClient{env: env, store: store, member: m, last: map[string]cachedSeq{}}
 	if err := c.settle(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
@@ -98,6 +99,20 @@ type accountsAltClient struct {
 	env    *Env
 	store  *partition.Postgres
 	member *partition.Member
+
+	// last caches each entity's last number as this member wrote it,
+	// valid for the epoch it was written under: while the member owns the
+	// partition nobody else writes the entity, so an append needs no read
+	// (one round trip, as the partition package's docs count it). A new
+	// epoch, or a write that failed, drops it.
+	mu   sync.Mutex
+	last map[string]cachedSeq
+}
+
+// cachedSeq is an entity's last number, written under epoch.
+type cachedSeq struct {
+	epoch partition.Epoch
+	seq   int64
 }
 
 // ownedKey picks an entity of a partition the member owns, if any.
@@ -149,13 +164,21 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	return op.Finish(history.SeqOutput{Seq: seq}, err, partition.ErrStaleEpoch, errStaleSeq)
 }
 
-// append reads the entity's last number and writes the next, fenced by the
-// epoch, on the operation's context (whose values the tracer and the
-// points need); the write is sent whatever its deadline.
+// append writes the entity's next number, fenced by the epoch, after the
+// last one it cached under this epoch or read, on the operation's context
+// (whose values the tracer and the points need); the write is sent
+// whatever its deadline. The write also requires the number it follows, so
+// that a wrong cache refuses rather than duplicates.
 func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoch) (int64, error) {
-	var last int64
-	if err := c.env.DB.QueryRow(ctx, sqlAccountsRead, op.key).Scan(&last); err != nil {
-		return 0, err
+	c.mu.Lock()
+	cached, ok := c.last[op.key]
+	delete(c.last, op.key)
+	c.mu.Unlock()
+	last := cached.seq
+	if !ok || cached.epoch != e {
+		if err := c.env.DB.QueryRow(ctx, sqlAccountsRead, op.key).Scan(&last); err != nil {
+			return 0, err
+		}
 	}
 	c.env.BeforeWrite(ctx, "harness.accounts.alternative.before-write")
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -167,6 +190,11 @@ func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoc
 		if err = c.store.Check(wctx, e); err == nil {
 			err = errStaleSeq
 		}
+	}
+	if err == nil {
+		c.mu.Lock()
+		c.last[op.key] = cachedSeq{epoch: e, seq: last + 1}
+		c.mu.Unlock()
 	}
 	return last + 1, err
 }
