@@ -236,3 +236,25 @@ func TestComparePostgresConnectionStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareList: --list prints the registry that scripts/results.sh runs:
+// every scenario with its approaches, in report order, and the faults.
+func TestCompareList(t *testing.T) {
+	code, out, errs := run(t, "compare", "--list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	names := harness.Names()
+	if len(lines) != len(names)+1 {
+		t.Fatalf("%d lines, want one per scenario and the faults:\n%s", len(lines), out)
+	}
+	for i, n := range names {
+		if f := strings.Fields(lines[i]); len(f) < 3 || f[0] != "scenario" || f[1] != n {
+			t.Errorf("line %d = %q, want scenario %s and its approaches", i, lines[i], n)
+		}
+	}
+	if !strings.HasPrefix(lines[len(names)], "faults pause ") {
+		t.Errorf("last line %q", lines[len(names)])
+	}
+}

@@ -48,7 +48,7 @@ type compareFlags struct {
 	faults            []harness.Fault
 	pgURL, restartCmd string
 	kafka             string
-	asJSON            bool
+	asJSON, list      bool
 	markdown, chart   string
 	html              string
 }
@@ -68,6 +68,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated), handed to the workers")
+	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
 	fs.StringVar(&f.markdown, "markdown", "", "also write a Markdown report to this file")
 	fs.StringVar(&f.markdown, "out", "", "same as --markdown")
@@ -176,6 +177,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if f.list {
+		writeList(stdout)
+		return nil
+	}
 	infra, cleanup, err := resolveBackend(ctx, f.pgURL, f.restartCmd, stderr)
 	if err != nil {
 		return err
@@ -213,6 +218,19 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return errors.Join(missed...)
+}
+
+// writeList prints the registry, for scripts: "scenario NAME APPROACH…" per
+// scenario in report order, then "faults FAULT…".
+func writeList(w io.Writer) {
+	for _, sc := range harness.Scenarios() {
+		fmt.Fprintf(w, "scenario %s", sc.Name())
+		for _, d := range harness.Approaches(sc.Name()) {
+			fmt.Fprintf(w, " %s", d.Approach())
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "faults %s\n", strings.ReplaceAll(faultList(), ",", ""))
 }
 
 func printReport(w io.Writer, rep report.Report, asJSON bool) error {
