@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/internal/cli"
+	"github.com/lockfree-go/lockfree/internal/harness"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -27,11 +28,21 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// TestMain lets `lockfree compare` re-execute this test binary as its
+// worker processes.
+func TestMain(m *testing.M) {
+	if harness.IsWorker() {
+		os.Exit(harness.WorkerMain())
+	}
+	os.Exit(m.Run())
+}
+
 func TestCompareJSONShape(t *testing.T) {
+	db := testdb.New(t)
 	chart := filepath.Join(t.TempDir(), "chart.svg")
-	report := filepath.Join(t.TempDir(), "report.md")
-	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "300ms",
-		"--clients", "4", "--json", "--chart", chart, "--out", report)
+	md := filepath.Join(t.TempDir(), "report.md")
+	code, out, errs := run(t, "compare", "--postgres", db.URL, "--scenario", "inventory", "--duration", "300ms",
+		"--clients", "2", "--faults", "none", "--json", "--chart", chart, "--markdown", md)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -45,20 +56,21 @@ func TestCompareJSONShape(t *testing.T) {
 		}
 	}
 	results := rep["results"].([]any)
-	if len(results) < 3 {
-		t.Fatalf("results = %v", results)
+	if len(results) != 4 {
+		t.Fatalf("results = %v, want the four approaches", results)
 	}
 	for _, r := range results {
-		for _, k := range []string{"approach", "label", "ops", "ops_per_sec", "p50_ms", "p99_ms", "retries", "rejected", "violations"} {
+		for _, k := range []string{"approach", "label", "ops", "ops_per_sec", "p50_ms", "p99_ms", "retries", "rejected",
+			"violations", "round_trips_per_op", "statements_per_op"} {
 			if _, ok := r.(map[string]any)[k]; !ok {
 				t.Errorf("result lacks %q: %v", k, r)
 			}
 		}
 	}
-	if !strings.Contains(errs, "backend memory") || !strings.Contains(errs, "ops") {
-		t.Errorf("stderr lacks the backend and progress: %q", errs)
+	if !strings.Contains(errs, "backend postgres") || strings.Contains(errs, " ops after ") {
+		t.Errorf("stderr: want the backend and no progress lines off a terminal: %q", errs)
 	}
-	for _, f := range []string{chart, report} {
+	for _, f := range []string{chart, md} {
 		b, err := os.ReadFile(f)
 		if err != nil || len(b) == 0 {
 			t.Fatalf("%s: %v", f, err)
@@ -66,19 +78,20 @@ func TestCompareJSONShape(t *testing.T) {
 	}
 }
 
-// TestCompareSweepRounds sweeps clients and keys with interleaved rounds:
-// one JSON report per point, each with its rounds' ratios, and an HTML
-// report with the sweep's charts.
+// TestCompareSweepRounds sweeps clients with interleaved rounds: one JSON
+// report per point, each with its rounds' ratios, and an HTML report with
+// the sweep's charts.
 func TestCompareSweepRounds(t *testing.T) {
+	db := testdb.New(t)
 	html := filepath.Join(t.TempDir(), "report.html")
-	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "150ms",
-		"--clients", "1,2", "--keys", "1,3", "--rounds", "2", "--json", "--html", html)
+	code, out, errs := run(t, "compare", "--postgres", db.URL, "--scenario", "inventory", "--duration", "200ms",
+		"--approaches", "alternative,fenced-lock", "--clients", "1,2", "--rounds", "2", "--faults", "none", "--json", "--html", html)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("%d JSON lines, want one per point (4):\n%s", len(lines), out)
+	if len(lines) != 2 {
+		t.Fatalf("%d JSON lines, want one per point (2):\n%s", len(lines), out)
 	}
 	var points []string
 	for _, l := range lines {
@@ -101,13 +114,16 @@ func TestCompareSweepRounds(t *testing.T) {
 		if rep.Rounds.N != 2 || len(rep.Rounds.Ratios) == 0 || rep.Rounds.Ratios[0].To != "fenced-lock" {
 			t.Errorf("rounds = %+v", rep.Rounds)
 		}
+		if len(rep.Results) != 2 {
+			t.Errorf("%d results, want the two approaches asked for", len(rep.Results))
+		}
 		for _, r := range rep.Results {
 			if len(r.RoundsOpsPerSec) != 2 || !r.Checked {
 				t.Errorf("%s: rounds %v checked %v", r.Approach, r.RoundsOpsPerSec, r.Checked)
 			}
 		}
 	}
-	if got := strings.Join(points, " "); got != "1x1 1x3 2x1 2x3" {
+	if got := strings.Join(points, " "); got != "1x1 2x1" {
 		t.Errorf("points = %s", got)
 	}
 	b, err := os.ReadFile(html)
@@ -116,15 +132,19 @@ func TestCompareSweepRounds(t *testing.T) {
 	}
 }
 
-// TestCompareTextVerdict: the text output ends with the verdicts and the
-// closing paragraph, after the sweep's table.
+// TestCompareTextVerdict: under real pauses the naive lock loses sales, and
+// the text output ends with the verdict and the closing paragraph, after
+// the table with its round trips per operation.
 func TestCompareTextVerdict(t *testing.T) {
-	code, out, errs := run(t, "compare", "--backend", "memory", "--scenario", "inventory", "--duration", "150ms", "--clients", "1,2", "--faults", "pause")
+	db := testdb.New(t)
+	code, out, errs := run(t, "compare", "--postgres", db.URL, "--scenario", "inventory", "--duration", "2s",
+		"--approaches", "alternative,naive-lock", "--clients", "4", "--faults", "pause")
 	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
-	sweep, verdict := strings.Index(out, "sweep over clients 1,2"), strings.Index(out, "\nverdict\n")
-	if sweep < 0 || verdict < sweep || !strings.Contains(out[verdict:], "inventory over 2 points: ") || !strings.Contains(out[verdict:], "Every table") {
+	table, verdict := strings.Index(out, "round trips/op"), strings.Index(out, "\nverdict\n")
+	if table < 0 || verdict < table || !strings.Contains(out[verdict:], "inventory: naive-lock lost") ||
+		!strings.Contains(out[verdict:], "Every table") {
 		t.Errorf("output:\n%s", out)
 	}
 }
@@ -139,6 +159,10 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--keys", "1,0"},
 		{"compare", "--rounds", "0"},
 		{"compare", "--backend", "oracle"},
+		{"compare", "--backend", "memory"},
+		{"compare", "--approaches", "alternative,nope"},
+		{"compare", "--scenario", "inventory,nope"},
+		{"compare", "--faults", "partition"},
 		{"migrate"},
 		{"migrate", "print", "--packages", "fencedlock,nosuch"},
 		{"frobnicate"},
@@ -179,8 +203,8 @@ func TestMigrate(t *testing.T) {
 }
 
 // TestComparePostgresConnectionStrings runs compare against PostgreSQL given
-// as a key/value DSN and as a URL with ?password=, under the partition fault
-// (its proxy needs the server's address out of either form): the run must
+// as a key/value DSN and as a URL with ?password=, under the delay fault
+// (each worker's proxy needs the server's address out of either form): the run must
 // work, and no output may show the password.
 func TestComparePostgresConnectionStrings(t *testing.T) {
 	base := testdb.URL(t)
@@ -200,7 +224,7 @@ func TestComparePostgresConnectionStrings(t *testing.T) {
 	want := fmt.Sprintf("backend postgres at %s/%s", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
 	for name, conn := range map[string]string{"key/value": kv, "URL": u} {
 		code, out, errs := run(t, "compare", "--backend", "postgres", "--postgres", conn, "--scenario", "inventory",
-			"--duration", "200ms", "--clients", "2", "--faults", "partition", "--json")
+			"--approaches", "naive-lock", "--duration", "2s", "--clients", "3", "--faults", "delay", "--json")
 		if code != 0 {
 			t.Errorf("%s: exit %d: %s", name, code, errs)
 		}
@@ -210,5 +234,27 @@ func TestComparePostgresConnectionStrings(t *testing.T) {
 		if !strings.Contains(errs, want) {
 			t.Errorf("%s: stderr lacks %q:\n%s", name, want, errs)
 		}
+	}
+}
+
+// TestCompareList: --list prints the registry that scripts/results.sh runs:
+// every scenario with its approaches, in report order, and the faults.
+func TestCompareList(t *testing.T) {
+	code, out, errs := run(t, "compare", "--list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	names := harness.Names()
+	if len(lines) != len(names)+1 {
+		t.Fatalf("%d lines, want one per scenario and the faults:\n%s", len(lines), out)
+	}
+	for i, n := range names {
+		if f := strings.Fields(lines[i]); len(f) < 3 || f[0] != "scenario" || f[1] != n {
+			t.Errorf("line %d = %q, want scenario %s and its approaches", i, lines[i], n)
+		}
+	}
+	if !strings.HasPrefix(lines[len(names)], "faults pause ") {
+		t.Errorf("last line %q", lines[len(names)])
 	}
 }

@@ -10,47 +10,68 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lockfree-go/lockfree/internal/harness"
 	"github.com/lockfree-go/lockfree/internal/localpg"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/report"
-	"github.com/lockfree-go/lockfree/internal/scenario"
 	"github.com/lockfree-go/lockfree/internal/short"
+
+	"golang.org/x/term"
+)
+
+// The defaults of `lockfree compare`: a run that shows, in about a minute on
+// a two-core machine with the embedded server, each approach under real
+// pauses past its lease — enough workers that another takes over while one
+// is stopped, long enough for several pauses per approach. The events
+// scenario is left out: its consumers drain the backlog the producers left
+// after the measured part, which takes its lock-based approaches tens of
+// seconds on a loaded machine (`--scenario all` runs it).
+const (
+	defaultScenarios = "inventory,documents,payments,accounts"
+	defaultClients   = "6"
+	defaultDuration  = 2 * time.Second
+	defaultFaults    = "pause"
 )
 
 // compareFlags are the parsed flags of `lockfree compare`.
 type compareFlags struct {
-	names            []string
-	clients, keys    []int
-	rounds           int
-	duration         time.Duration
-	faults           []scenario.Fault
-	backend, pgURL   string
-	restartCmd       string
-	kafka            string
-	asJSON           bool
-	out, chart, html string
+	names             []string
+	approaches        []harness.Approach
+	clients, keys     []int
+	rounds            int
+	duration          time.Duration
+	faults            []harness.Fault
+	pgURL, restartCmd string
+	kafka             string
+	asJSON, list      bool
+	markdown, chart   string
+	html              string
 }
 
 func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	var f compareFlags
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sc := fs.String("scenario", "all", "scenario: "+strings.Join(scenario.Names(), "|")+"|all")
-	clients := fs.String("clients", "16", "concurrent clients; a list (1,4,16,64) sweeps them")
+	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(harness.Names(), ",")+"), or all")
+	approaches := fs.String("approaches", "all", "approaches, comma-separated: alternative,fenced-lock,naive-lock,raw, or all")
+	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
-	fs.DurationVar(&f.duration, "duration", 5*time.Second, "how long each approach runs (per point and round)")
-	faults := fs.String("faults", "none", "none, or a comma-separated list of pause, partition, restart")
-	fs.StringVar(&f.backend, "backend", "auto", "auto|postgres|memory")
-	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL); printed as host:port/database only")
+	fs.DurationVar(&f.duration, "duration", defaultDuration, "how long each approach is measured (per point and round), after a warm-up")
+	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
+	backend := fs.String("backend", "auto", "auto|postgres: the harness always runs on PostgreSQL (--postgres, $DATABASE_URL, or an embedded server)")
+	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
-	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario")
-	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of a table")
-	fs.StringVar(&f.out, "out", "", "also write a Markdown report to this file")
+	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated), handed to the workers")
+	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
+	fs.StringVar(&f.markdown, "markdown", "", "also write a Markdown report to this file")
+	fs.StringVar(&f.markdown, "out", "", "same as --markdown")
 	fs.StringVar(&f.chart, "chart", "", "also write an SVG bar chart (throughput and p99 per approach) to this file")
 	fs.StringVar(&f.html, "html", "", "also write one self-contained HTML report (verdict, tables, charts, sweeps, timelines) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -59,11 +80,14 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	if fs.NArg() > 0 {
 		return f, usageError{fmt.Errorf("unexpected arguments %s", short.Quote(strings.Join(fs.Args(), " ")))}
 	}
+	if *backend != "auto" && *backend != "postgres" {
+		return f, usageError{fmt.Errorf("unknown backend %s (want auto or postgres: the harness's workers are processes that share PostgreSQL)", short.Quote(*backend))}
+	}
 	var err error
-	if f.faults, err = scenario.ParseFaults(*faults); err != nil {
+	if f.faults, err = harness.ParseFaults(*faults); err != nil {
 		return f, usageError{err}
 	}
-	if f.clients, err = report.ParseInts(*clients, 1, 1024); err != nil {
+	if f.clients, err = report.ParseInts(*clients, 1, 256); err != nil {
 		return f, usageError{fmt.Errorf("--clients: %w", err)}
 	}
 	if f.keys, err = report.ParseInts(*keys, 1, 10_000_000); err != nil {
@@ -72,25 +96,72 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	if f.duration < 100*time.Millisecond || f.duration > time.Hour || f.rounds < 1 || f.rounds > 100 {
 		return f, usageError{errors.New("want 100ms ≤ duration ≤ 1h and 1 ≤ rounds ≤ 100")}
 	}
-	if *sc == "all" {
-		f.names = scenario.Names()
-	} else if _, ok := scenario.Lookup(*sc); ok {
-		f.names = []string{*sc}
-	} else {
-		return f, usageError{fmt.Errorf("unknown scenario %s (want %s or all)", short.Quote(*sc), strings.Join(scenario.Names(), ", "))}
+	if f.names, err = parseScenarios(*sc); err != nil {
+		return f, err
+	}
+	if f.approaches, err = parseApproaches(*approaches); err != nil {
+		return f, err
 	}
 	return f, nil
+}
+
+func faultList() string {
+	var s []string
+	for _, f := range harness.FaultNames() {
+		s = append(s, string(f))
+	}
+	return strings.Join(s, ", ")
+}
+
+// parseScenarios parses "all" or a comma-separated list of scenarios.
+func parseScenarios(list string) ([]string, error) {
+	if list == "all" || list == "" {
+		return harness.Names(), nil
+	}
+	var names []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if _, ok := harness.Lookup(n); !ok {
+			return nil, usageError{fmt.Errorf("unknown scenario %s (want %s, or all)", short.Quote(n), strings.Join(harness.Names(), ", "))}
+		}
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// parseApproaches parses "all" (nil: every approach of each scenario) or a
+// comma-separated list of approaches.
+func parseApproaches(list string) ([]harness.Approach, error) {
+	if list == "all" || list == "" {
+		return nil, nil
+	}
+	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.Raw}
+	var out []harness.Approach
+	for _, n := range strings.Split(list, ",") {
+		a := harness.Approach(strings.TrimSpace(n))
+		if !slices.Contains(known, a) {
+			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, raw, or all)", short.Quote(string(a)))}
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // command is the run's command line as the HTML report shows it: the
 // parsed settings, never the connection string.
 func (f compareFlags) command() string {
-	sc := "all"
-	if len(f.names) == 1 {
-		sc = f.names[0]
+	approaches := "all"
+	if f.approaches != nil {
+		s := make([]string, len(f.approaches))
+		for i, a := range f.approaches {
+			s[i] = string(a)
+		}
+		approaches = strings.Join(s, ",")
 	}
-	return fmt.Sprintf("lockfree compare --scenario %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
-		sc, joinInts(f.clients), joinInts(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
+	return fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
+		strings.Join(f.names, ","), approaches, joinInts(f.clients), joinInts(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
 }
 
 func joinInts(xs []int) string {
@@ -106,7 +177,11 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	infra, cleanup, err := resolveBackend(ctx, f.backend, f.pgURL, f.restartCmd, stderr)
+	if f.list {
+		writeList(stdout)
+		return nil
+	}
+	infra, cleanup, err := resolveBackend(ctx, f.pgURL, f.restartCmd, stderr)
 	if err != nil {
 		return err
 	}
@@ -115,24 +190,20 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		infra.Kafka = strings.Split(f.kafka, ",")
 	}
 	var reports []report.Report
+	var missed []error
 	for _, n := range f.names {
-		s, _ := scenario.Lookup(n)
+		s, _ := harness.Lookup(n)
 		for _, c := range f.clients {
 			for _, k := range f.keys {
-				cfg := scenario.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults}
+				cfg := harness.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
-				if err != nil {
+				if err != nil && !errors.Is(err, harness.ErrNotInjected) {
 					return err
 				}
+				missed = append(missed, err)
 				reports = append(reports, rep)
-				if f.asJSON {
-					b, err := json.Marshal(rep)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(stdout, string(b))
-				} else {
-					report.WriteTable(stdout, rep)
+				if err := printReport(stdout, rep, f.asJSON); err != nil {
+					return err
 				}
 			}
 		}
@@ -143,38 +214,79 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		report.WriteVerdicts(stdout, reports, 100)
 	}
-	return writeFiles(f, reports)
+	if err := writeFiles(f, reports); err != nil {
+		return err
+	}
+	return errors.Join(missed...)
+}
+
+// writeList prints the registry, for scripts: "scenario NAME APPROACH…" per
+// scenario in report order, then "faults FAULT…".
+func writeList(w io.Writer) {
+	for _, sc := range harness.Scenarios() {
+		fmt.Fprintf(w, "scenario %s", sc.Name())
+		for _, d := range harness.Approaches(sc.Name()) {
+			fmt.Fprintf(w, " %s", d.Approach())
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "faults %s\n", strings.ReplaceAll(faultList(), ",", ""))
+}
+
+func printReport(w io.Writer, rep report.Report, asJSON bool) error {
+	if !asJSON {
+		report.WriteTable(w, rep)
+		return nil
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }
 
 // runPoint runs every approach of s at one size: once, or --rounds times
 // interleaved (round 1: every approach, round 2: every approach, …) so that
-// a drift of the machine's load hits every approach alike. Progress goes to
-// stderr, closed before the caller prints on stdout.
-func runPoint(ctx context.Context, s scenario.Scenario, cfg scenario.Config, infra scenario.Infra, rounds int, stderr io.Writer) (report.Report, error) {
-	live := report.NewProgress(stderr)
-	defer live.Close()
-	cfg.Progress, cfg.Live = live, live
+// a drift of the machine's load hits every approach alike. It returns the
+// report with an error matching harness.ErrNotInjected when a requested
+// fault did not take effect somewhere. Live progress goes to stderr only
+// when it is a terminal, closed before the caller prints on stdout.
+func runPoint(ctx context.Context, s harness.Scenario, cfg harness.Config, infra harness.Infra, rounds int, stderr io.Writer) (report.Report, error) {
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		live := report.NewTerminalProgress(stderr)
+		defer live.Close()
+		cfg.Live = live
+	}
 	if rounds == 1 {
-		return scenario.Run(ctx, s, cfg, infra)
+		return harness.Run(ctx, s, cfg, infra)
+	}
+	var order []harness.Approach
+	for _, d := range harness.Approaches(s.Name()) {
+		if cfg.Approaches == nil || slices.Contains(cfg.Approaches, d.Approach()) {
+			order = append(order, d.Approach())
+		}
 	}
 	all := make([][]report.Report, rounds)
+	var missed []error
 	for r := range all {
-		for _, a := range s.Approaches {
-			cfg.Approaches = []scenario.Approach{a}
-			rep, err := scenario.Run(ctx, s, cfg, infra)
-			if err != nil {
+		for _, a := range order {
+			cfg.Approaches = []harness.Approach{a}
+			rep, err := harness.Run(ctx, s, cfg, infra)
+			if err != nil && !errors.Is(err, harness.ErrNotInjected) {
 				return rep, fmt.Errorf("round %d: %w", r+1, err)
 			}
+			missed = append(missed, err)
 			all[r] = append(all[r], rep)
 		}
 	}
-	return report.MergeRounds(all), nil
+	return report.MergeRounds(all), errors.Join(missed...)
 }
 
 // writeFiles writes the Markdown, SVG and HTML reports that were asked for.
 func writeFiles(f compareFlags, reps []report.Report) error {
-	if f.out != "" {
-		if err := os.WriteFile(f.out, []byte(report.Markdown(reps)), 0o644); err != nil {
+	if f.markdown != "" {
+		if err := os.WriteFile(f.markdown, []byte(report.Markdown(reps)), 0o644); err != nil {
 			return err
 		}
 	}
@@ -195,23 +307,15 @@ func writeFiles(f compareFlags, reps []report.Report) error {
 	return nil
 }
 
-// resolveBackend picks the database: --postgres or $DATABASE_URL, else (auto)
-// a throwaway local server when the binaries exist, else memory.
-func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr io.Writer) (scenario.Infra, func(), error) {
+// resolveBackend picks the database: --postgres or $DATABASE_URL, else a
+// throwaway local server.
+func resolveBackend(ctx context.Context, url, restartCmd string, stderr io.Writer) (harness.Infra, func(), error) {
 	nothing := func() {}
 	if url == "" {
 		url = os.Getenv("DATABASE_URL")
 	}
-	switch backend {
-	case "memory":
-		fmt.Fprintln(stderr, "lockfree: backend memory (in-process stores; partition and restart faults do not apply)")
-		return scenario.Infra{}, nothing, nil
-	case "auto", "postgres":
-	default:
-		return scenario.Infra{}, nothing, usageError{fmt.Errorf("unknown backend %q (want auto, postgres, memory)", backend)}
-	}
 	if url != "" {
-		infra := scenario.Infra{URL: url}
+		infra := harness.Infra{URL: url}
 		if restartCmd != "" {
 			infra.Restart = func(ctx context.Context) error {
 				out, err := exec.CommandContext(ctx, "bash", "-c", restartCmd).CombinedOutput()
@@ -225,16 +329,14 @@ func resolveBackend(ctx context.Context, backend, url, restartCmd string, stderr
 		return infra, nothing, nil
 	}
 	if !localpg.Available() {
-		if backend == "postgres" {
-			return scenario.Infra{}, nothing, errors.New("--backend postgres needs --postgres, DATABASE_URL, or PostgreSQL binaries for a throwaway server")
-		}
-		fmt.Fprintln(stderr, "lockfree: no database given and no PostgreSQL binaries found: backend memory")
-		return scenario.Infra{}, nothing, nil
+		return harness.Infra{}, nothing, errors.New("no database: give --postgres or DATABASE_URL, or install PostgreSQL's server binaries (initdb, pg_ctl) for an embedded throwaway server")
 	}
-	fmt.Fprintln(stderr, "lockfree: no database given: starting a throwaway local PostgreSQL (backend postgres)")
+	fmt.Fprintln(stderr, "lockfree: no database given: starting a throwaway local PostgreSQL")
 	srv, err := localpg.Start(ctx)
 	if err != nil {
-		return scenario.Infra{}, nothing, err
+		return harness.Infra{}, nothing, err
 	}
-	return scenario.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
+	return harness.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
 }
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/internal/cli"
 	"github.com/lockfree-go/lockfree/internal/report"
+	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write docs/img/report.png from the fixture")
@@ -193,21 +194,22 @@ func TestReportInBrowserFixture(t *testing.T) {
 }
 
 // TestReportInBrowserRealRun produces a report with a real short run of
-// the current harness (memory backend, pauses) and checks that its tables,
-// charts and verdict render.
+// the harness (worker processes re-executed from this test binary, real
+// pauses) and checks that its tables, charts and verdict render.
 func TestReportInBrowserRealRun(t *testing.T) {
 	browser(t) // skip before the run when there is no browser
 	path := filepath.Join(t.TempDir(), "run.html")
 	var stdout, stderr bytes.Buffer
-	code := cli.Main(context.Background(), []string{"compare", "--backend", "memory", "--scenario", "inventory",
+	db := testdb.New(t)
+	code := cli.Main(context.Background(), []string{"compare", "--postgres", db.URL, "--scenario", "inventory",
 		"--duration", "2s", "--clients", "4", "--faults", "pause", "--html", path}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("compare: exit %d\n%s", code, stderr.String())
 	}
 	p := open(t, path, 1280)
 	p.check(t, "#verdict .card", 1)
-	p.check(t, "table.results tbody tr", 3)
-	p.check(t, "svg.bar-chart rect.bar", 3)
+	p.check(t, "table.results tbody tr", 4)
+	p.check(t, "svg.bar-chart rect.bar", 4)
 	verdict, err := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS("#verdict .card")))
 	if err != nil {
 		t.Fatal(err)

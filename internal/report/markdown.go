@@ -51,16 +51,16 @@ func Markdown(reps []Report) string {
 func markdownSweep(b *strings.Builder, s Sweep) {
 	fmt.Fprintf(b, "### %s: sweep over clients %s and keys %s\n\n| clients | keys |", s.Scenario, ints(s.Clients), ints(s.Keys))
 	for _, a := range s.Order {
-		fmt.Fprintf(b, " %s ops/s | %s p99 ms |", a, a)
+		fmt.Fprintf(b, " %s ops/s | %s p99 ms | %s round trips/op |", a, a, a)
 	}
-	b.WriteString("\n|---:|---:|" + strings.Repeat("---:|---:|", len(s.Order)) + "\n")
+	b.WriteString("\n|---:|---:|" + strings.Repeat("---:|---:|---:|", len(s.Order)) + "\n")
 	for _, p := range s.Points {
 		fmt.Fprintf(b, "| %d | %d |", p.Clients, p.Keys)
 		for _, a := range s.Order {
 			if sum, ok := p.By[a]; ok {
-				fmt.Fprintf(b, " %.0f | %.2f |", sum.OpsPerSec, sum.P99ms)
+				fmt.Fprintf(b, " %.0f | %.2f | %s |", sum.OpsPerSec, sum.P99ms, optional(sum.RoundTripsPerOp))
 			} else {
-				b.WriteString(" — | — |")
+				b.WriteString(" — | — | — |")
 			}
 		}
 		b.WriteString("\n")

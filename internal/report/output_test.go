@@ -221,3 +221,58 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestWriteGlance: the grid sums a scenario's reports per approach, shows —
+// for an unchecked result, and the sentence names who lost data where.
+func TestWriteGlance(t *testing.T) {
+	inv := inventoryReport()
+	docs := inventoryReport()
+	docs.Scenario = "documents"
+	docs.Results[2].Violations = 0
+	docs.Results[3].Checked = false
+	var b bytes.Buffer
+	WriteGlance(&b, []Report{inv, inv, docs}, 100)
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("want a header, two scenarios and a sentence:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "violations alternative fenced-lock naive-lock raw" {
+		t.Errorf("header %q", lines[0])
+	}
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "inventory 0 0 74 0" {
+		t.Errorf("inventory row %q: want the two reports summed", lines[1])
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "documents 0 0 0 —" {
+		t.Errorf("documents row %q", lines[2])
+	}
+	sentence := strings.Join(strings.Fields(strings.Join(lines[3:], " ")), " ")
+	want := "naive-lock lost data in 1 of 2 scenarios (inventory); alternative and fenced-lock lost none; raw: not checked everywhere (—), nothing found where checked."
+	if sentence != want {
+		t.Errorf("sentence %q, want %q", sentence, want)
+	}
+}
+
+// TestRoundTripsInEveryTable: the text, Markdown and sweep tables show the
+// round trips per operation, and "—" for a result that has none measured.
+func TestRoundTripsInEveryTable(t *testing.T) {
+	rep := inventoryReport()
+	rep.Results[0].RoundTripsPerOp, rep.Results[0].StatementsPerOp = Float(1), Float(1)
+	var text bytes.Buffer
+	WriteTable(&text, rep)
+	md := Markdown([]Report{rep})
+	for name, out := range map[string]string{"text": text.String(), "markdown": md} {
+		if !strings.Contains(out, "round trips/op") || !strings.Contains(out, "statements/op") {
+			t.Errorf("%s table lacks the round trips:\n%s", name, out)
+		}
+	}
+	other := rep
+	other.Clients = 32
+	var sweep bytes.Buffer
+	WriteSweep(&sweep, Sweeps([]Report{rep, other})[0])
+	if !strings.Contains(sweep.String(), "rt/op") || !strings.Contains(sweep.String(), "1.00") {
+		t.Errorf("sweep table lacks the round trips:\n%s", sweep.String())
+	}
+	if !strings.Contains(Markdown([]Report{rep, other}), "alternative round trips/op") {
+		t.Error("Markdown sweep lacks the round trips")
+	}
+}

@@ -3,7 +3,7 @@
 // stderr, Markdown, an SVG chart, and one self-contained HTML file with
 // charts, sweeps and a timeline per approach.
 //
-// The harness (internal/scenario) fills in a [Report] per scenario run; the
+// The harness (internal/harness) fills in a [Report] per scenario run; the
 // functions here only read it. Report and [Result] serialise to the public
 // JSON of `lockfree compare --json`: fields are added, never renamed. A
 // result whose invariants were not checked has Checked false and renders as

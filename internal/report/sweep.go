@@ -33,6 +33,8 @@ type PointSum struct {
 	OpsPerSec  float64 `json:"ops_per_sec"`
 	P99ms      float64 `json:"p99_ms"`
 	Violations *int64  `json:"violations"`
+	// RoundTripsPerOp is nil when not measured.
+	RoundTripsPerOp *float64 `json:"round_trips_per_op,omitempty"`
 }
 
 // Sweeps groups reports by scenario and returns a sweep for each scenario
@@ -56,7 +58,7 @@ func Sweeps(reps []Report) []Sweep {
 			if !slices.Contains(s.Order, r.Approach) {
 				s.Order = append(s.Order, r.Approach)
 			}
-			sum := PointSum{OpsPerSec: r.OpsPerSec, P99ms: r.P99ms}
+			sum := PointSum{OpsPerSec: r.OpsPerSec, P99ms: r.P99ms, RoundTripsPerOp: r.RoundTripsPerOp}
 			if r.Checked {
 				sum.Violations = &r.Violations
 			}

@@ -15,8 +15,8 @@ type column struct {
 	cell  func(Result) string
 }
 
-// columns lists the table's columns for rep: the optional ones only when
-// some result has a value for them.
+// columns lists the table's columns for rep: the rounds' range and the
+// extra columns only when some result has a value for them.
 func columns(rep Report) []column {
 	cols := []column{
 		{"ops/s", "operations acknowledged per second", func(r Result) string { return fmt.Sprintf("%.0f", r.OpsPerSec) }},
@@ -28,10 +28,8 @@ func columns(rep Report) []column {
 		{"errors", "failures known not to have taken effect", func(r Result) string { return fmt.Sprint(r.Errors) }},
 		{"uncertain", "failures that may have taken effect", func(r Result) string { return fmt.Sprint(r.Uncertain) }},
 	}
-	var rt, st, rounds bool
+	var rounds bool
 	for _, r := range rep.Results {
-		rt = rt || r.RoundTripsPerOp != nil
-		st = st || r.StatementsPerOp != nil
 		rounds = rounds || len(r.RoundsOpsPerSec) > 1
 	}
 	if rounds {
@@ -43,12 +41,11 @@ func columns(rep Report) []column {
 			return fmt.Sprintf("%.0f–%.0f", lo, hi)
 		}}}, cols[1:]...)...)
 	}
-	if rt {
-		cols = append(cols, column{"round trips/op", "database round trips per operation", func(r Result) string { return optional(r.RoundTripsPerOp) }})
-	}
-	if st {
-		cols = append(cols, column{"statements/op", "SQL statements per operation", func(r Result) string { return optional(r.StatementsPerOp) }})
-	}
+	// Every table shows what an operation cost the database, so that a
+	// comparison is seen to be fair; "—" when it was not measured.
+	cols = append(cols,
+		column{"round trips/op", "database round trips per operation: everything the workers' pools sent while measured (lock polls, renewals and heartbeats included; a batch is one, BEGIN and COMMIT count), counted by a pgx tracer, over the operations completed", func(r Result) string { return optional(r.RoundTripsPerOp) }},
+		column{"statements/op", "SQL statements per operation, counted like round trips", func(r Result) string { return optional(r.StatementsPerOp) }})
 	for _, name := range rep.ExtraNames() {
 		cols = append(cols, column{strings.ReplaceAll(name, "_", " "), name, func(r Result) string {
 			v, ok := r.Extra[name]
@@ -132,13 +129,15 @@ func describeResult(r Result) string {
 	return s
 }
 
-// WriteVerdicts writes a verdict per report, then the closing paragraph,
-// each wrapped at width columns.
+// WriteVerdicts writes the verdict at a glance (WriteGlance), a verdict per
+// report, then the closing paragraph, each wrapped at width columns.
 func WriteVerdicts(w io.Writer, reps []Report, width int) {
 	if len(reps) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "\nverdict")
+	WriteGlance(w, reps, width)
+	fmt.Fprintln(w)
 	swept := map[string]bool{}
 	for _, s := range Sweeps(reps) {
 		swept[s.Scenario] = true
@@ -153,14 +152,14 @@ func WriteVerdicts(w io.Writer, reps []Report, width int) {
 	fmt.Fprintln(w, wrap(Closing(reps), width, "  ", "  "))
 }
 
-// WriteSweep writes a sweep as one row per point and, per approach, ops/s
-// and p99.
+// WriteSweep writes a sweep as one row per point and, per approach, ops/s,
+// p99, round trips per operation and violations.
 func WriteSweep(w io.Writer, s Sweep) {
 	fmt.Fprintf(w, "\n%s — sweep over clients %s and keys %s\n", s.Scenario, ints(s.Clients), ints(s.Keys))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "clients\tkeys\t")
 	for _, a := range s.Order {
-		fmt.Fprintf(tw, "%s ops/s\tp99 ms\tviolations\t", a)
+		fmt.Fprintf(tw, "%s ops/s\tp99 ms\trt/op\tviolations\t", a)
 	}
 	fmt.Fprintln(tw)
 	for _, p := range s.Points {
@@ -168,14 +167,14 @@ func WriteSweep(w io.Writer, s Sweep) {
 		for _, a := range s.Order {
 			sum, ok := p.By[a]
 			if !ok {
-				fmt.Fprint(tw, "—\t—\t—\t")
+				fmt.Fprint(tw, "—\t—\t—\t—\t")
 				continue
 			}
 			v := "—"
 			if sum.Violations != nil {
 				v = fmt.Sprint(*sum.Violations)
 			}
-			fmt.Fprintf(tw, "%.0f\t%.2f\t%s\t", sum.OpsPerSec, sum.P99ms, v)
+			fmt.Fprintf(tw, "%.0f\t%.2f\t%s\t%s\t", sum.OpsPerSec, sum.P99ms, optional(sum.RoundTripsPerOp), v)
 		}
 		fmt.Fprintln(tw)
 	}

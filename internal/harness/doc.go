@@ -1,0 +1,60 @@
+// Package harness runs each approach to a problem — the lock-free
+// alternative, the fenced lock, a naive lock, bare SQL — as real worker
+// processes, injects faults into them, records every operation's history,
+// and checks that history: the proof `lockfree compare` and the fault
+// tests share, built so that a broken mechanism cannot pass.
+//
+// # Scenarios and approaches
+//
+// A Scenario is a problem: its schema and seed, and its check, which holds
+// the merged history and the state the run left to the scenario's model
+// (history.Check with porcupine for the counter and register scenarios, an
+// invariant checker for the others). An ApproachDef is one way to solve
+// it: a small type whose NewClient runs in each worker process and whose
+// Client records one operation at a time. Each registers itself from an
+// init function (Register, RegisterApproach), one file each: adding an
+// approach to a scenario touches one file, and the list of scenarios, the
+// fault tests and the reports come from the registry.
+//
+// # Workers
+//
+// Every client runs in its own OS process: the coordinator re-executes its
+// own binary with LOCKFREE_HARNESS_WORKER set (the lockfree binary, or a
+// test binary whose TestMain checks IsWorker and calls WorkerMain), in its
+// own process group, sends it its configuration on stdin, and reads its
+// history and events on stdout. A worker warms up (its operations recorded
+// and checked, not measured), runs operations from "go" until "halt", and
+// reports its figures: the statements and round trips its pool sent,
+// counted by a pgx tracer. A worker that dies is reported; its operations
+// in flight count as of unknown outcome.
+//
+// # Faults
+//
+// Every fault that hits one worker hits it at a before-write point: a
+// failpoint.Inject in library code (or Env.BeforeWrite in the harness's own
+// approaches) between an operation's read, claim or acquire and its write,
+// armed by a command on the worker's stdin and fired once. Pause stops the
+// process there with SIGSTOP; the coordinator counts it once /proc shows
+// the process stopped, waits past the lease that protects the approach
+// (its ApproachDef's Protection) and until another worker has taken the key
+// over — a newer lease, a completed operation, or that worker held at its
+// own before-write point on the key — and only then sends SIGCONT, letting
+// the held worker go on once the stale operation has completed. Stall
+// blocks the operation's goroutine instead, the rest of the process
+// running. Isolate and Delay cut the worker off at the point: its own proxy
+// holds every byte, its write included, past the lease and a takeover, and
+// then resets the connections (Isolate) or delivers the bytes late
+// (Delay); they count only when the proxy held bytes. Restart restarts the
+// server. A run in which a requested fault never took effect fails with
+// ErrNotInjected.
+//
+// # Checks and figures
+//
+// The history of every worker, warm-up included, is merged (history.Read)
+// and checked by the scenario; a check that could not finish shows "—",
+// never 0. The report counts the faults injected per approach, the
+// operations of the measured part, the round trips and statements per
+// operation, and draws a timeline: lease tenures, faults, writes accepted,
+// refused and uncertain, and each violation on the write it blames, with a
+// reference to the write it clobbered.
+package harness

@@ -1,0 +1,152 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+// Env is what a client runs on, in its worker process. Its fields are set
+// before NewClient and never change; it is safe for concurrent use.
+type Env struct {
+	// Client is the worker's client number: its lane in the history.
+	Client int
+	Params
+	// DB is the worker's pool, through the worker's own proxy when the
+	// run injects network faults. A tracer counts its statements and
+	// round trips: every statement of an approach must go through it.
+	DB *pgxpool.Pool
+	// Locks is the lock service on DB (with LISTEN/NOTIFY wake-ups); it
+	// reports each lease it grants, renews and releases for the timeline
+	// and the fault injector. Lock-based approaches must use it.
+	Locks fencedlock.Store
+	// Kafka lists the brokers, when the run has Kafka; KafkaDial dials a
+	// broker through the worker's proxy of it (nil: dial directly).
+	Kafka     []string
+	KafkaDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Rand is the client's random source; only the client's operations
+	// (which run one at a time) may use it.
+	Rand *rand.Rand
+
+	rec *history.Recorder
+	w   *worker
+}
+
+// recording wraps a lock service of the client's own like Locks: each lease
+// it grants, renews and releases is reported.
+func (e *Env) recording(s fencedlock.Store) fencedlock.Store {
+	return struct{ fencedlock.Store }{recordingLocks{Store: s, w: e.w}}
+}
+
+// Key returns the name of key number i: prefix followed by i.
+func Key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+
+// Invoke records that the client is about to send an operation of kind on
+// key, and returns the Op to complete and the context to run it with: the
+// before-write points the operation reaches with that context are the ones
+// the fault injector arms.
+func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.Context, *Op, error) {
+	call, err := e.rec.Invoke(e.Client, key, kind, input)
+	if err != nil {
+		return ctx, nil, err
+	}
+	op := &Op{call: call, key: key}
+	return context.WithValue(ctx, opKey{}, op), op, nil
+}
+
+// BeforeWrite is the before-write point of code that is the harness's own
+// (a naive twin, a raw baseline): it behaves exactly like a failpoint.Inject
+// of a library's point.
+func (e *Env) BeforeWrite(ctx context.Context, name string) {
+	if e.w != nil {
+		e.w.point(ctx, name)
+	}
+}
+
+// Op is an operation in flight, invoked with Env.Invoke: complete it once,
+// with Ok or Finish. It is used by the one goroutine that runs the
+// operation, except for what the lock service and the before-write points
+// note on it, which is safe for concurrent use.
+type Op struct {
+	call   *history.Call
+	key    string
+	passed atomic.Bool  // it reached a before-write point
+	token  atomic.Int64 // of the last lease it was granted
+}
+
+type opKey struct{}
+
+// opFrom returns the operation ctx belongs to, or nil.
+func opFrom(ctx context.Context) *Op {
+	op, _ := ctx.Value(opKey{}).(*Op)
+	return op
+}
+
+// ID is the operation's ID in the history ("client/seq"): store it beside
+// the effects it makes. It is "" for background work (Env.Background).
+func (o *Op) ID() string {
+	if o.call == nil {
+		return ""
+	}
+	return o.call.ID()
+}
+
+// Background returns the context of work on key that is no operation of
+// the history — a consumer applying events in the background: the
+// before-write points it reaches with that context are armed like an
+// operation's, and the leases it takes are reported on key.
+func (e *Env) Background(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, opKey{}, &Op{key: key})
+}
+
+// Token is the fencing token of the last lease the operation was granted
+// through Env.Locks, 0 for none.
+func (o *Op) Token() int64 { return o.token.Load() }
+
+// Set attaches a note to the operation ("retries").
+func (o *Op) Set(key, value string) { o.call.Set(key, value) }
+
+// Ok records that the operation completed with output.
+func (o *Op) Ok(output any) error { return o.call.Ok(output) }
+
+// metaRefused marks an operation the mechanism refused (a fenced write, a
+// conflict): a certain failure that is the mechanism doing its job.
+const metaRefused = "refused"
+
+// Finish completes the operation from its result: Ok(output) when err is
+// nil; a certain failure, noted as refused, when err is one of refusals;
+// a certain failure when err came before the operation reached its
+// before-write point — every approach's effect is the write after it, so
+// nothing took effect; otherwise as history.Classify says.
+func (o *Op) Finish(output any, err error, refusals ...error) error {
+	switch {
+	case err == nil:
+		return o.call.Ok(output)
+	case isAny(err, refusals):
+		o.call.Set(metaRefused, "true")
+		return o.call.Fail(err)
+	case !o.passed.Load():
+		return o.call.Fail(err)
+	}
+	return o.call.Finish(nil, err)
+}
+
+func isAny(err error, targets []error) bool {
+	for _, t := range targets {
+		if t != nil && errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// errFenced is the refusal of a write by a fence.
+var errFenced = fencedlock.ErrFenced

@@ -1,0 +1,144 @@
+package harness_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/internal/report"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// faultTests lists, per scenario, the faults its test runs: every scenario
+// under the faults a stale holder's write lands under (pause, delay), and the
+// first scenario under the others too, to keep the suite within minutes;
+// LOCKFREE_FAULT_TESTS=all runs every scenario under every fault.
+func faultTests() []struct {
+	scenario string
+	fault    harness.Fault
+} {
+	var out []struct {
+		scenario string
+		fault    harness.Fault
+	}
+	all := os.Getenv("LOCKFREE_FAULT_TESTS") == "all"
+	for i, sc := range harness.Scenarios() {
+		for _, f := range harness.FaultNames() {
+			if all || i == 0 || harness.Bites(f) {
+				out = append(out, struct {
+					scenario string
+					fault    harness.Fault
+				}{sc.Name(), f})
+			}
+		}
+	}
+	return out
+}
+
+// Under each fault, really injected (counted only once it took effect), the
+// alternative and the fenced lock lose nothing, checked; under the faults a
+// stale write lands under, the naive lock loses data, which proves the fault
+// bit and the check can see it.
+func TestFaults(t *testing.T) {
+	for _, tc := range faultTests() {
+		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
+			sc, _ := harness.Lookup(tc.scenario)
+			infra := harness.Infra{}
+			if tc.fault == harness.Restart {
+				f := testdb.Faults(t)
+				infra.URL = f.URL
+				ctl := os.Getenv("TEST_FAULT_POSTGRES_CTL")
+				infra.Restart = func(ctx context.Context) error {
+					out, err := exec.CommandContext(ctx, "bash", "-c", ctl+" restart").CombinedOutput()
+					if err != nil {
+						return errors.New(strings.TrimSpace(string(out)))
+					}
+					return nil
+				}
+			} else {
+				infra.URL = testdb.New(t).URL
+			}
+			rep, err := harness.Run(context.Background(), sc, harness.Config{
+				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
+				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock},
+			}, infra)
+			for _, n := range rep.Notes {
+				t.Log(n)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rep.Results {
+				t.Logf("%-12s ops=%d rejected=%d errors=%d uncertain=%d faults=%v violations=%d %s",
+					r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
+				checkResult(t, tc.fault, r)
+			}
+		})
+	}
+}
+
+func checkResult(t *testing.T, f harness.Fault, r report.Result) {
+	t.Helper()
+	if r.FaultsInjected[f] == 0 {
+		t.Errorf("%s: %s not injected", r.Approach, f)
+	}
+	if !r.Checked {
+		t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
+		return
+	}
+	switch r.Approach {
+	case harness.Alternative, harness.FencedLock:
+		if r.Violations != 0 {
+			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
+		}
+		if r.Ops == 0 {
+			t.Errorf("%s: no operation succeeded", r.Approach)
+		}
+	case harness.NaiveLock:
+		if harness.Bites(f) && r.Violations == 0 {
+			t.Errorf("naive-lock: no violation under %d × %s: the fault did not bite, or the check missed it", r.FaultsInjected[f], f)
+		}
+		if harness.Bites(f) {
+			checkTimeline(t, r.Timeline)
+		}
+	}
+}
+
+// checkTimeline checks that a run whose check found violations draws them,
+// each referring to a write that is drawn too, and the faults before them.
+func checkTimeline(t *testing.T, tl *report.Timeline) {
+	t.Helper()
+	if tl == nil {
+		t.Error("no timeline")
+		return
+	}
+	ids := map[string]bool{}
+	var violations []report.Mark
+	faults := 0
+	for _, l := range tl.Lanes {
+		for _, m := range l.Marks {
+			ids[m.ID] = true
+			if m.Kind == report.MarkViolation {
+				violations = append(violations, m)
+			}
+		}
+		for _, s := range l.Spans {
+			if s.Kind == report.SpanPause || s.Kind == report.SpanIsolate {
+				faults++
+			}
+		}
+	}
+	if len(violations) == 0 || faults == 0 {
+		t.Errorf("timeline: %d violation marks, %d fault spans; want some of each", len(violations), faults)
+	}
+	for _, v := range violations {
+		if v.Ref != "" && !ids[v.Ref] {
+			t.Errorf("timeline: violation %s refers to %s, which is not drawn", v.ID, v.Ref)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+// The coordinator and its workers talk in lines. The coordinator writes a
+// workerConfig as the first line of the worker's stdin, then commands, one
+// JSON object a line. The worker writes two kinds of line on its stdout:
+// "H " followed by a line of its history recorder, and "E " followed by an
+// event, both JSON; each is one write, so a worker killed at any point
+// leaves whole lines behind, and perhaps one torn last line, which the
+// coordinator drops.
+
+// envWorker, set in a process's environment, makes it a worker: the lockfree
+// binary and test binaries check it first thing (IsWorker).
+const envWorker = "LOCKFREE_HARNESS_WORKER"
+
+const (
+	prefixHistory = "H "
+	prefixEvent   = "E "
+)
+
+// workerConfig is what a worker needs to run its client.
+type workerConfig struct {
+	Scenario string   `json:"scenario"`
+	Approach Approach `json:"approach"`
+	// Client is the worker's client number in the history.
+	Client int `json:"client"`
+	// DB connects to the run's schema, through the worker's own proxy
+	// when the run injects network faults.
+	DB string `json:"db"`
+	// Kafka lists the brokers; KafkaRoutes maps each broker address to the
+	// worker's proxy of it, when the run injects network faults.
+	Kafka       []string          `json:"kafka,omitempty"`
+	KafkaRoutes map[string]string `json:"kafka_routes,omitempty"`
+	Params      Params            `json:"params"`
+	// Warmup is how long the worker runs operations before it reports
+	// ready; they are recorded, and not measured.
+	Warmup time.Duration `json:"warmup"`
+	Seed   uint64        `json:"seed"`
+}
+
+// command is a line the coordinator sends a worker after its config.
+type command struct {
+	Cmd string `json:"cmd"`
+	Arm *arm   `json:"arm,omitempty"`
+}
+
+// The commands.
+const (
+	// cmdGo starts the measured part of the run.
+	cmdGo = "go"
+	// cmdHalt ends it: the worker finishes its operation, reports its
+	// stats and exits.
+	cmdHalt = "halt"
+	// cmdArm arms the worker's before-write points (command.Arm).
+	cmdArm = "arm"
+	// cmdClear disarms them and lets an operation blocked at one go on.
+	cmdClear = "clear"
+	// cmdDisarm disarms them, leaving an operation blocked at one blocked.
+	cmdDisarm = "disarm"
+)
+
+// arm says what a worker does at the next before-write point it reaches
+// (of an operation on Key, when Key is set), once.
+type arm struct {
+	Mode string        `json:"mode"`
+	Key  string        `json:"key,omitempty"`
+	For  time.Duration `json:"for,omitempty"`
+}
+
+// The modes of an arm.
+const (
+	// modeStop stops the whole process with SIGSTOP, until the
+	// coordinator sends SIGCONT: a paused process.
+	modeStop = "stop"
+	// modeStall blocks the operation's goroutine for arm.For, the rest of
+	// the process running on.
+	modeStall = "stall"
+	// modeWait blocks the operation until cmdClear: the coordinator cuts
+	// the worker off meanwhile, so that the write goes into the cut.
+	modeWait = "wait"
+	// modeHold is modeWait for the client that took over from a stopped
+	// one: it holds its write back until the stale one has landed.
+	modeHold = "hold"
+)
+
+// event is a line a worker reports besides its history.
+type event struct {
+	Ev string       `json:"ev"`
+	T  history.Time `json:"t"`
+	// Key is the key of the operation the event belongs to.
+	Key string `json:"key,omitempty"`
+	// Name is a lock's name, or a before-write point's.
+	Name string `json:"name,omitempty"`
+	// Token is a lease's fencing token; at a point, the token of the
+	// lease the operation holds (0 for none).
+	Token int64         `json:"token,omitempty"`
+	TTL   time.Duration `json:"ttl,omitempty"`
+	// Mode is the arm a point fired.
+	Mode string `json:"mode,omitempty"`
+	// Op is the ID of the operation (history.Call.ID).
+	Op    string       `json:"op,omitempty"`
+	Stats *workerStats `json:"stats,omitempty"`
+	Msg   string       `json:"msg,omitempty"`
+}
+
+// The events.
+const (
+	evReady   = "ready"   // warm-up done, waiting for cmdGo
+	evGo      = "go"      // measuring from T
+	evPoint   = "point"   // an armed before-write point fired
+	evResumed = "resumed" // the operation at the point goes on
+	evLease   = "lease"   // a lease acquired
+	evRenew   = "renew"   // a lease renewed
+	evRelease = "release" // a lease released
+	evStats   = "stats"   // the measured part's figures, last
+)
+
+// workerStats are a worker's figures over the measured part of its run.
+type workerStats struct {
+	// Ops counts the operations completed, whatever their outcome.
+	Ops int64 `json:"ops"`
+	// RoundTrips and Statements are what the worker's pool sent meanwhile;
+	// OpRoundTrips and OpStatements the part of it sent on behalf of
+	// operations, the rest being the approach's background work.
+	RoundTrips   int64 `json:"round_trips"`
+	Statements   int64 `json:"statements"`
+	OpRoundTrips int64 `json:"op_round_trips"`
+	OpStatements int64 `json:"op_statements"`
+	// Connects counts the connections the pool opened, warm-up included.
+	Connects int64 `json:"connects"`
+	// Hits counts, per failpoint site, how often it was reached.
+	Hits map[string]int64 `json:"hits,omitempty"`
+}
+
+// emitter writes a worker's lines, one write each.
+type emitter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (e *emitter) line(prefix string, b []byte) error {
+	buf := make([]byte, 0, len(prefix)+len(b)+1)
+	buf = append(append(append(buf, prefix...), b...), '\n')
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return e.err
+	}
+	if _, err := e.w.Write(buf); err != nil {
+		e.err = fmt.Errorf("harness: worker output: %w", err)
+	}
+	return e.err
+}
+
+func (e *emitter) event(ev event) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("harness: encoding event: %w", err)
+	}
+	return e.line(prefixEvent, b)
+}
+
+// historyWriter is the io.Writer of the worker's history.Recorder: each of
+// its writes is one record, newline included.
+type historyWriter struct{ e *emitter }
+
+func (h historyWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if n > 0 && p[n-1] == '\n' {
+		p = p[:n-1]
+	}
+	if err := h.e.line(prefixHistory, p); err != nil {
+		return 0, err
+	}
+	return n, nil
+}

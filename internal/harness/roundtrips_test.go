@@ -1,0 +1,82 @@
+package harness
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// The statements a run measures on behalf of each operation are the hand
+// count of each approach's flow, for one client, which never waits for a
+// lock:
+//
+//	inventory
+//	  alternative  UPDATE … RETURNING                                       1
+//	  raw          UPDATE … RETURNING                                       1
+//	  naive-lock   acquire, SELECT, UPDATE, release (NOTIFY in the release) 4
+//	  fenced-lock  acquire, fenced read (stamps), fenced UPDATE, release    4
+//	documents
+//	  alternative  SELECT the row and its version, UPDATE … WHERE version   2
+//	  raw          UPDATE … FROM (SELECT … FOR UPDATE) RETURNING            1
+//	  naive-lock   acquire, SELECT, UPDATE, release                         4
+//	  fenced-lock  acquire, fenced read, fenced UPDATE, release             4
+//	accounts
+//	  alternative  the write and its event in one statement, fenced by the
+//	               epoch (the last number cached per epoch)                 1
+//	  raw          UPDATE last_seq + 1 → INSERT event, one statement        1
+//	  naive-lock   acquire, SELECT, write + event, release                  4
+//	  fenced-lock  acquire, fenced read, fenced write + event, release      4
+//
+// and so are their round trips where the pool keeps its connection. The
+// lock service's wake-ups take a pooled connection to LISTEN on whenever an
+// acquire waits, even one that finds the lock free, and close it after, so
+// the lock-based operations also prepare their statements again on a new
+// connection now and then: more round trips, never fewer. The report's
+// figure adds the approach's background work (that LISTEN, a member's
+// heartbeats, which also rotate the partition member's connections), which
+// its operations cost too.
+func TestRoundTripsPerOp(t *testing.T) {
+	want := map[string]map[Approach]int64{
+		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4},
+		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4},
+		"accounts":  {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4},
+	}
+	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
+	url := testdb.New(t).URL
+	for _, name := range []string{"inventory", "documents", "accounts"} {
+		sc, _ := Lookup(name)
+		for _, def := range Approaches(name) {
+			t.Run(name+"/"+string(def.Approach()), func(t *testing.T) {
+				roundTrips(t, sc, def, cfg, url, want[name][def.Approach()])
+			})
+		}
+	}
+}
+
+func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, url string, w int64) {
+	r, res, err := runApproach(context.Background(), sc, def, cfg, Infra{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.stats()
+	if st.Ops == 0 || res.RoundTripsPerOp == nil {
+		t.Fatalf("nothing measured")
+	}
+	t.Logf("%d ops: %.3f round trips per op in all, %.3f statements; on behalf of the operations %d round trips, %d statements",
+		st.Ops, *res.RoundTripsPerOp, *res.StatementsPerOp, st.OpRoundTrips, st.OpStatements)
+	if st.OpStatements != w*st.Ops {
+		t.Errorf("%d statements for %d operations, want %d per operation", st.OpStatements, st.Ops, w)
+	}
+	// An approach with a lease shares its pool with its background work
+	// (LISTEN, heartbeats), so an operation may land on a connection that
+	// has not prepared its statement yet.
+	leased := def.Protection(r.params).Lease > 0
+	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips != st.OpStatements {
+		t.Errorf("%d round trips for %d statements", st.OpRoundTrips, st.OpStatements)
+	}
+	if *res.RoundTripsPerOp < float64(w) {
+		t.Errorf("the report's %.3f round trips per op are fewer than the operations' own %d", *res.RoundTripsPerOp, w)
+	}
+}

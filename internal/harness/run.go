@@ -1,0 +1,429 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/report"
+)
+
+// ErrNotInjected is matched by the error of a run in which a requested
+// fault took effect not once for some approach: such a run proves nothing
+// about that fault, and must not pass for one that does.
+var ErrNotInjected = errors.New("harness: a requested fault was not injected")
+
+// ErrInvalid is matched by the errors of a bad configuration, returned
+// before anything runs.
+var ErrInvalid = errors.New("harness: invalid argument")
+
+// Config describes a run. The zero value is the defaults.
+type Config struct {
+	// Clients is how many worker processes run each approach, one client
+	// each. Defaults to 8.
+	Clients int
+	// Keys is how many distinct keys the clients work on. Defaults to 1.
+	Keys int
+	// Duration is how long each approach is measured. Defaults to 5s.
+	Duration time.Duration
+	// Warmup is how long each worker runs before the measured part, its
+	// operations recorded and checked, not measured. Defaults to a fifth
+	// of Duration, at most 1s.
+	Warmup time.Duration
+	// Faults are injected while each approach is measured.
+	Faults []Fault
+	// LeaseTTL is the lease of the lock-based approaches. Defaults to
+	// 250ms.
+	LeaseTTL time.Duration
+	// OpTimeout bounds one operation. Defaults to 2s plus twice the lease
+	// that protects the approach, so that an operation outlasts a fault
+	// that holds it past that lease.
+	OpTimeout time.Duration
+	// Approaches, when set, restricts a run to these approaches (in the
+	// scenario's order).
+	Approaches []Approach
+	// Seed seeds the workers' random sources. Defaults to a random seed.
+	Seed uint64
+	// Env is added to every worker's environment (LOCKFREE_MUTANTS=… for
+	// a mutant run).
+	Env []string
+	// Executable is the binary to run workers with, which must call
+	// WorkerMain when IsWorker. Defaults to this process's binary.
+	Executable string
+	// Args are the workers' arguments. Defaults to none; a test binary
+	// needs none either, as its TestMain runs the worker before parsing
+	// flags.
+	Args []string
+	// Stderr receives the workers' stderr. Defaults to none (the last
+	// lines of a worker that died are reported).
+	Stderr io.Writer
+	// Progress receives a line per second while a run goes on, and the
+	// harness's messages. Optional.
+	Progress io.Writer
+	// Live, when set, follows each approach's run instead of Progress.
+	Live report.Progress
+	// Hits, when set, is called after each approach's run with how often
+	// its workers reached each failpoint site (summed), so that a mutant
+	// run can prove it exercised its mutant. Optional.
+	Hits func(a Approach, hits map[string]int64)
+}
+
+// Infra is where a run runs.
+type Infra struct {
+	// URL of the PostgreSQL database. Required.
+	URL string
+	// Restart stops and starts the server (the restart fault); nil when
+	// it cannot be restarted from here.
+	Restart func(ctx context.Context) error
+	// Kafka brokers, when there are.
+	Kafka []string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Clients == 0 {
+		c.Clients = 8
+	}
+	if c.Keys == 0 {
+		c.Keys = 1
+	}
+	if c.Duration == 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = min(time.Second, c.Duration/5)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 250 * time.Millisecond
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Clients < 1 || c.Clients > 256:
+		return fmt.Errorf("%w: %d clients (want 1 to 256 worker processes)", ErrInvalid, c.Clients)
+	case c.Keys < 1:
+		return fmt.Errorf("%w: %d keys", ErrInvalid, c.Keys)
+	case c.Duration < 100*time.Millisecond || c.Warmup < 0:
+		return fmt.Errorf("%w: duration %v (want ≥ 100ms), warm-up %v", ErrInvalid, c.Duration, c.Warmup)
+	case c.LeaseTTL < 0 || c.OpTimeout < 0:
+		return fmt.Errorf("%w: negative lease or operation timeout", ErrInvalid)
+	}
+	for _, f := range c.Faults {
+		if _, ok := faultByName(f); !ok {
+			return fmt.Errorf("%w: unknown fault %s", ErrInvalid, f)
+		}
+	}
+	return nil
+}
+
+// Run runs every approach of sc, one after the other, under cfg's faults,
+// and checks each one's history. It returns the report, and with it an
+// error matching ErrNotInjected when a requested fault took effect not once
+// in some approach's run; any other error means the run could not be made.
+func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Report, error) {
+	cfg = cfg.withDefaults()
+	rep := report.Report{Scenario: sc.Name(), Backend: "postgres", Clients: cfg.Clients, Keys: cfg.Keys,
+		DurationS: cfg.Duration.Seconds(), Faults: append([]Fault{}, cfg.Faults...), FaultHow: map[Fault]string{}}
+	if err := cfg.validate(); err != nil {
+		return rep, err
+	}
+	if infra.URL == "" {
+		return rep, fmt.Errorf("%w: the harness needs PostgreSQL (Infra.URL)", ErrInvalid)
+	}
+	for _, f := range cfg.Faults {
+		k, _ := faultByName(f)
+		rep.FaultHow[f] = k.how
+	}
+	var missed []error
+	for _, def := range Approaches(sc.Name()) {
+		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, def.Approach()) {
+			continue
+		}
+		r, res, err := runApproach(ctx, sc, def, cfg, infra)
+		for _, n := range r.notes {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %s", def.Approach(), n))
+		}
+		if err != nil {
+			return rep, fmt.Errorf("%s/%s: %w", sc.Name(), def.Approach(), err)
+		}
+		if cfg.Hits != nil {
+			cfg.Hits(def.Approach(), r.stats().Hits)
+		}
+		for _, f := range cfg.Faults {
+			if res.FaultsInjected[f] == 0 {
+				missed = append(missed, fmt.Errorf("%w: %s/%s: %s took effect not once", ErrNotInjected, sc.Name(), def.Approach(), f))
+			}
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	return rep, errors.Join(missed...)
+}
+
+// run is one approach's run, seen from the coordinator.
+type run struct {
+	cfg    Config
+	infra  Infra
+	sc     Scenario
+	def    ApproachDef
+	params Params
+	prot   Protection
+	procs  []*proc
+	mon    *monitor
+	base   history.Time // when the workers were started: 0s on the timeline
+	task   report.Task  // the live progress of the run, when followed
+
+	mu       sync.Mutex
+	injected map[Fault]int64
+	notes    []string
+	spans    map[int][]report.Span // by client
+	global   []report.Span
+	// idle: the worker the injector is after completed no operation
+	// lately.
+	idle bool
+}
+
+func (r *run) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+func (r *run) count(f Fault) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.injected[f]++
+}
+
+func (r *run) span(client int, kind report.SpanKind, from, to history.Time, label string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := report.Span{Kind: kind, Start: r.seconds(from), End: r.seconds(to), Label: label}
+	if client < 0 {
+		r.global = append(r.global, s)
+		return
+	}
+	r.spans[client] = append(r.spans[client], s)
+}
+
+// seconds converts a history time to seconds on the timeline.
+func (r *run) seconds(t history.Time) float64 { return float64(t-r.base) / 1e9 }
+
+// runApproach runs one approach: schema, workers, faults, check.
+func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, infra Infra) (*run, report.Result, error) {
+	sizes := Sizes{Keys: cfg.Keys, Clients: cfg.Clients}
+	r := &run{cfg: cfg, infra: infra, sc: sc, def: def, mon: newMonitor(),
+		injected: map[Fault]int64{}, spans: map[int][]report.Span{}}
+	r.params = Params{Sizes: sizes, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
+	r.prot = def.Protection(r.params)
+	if r.params.OpTimeout == 0 {
+		r.params.OpTimeout = 2*time.Second + 2*r.prot.Lease
+	}
+	sch, err := newSchema(ctx, infra.URL, sc, def.Approach(), sizes)
+	if err != nil {
+		return r, report.Result{}, err
+	}
+	defer sch.drop()
+	defer r.cleanup()
+	if err := r.start(ctx, sch.url); err != nil {
+		return r, report.Result{}, err
+	}
+	window, err := r.measure(ctx)
+	if err != nil {
+		return r, report.Result{}, err
+	}
+	res, err := r.result(ctx, sch, window)
+	return r, res, err
+}
+
+// start starts the workers, each through its own proxy when the run
+// injects network faults, and waits until every one has warmed up.
+func (r *run) start(ctx context.Context, url string) error {
+	exe := r.cfg.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("harness: finding the worker binary: %w", err)
+		}
+	}
+	network := slices.ContainsFunc(r.cfg.Faults, func(f Fault) bool { k, _ := faultByName(f); return k.network })
+	r.base = history.Now()
+	for c := 0; c < r.cfg.Clients; c++ {
+		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
+			Kafka: r.infra.Kafka, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed}
+		var proxy *faultproxy.Proxy
+		if network {
+			var err error
+			if proxy, wc.DB, err = proxied(url); err != nil {
+				return err
+			}
+		}
+		p, err := startProc(exe, r.cfg.Args, r.cfg.Env, wc, proxy, r.mon, r.cfg.Stderr)
+		if err != nil {
+			if proxy != nil {
+				proxy.Close()
+			}
+			return err
+		}
+		r.procs = append(r.procs, p)
+	}
+	bound := r.cfg.Warmup + r.params.OpTimeout + time.Minute
+	ready := r.mon.wait(ctx, bound, func() bool {
+		for _, p := range r.procs {
+			p.mu.Lock()
+			ok := p.ready
+			p.mu.Unlock()
+			if !ok && !p.exited() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range r.procs {
+		if p.exited() {
+			<-p.done
+			return fmt.Errorf("%w: %w", errNoWorker, p.died())
+		}
+	}
+	if !ready {
+		return fmt.Errorf("harness: the workers were not ready within %v", bound)
+	}
+	return nil
+}
+
+// proxied starts a proxy in front of url's server and returns it with url
+// pointing at it.
+func proxied(url string) (*faultproxy.Proxy, string, error) {
+	target, err := pgaddr.HostPort(url)
+	if err != nil {
+		return nil, "", fmt.Errorf("harness: network faults: %w", err)
+	}
+	p, err := faultproxy.Start(target)
+	if err != nil {
+		return nil, "", err
+	}
+	u, err := pgaddr.WithHostPort(url, p.Addr())
+	if err != nil {
+		p.Close()
+		return nil, "", err
+	}
+	return p, u, nil
+}
+
+// cleanup kills the workers that are still running and closes the proxies.
+func (r *run) cleanup() {
+	for _, p := range r.procs {
+		if !p.exited() {
+			p.kill()
+			<-p.done
+		}
+		if p.proxy != nil {
+			p.proxy.Close()
+		}
+	}
+}
+
+// window is the measured part of a run, on the history clock.
+type window struct{ from, to history.Time }
+
+// measure starts the measured part, injects the faults while it lasts,
+// halts the workers and waits for them to exit.
+func (r *run) measure(ctx context.Context) (window, error) {
+	w := window{from: history.Now()}
+	for _, p := range r.procs {
+		p.command(command{Cmd: cmdGo})
+	}
+	runCtx, stop := context.WithTimeout(ctx, r.cfg.Duration)
+	defer stop()
+	progress := r.follow(runCtx)
+	r.inject(runCtx)
+	<-runCtx.Done()
+	w.to = history.Now()
+	<-progress
+	// Whatever a fault left stopped or held goes on, so that every
+	// operation ends.
+	for _, p := range r.procs {
+		_ = p.signal(sigCont)
+		if p.proxy != nil {
+			p.proxy.Deliver()
+		}
+		p.command(command{Cmd: cmdClear})
+		p.command(command{Cmd: cmdHalt})
+	}
+	bound := r.params.OpTimeout + 30*time.Second
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	for _, p := range r.procs {
+		select {
+		case <-p.done:
+		case <-deadline.C:
+			r.note("workers still running %v after the halt were killed; their open operations count as unknown", bound)
+			r.cleanup()
+		case <-ctx.Done():
+			return w, ctx.Err()
+		}
+	}
+	for _, p := range r.procs {
+		if err := p.died(); err != nil {
+			r.note("%v; its open operations count as unknown", err)
+		}
+	}
+	return w, nil
+}
+
+// follow reports the run's progress every second until ctx ends.
+func (r *run) follow(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if r.cfg.Live != nil {
+		r.task = r.cfg.Live.Start(r.sc.Name(), r.def.Approach(), r.cfg.Duration)
+	}
+	task := r.task
+	go func() {
+		defer close(done)
+		start := time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			ended := false
+			select {
+			case <-ctx.Done():
+				ended = true
+			case <-tick.C:
+			}
+			ops := r.mon.okRunning()
+			switch {
+			case task != nil:
+				task.Update(ops, r.faults())
+			case r.cfg.Progress != nil:
+				fmt.Fprintf(r.cfg.Progress, "%s/%s: %d ops after %.0fs\n", r.sc.Name(), r.def.Approach(), ops, time.Since(start).Seconds())
+			}
+			if ended {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// faults counts the faults injected so far.
+func (r *run) faults() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, v := range r.injected {
+		n += v
+	}
+	return n
+}

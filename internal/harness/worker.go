@@ -1,0 +1,305 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/short"
+)
+
+// IsWorker reports whether this process was started by the harness as one
+// of a run's workers. The lockfree binary and every test binary that runs
+// the harness check it first thing, and then call WorkerMain instead of
+// doing their own work:
+//
+//	func TestMain(m *testing.M) {
+//		if harness.IsWorker() {
+//			os.Exit(harness.WorkerMain())
+//		}
+//		os.Exit(m.Run())
+//	}
+func IsWorker() bool { return os.Getenv(envWorker) != "" }
+
+// WorkerMain runs this process as a worker: it reads its configuration and
+// the coordinator's commands on stdin, runs one client of one approach, and
+// reports its history and events on stdout. It returns the process's exit
+// code.
+func WorkerMain() int {
+	if err := serve(context.Background(), os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "lockfree worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// maxBlock bounds how long an operation waits at an armed point for the
+// coordinator: a coordinator that died must not leave workers waiting.
+const maxBlock = 2 * time.Minute
+
+// worker is one worker process's state.
+type worker struct {
+	cfg workerConfig
+	out *emitter
+
+	mu      sync.Mutex
+	armed   *arm
+	release chan struct{} // closed by cmdClear: an operation blocked at a point goes on
+
+	goCh, haltCh chan struct{}
+	goOnce       sync.Once
+	haltOnce     sync.Once
+}
+
+// serve is WorkerMain on in and out.
+func serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), history.MaxLine)
+	if !sc.Scan() {
+		return fmt.Errorf("no configuration on stdin: %v", sc.Err())
+	}
+	var cfg workerConfig
+	if err := json.Unmarshal(sc.Bytes(), &cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	w := &worker{cfg: cfg, out: &emitter{w: out}, goCh: make(chan struct{}), haltCh: make(chan struct{})}
+	go w.control(sc)
+	return w.run(ctx)
+}
+
+// control follows the coordinator's commands until stdin ends, which halts
+// the worker: its coordinator is gone.
+func (w *worker) control(sc *bufio.Scanner) {
+	defer w.halt()
+	for sc.Scan() {
+		var c command
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			fmt.Fprintf(os.Stderr, "lockfree worker: bad command %s: %v\n", short.Quote(sc.Text()), err)
+			continue
+		}
+		switch c.Cmd {
+		case cmdGo:
+			w.goOnce.Do(func() { close(w.goCh) })
+		case cmdHalt:
+			return
+		case cmdArm:
+			w.mu.Lock()
+			w.armed = c.Arm
+			w.mu.Unlock()
+		case cmdClear:
+			w.clear()
+		case cmdDisarm:
+			w.mu.Lock()
+			w.armed = nil
+			w.mu.Unlock()
+		}
+	}
+}
+
+func (w *worker) halt() { w.haltOnce.Do(func() { close(w.haltCh) }) }
+
+func (w *worker) halted() bool {
+	select {
+	case <-w.haltCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// clear disarms the worker and lets an operation blocked at a point go on.
+func (w *worker) clear() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = nil
+	if w.release != nil {
+		close(w.release)
+		w.release = nil
+	}
+}
+
+// point is the handler of every before-write point of the process: it marks
+// the operation as having reached its write and, when the worker is armed
+// for it, fires the arm once.
+func (w *worker) point(ctx context.Context, name string) {
+	if !strings.HasSuffix(name, "before-write") {
+		return
+	}
+	op := opFrom(ctx)
+	ev := event{Ev: evPoint, Name: name}
+	if op != nil {
+		op.passed.Store(true)
+		ev.Key, ev.Op, ev.Token = op.key, op.ID(), op.Token()
+	}
+	w.mu.Lock()
+	a := w.armed
+	if a == nil || (a.Key != "" && a.Key != ev.Key) {
+		w.mu.Unlock()
+		return
+	}
+	w.armed = nil
+	release := make(chan struct{})
+	w.release = release
+	w.mu.Unlock()
+
+	ev.Mode, ev.T = a.Mode, history.Now()
+	if w.out.event(ev) != nil {
+		return // the coordinator cannot know of the fault: do not inject it
+	}
+	switch a.Mode {
+	case modeStop:
+		// The event is written before the process stops: the coordinator
+		// knows where it stopped.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	case modeStall:
+		failpoint.Stall(a.For)(ctx, name)
+	case modeWait, modeHold:
+		t := time.NewTimer(maxBlock)
+		select {
+		case <-release:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
+}
+
+// run runs the client: the warm-up, then operations from cmdGo until
+// cmdHalt, then the stats.
+func (w *worker) run(ctx context.Context) error {
+	def, ok := lookupApproach(w.cfg.Scenario, w.cfg.Approach)
+	if !ok {
+		return fmt.Errorf("no approach %s of scenario %s in this binary", short.Quote(string(w.cfg.Approach)), short.Quote(w.cfg.Scenario))
+	}
+	tr := &tracer{}
+	pool, err := w.pool(ctx, tr)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	env, err := w.env(pool)
+	if err != nil {
+		return err
+	}
+	restore := failpoint.Handle(w.point)
+	defer restore()
+	client, err := def.NewClient(ctx, env)
+	if err != nil {
+		return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
+	}
+	defer client.Close()
+
+	warm := time.Now().Add(w.cfg.Warmup)
+	for time.Now().Before(warm) && !w.halted() {
+		if err := w.op(ctx, client); err != nil {
+			return err
+		}
+	}
+	if err := w.out.event(event{Ev: evReady, T: history.Now()}); err != nil {
+		return err
+	}
+	select {
+	case <-w.goCh:
+	case <-w.haltCh:
+		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.counts().Connects}})
+	}
+	start := tr.counts()
+	if err := w.out.event(event{Ev: evGo, T: history.Now()}); err != nil {
+		return err
+	}
+	var ops int64
+	for !w.halted() {
+		if err := w.op(ctx, client); err != nil {
+			return err
+		}
+		ops++
+	}
+	end := tr.counts()
+	if d, ok := client.(Drainer); ok {
+		if err := d.Drain(ctx); err != nil {
+			return fmt.Errorf("%s/%s: draining: %w", w.cfg.Scenario, w.cfg.Approach, err)
+		}
+	}
+	st := &workerStats{Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
+		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
+		Connects: end.Connects, Hits: hits()}
+	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
+}
+
+// op runs one operation under the operation timeout.
+func (w *worker) op(ctx context.Context, c Client) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Params.OpTimeout)
+	defer cancel()
+	if err := c.Op(ctx); err != nil {
+		return fmt.Errorf("%s/%s: %w", w.cfg.Scenario, w.cfg.Approach, err)
+	}
+	return nil
+}
+
+// pool connects to the run's schema, with tr counting what it sends. It is
+// small: one client runs one operation at a time, beside its lock service's
+// listener and keepalives, and a background consumer whose transaction may
+// wait for a lock (singlewriter.Fenced acquires inside it): a pool too small
+// for both would leave that transaction open, its row locks stalling every
+// other worker.
+func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(w.cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	pc.MaxConns = 8
+	pc.ConnConfig.Tracer = tr
+	pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// env is the client's environment on pool.
+func (w *worker) env(pool *pgxpool.Pool) (*Env, error) {
+	locks, err := fencedlock.NewPostgres(pool, &fencedlock.PostgresConfig{Notify: true})
+	if err != nil {
+		return nil, err
+	}
+	env := &Env{
+		Client: w.cfg.Client, Params: w.cfg.Params, DB: pool,
+		Locks: recordingLocks{Store: locks, w: w},
+		Kafka: w.cfg.Kafka,
+		Rand:  rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Client))),
+		rec:   history.NewRecorder(historyWriter{w.out}),
+		w:     w,
+	}
+	if len(w.cfg.KafkaRoutes) > 0 {
+		env.KafkaDial = faultproxy.Redirect(w.cfg.KafkaRoutes)
+	}
+	return env, nil
+}
+
+// hits returns the failpoint sites this process reached, for a mutant run to
+// prove that it exercised its mutant.
+func hits() map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range failpoint.Registered() {
+		if n := failpoint.Hits(p.Name); n > 0 {
+			out[p.Name] = n
+		}
+	}
+	return out
+}
+
+// errNoWorker is returned when a started process never behaves as a worker:
+// its binary does not call WorkerMain when IsWorker.
+var errNoWorker = errors.New("harness: the process did not run as a worker (does its main or TestMain call harness.WorkerMain when harness.IsWorker?)")
