@@ -40,7 +40,10 @@ type workerConfig struct {
 	// worker's proxy of it, when the run injects network faults.
 	Kafka       []string          `json:"kafka,omitempty"`
 	KafkaRoutes map[string]string `json:"kafka_routes,omitempty"`
-	Params      Params            `json:"params"`
+	// Redis is the address of the run's Redis server, for the
+	// redis-lock approaches.
+	Redis  string `json:"redis,omitempty"`
+	Params Params `json:"params"`
 	// Warmup is how long the worker runs operations before it reports
 	// ready; they are recorded, and not measured.
 	Warmup time.Duration `json:"warmup"`
