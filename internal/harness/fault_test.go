@@ -76,8 +76,8 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range rep.Results {
-				t.Logf("%-12s ops=%d errors=%d rejected=%d uncertain=%d faults=%v violations=%d %s",
-					r.Approach, r.Ops, r.Errors, r.Rejected, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
+				t.Logf("%-12s ops=%d rejected=%d errors=%d uncertain=%d faults=%v violations=%d %s",
+					r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
 				checkResult(t, tc.fault, r)
 			}
 		})

@@ -144,14 +144,42 @@ func (r *run) inject(ctx context.Context) {
 			victims = append(victims, k)
 		}
 	}
-	for i := 0; len(victims) > 0 && ctx.Err() == nil; i++ {
-		v := r.procs[i%len(r.procs)]
-		if v.exited() {
+	for i, n := 0, 0; len(victims) > 0 && ctx.Err() == nil; n++ {
+		v, active := r.victim(&i)
+		r.mu.Lock()
+		r.idle = !active
+		r.mu.Unlock()
+		if v == nil {
+			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
-		victims[i%len(victims)].victim(ctx, r, v)
+		victims[n%len(victims)].victim(ctx, r, v)
 	}
 	wg.Wait()
+}
+
+// victim picks the next worker to inject a fault into, round-robin from *i
+// over the workers that are running and completed an operation in the last
+// second — a worker with nothing to do (its partitions are another's)
+// would never reach a before-write point — or over every running worker
+// when none did.
+func (r *run) victim(i *int) (*proc, bool) {
+	since := history.Now() - history.Time(time.Second)
+	var fallback *proc
+	for range r.procs {
+		p := r.procs[*i%len(r.procs)]
+		*i++
+		if p.exited() {
+			continue
+		}
+		if r.mon.active(p.client, since) {
+			return p, true
+		}
+		if fallback == nil {
+			fallback = p
+		}
+	}
+	return fallback, false
 }
 
 // margin is how long past a lease the harness waits before it counts the
@@ -160,8 +188,17 @@ func (r *run) inject(ctx context.Context) {
 func (r *run) margin() time.Duration { return max(100*time.Millisecond, r.prot.Lease/2) }
 
 // reachBound bounds the wait for an armed worker to reach a before-write
-// point: one operation, plus a lock wait.
-func (r *run) reachBound() time.Duration { return 2*r.params.OpTimeout + time.Second }
+// point: one operation, plus a lock wait; a second for an idle one.
+func (r *run) reachBound() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.idle {
+		// A worker that has been doing nothing may go on doing nothing:
+		// another may have become busy meanwhile.
+		return time.Second
+	}
+	return 2*r.params.OpTimeout + time.Second
+}
 
 // takeoverBound bounds the wait for another worker to take over, after the
 // lease: past it, the fault counts as injected, not taken over.

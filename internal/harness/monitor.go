@@ -29,6 +29,8 @@ type monitor struct {
 	tenures map[int][]event
 	okRun   int64 // OK operations invoked after their worker's go
 	goT     map[int]history.Time
+	// lastDone is when each client last completed an operation.
+	lastDone map[int]history.Time
 }
 
 type opSeen struct {
@@ -51,7 +53,7 @@ type pointSeen struct {
 
 func newMonitor() *monitor {
 	return &monitor{changed: make(chan struct{}), open: map[string]opSeen{}, done: map[string]opSeen{},
-		ok: map[string][]opSeen{}, leases: map[string][]leaseSeen{}, goT: map[int]history.Time{}, tenures: map[int][]event{}}
+		ok: map[string][]opSeen{}, leases: map[string][]leaseSeen{}, goT: map[int]history.Time{}, tenures: map[int][]event{}, lastDone: map[int]history.Time{}}
 }
 
 // changedLocked wakes the waiters.
@@ -89,6 +91,7 @@ func (m *monitor) history(line []byte) {
 	delete(m.open, id)
 	o.outcome = h.Ev
 	m.done[id] = o
+	m.lastDone[o.client] = h.T
 	if h.Ev == "ok" {
 		m.ok[o.key] = append(m.ok[o.key], o)
 		if g, ok := m.goT[o.client]; ok && o.call >= g {
@@ -206,4 +209,11 @@ func (m *monitor) okRunning() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.okRun
+}
+
+// active reports whether client completed an operation since t.
+func (m *monitor) active(client int, since history.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastDone[client] >= since
 }

@@ -197,6 +197,9 @@ type run struct {
 	notes    []string
 	spans    map[int][]report.Span // by client
 	global   []report.Span
+	// idle: the worker the injector is after completed no operation
+	// lately.
+	idle bool
 }
 
 func (r *run) note(format string, args ...any) {

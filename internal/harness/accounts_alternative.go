@@ -1,0 +1,175 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+// sqlAccountsPartitioned is the single writer's append: the next number and
+// its event in one statement, fenced by the epoch (Condition, from $5) and
+// by the number it read (so that a late write of an append whose fate was
+// unknown changes nothing rather than duplicate).
+const sqlAccountsPartitioned = `WITH u AS (
+	UPDATE accounts SET last_seq = $2 WHERE id = $1 AND last_seq = $3 AND %s RETURNING id)
+INSERT INTO account_events (account, seq, appended_by) SELECT id, $2, $4 FROM u`
+
+// errStaleSeq is an append whose expected last number was not the table's:
+// it changed nothing.
+var errStaleSeq = errors.New("harness: accounts: last sequence number changed since it was read")
+
+// The member lease of the alternative: every worker is a member, and one
+// that stops heartbeating leaves the live set after accountsMemberTTL.
+const (
+	accountsMemberTTL      = time.Second
+	accountsMemberInterval = 100 * time.Millisecond
+)
+
+// accountsAlternative appends as the owner of the entity's partition: every
+// worker is a partition.Member, appending to the entities of the partitions
+// it owns on their serial executors, each write fenced by the partition's
+// epoch. A member stopped past its lease loses its partitions to another;
+// its write, presenting the old epoch, is refused.
+type accountsAlternative struct{}
+
+func init() { RegisterApproach(accountsAlternative{}) }
+
+func (accountsAlternative) Scenario() string   { return "accounts" }
+func (accountsAlternative) Approach() Approach { return Alternative }
+func (accountsAlternative) Label() string {
+	return "partition.Member.Do: each worker a member; the owner's serial executor reads and writes the next number and the event, fenced by the epoch"
+}
+func (accountsAlternative) Protection(Params) Protection {
+	return Protection{Lease: accountsMemberTTL + accountsMemberInterval, What: "the member lease and a heartbeat"}
+}
+
+func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, error) {
+	store, err := partition.NewPostgres(env.DB, nil)
+	if err != nil {
+		return nil, err
+	}
+	m, err := partition.NewMember(ctx, partition.Config{
+		Name: "worker-" + strconv.Itoa(env.Client), TTL: accountsMemberTTL,
+		Interval: accountsMemberInterval, MoveInterval: 10 * time.Millisecond,
+	}, store)
+	if err != nil {
+		return nil, err
+	}
+	c := &accountsAltClient{env: env, store: store, member: m}
+	if err := c.settle(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// settle waits until the member sees the whole fleet and owns exactly the
+// partitions the ring places on it, so that the run does not measure the
+// fleet's first handovers.
+func (c *accountsAltClient) settle(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		r := c.member.Ring()
+		want := 0
+		for p := 0; p < r.Partitions(); p++ {
+			if r.Owner(p) == c.member.Name() {
+				want++
+			}
+		}
+		if len(r.Members()) == c.env.Clients && len(c.member.Owned()) == want {
+			return nil
+		}
+		if !sleep(ctx, 10*time.Millisecond) {
+			return fmt.Errorf("harness: accounts: the partitions did not settle on %d members: %w", c.env.Clients, ctx.Err())
+		}
+	}
+}
+
+type accountsAltClient struct {
+	env    *Env
+	store  *partition.Postgres
+	member *partition.Member
+}
+
+// ownedKey picks an entity of a partition the member owns, if any.
+func (c *accountsAltClient) ownedKey() (string, bool) {
+	owned := map[int]bool{}
+	for _, e := range c.member.Owned() {
+		owned[e.Partition] = true
+	}
+	if len(owned) == 0 {
+		return "", false
+	}
+	from := c.env.Rand.IntN(c.env.Keys)
+	for i := 0; i < c.env.Keys; i++ {
+		k := Key("account-", (from+i)%c.env.Keys)
+		if owned[c.member.Partition(k)] {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func (c *accountsAltClient) Op(ctx context.Context) error {
+	key, ok := c.ownedKey()
+	if !ok {
+		// Nothing to do here: the entities are another member's.
+		sleep(ctx, 5*time.Millisecond)
+		return nil
+	}
+	ctx, op, err := accountAppend(ctx, c.env, key)
+	if err != nil {
+		return err
+	}
+	var seq int64
+	retries := 0
+	for {
+		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+			var err error
+			seq, err = c.append(ctx, op, e)
+			return err
+		})
+		// A partition on the move, or gone elsewhere meanwhile, runs
+		// nothing: the client asks again, as it would ask the new owner.
+		if !errors.Is(err, partition.ErrMoving) && !errors.Is(err, partition.ErrNotOwner) || !sleep(ctx, 2*time.Millisecond) {
+			break
+		}
+		retries++
+	}
+	op.Set("retries", strconv.Itoa(retries))
+	return op.Finish(history.SeqOutput{Seq: seq}, err, partition.ErrFenced, errStaleSeq)
+}
+
+// append reads the entity's last number and writes the next, fenced by the
+// epoch, on the operation's context (whose values the tracer and the
+// points need); the write is sent whatever its deadline.
+func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoch) (int64, error) {
+	var last int64
+	if err := c.env.DB.QueryRow(ctx, sqlAccountsRead, op.key).Scan(&last); err != nil {
+		return 0, err
+	}
+	c.env.BeforeWrite(ctx, "harness.accounts.alternative.before-write")
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	cond, args := c.store.Condition(e, 5)
+	tag, err := c.env.DB.Exec(wctx, fmt.Sprintf(sqlAccountsPartitioned, cond),
+		append([]any{op.key, last + 1, last, op.ID()}, args...)...)
+	if err == nil && tag.RowsAffected() == 0 {
+		if err = c.store.Check(wctx, e); err == nil {
+			err = errStaleSeq
+		}
+	}
+	return last + 1, err
+}
+
+func (c *accountsAltClient) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.member.Close(ctx)
+}

@@ -1,0 +1,126 @@
+package harness
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/migrate"
+)
+
+// The payments tables. charges has no unique constraint, so that a double
+// charge reaches the check; charged_by is the ID of the operation that
+// charged. payments_done is the naive lock's and the bare baseline's record
+// of charged keys; payment_fences the fenced twin's token (and charged
+// flag) per key.
+const (
+	sqlPaymentsTables = `CREATE TABLE charges (
+	payment_key text   NOT NULL,
+	amount      bigint NOT NULL,
+	charged_by  text   NOT NULL
+);
+CREATE TABLE payments_done (
+	payment_key text PRIMARY KEY,
+	charge      text NOT NULL
+);
+CREATE TABLE payment_fences (
+	payment_key   text    PRIMARY KEY,
+	charged       boolean NOT NULL DEFAULT false,
+	fencing_token bigint  NOT NULL DEFAULT 0
+)`
+	sqlPaymentsCharge  = `INSERT INTO charges (payment_key, amount, charged_by) VALUES ($1, $2, $3)`
+	sqlPaymentsCharges = `SELECT payment_key, charged_by FROM charges`
+)
+
+// payments is the scenario of payments that clients charge, each key many
+// times (the retries of one payment): the charges found after the run are
+// held to ExactlyOnce — each key charged once once a client was told so,
+// never by a refused attempt.
+type payments struct{}
+
+func init() { Register(payments{}) }
+
+func (payments) Name() string { return "payments" }
+func (payments) Order() int   { return 3 }
+func (payments) Description() string {
+	return "clients charge the payment keys of the current round (each key many times: the retries of one payment); each key is charged exactly once, and only by an attempt that was not refused"
+}
+func (payments) Migrations() []migrate.Migration { return idempotency.Migrations() }
+
+func (payments) Setup(ctx context.Context, db *pgxpool.Pool, _ Sizes) error {
+	_, err := db.Exec(ctx, sqlPaymentsTables)
+	return err
+}
+
+func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ Sizes) (*history.Report, error) {
+	rows, err := db.Query(ctx, sqlPaymentsCharges)
+	if err != nil {
+		return nil, err
+	}
+	var effects []history.Effect
+	var e history.Effect
+	if _, err := pgx.ForEachRow(rows, []any{&e.Key, &e.By}, func() error {
+		effects = append(effects, e)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return history.ExactlyOnce(ops, effects)
+}
+
+// A payment key is charged by its first attempt and retried by later ones:
+// each round of paymentRound brings Keys new keys, and each attempt picks a
+// key of one of the last paymentRounds(env) rounds at random, so that first
+// executions come often and a key is still retried by the others long after
+// a stopped holder's lease ran out. Every worker derives the round from the
+// history clock, one clock for the machine, so they all retry the same keys.
+const paymentRound = 100 * time.Millisecond
+
+// paymentRounds is how many rounds' keys are retried: those of the last two
+// leases and two seconds.
+func paymentRounds(env *Env) int64 { return int64((2*env.LeaseTTL + 2*time.Second) / paymentRound) }
+
+// payment starts a client's next charge: a key of a recent round, and its
+// amount.
+func payment(ctx context.Context, env *Env) (context.Context, *Op, int64, error) {
+	round := int64(history.Now())/int64(paymentRound) - env.Rand.Int64N(paymentRounds(env))
+	k := env.Rand.IntN(env.Keys)
+	key := "pay-" + strconv.FormatInt(round, 10) + "-" + strconv.Itoa(k)
+	ctx, op, err := env.Invoke(ctx, key, history.KindCharge, nil)
+	return ctx, op, 100 + int64(k), err
+}
+
+// paymentFingerprint is the request of a payment: its key and amount.
+func paymentFingerprint(key string, amount int64) idempotency.Fingerprint {
+	return idempotency.NewFingerprint([]byte(key), []byte(strconv.FormatInt(amount, 10)))
+}
+
+// inFlightPatience is how long a client retries a payment another client is
+// executing, as the lock-based clients wait for the lock.
+const inFlightPatience = 2 * time.Second
+
+// retryInFlight calls do until it returns something else than a key in
+// flight elsewhere, for at most inFlightPatience, and counts the retries.
+func retryInFlight(ctx context.Context, op *Op, do func() error) error {
+	deadline := time.Now().Add(inFlightPatience)
+	delay := 500 * time.Microsecond
+	retries := 0
+	defer func() { op.Set("retries", strconv.Itoa(retries)) }()
+	for {
+		err := do()
+		if !isInFlight(err) || time.Now().After(deadline) {
+			return err
+		}
+		retries++
+		if !sleep(ctx, delay/2+rand.N(delay/2+1)) {
+			return err
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}

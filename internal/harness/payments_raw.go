@@ -1,0 +1,51 @@
+package harness
+
+import "context"
+
+// paymentsRaw is the bare baseline that still charges once: the charge and
+// the record in one transaction, rolled back when the record existed (a
+// concurrent duplicate waits on the record's unique index). It stores no
+// answer to replay.
+type paymentsRaw struct{}
+
+func init() { RegisterApproach(paymentsRaw{}) }
+
+func (paymentsRaw) Scenario() string   { return "payments" }
+func (paymentsRaw) Approach() Approach { return Raw }
+func (paymentsRaw) Label() string {
+	return "bare tx: INSERT charge; INSERT INTO payments_done … ON CONFLICT DO NOTHING; COMMIT, or ROLLBACK if done (no stored answer)"
+}
+func (paymentsRaw) Protection(Params) Protection { return Protection{} }
+
+func (paymentsRaw) NewClient(_ context.Context, env *Env) (Client, error) {
+	return &paymentsRawClient{env: env}, nil
+}
+
+type paymentsRawClient struct{ env *Env }
+
+func (c *paymentsRawClient) Op(ctx context.Context) error {
+	ctx, op, amount, err := payment(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	c.env.BeforeWrite(ctx, "harness.payments.raw.before-write")
+	return op.Finish(nil, c.charge(ctx, op, amount))
+}
+
+func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) error {
+	tx, err := c.env.DB.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID())
+	if err != nil || tag.RowsAffected() == 0 {
+		return err // charged already: the deferred rollback undoes this charge
+	}
+	return tx.Commit(ctx)
+}
+
+func (c *paymentsRawClient) Close() error { return nil }
