@@ -45,6 +45,43 @@ func redislockBackoff() redislock.RetryStrategy {
 	return redislock.ExponentialBackoff(16*time.Millisecond, 64*time.Millisecond)
 }
 
+// redisLib is one Redis lock library, as the redis-lock approaches of every
+// scenario use it.
+type redisLib struct {
+	approach Approach
+	// lock and unlock name its calls, for labels.
+	name, lock, unlock string
+	locker             func(*redisConn) redisLocker
+}
+
+// redisLibs are the libraries: each scenario registers one approach of each.
+var redisLibs = []redisLib{
+	{approach: RedisLock, name: "bsm/redislock", lock: "Obtain", unlock: "Release",
+		locker: func(c *redisConn) redisLocker { return newRedislockLocker(c) }},
+	{approach: RedsyncLock, name: "go-redsync (one node)", lock: "LockContext", unlock: "UnlockContext",
+		locker: func(c *redisConn) redisLocker { return newRedsyncLocker(c) }},
+}
+
+// label says what an approach of the library does: lock what in Redis,
+// then flow, then unlock.
+func (l redisLib) label(what, flow string) string {
+	return fmt.Sprintf("%s: %s %s lock in Redis → %s → %s", l.name, l.lock, what, flow, l.unlock)
+}
+
+// point is the before-write point of the library's approach to scenario.
+func (l redisLib) point(scenario string) string {
+	return "harness." + scenario + "." + string(l.approach) + ".before-write"
+}
+
+// connect connects a worker's client to Redis, with the library's locker.
+func (l redisLib) connect(ctx context.Context, env *Env) (*redisConn, redisLocker, error) {
+	c, err := newRedisConn(ctx, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, l.locker(c), nil
+}
+
 // redisApproach marks an ApproachDef whose clients need a Redis server.
 type redisApproach interface{ redisLock() }
 
@@ -114,6 +151,16 @@ func (c *redisConn) Close() error { return c.client.Close() }
 // redisLocker takes the lock of one key, in Redis, and returns its release.
 type redisLocker interface {
 	lock(ctx context.Context, key string) (release func(), err error)
+}
+
+// withRedisLock runs fn holding key's lock: lock, fn, release.
+func withRedisLock(ctx context.Context, l redisLocker, key string, fn func() error) error {
+	release, err := l.lock(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn()
 }
 
 // redislockLocker locks with bsm/redislock: Obtain with the TTL, Release
