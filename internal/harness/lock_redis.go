@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/localredis"
 )
 
 // RedsyncLock is redis-lock with go-redsync's Mutex on one Redis node in
@@ -98,11 +99,7 @@ func skipReason(ctx context.Context, def ApproachDef, infra Infra) string {
 	if infra.Redis == "" {
 		return "no Redis server (give lockfree compare --redis host:port, or install redis-server for a throwaway one)"
 	}
-	c := redis.NewClient(&redis.Options{Addr: infra.Redis, MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
+	if err := localredis.Ping(ctx, infra.Redis); err != nil {
 		return fmt.Sprintf("Redis at %s does not answer: %v", infra.Redis, err)
 	}
 	return ""

@@ -1,0 +1,58 @@
+package localredis_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockfree-go/lockfree/internal/localredis"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// A throwaway server answers on loopback, keeps what it is told, and is gone
+// after Stop.
+func TestStartStop(t *testing.T) {
+	if !localredis.Available() {
+		testdb.Missing(t, "redis-server", "not on PATH")
+	}
+	ctx := context.Background()
+	s, err := localredis.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	host, _, err := net.SplitHostPort(s.Addr)
+	if err != nil || host != "127.0.0.1" {
+		t.Errorf("address %s, want 127.0.0.1:port (%v)", s.Addr, err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET k = %q, %v", v, err)
+	}
+	if err := localredis.Ping(ctx, s.Addr); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	s.Stop()
+	s.Stop() // twice is fine
+	if err := localredis.Ping(ctx, s.Addr); err == nil {
+		t.Error("the server still answers after Stop")
+	}
+}
+
+// Without redis-server, Start says so.
+func TestNoBinary(t *testing.T) {
+	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
+	if localredis.Available() {
+		t.Fatal("Available with REDIS_SERVER pointing nowhere")
+	}
+	if _, err := localredis.Start(context.Background()); !errors.Is(err, localredis.ErrNoBinary) {
+		t.Fatalf("Start without a binary: %v, want ErrNoBinary", err)
+	}
+}
