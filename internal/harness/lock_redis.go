@@ -113,7 +113,6 @@ type redisConn struct {
 	// prefix names the run's lock keys: the schema of the run, so that
 	// runs that share a Redis server never share a lock.
 	prefix string
-	trips  redisTrips
 	env    *Env
 	leases atomic.Int64
 }
@@ -132,7 +131,7 @@ func newRedisConn(ctx context.Context, env *Env) (*redisConn, error) {
 		return nil, fmt.Errorf("harness: naming the run's Redis keys: %w", err)
 	}
 	c.client = redis.NewClient(&redis.Options{Addr: addr})
-	c.client.AddHook(&c.trips)
+	c.client.AddHook(&workerRedisTrips)
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		c.client.Close()
 		return nil, fmt.Errorf("harness: Redis at %s: %w", addr, err)
@@ -242,31 +241,49 @@ func (c *redisConn) report(ctx context.Context, ev, name string, t int64) {
 }
 
 // redisTrips counts the commands a go-redis client sends, each one round
-// trip (a pipeline is one for all its commands), in all and on behalf of
-// operations. It is safe for concurrent use.
-type redisTrips struct{ all, op atomic.Int64 }
+// trip (a pipeline is one for all its commands). It is safe for concurrent
+// use.
+type redisTrips struct{ n atomic.Int64 }
+
+// workerRedisTrips counts the round trips to Redis of this worker process's
+// client (one client a process).
+var workerRedisTrips redisTrips
+
+// extraCounts returns what this worker process sent besides PostgreSQL, so
+// far: its round trips to Redis.
+func extraCounts() map[string]int64 {
+	return map[string]int64{"redis_round_trips": workerRedisTrips.n.Load()}
+}
+
+// extraSince returns the counts sent since from (extraCounts), without the
+// zeros: an approach that sent nothing to Redis has nothing to show.
+func extraSince(from map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, n := range extraCounts() {
+		if d := n - from[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
 
 var _ redis.Hook = (*redisTrips)(nil)
-
-func (t *redisTrips) add(ctx context.Context) {
-	t.all.Add(1)
-	if opFrom(ctx) != nil {
-		t.op.Add(1)
-	}
-}
 
 func (t *redisTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (t *redisTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		t.add(ctx)
+		t.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
 func (t *redisTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		t.add(ctx)
+		t.n.Add(1)
 		return next(ctx, cmds)
 	}
 }

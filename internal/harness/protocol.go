@@ -142,6 +142,9 @@ type workerStats struct {
 	Connects int64 `json:"connects"`
 	// Hits counts, per failpoint site, how often it was reached.
 	Hits map[string]int64 `json:"hits,omitempty"`
+	// Extra counts what the approach sent besides PostgreSQL
+	// (redis_round_trips), by name.
+	Extra map[string]int64 `json:"extra,omitempty"`
 }
 
 // emitter writes a worker's lines, one write each.

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -25,12 +26,17 @@ import (
 // figure adds the approach's background work (that LISTEN), which its
 // operations cost too.
 func TestRoundTripsPerOp(t *testing.T) {
-	want := map[Approach]int64{Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 5}
+	want := map[Approach]int64{Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 5, RedisLock: 2, RedsyncLock: 2}
 	sc, _ := Lookup("inventory")
 	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
 	url := testdb.New(t).URL
+	infra := Infra{URL: url, Redis: os.Getenv("TEST_REDIS_ADDR")}
 	for _, def := range Approaches(sc.Name()) {
-		r, res, err := runApproach(context.Background(), sc, def, cfg, Infra{URL: url})
+		if why := skipReason(context.Background(), def, infra); why != "" {
+			missingRedis(t, def.Approach(), why)
+			continue
+		}
+		r, res, err := runApproach(context.Background(), sc, def, cfg, infra)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +54,7 @@ func TestRoundTripsPerOp(t *testing.T) {
 		if st.OpRoundTrips < st.OpStatements || !locked && st.OpRoundTrips != st.OpStatements {
 			t.Errorf("%s: %d round trips for %d statements", def.Approach(), st.OpRoundTrips, st.OpStatements)
 		}
+		checkRedisTrips(t, def, st)
 		if *res.RoundTripsPerOp < float64(w) {
 			t.Errorf("%s: the report's %.3f round trips per op are fewer than the operations' own %d", def.Approach(), *res.RoundTripsPerOp, w)
 		}

@@ -237,7 +237,7 @@ func (w *worker) run(ctx context.Context) error {
 	case <-w.haltCh:
 		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.counts().Connects}})
 	}
-	start := tr.counts()
+	start, extra := tr.counts(), extraCounts()
 	if err := w.out.event(event{Ev: evGo, T: history.Now()}); err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (w *worker) run(ctx context.Context) error {
 	end := tr.counts()
 	st := &workerStats{Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
-		Connects: end.Connects, Hits: hits()}
+		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
 }
 
