@@ -54,8 +54,7 @@ func (c *accountsRedisClient) Op(ctx context.Context) error {
 		}
 		next = last + 1
 		c.env.BeforeWrite(ctx, c.point)
-		// Sent whatever the operation's deadline, as the naive lock's.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		wctx, cancel := writeContext(ctx)
 		defer cancel()
 		_, err := c.env.DB.Exec(wctx, sqlAccountsNaiveWrite, op.key, next, op.ID())
 		return err

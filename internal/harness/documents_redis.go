@@ -54,7 +54,9 @@ func (c *documentsRedisClient) Op(ctx context.Context) error {
 		}
 		based = d.edit(name)
 		c.env.BeforeWrite(ctx, c.point)
-		_, err := c.env.DB.Exec(ctx, sqlDocumentsNaiveWrite, d.DocVersion, d.Head, op.key)
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		_, err := c.env.DB.Exec(wctx, sqlDocumentsNaiveWrite, d.DocVersion, d.Head, op.key)
 		return err
 	})
 	return op.Finish(based, err)

@@ -73,7 +73,9 @@ func (c *inventoryRedisClient) Op(ctx context.Context) error {
 		}
 		c.env.BeforeWrite(ctx, c.point)
 		left = q - 1
-		_, err = c.env.DB.Exec(ctx, sqlInventoryRedisWrite, op.key, left)
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		_, err = c.env.DB.Exec(wctx, sqlInventoryRedisWrite, op.key, left)
 		return err
 	})
 	if errors.Is(err, errInventoryOut) {

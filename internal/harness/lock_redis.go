@@ -43,7 +43,7 @@ func redisProtection(p Params) Protection {
 // the context's deadline, and its documentation recommends no less than
 // 16ms between tries.
 func redislockBackoff() redislock.RetryStrategy {
-	return redislock.ExponentialBackoff(16*time.Millisecond, 64*time.Millisecond)
+	return redislock.LinearBackoff(16 * time.Millisecond)
 }
 
 // redisLib is one Redis lock library, as the redis-lock approaches of every
@@ -157,6 +157,16 @@ func withRedisLock(ctx context.Context, l redisLocker, key string, fn func() err
 	}
 	defer release()
 	return fn()
+}
+
+// writeContext is the context of the writes a redis-lock client sends after
+// its before-write point: ctx's values, not its deadline, bounded by
+// writeTimeout, as the naive lock's in accounts. A client starved for the
+// lock (no library here queues its waiters) may have spent most of its
+// operation's deadline waiting; the fault, not what is left of that
+// deadline, must decide whether a stale write lands.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
 // redislockLocker locks with bsm/redislock: Obtain with the TTL, Release

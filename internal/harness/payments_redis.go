@@ -48,10 +48,12 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 			return err // a replay: charged already
 		}
 		c.env.BeforeWrite(ctx, c.point)
-		if _, err := c.env.DB.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		if _, err := c.env.DB.Exec(wctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
 			return err
 		}
-		_, err := c.env.DB.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID())
+		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID())
 		return err
 	})
 	return op.Finish(nil, err)
