@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -153,4 +154,27 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	})
+}
+
+// Resolve returns the Redis server of `lockfree compare`'s redis-lock
+// approaches: addr when one is given (--redis), else a throwaway server when
+// redis-server is installed, which stop stops. It returns "" when there is
+// none, saying why on log: the approaches are then reported as skipped,
+// with the reason, and the others run.
+func Resolve(ctx context.Context, addr string, log io.Writer) (_ string, stop func()) {
+	stop = func() {}
+	if addr != "" {
+		return addr, stop
+	}
+	if !Available() {
+		fmt.Fprintln(log, "lockfree: no Redis given and no redis-server found (apt-get install redis-server): redis-lock is skipped")
+		return "", stop
+	}
+	s, err := Start(ctx)
+	if err != nil {
+		fmt.Fprintf(log, "lockfree: a throwaway Redis did not start: %v: redis-lock is skipped\n", err)
+		return "", stop
+	}
+	fmt.Fprintf(log, "lockfree: no Redis given: started a throwaway redis-server on %s\n", s.Addr)
+	return s.Addr, s.Stop
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -54,5 +55,31 @@ func TestNoBinary(t *testing.T) {
 	}
 	if _, err := localredis.Start(context.Background()); !errors.Is(err, localredis.ErrNoBinary) {
 		t.Fatalf("Start without a binary: %v, want ErrNoBinary", err)
+	}
+}
+
+// Resolve keeps a given address, else starts a server, else says why there
+// is none.
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	var log strings.Builder
+	if addr, stop := localredis.Resolve(ctx, "10.0.0.1:6379", &log); addr != "10.0.0.1:6379" || log.Len() != 0 {
+		t.Errorf("given an address: %q, log %q", addr, log.String())
+	} else {
+		stop()
+	}
+	if localredis.Available() {
+		addr, stop := localredis.Resolve(ctx, "", &log)
+		if err := localredis.Ping(ctx, addr); err != nil {
+			t.Errorf("the throwaway server at %q: %v", addr, err)
+		}
+		stop()
+	}
+	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
+	log.Reset()
+	if addr, stop := localredis.Resolve(ctx, "", &log); addr != "" || !strings.Contains(log.String(), "redis-lock is skipped") {
+		t.Errorf("without redis-server: %q, log %q", addr, log.String())
+	} else {
+		stop()
 	}
 }
