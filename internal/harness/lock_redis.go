@@ -133,7 +133,7 @@ func newRedisConn(ctx context.Context, env *Env) (*redisConn, error) {
 	c.client = redis.NewClient(&redis.Options{Addr: addr})
 	c.client.AddHook(&workerRedisTrips)
 	if err := c.client.Ping(ctx).Err(); err != nil {
-		c.client.Close()
+		_ = c.client.Close()
 		return nil, fmt.Errorf("harness: Redis at %s: %w", addr, err)
 	}
 	return c, nil
