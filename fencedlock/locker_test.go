@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +174,52 @@ func TestNewLockerRejectsBadConfig(t *testing.T) {
 	})
 	if !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Errorf("Do with a too-long name = %v", err)
+	}
+}
+
+// subscriptions counts the wake-ups waiters ask for.
+type subscriptions struct {
+	fencedlock.Wakeups
+	n atomic.Int32
+}
+
+func (s *subscriptions) Released(name string) (<-chan struct{}, func()) {
+	s.n.Add(1)
+	return s.Wakeups.Released(name)
+}
+
+// A lock that is free is acquired without subscribing to wake-ups: for a
+// Postgres store with Notify a subscription is a LISTEN on a connection of
+// its own, which an uncontended acquire has no use for. A busy one is
+// waited for with them.
+func TestUncontendedAcquireSubscribesNothing(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, nil)
+	wake := &subscriptions{Wakeups: store}
+	locker := newLocker(t, store, &fencedlock.LockerConfig{TTL: time.Minute, Wait: &fencedlock.WaitConfig{Wakeups: wake}})
+	for range 3 {
+		if err := locker.Do(ctx, "free", func(context.Context, fencedlock.Lease) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := wake.n.Load(); n != 0 {
+		t.Fatalf("%d subscriptions for 3 acquires of a free lock, want 0", n)
+	}
+	held, err := store.Acquire(ctx, "busy", "other", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- locker.Do(ctx, "busy", func(context.Context, fencedlock.Lease) error { return nil })
+	}()
+	for wake.n.Load() == 0 {
+		time.Sleep(time.Millisecond) // until the waiter, refused, subscribes
+	}
+	if err := store.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

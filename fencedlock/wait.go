@@ -83,9 +83,16 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 }
 
 func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder string, ttl time.Duration) (Lease, error) {
-	// Subscribe before each attempt, so that a release in between is not
-	// missed, and subscribe the next before dropping the last, so that a
-	// store that listens only while someone waits keeps listening.
+	// The first attempt goes without wake-ups: most find the lock free, and
+	// for a store that listens only while someone waits a subscription is a
+	// LISTEN on a connection of its own.
+	if lease, err := store.Acquire(ctx, name, holder, ttl); !errors.Is(err, ErrHeld) {
+		return lease, err
+	}
+	// Refused: subscribe before each further attempt (the first at once),
+	// so that a release in between is not missed, and subscribe the next
+	// before dropping the last, so that a store that listens only while
+	// someone waits keeps listening.
 	wake, stop := c.subscribe(name)
 	defer func() { stop() }()
 	delay := c.MinDelay

@@ -14,7 +14,7 @@ import (
 )
 
 type backend struct {
-	store occ.Store[occtest.Doc]
+	store occ.Store[string, occtest.Doc]
 	locks fencedlock.Store
 }
 
@@ -22,7 +22,7 @@ type backend struct {
 // server is configured).
 func backends(b *testing.B, fn func(b *testing.B, be backend)) {
 	b.Run("memory", func(b *testing.B) {
-		s, err := occ.NewMemory[occtest.Doc](occtest.Config)
+		s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -30,11 +30,13 @@ func backends(b *testing.B, fn func(b *testing.B, be backend)) {
 	})
 	b.Run("postgres", func(b *testing.B) {
 		db := newDocs(b)
-		s, err := occ.NewPostgres[occtest.Doc](db.Pool, occtest.Config)
+		s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 		if err != nil {
 			b.Fatal(err)
 		}
-		locks, err := fencedlock.NewPostgres(db.Pool, nil)
+		// Waiters are woken by NOTIFY on release, as a fenced twin in
+		// production would be configured.
+		locks, err := fencedlock.NewPostgres(db.Pool, &fencedlock.PostgresConfig{Notify: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -47,7 +49,7 @@ var benchKeys atomic.Int64
 // freshKey returns a key no other benchmark iteration uses.
 func freshKey() string { return fmt.Sprintf("bench-%d", benchKeys.Add(1)) }
 
-func mustInsert(b *testing.B, s occ.Store[occtest.Doc], k string) {
+func mustInsert(b *testing.B, s occ.Store[string, occtest.Doc], k string) {
 	if _, err := s.Insert(ctx, occtest.Doc{ID: k, Title: "bench", Tags: []string{"a", "b"}}); err != nil {
 		b.Fatal(err)
 	}
@@ -118,12 +120,12 @@ func BenchmarkReadModifyWrite(b *testing.B) {
 }
 
 // BenchmarkFencedTwin is the same uncontended read-modify-write done with
-// the fenced lock: acquire, Load, fenced write, release.
+// the fenced lock: acquire, fenced read, fenced write, release.
 func BenchmarkFencedTwin(b *testing.B) {
 	backends(b, func(b *testing.B, be backend) {
 		k := freshKey()
 		mustInsert(b, be.store, k)
-		twin, err := occ.NewFenced(be.locks, be.store, occ.FencedConfig{})
+		twin, err := occ.NewFenced(be.locks, be.store, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -171,9 +173,9 @@ func BenchmarkHotRow(b *testing.B) {
 			b.Run(fmt.Sprintf("fenced/clients=%d", clients), func(b *testing.B) {
 				k := freshKey()
 				mustInsert(b, be.store, k)
-				twin, err := occ.NewFenced(be.locks, be.store, occ.FencedConfig{
+				twin, err := occ.NewFenced(be.locks, be.store, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{
 					Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond},
-				})
+				}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -91,9 +91,9 @@ func TestParseIfMatch(t *testing.T) {
 // document with its ETag; PUT and DELETE require If-Match. beforeWrite, when
 // set, runs between the precondition check and the write (a concurrent
 // writer's window).
-func docServer(t *testing.T) (*httptest.Server, *occ.Memory[occtest.Doc], *func()) {
+func docServer(t *testing.T) (*httptest.Server, *occ.Memory[string, occtest.Doc], *func()) {
 	t.Helper()
-	store, err := occ.NewMemory[occtest.Doc](occtest.Config)
+	store, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,10 +21,10 @@ type Account struct {
 }
 
 // The retrying read-modify-write. With PostgreSQL, only the constructor
-// changes: occ.NewPostgres[Account](pool, occ.TableConfig{Table: "accounts"}).
+// changes: occ.NewPostgres[string, Account](pool, "accounts", nil).
 func Example() {
 	ctx := context.Background()
-	accounts, err := occ.NewMemory[Account](occ.TableConfig{})
+	accounts, err := occ.NewMemory[string, Account](nil)
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +50,7 @@ func Example() {
 // conflict with both versions, instead of overwriting.
 func ExampleConflictError() {
 	ctx := context.Background()
-	accounts, _ := occ.NewMemory[Account](occ.TableConfig{})
+	accounts, _ := occ.NewMemory[string, Account](nil)
 	accounts.Insert(ctx, Account{ID: "bob", Balance: 10})
 
 	stale, v, _ := accounts.Load(ctx, "bob")
@@ -70,11 +70,11 @@ func ExampleConflictError() {
 
 func ExampleRetryOnConflict() {
 	ctx := context.Background()
-	accounts, _ := occ.NewMemory[Account](occ.TableConfig{})
+	accounts, _ := occ.NewMemory[string, Account](nil)
 	accounts.Insert(ctx, Account{ID: "carol"})
 
 	attempts := 0
-	err := occ.RetryOnConflict(ctx, occ.DefaultRetry, func(ctx context.Context) error {
+	err := occ.RetryOnConflict(ctx, func(ctx context.Context) error {
 		attempts++
 		a, v, err := accounts.Load(ctx, "carol") // re-read on every attempt
 		if err != nil {
@@ -86,7 +86,7 @@ func ExampleRetryOnConflict() {
 		a.Balance += 10
 		_, err = accounts.Update(ctx, a, v)
 		return err
-	})
+	}, occ.WithBackoff(occ.DefaultBackoff))
 	a, _, _ := accounts.Load(ctx, "carol")
 	fmt.Println(attempts, err, a.Balance)
 	// Output: 2 <nil> 11
@@ -96,7 +96,7 @@ func ExampleRetryOnConflict() {
 // 412, a missing one 428.
 func ExampleCheckIfMatch() {
 	ctx := context.Background()
-	accounts, _ := occ.NewMemory[Account](occ.TableConfig{})
+	accounts, _ := occ.NewMemory[string, Account](nil)
 	accounts.Insert(ctx, Account{ID: "dave", Balance: 1})
 
 	put := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,14 +129,14 @@ func ExampleCheckIfMatch() {
 	// 412 ETag:"v2"
 }
 
-// The fenced-lock twin of Update, for comparison: lock, read, mutate, fenced
-// write, release.
+// The fenced-lock twin of Update, for comparison: lock, fenced read, mutate,
+// fenced write, release.
 func ExampleFenced() {
 	ctx := context.Background()
-	accounts, _ := occ.NewMemory[Account](occ.TableConfig{})
+	accounts, _ := occ.NewMemory[string, Account](nil)
 	accounts.Insert(ctx, Account{ID: "erin", Balance: 5})
 	locks, _ := fencedlock.NewMemory(nil)
-	twin, err := occ.NewFenced(locks, accounts, occ.FencedConfig{})
+	twin, err := occ.NewFenced(locks, accounts, nil)
 	if err != nil {
 		panic(err)
 	}

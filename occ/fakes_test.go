@@ -21,10 +21,10 @@ func (nopDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults  { panic("n
 
 type nopLocks struct{ fencedlock.Store }
 
-// foreign is an occ.Store[item] from elsewhere.
+// foreign is an occ.Store[int32, item] from elsewhere.
 type foreign struct{}
 
-func (foreign) Load(context.Context, any) (item, int64, error)     { return item{}, 0, nil }
+func (foreign) Load(context.Context, int32) (item, int64, error)   { return item{}, 0, nil }
 func (foreign) Insert(context.Context, item) (int64, error)        { return 0, nil }
 func (foreign) Update(context.Context, item, int64) (int64, error) { return 0, nil }
-func (foreign) Delete(context.Context, any, int64) error           { return nil }
+func (foreign) Delete(context.Context, int32, int64) error         { return nil }

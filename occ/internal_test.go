@@ -58,20 +58,20 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 		ID      string `db:"id"`
 		Version int64  `db:"version"`
 	}
-	s, err := NewMemory[doc](TableConfig{})
+	s, err := NewMemory[string, doc](nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFenced(memoryLocks(nil), Store[doc](s), FencedConfig{})
+	f, err := NewFenced(memoryLocks(nil), Store[string, doc](s), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("k", MaxKeyLen)
 	hashed := f.lockName(long)
-	keys := []string{long, strings.TrimPrefix(hashed, f.prefix), "short", "sha256:short"}
+	keys := []string{long, hashed, "short", "sha256:short"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		name := f.lockName(k)
+		name := f.prefix + f.lockName(k)
 		if len(name) > fencedlock.MaxNameLen {
 			t.Errorf("lock name of %s is %d bytes", short.Quote(k), len(name))
 		}
@@ -80,8 +80,32 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 		}
 		seen[name] = k
 	}
-	if _, err := NewFenced(memoryLocks(nil), Store[doc](s), FencedConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)}); !errors.Is(err, ErrInvalid) {
+	tooLong := &FencedConfig{LockerConfig: fencedlock.LockerConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)}}
+	if _, err := NewFenced(memoryLocks(nil), Store[string, doc](s), tooLong); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a lock prefix leaving no room for a hashed key: %v, want ErrInvalid", err)
+	}
+}
+
+// Struct keys name their locks with %#v: two keys that %v prints alike get
+// different locks.
+func TestStructKeyLockNames(t *testing.T) {
+	t.Parallel()
+	type pair struct{ A, B string }
+	type row struct {
+		ID      pair  `db:"id"`
+		Version int64 `db:"version"`
+	}
+	s, err := NewMemory[pair, row](nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFenced(memoryLocks(nil), Store[pair, row](s), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.lockName(pair{"a b", "c"}), f.lockName(pair{"a", "b c"})
+	if a == b {
+		t.Fatalf("keys {a b, c} and {a, b c} share lock %s", short.Quote(a))
 	}
 }
 
@@ -93,7 +117,7 @@ func TestErrorsQuoteKeysShort(t *testing.T) {
 		ID      string `db:"id"`
 		Version int64  `db:"version"`
 	}
-	s, err := NewMemory[doc](TableConfig{})
+	s, err := NewMemory[string, doc](nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,4 +6,6 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testproc"
 )
 
-func TestMain(m *testing.M) { testproc.Main(m, nil) }
+func TestMain(m *testing.M) {
+	testproc.Main(m, map[string]testproc.Program{"paused-twin": pausedTwin})
+}

@@ -7,45 +7,53 @@ import (
 	"sync"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
 // Memory is a Store in this process's memory, with the same contract as
 // Postgres: for tests and single-process programs. It keeps only the
-// db-tagged fields of a row, deep-copied on the way in and out (slices, maps, pointers and exported struct fields; not
-// unexported fields or interface values), so a caller changing a loaded row
-// changes nothing stored. It is safe for concurrent use; the zero value is
-// not usable, call NewMemory.
-type Memory[T any] struct {
-	m *mapping
+// db-tagged fields of a row, deep-copied on the way in and out (slices, maps,
+// pointers and exported struct fields; not unexported fields or interface
+// values), so a caller changing a loaded row changes nothing stored. It is
+// safe for concurrent use; the zero value is not usable, call NewMemory.
+type Memory[K comparable, T any] struct {
+	m *mapping[K]
 
 	mu   sync.Mutex
-	rows map[any]*memRow[T]
+	rows map[K]*memRow[T]
 }
 
 type memRow[T any] struct {
 	val     T
 	version int64
-	token   int64 // the fencing_token column, for the Fenced twin
+	token   int64 // the highest fencing token that read or wrote it (Fenced)
 }
 
-// NewMemory returns an empty store for rows of type T, mapped as cfg says
-// (only Key and Version matter; the zero TableConfig means "id" and
-// "version"). A bad mapping is an ErrInvalid.
-func NewMemory[T any](cfg TableConfig) (*Memory[T], error) {
-	m, err := newMapping[T](cfg)
+// NewMemory returns an empty store of rows of type T with keys of type K,
+// mapped as cfg says (a nil cfg: the key column "id", the version column
+// "version"; Schema is ignored). A bad mapping is an ErrInvalid.
+func NewMemory[K comparable, T any](cfg *TableConfig) (*Memory[K, T], error) {
+	m, err := newMapping[K, T](cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Memory[T]{m: m, rows: map[any]*memRow[T]{}}, nil
+	return &Memory[K, T]{m: m, rows: map[K]*memRow[T]{}}, nil
 }
 
-func (s *Memory[T]) layout() *mapping { return s.m }
+func (s *Memory[K, T]) layout() *mapping[K] { return s.m }
+
+func (s *Memory[K, T]) notFound(k K) error {
+	return fmt.Errorf("%w: key %s", ErrNotFound, s.m.quote(k))
+}
+
+func (s *Memory[K, T]) conflict(k K, expected, actual int64) error {
+	return &ConflictError{Key: s.m.text(k), Expected: expected, Actual: actual}
+}
 
 // Load implements Store.
-func (s *Memory[T]) Load(ctx context.Context, key any) (T, int64, error) {
+func (s *Memory[K, T]) Load(ctx context.Context, key K) (T, int64, error) {
 	var zero T
-	k, err := s.m.normKey(key)
-	if err != nil {
+	if err := s.m.checkKey(key); err != nil {
 		return zero, 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -53,15 +61,15 @@ func (s *Memory[T]) Load(ctx context.Context, key any) (T, int64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rows[k]
+	r := s.rows[key]
 	if r == nil {
-		return zero, 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
+		return zero, 0, s.notFound(key)
 	}
 	return deepCopy(r.val), r.version, nil
 }
 
 // Insert implements Store.
-func (s *Memory[T]) Insert(ctx context.Context, row T) (int64, error) {
+func (s *Memory[K, T]) Insert(ctx context.Context, row T) (int64, error) {
 	k, err := s.m.rowKey(reflect.ValueOf(row))
 	if err != nil {
 		return 0, err
@@ -71,8 +79,8 @@ func (s *Memory[T]) Insert(ctx context.Context, row T) (int64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.rows[k]; r != nil {
-		return 0, &ConflictError{Key: k, Expected: 0, Actual: r.version}
+	if r := s.rows[k]; r != nil && !failpoint.Mutant("occ.insert.conflict") {
+		return 0, s.conflict(k, 0, r.version)
 	}
 	s.rows[k] = &memRow[T]{val: s.stored(row, 1), version: 1}
 	return 1, nil
@@ -80,7 +88,7 @@ func (s *Memory[T]) Insert(ctx context.Context, row T) (int64, error) {
 
 // stored returns the copy of row kept at version v: its columns only, as a
 // table would keep it.
-func (s *Memory[T]) stored(row T, v int64) T {
+func (s *Memory[K, T]) stored(row T, v int64) T {
 	var c T
 	src, dst := reflect.ValueOf(row), reflect.ValueOf(&c).Elem()
 	for _, col := range s.m.cols {
@@ -91,7 +99,7 @@ func (s *Memory[T]) stored(row T, v int64) T {
 }
 
 // Update implements Store.
-func (s *Memory[T]) Update(ctx context.Context, row T, version int64) (int64, error) {
+func (s *Memory[K, T]) Update(ctx context.Context, row T, version int64) (int64, error) {
 	if err := validVersion(version); err != nil {
 		return 0, err
 	}
@@ -107,9 +115,9 @@ func (s *Memory[T]) Update(ctx context.Context, row T, version int64) (int64, er
 	r := s.rows[k]
 	switch {
 	case r == nil:
-		return 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(k))
-	case r.version != version:
-		return 0, &ConflictError{Key: k, Expected: version, Actual: r.version}
+		return 0, s.notFound(k)
+	case r.version != version && !failpoint.Mutant("occ.update.version"):
+		return 0, s.conflict(k, version, r.version)
 	}
 	r.version++
 	r.val = s.stored(row, r.version)
@@ -117,9 +125,8 @@ func (s *Memory[T]) Update(ctx context.Context, row T, version int64) (int64, er
 }
 
 // Delete implements Store.
-func (s *Memory[T]) Delete(ctx context.Context, key any, version int64) error {
-	k, err := s.m.normKey(key)
-	if err != nil {
+func (s *Memory[K, T]) Delete(ctx context.Context, key K, version int64) error {
+	if err := s.m.checkKey(key); err != nil {
 		return err
 	}
 	if err := validVersion(version); err != nil {
@@ -130,21 +137,44 @@ func (s *Memory[T]) Delete(ctx context.Context, key any, version int64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rows[k]
+	r := s.rows[key]
 	switch {
 	case r == nil:
-		return fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
-	case r.version != version:
-		return &ConflictError{Key: k, Expected: version, Actual: r.version}
+		return s.notFound(key)
+	case r.version != version && !failpoint.Mutant("occ.delete.version"):
+		return s.conflict(key, version, r.version)
 	}
-	delete(s.rows, k)
+	delete(s.rows, key)
 	return nil
 }
 
-// writeLocked is the Fenced twin's write: with fenced, like fencedlock.Fence
-// (a token below the row's highest is rejected with a *FencedError); without,
-// the naive unconditional write.
-func (s *Memory[T]) writeLocked(ctx context.Context, row T, token int64, fenced bool) (int64, error) {
+// fencedLoad is the Fenced twin's read, as fencedlock.Fence.Read does it: it
+// raises key's fencing token to token and returns the row, or a
+// *fencedlock.FencedError when the row has seen a higher token.
+func (s *Memory[K, T]) fencedLoad(ctx context.Context, key K, token int64) (T, int64, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[key]
+	switch {
+	case r == nil:
+		return zero, 0, s.notFound(key)
+	case token < r.token:
+		return zero, 0, &fencedlock.FencedError{Presented: token, Required: r.token}
+	}
+	if !failpoint.Mutant("occ.fenced.read.stamp") {
+		r.token = token
+	}
+	return deepCopy(r.val), r.version, nil
+}
+
+// fencedWrite is the Fenced twin's write, as fencedlock.Fence.Update does it:
+// a token below the row's highest is rejected with a
+// *fencedlock.FencedError.
+func (s *Memory[K, T]) fencedWrite(ctx context.Context, row T, _, token int64) (int64, error) {
 	k := s.m.keyOf(reflect.ValueOf(row))
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -154,35 +184,14 @@ func (s *Memory[T]) writeLocked(ctx context.Context, row T, token int64, fenced 
 	r := s.rows[k]
 	switch {
 	case r == nil:
-		return 0, fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(k))
-	case fenced && token < r.token:
+		return 0, s.notFound(k)
+	case token < r.token && !failpoint.Mutant("occ.fenced.write.token"):
 		return 0, &fencedlock.FencedError{Presented: token, Required: r.token}
 	}
-	if fenced {
-		r.token = token
-	}
+	r.token = max(r.token, token)
 	r.version++
 	r.val = s.stored(row, r.version)
 	return r.version, nil
-}
-
-// stamp raises key's fencing token to token (the fenced read of the twin),
-// or returns a *fencedlock.FencedError when the row has seen a higher one.
-func (s *Memory[T]) stamp(ctx context.Context, key any, token int64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.rows[key]
-	switch {
-	case r == nil:
-		return fmt.Errorf("%w: key %s", ErrNotFound, quoteKey(key))
-	case token < r.token:
-		return &fencedlock.FencedError{Presented: token, Required: r.token}
-	}
-	r.token = token
-	return nil
 }
 
 func deepCopy[T any](v T) T {

@@ -39,10 +39,6 @@ func TestConfigValidation(t *testing.T) {
 		ID      string `db:"id"`
 		Version string `db:"version"`
 	}
-	type sliceKey struct {
-		ID      []byte `db:"id"`
-		Version int64  `db:"version"`
-	}
 	type dup struct {
 		ID      string `db:"id"`
 		Other   string `db:"id"`
@@ -53,39 +49,49 @@ func TestConfigValidation(t *testing.T) {
 		secret  string `db:"secret"` //nolint:unused // an unexported field must be rejected
 		Version int64  `db:"version"`
 	}
+	type anyKey struct {
+		ID      any   `db:"id"`
+		Version int64 `db:"version"`
+	}
+	type pointerKey struct {
+		ID      *string `db:"id"`
+		Version int64   `db:"version"`
+	}
+	skuRev := &occ.TableConfig{Key: "sku", Version: "rev"}
 	tests := []struct {
 		name string
 		mk   func() error
 	}{
-		{"not a struct", func() error { _, err := occ.NewMemory[int](occ.TableConfig{}); return err }},
-		{"no version field", func() error { _, err := occ.NewMemory[noVersion](occ.TableConfig{}); return err }},
-		{"string version", func() error { _, err := occ.NewMemory[badVersion](occ.TableConfig{}); return err }},
-		{"slice key", func() error { _, err := occ.NewMemory[sliceKey](occ.TableConfig{}); return err }},
-		{"duplicate column", func() error { _, err := occ.NewMemory[dup](occ.TableConfig{}); return err }},
-		{"tagged unexported field", func() error { _, err := occ.NewMemory[unexported](occ.TableConfig{}); return err }},
+		{"not a struct", func() error { _, err := occ.NewMemory[string, int](nil); return err }},
+		{"no version field", func() error { _, err := occ.NewMemory[string, noVersion](nil); return err }},
+		{"string version", func() error { _, err := occ.NewMemory[string, badVersion](nil); return err }},
+		{"duplicate column", func() error { _, err := occ.NewMemory[string, dup](nil); return err }},
+		{"tagged unexported field", func() error { _, err := occ.NewMemory[string, unexported](nil); return err }},
+		{"interface key", func() error { _, err := occ.NewMemory[any, anyKey](nil); return err }},
+		{"pointer key", func() error { _, err := occ.NewMemory[*string, pointerKey](nil); return err }},
+		// The key type is the key field's type, exactly: no conversions.
+		{"key type is not the field's", func() error { _, err := occ.NewMemory[int, item](skuRev); return err }},
+		{"key type is a named string", func() error {
+			_, err := occ.NewMemory[docID, embedded](&occ.TableConfig{Version: "rev"})
+			return err
+		}},
 		{"key is version", func() error {
-			_, err := occ.NewMemory[item](occ.TableConfig{Key: "rev", Version: "rev"})
+			_, err := occ.NewMemory[int32, item](&occ.TableConfig{Key: "rev", Version: "rev"})
 			return err
 		}},
-		{"missing key column", func() error { _, err := occ.NewMemory[item](occ.TableConfig{Version: "rev"}); return err }},
+		{"missing key column", func() error { _, err := occ.NewMemory[int32, item](&occ.TableConfig{Version: "rev"}); return err }},
 		{"long column name", func() error {
-			_, err := occ.NewMemory[item](occ.TableConfig{Key: strings.Repeat("k", 64), Version: "rev"})
+			_, err := occ.NewMemory[int32, item](&occ.TableConfig{Key: strings.Repeat("k", 64), Version: "rev"})
 			return err
 		}},
-		{"postgres without table", func() error {
-			_, err := occ.NewPostgres[item](nopDB{}, occ.TableConfig{Key: "sku", Version: "rev"})
-			return err
-		}},
+		{"postgres without table", func() error { _, err := occ.NewPostgres[int32, item](nopDB{}, "", skuRev); return err }},
 		{"postgres NUL in schema", func() error {
-			_, err := occ.NewPostgres[item](nopDB{}, occ.TableConfig{Schema: "a\x00b", Table: "t", Key: "sku", Version: "rev"})
+			_, err := occ.NewPostgres[int32, item](nopDB{}, "t", &occ.TableConfig{Schema: "a\x00b", Key: "sku", Version: "rev"})
 			return err
 		}},
-		{"postgres nil db", func() error {
-			_, err := occ.NewPostgres[item](nil, occ.TableConfig{Table: "t", Key: "sku", Version: "rev"})
-			return err
-		}},
+		{"postgres nil db", func() error { _, err := occ.NewPostgres[int32, item](nil, "t", skuRev); return err }},
 		{"fenced over a foreign store", func() error {
-			_, err := occ.NewFenced[item](nopLocks{}, foreign{}, occ.FencedConfig{})
+			_, err := occ.NewFenced[int32, item](nopLocks{}, foreign{}, nil)
 			return err
 		}},
 	}
@@ -96,41 +102,63 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
-	if _, err := occ.NewMemory[embedded](occ.TableConfig{Version: "rev"}); err != nil {
+	if _, err := occ.NewMemory[string, embedded](&occ.TableConfig{Version: "rev"}); err != nil {
 		t.Fatalf("embedded struct: %v", err)
 	}
 }
 
-// Keys may be given as any integer (or string) type that holds them exactly.
-func TestKeyConversion(t *testing.T) {
+// docID is a named string type: keys of it are strings too, checked alike.
+type docID string
+
+type named struct {
+	ID      docID `db:"id"`
+	Body    string
+	Version int64 `db:"version"`
+}
+
+// Keys are typed: an integer key round-trips as itself, and a named string
+// type is validated like a string.
+func TestTypedKeys(t *testing.T) {
 	t.Parallel()
-	s, err := occ.NewMemory[item](occ.TableConfig{Key: "sku", Version: "rev"})
+	s, err := occ.NewMemory[int32, item](&occ.TableConfig{Key: "sku", Version: "rev"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Insert(ctx, item{SKU: 7, Qty: 1, Name: "dropped", skipped: 1}); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []any{int32(7), 7, int64(7), uint8(7)} {
-		it, v, err := s.Load(ctx, k)
-		if err != nil || v != 1 || it.SKU != 7 || it.Name != "" || it.skipped != 0 {
-			t.Fatalf("Load(%T 7) = %+v, %d, %v", k, it, v, err)
+	it, v, err := s.Load(ctx, 7)
+	if err != nil || v != 1 || it.SKU != 7 || it.Name != "" || it.skipped != 0 {
+		t.Fatalf("Load(7) = %+v, %d, %v", it, v, err)
+	}
+	var c *occ.ConflictError
+	if _, err := s.Insert(ctx, item{SKU: 7}); !errors.As(err, &c) || c.Key != "7" {
+		t.Fatalf("Insert of an existing key: %v, want a conflict on key \"7\"", err)
+	}
+	n, err := occ.NewMemory[docID, named](nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []docID{"", "a\x00b", "\xff", docID(strings.Repeat("k", occ.MaxKeyLen+1))} {
+		if _, err := n.Insert(ctx, named{ID: k}); !errors.Is(err, occ.ErrInvalid) {
+			t.Errorf("Insert of named key %q: %v, want ErrInvalid", k, err)
 		}
 	}
-	for _, k := range []any{int64(1) << 40, -1 << 40, "7", 7.0} {
-		if _, _, err := s.Load(ctx, k); !errors.Is(err, occ.ErrInvalid) {
-			t.Fatalf("Load(%T %v): %v, want ErrInvalid", k, k, err)
-		}
+	if _, err := n.Insert(ctx, named{ID: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Insert(ctx, named{ID: "ok"}); !errors.As(err, &c) || c.Key != "ok" {
+		t.Fatalf("conflict on a named key: %v", err)
 	}
 }
 
 func TestRetryOnConflict(t *testing.T) {
 	t.Parallel()
-	conflict := &occ.ConflictError{Key: "k", Expected: 1, Actual: 2}
 	serialization := &pgconn.PgError{Code: "40001"}
 	deadlock := &pgconn.PgError{Code: "40P01"}
 	other := errors.New("other")
 	fast := occ.Backoff{Steps: 3, Duration: time.Microsecond}
+	conflict := &occ.ConflictError{Key: "k", Expected: 1, Actual: 2}
 	tests := []struct {
 		name     string
 		errs     []error // returned by successive calls; nil after the list
@@ -151,16 +179,21 @@ func TestRetryOnConflict(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			calls := 0
-			err := occ.RetryOnConflict(ctx, tt.b, func(context.Context) error {
+			calls, retries := 0, 0
+			err := occ.RetryOnConflict(ctx, func(context.Context) error {
 				calls++
 				if calls <= len(tt.errs) {
 					return tt.errs[calls-1]
 				}
 				return nil
-			})
-			if calls != tt.calls {
-				t.Fatalf("%d calls, want %d", calls, tt.calls)
+			}, occ.WithBackoff(tt.b), occ.OnRetry(func(attempt int, err error) {
+				retries++
+				if attempt != retries || !errors.Is(err, tt.errs[attempt-1]) {
+					t.Errorf("OnRetry(%d, %v) before retry %d", attempt, err, retries)
+				}
+			}))
+			if calls != tt.calls || retries != calls-1 {
+				t.Fatalf("%d calls and %d retries, want %d and %d", calls, retries, tt.calls, tt.calls-1)
 			}
 			if tt.want == nil {
 				if err != nil {
@@ -184,15 +217,15 @@ func TestRetryStopsWithContext(t *testing.T) {
 	cause := errors.New("shutting down")
 	c, cancel := context.WithCancelCause(ctx)
 	calls := 0
-	err := occ.RetryOnConflict(c, occ.Backoff{Steps: 100, Duration: time.Hour}, func(context.Context) error {
+	err := occ.RetryOnConflict(c, func(context.Context) error {
 		calls++
 		cancel(cause)
-		return &occ.ConflictError{Key: 1, Expected: 1, Actual: 2}
-	})
+		return &occ.ConflictError{Key: "1", Expected: 1, Actual: 2}
+	}, occ.WithBackoff(occ.Backoff{Steps: 100, Duration: time.Hour}))
 	if calls != 1 || !errors.Is(err, cause) || !errors.Is(err, occ.ErrConflict) {
 		t.Fatalf("after %d calls: %v; want the cause and the last conflict", calls, err)
 	}
-	if err := occ.RetryOnConflict(c, occ.DefaultRetry, func(context.Context) error {
+	if err := occ.RetryOnConflict(c, func(context.Context) error {
 		t.Fatal("called with a cancelled context")
 		return nil
 	}); !errors.Is(err, cause) {

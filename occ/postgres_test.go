@@ -25,7 +25,7 @@ func TestPostgresQuotedNames(t *testing.T) {
 		Qty int   `db:"qty"`
 		Rev int64 `db:"Rev"`
 	}
-	s, err := occ.NewPostgres[stock](db.Pool, occ.TableConfig{Schema: db.Schema, Table: "Stock Items", Key: "SKU", Version: "Rev"})
+	s, err := occ.NewPostgres[int32, stock](db.Pool, "Stock Items", &occ.TableConfig{Schema: db.Schema, Key: "SKU", Version: "Rev"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestPostgresQuotedNames(t *testing.T) {
 	if err != nil || v != 2 {
 		t.Fatalf("Update = %d, %v", v, err)
 	}
-	got, v, err := s.Load(ctx, int64(1))
+	got, v, err := s.Load(ctx, 1)
 	if err != nil || got != (stock{SKU: 1, Qty: 4, Rev: 2}) || v != 2 {
 		t.Fatalf("Load = %+v, %d, %v", got, v, err)
 	}
@@ -53,7 +53,7 @@ func TestPostgresQuotedNames(t *testing.T) {
 func TestPostgresInCallerTransaction(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	s, err := occ.NewPostgres[occtest.Doc](db.Pool, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestPostgresInCallerTransaction(t *testing.T) {
 func TestPostgresSerializationFailure(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	s, err := occ.NewPostgres[occtest.Doc](db.Pool, occtest.Config)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestPostgresSerializationFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := 0
-	err = occ.RetryOnConflict(ctx, occ.DefaultRetry, func(ctx context.Context) error {
+	err = occ.RetryOnConflict(ctx, func(ctx context.Context) error {
 		attempts++
 		return pgx.BeginTxFunc(ctx, db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 			d, v, err := s.WithDB(tx).Load(ctx, "d")

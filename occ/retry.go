@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
 // Backoff says how often and how patiently to retry, with the meaning of
@@ -58,21 +60,22 @@ func IsRetryable(err error) bool {
 }
 
 // RetryOnConflict calls fn until it returns an error that is not retryable
-// (IsRetryable), nil, or b.Steps attempts have failed, sleeping as b says in
-// between. fn must re-read what it writes on every call: retrying the same
-// stale write conflicts again. When the attempts run out it returns the last
-// error wrapped (errors.Is(err, ErrConflict) and errors.As(err,
-// **ConflictError) still work); when ctx ends while waiting it returns
-// context.Cause(ctx) joined with the last error. Inside a database
+// (IsRetryable), nil, or the attempts run out, sleeping between attempts as
+// the backoff says (DefaultRetry unless WithBackoff), and calling the
+// OnRetry hook before each retry. fn must re-read what it writes on every
+// call: retrying the same stale write conflicts again. When the attempts run
+// out it returns the last error wrapped (errors.Is(err, ErrConflict) and
+// errors.As(err, **ConflictError) still work); when ctx ends while waiting it
+// returns context.Cause(ctx) joined with the last error. Inside a database
 // transaction a serialization failure aborts the whole transaction, so fn
 // must begin and commit it.
-func RetryOnConflict(ctx context.Context, b Backoff, fn func(ctx context.Context) error) error {
-	return retry(ctx, b, nil, fn)
+func RetryOnConflict(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	return retry(ctx, newOptions(opts), fn)
 }
 
-func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx context.Context) error) error {
-	steps := max(b.Steps, 1)
-	sched := newSchedule(b)
+func retry(ctx context.Context, o options, fn func(ctx context.Context) error) error {
+	steps := max(o.backoff.Steps, 1)
+	sched := newSchedule(o.backoff)
 	var last error
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -88,8 +91,8 @@ func retry(ctx context.Context, b Backoff, onRetry func(int, error), fn func(ctx
 		if attempt >= steps {
 			return fmt.Errorf("occ: gave up after %d attempts: %w", attempt, last)
 		}
-		if onRetry != nil {
-			onRetry(attempt, last)
+		if o.onRetry != nil {
+			o.onRetry(attempt, last)
 		}
 		if d := sched.next(); d > 0 {
 			t := time.NewTimer(d)
@@ -149,7 +152,8 @@ func toDuration(f float64) time.Duration {
 	return time.Duration(f)
 }
 
-// Option adjusts one Update call.
+// Option adjusts one call of Update or RetryOnConflict; both take the same
+// options.
 type Option func(*options)
 
 type options struct {
@@ -157,12 +161,22 @@ type options struct {
 	onRetry func(int, error)
 }
 
-// WithBackoff makes Update retry as b says. Defaults to DefaultRetry.
+func newOptions(opts []Option) options {
+	o := options{backoff: DefaultRetry}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// WithBackoff makes the call retry as b says. Defaults to DefaultRetry.
 func WithBackoff(b Backoff) Option { return func(o *options) { o.backoff = b } }
 
-// OnRetry makes Update call fn before each retry, with the number of the
+// OnRetry makes the call run fn before each retry, with the number of the
 // attempt that failed (1 for the first) and its error: a hook for counting
-// conflicts and retries. fn runs on Update's goroutine.
+// conflicts and retries. fn runs on the caller's goroutine. Defaults to none.
 func OnRetry(fn func(attempt int, err error)) Option { return func(o *options) { o.onRetry = fn } }
 
 // mutateError carries an error of the caller's mutate function through the
@@ -173,8 +187,8 @@ func (e mutateError) Error() string { return e.err.Error() }
 
 // Update is the retrying read-modify-write: it loads the row with key, calls
 // mutate on it, and writes it back if nobody wrote in between, re-reading and
-// calling mutate again on a conflict (as RetryOnConflict, with DefaultRetry
-// unless WithBackoff says otherwise). It returns the new version.
+// calling mutate again on a conflict (as RetryOnConflict, with the same
+// options). It returns the new version.
 //
 // mutate may be called several times, each time on a freshly loaded row; it
 // must not change the key (ErrInvalid), and changes it makes to the version
@@ -182,16 +196,13 @@ func (e mutateError) Error() string { return e.err.Error() }
 // nothing written. ErrNotFound is not retried. When s runs in the caller's
 // transaction (Postgres.WithDB), a serialization failure aborts that whole
 // transaction: retry the transaction with RetryOnConflict instead.
-func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T) error, opts ...Option) (int64, error) {
-	o := options{backoff: DefaultRetry}
-	for _, opt := range opts {
-		opt(&o)
-	}
+func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, mutate func(row *T) error, opts ...Option) (int64, error) {
 	if mutate == nil {
 		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
 	}
+	m := layoutOf(s)
 	var version int64
-	err := retry(ctx, o.backoff, o.onRetry, func(ctx context.Context) error {
+	err := retry(ctx, newOptions(opts), func(ctx context.Context) error {
 		row, v, err := s.Load(ctx, key)
 		if err != nil {
 			return err
@@ -199,9 +210,10 @@ func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T)
 		if err := mutate(&row); err != nil {
 			return mutateError{err}
 		}
-		if !sameKey(key, row, s) {
-			return fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, quoteKey(key))
+		if m != nil && m.keyOf(reflect.ValueOf(row)) != key {
+			return fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, m.quote(key))
 		}
+		failpoint.Inject(ctx, "occ.update.before-write")
 		version, err = s.Update(ctx, row, v)
 		return err
 	})
@@ -216,14 +228,13 @@ func Update[T any](ctx context.Context, s Store[T], key any, mutate func(row *T)
 
 // laidOut is implemented by this package's stores: it tells Update which
 // field is the key, so that a mutate that changes it is caught.
-type laidOut interface{ layout() *mapping }
+type laidOut[K comparable] interface{ layout() *mapping[K] }
 
-func sameKey[T any](key any, row T, s Store[T]) bool {
-	l, ok := s.(laidOut)
-	if !ok {
-		return true // another implementation: its Update decides
+// layoutOf returns s's mapping, or nil for another implementation of Store,
+// whose Update then decides.
+func layoutOf[K comparable, T any](s Store[K, T]) *mapping[K] {
+	if l, ok := s.(laidOut[K]); ok {
+		return l.layout()
 	}
-	m := l.layout()
-	want, err := m.normKey(key)
-	return err == nil && m.keyOf(reflect.ValueOf(row)) == want
+	return nil
 }

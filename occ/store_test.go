@@ -3,9 +3,7 @@ package occ_test
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/occ"
@@ -17,29 +15,22 @@ var ctx = context.Background()
 func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	occtest.Run(t, func(t *testing.T) occtest.Harness {
-		s, err := occ.NewMemory[occtest.Doc](occtest.Config)
+		s, err := occ.NewMemory[string, occtest.Doc](&occtest.Config)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &clock.Manual{}
-		return occtest.Harness{Store: s, Locks: memoryLocks(c), TTL: time.Second, Advance: c.Advance}
+		return occtest.Harness{Store: s}
 	})
 }
 
 func TestPostgresStore(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
-	locks, err := fencedlock.NewPostgres(db.Pool, nil)
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := occ.NewPostgres[occtest.Doc](db.Pool, occtest.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	occtest.Run(t, func(t *testing.T) occtest.Harness {
-		return occtest.Harness{Store: s, Locks: locks, TTL: 300 * time.Millisecond, Advance: time.Sleep}
-	})
+	occtest.Run(t, func(t *testing.T) occtest.Harness { return occtest.Harness{Store: s} })
 }
 
 // newDocs returns a schema with the suite's table and the lock table.
@@ -50,4 +41,14 @@ func newDocs(t testing.TB) *testdb.DB {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// newDocStore returns the store of the suite's table in db.
+func newDocStore(t testing.TB, db *testdb.DB) *occ.Postgres[string, occtest.Doc] {
+	t.Helper()
+	s, err := occ.NewPostgres[string, occtest.Doc](db.Pool, occtest.TableName, &occtest.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -31,11 +31,7 @@ INSERT INTO accounts (id) SELECT 'account-' || i FROM generate_series(0, 999) AS
 
 func benchMember(b *testing.B, store partition.Membership) *partition.Member {
 	b.Helper()
-	m, err := partition.NewMember(ctx, partition.Config{Name: "bench", TTL: 10 * time.Second}, store)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(ctx) })
+	m, _ := startMember(b, store, partition.Config{Name: "bench", TTL: 10 * time.Second})
 	return m
 }
 
@@ -56,7 +52,7 @@ func runAccounts(b *testing.B, do func(key string) error) {
 
 func BenchmarkDo(b *testing.B) {
 	b.Run("memory", func(b *testing.B) {
-		store := partition.NewMemory(nil)
+		store := newMemory(nil)
 		m := benchMember(b, store)
 		seq := make([]int, partition.MaxPartitions)
 		runAccounts(b, func(key string) error {
@@ -91,7 +87,7 @@ var benchFence = fencedlock.Fence{Table: "accounts", Key: "id"}
 func BenchmarkFencedDo(b *testing.B) {
 	wait := &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}
 	b.Run("memory", func(b *testing.B) {
-		f, err := partition.NewFenced(memoryLocks(nil), partition.FencedConfig{Holder: "bench", Wait: wait})
+		f, err := partition.NewFenced(memoryLocks(nil), &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{Wait: wait}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +110,7 @@ func BenchmarkFencedDo(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "bench", Wait: wait})
+		f, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{Wait: wait}})
 		if err != nil {
 			b.Fatal(err)
 		}

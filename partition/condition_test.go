@@ -56,8 +56,8 @@ func TestConditionFencesOneStatementWrites(t *testing.T) {
 	if n := write(a); n != 0 {
 		t.Fatal("a write with the stale epoch landed")
 	}
-	if err := store.Check(ctx, a); !errors.Is(err, partition.ErrFenced) {
-		t.Fatalf("Check(stale) = %v, want ErrFenced", err)
+	if err := store.Check(ctx, a); !errors.Is(err, partition.ErrStaleEpoch) {
+		t.Fatalf("Check(stale) = %v, want ErrStaleEpoch", err)
 	}
 	if n := write(b); n != 1 {
 		t.Fatal("the new owner's write did not land")

@@ -14,13 +14,17 @@ import (
 // and the call fences its write with the epoch.
 func Example() {
 	ctx := context.Background()
-	store := partition.NewMemory(nil)
-	m, err := partition.NewMember(ctx, partition.Config{Name: "a", Addr: "10.0.0.1:8080", TTL: time.Second}, store)
+	store, _ := partition.NewMemory(nil) // every MemoryConfig is valid
+	m, err := partition.NewMember(store, &partition.Config{Name: "a", Addr: "10.0.0.1:8080", TTL: time.Second})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer m.Close(ctx)
+	if err := m.Start(ctx); err != nil { // joins the fleet and claims its partitions
+		fmt.Println(err)
+		return
+	}
+	defer m.Stop(ctx) // hands every partition off and leaves
 
 	balance := map[string]int{}
 	for range 3 {
@@ -38,12 +42,12 @@ func Example() {
 // The ring is a pure function of the member names: every member computes
 // the same owner for a key. Adding a member moves only some partitions.
 func ExampleRing() {
-	three, _ := partition.NewRing([]string{"member-0", "member-1", "member-2"}, partition.RingConfig{})
-	four, _ := partition.NewRing([]string{"member-0", "member-1", "member-2", "member-3"}, partition.RingConfig{})
+	three, _ := partition.NewRing([]string{"member-0", "member-1", "member-2"}, nil)
+	four, _ := partition.NewRing([]string{"member-0", "member-1", "member-2", "member-3"}, nil)
 	p := three.Partition("account-42")
 	fmt.Println(p, three.Owner(p), four.Owner(p))
 	fmt.Println(len(partition.Moved(three, four)), "of", three.Partitions(), "partitions move when member-3 joins")
-	_, err := partition.NewRing([]string{"a"}, partition.RingConfig{Load: 0.5})
+	_, err := partition.NewRing([]string{"a"}, &partition.RingConfig{Load: 0.5})
 	fmt.Println(errors.Is(err, partition.ErrInvalid))
 	// Output:
 	// 73 member-1 member-1
@@ -55,7 +59,7 @@ func ExampleRing() {
 // partition.
 func ExampleMemory_Verify() {
 	ctx := context.Background()
-	store := partition.NewMemory(nil)
+	store, _ := partition.NewMemory(nil)
 	a, _ := store.Join(ctx, partition.MemberInfo{Name: "a"}, time.Minute)
 	b, _ := store.Join(ctx, partition.MemberInfo{Name: "b"}, time.Minute)
 	old, _ := store.Claim(ctx, "a", a.Incarnation, []int{7})
@@ -66,7 +70,7 @@ func ExampleMemory_Verify() {
 	fmt.Println(err)
 	fmt.Println(store.Verify(cur[0], func() error { return nil }))
 	// Output:
-	// partition: stale epoch 1 of "a" for partition 7 (current: epoch 2, owner "b")
+	// partition: stale epoch 1 for partition 7 (current epoch 2, owner "b")
 	// <nil>
 }
 
@@ -74,7 +78,7 @@ func ExampleMemory_Verify() {
 func ExampleFenced() {
 	ctx := context.Background()
 	locks, _ := fencedlock.NewMemory(nil)
-	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "worker-1"})
+	f, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{Holder: "worker-1"}})
 	if err != nil {
 		fmt.Println(err)
 		return

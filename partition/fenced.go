@@ -2,105 +2,85 @@ package partition
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
-// FencedConfig configures a Fenced. Holder is required.
+// FencedConfig configures a Fenced. A nil *FencedConfig means the defaults.
 type FencedConfig struct {
-	// Holder names this process in the locks. Required.
-	Holder string
-	// TTL is each lock's lease. Defaults to 10s.
-	TTL time.Duration
-	// Prefix starts every lock name (Prefix + key). Defaults to "partition/".
-	Prefix string
-	// Wait configures the wait for a busy key's lock. Defaults to the
-	// fencedlock.WaitConfig defaults.
-	Wait *fencedlock.WaitConfig
-	// Keepalive configures the renewal of the lease while fn runs; NewFenced
-	// checks it against TTL (fencedlock.KeepaliveConfig.Validate).
-	// Defaults to the fencedlock.KeepaliveConfig defaults.
-	Keepalive *fencedlock.KeepaliveConfig
-	// ReleaseTimeout bounds the release after fn. Defaults to 5s.
-	ReleaseTimeout time.Duration
+	// LockerConfig configures the lock taken around each call: Holder
+	// (defaults to a UUIDv7), TTL (10s), Wait, Keepalive, ReleaseTimeout
+	// (5s), as fencedlock.LockerConfig says. LockPrefix starts every lock
+	// name (LockPrefix + key) and defaults to "partition/".
+	fencedlock.LockerConfig
+}
+
+func (c *FencedConfig) withDefaults() fencedlock.LockerConfig {
+	var d fencedlock.LockerConfig
+	if c != nil {
+		d = c.LockerConfig
+	}
+	if d.LockPrefix == "" {
+		d.LockPrefix = "partition/"
+	}
+	return d
 }
 
 // Fenced is the fenced-lock twin of Member.Do: no partitions and no
-// membership, but a lease lock per key (fencedlock) taken around every call,
-// waited for when busy, and released after it. It serialises the calls of
-// one key across every process that shares the lock store, as Member.Do does
-// for the owner of the key's partition, at the price of a lock round trip
-// (acquire and release) per call. It is safe for concurrent use.
+// membership, but a lease lock per key (a fencedlock.Locker) taken around
+// every call, waited for when busy, kept alive while the call runs, and
+// released after it. It serialises the calls of one key across every process
+// that shares the lock store, as Member.Do does for the owner of the key's
+// partition, at the price of a lock round trip (acquire and release) per
+// call. It is safe for concurrent use; the zero value is not usable: call
+// NewFenced.
 //
 // The same caveat as every lock applies: a holder that pauses past its lease
 // is still running fn when the next holder starts, so fn must fence its
-// writes with lease.Token (fencedlock.Fence.Update, Postgres.Verify, Gate).
+// writes with lease.Token (fencedlock.Fence, fencedlock.Postgres.Verify,
+// fencedlock.Gate).
 type Fenced struct {
-	locks fencedlock.Store
-	cfg   FencedConfig
+	locker *fencedlock.Locker
+	prefix string
 }
 
-// NewFenced returns the twin over locks.
-func NewFenced(locks fencedlock.Store, cfg FencedConfig) (*Fenced, error) {
+// NewFenced returns the twin over the lock store locks. A nil cfg means the
+// defaults. A nil store or a bad cfg give an error matching ErrInvalid (and
+// fencedlock.ErrInvalid for the lock's settings). It does no I/O.
+func NewFenced(locks fencedlock.Store, cfg *FencedConfig) (*Fenced, error) {
 	if locks == nil {
-		return nil, fmt.Errorf("partition: invalid config: %w: nil lock store", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil lock store", ErrInvalid)
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 10 * time.Second
+	c := cfg.withDefaults()
+	l, err := fencedlock.NewLocker(locks, &c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = "partition/"
-	}
-	if cfg.ReleaseTimeout <= 0 {
-		cfg.ReleaseTimeout = 5 * time.Second
-	}
-	if err := validName("holder", cfg.Holder, false); err != nil {
-		return nil, fmt.Errorf("partition: invalid config: %w", err)
-	}
-	if cfg.TTL < fencedlock.MinTTL || cfg.TTL > fencedlock.MaxTTL {
-		return nil, fmt.Errorf("partition: invalid config: %w: ttl %v", ErrInvalid, cfg.TTL)
-	}
-	if len(cfg.Prefix) >= fencedlock.MaxNameLen {
-		return nil, fmt.Errorf("partition: invalid config: %w: prefix of %d bytes", ErrInvalid, len(cfg.Prefix))
-	}
-	if cfg.Keepalive != nil {
-		if err := cfg.Keepalive.Validate(cfg.TTL); err != nil {
-			return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
-		}
-	}
-	return &Fenced{locks: locks, cfg: cfg}, nil
+	return &Fenced{locker: l, prefix: c.LockPrefix}, nil
 }
+
+// Holder returns the holder identity the twin's locks are taken with.
+func (f *Fenced) Holder() string { return f.locker.Holder() }
 
 // Do acquires key's lock (waiting while another holder has it, until ctx
 // ends), runs fn with the lease under a keepalive whose context fn gets, and
 // releases the lock — also when fn panics, before the panic goes on. It
-// returns fn's error, or the lock's: an error matching fencedlock.ErrInvalid
-// for a key too long for a lock name.
-func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) (err error) {
+// returns fn's error joined with the release's, or the acquire's error; a
+// key too long for a lock name (with the prefix, fencedlock.MaxNameLen bytes)
+// is an error matching ErrInvalid, before anything is written.
+func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
-	name := f.cfg.Prefix + key
-	lease, err := fencedlock.AcquireWait(ctx, f.locks, name, f.cfg.Holder, f.cfg.TTL, f.cfg.Wait)
-	if err != nil {
+	if err := validName("lock name (prefix and key)", f.prefix+key, false); err != nil {
 		return err
 	}
-	k, err := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
-	if err != nil {
-		return errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
-	}
-	// Deferred, so that a panicking fn does not leave the lock renewed for
-	// nobody.
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
-		defer cancel()
-		relErr := k.Release(rctx)
-		if err == nil && !errors.Is(relErr, fencedlock.ErrNotHeld) { // expired first: fencing decided fn's writes
-			err = relErr
-		}
-	}()
-	return fn(k.Context(), lease)
+	return f.locker.Do(ctx, key, func(ctx context.Context, lease fencedlock.Lease) error {
+		// Between the acquire and fn's writes: where a pause can outlast
+		// the lease.
+		failpoint.Inject(ctx, "partition.fenced.before-write")
+		return fn(ctx, lease)
+	})
 }

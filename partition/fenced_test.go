@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/partition"
@@ -23,8 +25,8 @@ func TestFencedSerialisesPerKey(t *testing.T) {
 	counts := map[string]int{}
 	var mu sync.Mutex
 	for c := range 8 {
-		f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: fmt.Sprintf("worker-%d", c),
-			Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}})
+		f, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+			Holder: fmt.Sprintf("worker-%d", c), Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,9 +66,9 @@ func TestFencedPausedHolder(t *testing.T) {
 	for _, fenced := range []bool{true, false} {
 		c := &clock.Manual{}
 		locks := memoryLocks(c)
-		a, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Second,
-			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}})
-		b, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "b", TTL: time.Second})
+		a, _ := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{Holder: "a", TTL: time.Second,
+			Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}}})
+		b, _ := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{Holder: "b", TTL: time.Second}})
 		var gate fencedlock.Gate
 		owner := "nobody"
 		write := func(l fencedlock.Lease, who string) error {
@@ -95,24 +97,37 @@ func TestFencedPausedHolder(t *testing.T) {
 func TestNewFencedRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	locks := memoryLocks(nil)
-	for _, cfg := range []partition.FencedConfig{
-		{},
-		{Holder: "a", TTL: -time.Second},
-		{Holder: "a", Prefix: fmt.Sprintf("%0300d", 0)},
+	for _, cfg := range []fencedlock.LockerConfig{
+		{Holder: "a\x00"},
+		{TTL: -time.Second},
+		{LockPrefix: fmt.Sprintf("%0300d", 0)},
 		// An interval past the margin would never renew in time.
-		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}},
-		{Holder: "a", TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Margin: time.Second}},
+		{TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Hour}},
+		{TTL: time.Second, Keepalive: &fencedlock.KeepaliveConfig{Margin: time.Second}},
 	} {
-		if _, err := partition.NewFenced(locks, cfg); !errors.Is(err, partition.ErrInvalid) {
-			t.Errorf("NewFenced(%+v) = %v, want ErrInvalid", cfg, err)
+		_, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: cfg})
+		if !errors.Is(err, partition.ErrInvalid) || !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Errorf("NewFenced(%+v) = %v, want partition.ErrInvalid and fencedlock.ErrInvalid", cfg, err)
 		}
 	}
-	if _, err := partition.NewFenced(nil, partition.FencedConfig{Holder: "a"}); !errors.Is(err, partition.ErrInvalid) {
+	if _, err := partition.NewFenced(nil, nil); !errors.Is(err, partition.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
 	}
-	f, _ := partition.NewFenced(locks, partition.FencedConfig{Holder: "a"})
+	f, err := partition.NewFenced(locks, nil)
+	if err != nil {
+		t.Fatalf("NewFenced with the defaults: %v", err)
+	}
+	if id, err := uuid.Parse(f.Holder()); err != nil || id.Version() != 7 {
+		t.Errorf("default holder %q is not a UUIDv7: %v", f.Holder(), err)
+	}
 	if err := f.Do(ctx, "k", nil); !errors.Is(err, partition.ErrInvalid) {
 		t.Errorf("nil fn: %v", err)
+	}
+	// A key too long for a lock name is refused before any lock is taken.
+	ran := false
+	err = f.Do(ctx, fmt.Sprintf("%0250d", 0), func(context.Context, fencedlock.Lease) error { ran = true; return nil })
+	if !errors.Is(err, partition.ErrInvalid) || ran {
+		t.Errorf("Do with a key too long: %v (ran %v), want ErrInvalid", err, ran)
 	}
 }
 
@@ -121,8 +136,8 @@ func TestNewFencedRejectsBadConfig(t *testing.T) {
 func TestFencedReleasesWhenFnPanics(t *testing.T) {
 	t.Parallel()
 	locks := memoryLocks(nil)
-	f, err := partition.NewFenced(locks, partition.FencedConfig{Holder: "a", TTL: time.Minute,
-		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
+	f, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+		Holder: "a", TTL: time.Minute, Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}

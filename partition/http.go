@@ -52,7 +52,7 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 				pr.Out.Header.Set(ForwardedHeader, m.Name())
 			}}
 			proxy.ServeHTTP(w, r)
-		case errors.Is(err, ErrNotOwner), errors.Is(err, ErrMoving), errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrNotOwner), errors.Is(err, ErrMoving), errors.Is(err, ErrStopped):
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		default:

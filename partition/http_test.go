@@ -21,7 +21,7 @@ import (
 // owner serves it on the key's executor.
 func TestForward(t *testing.T) {
 	t.Parallel()
-	store := partition.NewMemory(nil)
+	store := newMemory(nil)
 	names := []string{"a", "b"}
 	members := map[string]*partition.Member{}
 	servers := map[string]*httptest.Server{}
@@ -31,11 +31,7 @@ func TestForward(t *testing.T) {
 		t.Cleanup(srv.Close)
 		cfg := testConfig
 		cfg.Name, cfg.Addr = n, strings.TrimPrefix(srv.URL, "http://")
-		m, err := partition.NewMember(ctx, cfg, store)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close(ctx) })
+		m, _ := startMember(t, store, cfg)
 		handler := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
 			func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
 				w.Header().Set("X-Served-By", e.Owner)
@@ -105,11 +101,7 @@ func TestForwardPanicIs500(t *testing.T) {
 	var logs syncBuffer
 	cfg := testConfig
 	cfg.Name, cfg.Logger = "solo", slog.New(slog.NewTextHandler(&logs, nil))
-	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(ctx) })
+	m, _ := startMember(t, newMemory(nil), cfg)
 	srv := httptest.NewServer(partition.Forward(m, func(r *http.Request) string { return "k" },
 		func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
 			if r.URL.Query().Has("panic") {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/partition"
@@ -24,7 +26,7 @@ var backends = []struct {
 	name string
 	new  func(t *testing.T) partition.Membership
 }{
-	{"memory", func(t *testing.T) partition.Membership { return partition.NewMemory(nil) }},
+	{"memory", func(t *testing.T) partition.Membership { return newMemory(nil) }},
 	{"postgres", func(t *testing.T) partition.Membership {
 		db := testdb.New(t, partition.Migrations()...)
 		s := newPostgres(t, db)
@@ -42,14 +44,14 @@ type watcher struct {
 	// accepting is the member accepting work for each partition.
 	accepting  map[int]string
 	violations []string
-	stopped    map[int]time.Time // last Stopped (handoff) per partition
-	windows    []time.Duration   // Stopped(old) → Started(new) per move
+	stopped    map[int]stop    // last Stopped per partition
+	windows    []time.Duration // Stopped(old) → Started(new) per move
 	starts     int
 	running    [partition.MaxPartitions]atomic.Int32
 }
 
 func newWatcher(t testing.TB) *watcher {
-	return &watcher{t: t, accepting: map[int]string{}, stopped: map[int]time.Time{}}
+	return &watcher{t: t, accepting: map[int]string{}, stopped: map[int]stop{}}
 }
 
 func (w *watcher) onEvent(e partition.Event) {
@@ -63,16 +65,25 @@ func (w *watcher) onEvent(e partition.Event) {
 		}
 		w.accepting[p] = who
 		w.starts++
-		if at, ok := w.stopped[p]; ok {
-			w.windows = append(w.windows, time.Since(at))
-			delete(w.stopped, p)
+		// A member that starts a partition it stopped itself (its lease
+		// was late on a loaded machine, and it claimed anew) did not
+		// move it: only a start elsewhere ends a handover window.
+		if st, ok := w.stopped[p]; ok && st.owner != who {
+			w.windows = append(w.windows, time.Since(st.at))
 		}
+		delete(w.stopped, p)
 	case partition.Stopped:
 		if w.accepting[p] == who {
 			delete(w.accepting, p)
 		}
-		w.stopped[p] = time.Now()
+		w.stopped[p] = stop{owner: who, at: time.Now()}
 	}
+}
+
+// stop is when a partition stopped on a member.
+type stop struct {
+	owner string
+	at    time.Time
 }
 
 // forget is for a member that crashed: it accepts nothing any more.
@@ -82,7 +93,7 @@ func (w *watcher) forget(member string) {
 	for p, m := range w.accepting {
 		if m == member {
 			delete(w.accepting, p)
-			w.stopped[p] = time.Now()
+			w.stopped[p] = stop{owner: member, at: time.Now()}
 		}
 	}
 }
@@ -124,30 +135,31 @@ type fleet struct {
 	cfg     partition.Config
 	mu      sync.Mutex
 	members map[string]*partition.Member
+	pausers map[string]*pauser
 }
 
 func newFleet(t testing.TB, store partition.Membership, cfg partition.Config) *fleet {
-	f := &fleet{t: t, store: store, w: newWatcher(t), cfg: cfg, members: map[string]*partition.Member{}}
-	t.Cleanup(func() {
-		for _, m := range f.all() {
-			m.Close(ctx)
-		}
-	})
-	return f
+	return &fleet{t: t, store: store, w: newWatcher(t), cfg: cfg,
+		members: map[string]*partition.Member{}, pausers: map[string]*pauser{}}
 }
 
 func (f *fleet) start(name string) *partition.Member {
 	f.t.Helper()
 	cfg := f.cfg
 	cfg.Name, cfg.Addr, cfg.OnEvent = name, name+".test:80", f.w.onEvent
-	m, err := partition.NewMember(ctx, cfg, f.store)
-	if err != nil {
-		f.t.Fatalf("NewMember(%s): %v", name, err)
-	}
+	m, p := startMember(f.t, f.store, cfg)
 	f.mu.Lock()
-	f.members[name] = m
+	f.members[name], f.pausers[name] = m, p
 	f.mu.Unlock()
 	return m
+}
+
+// pause stops the heartbeats and steps of member name, as a process pause
+// would, until resume is called; its executors keep running.
+func (f *fleet) pause(name string) (resume func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pausers[name].pause()
 }
 
 func (f *fleet) remove(name string) *partition.Member {
@@ -228,7 +240,7 @@ func (f *fleet) do(ctx context.Context, key string, fn func(context.Context, par
 		switch {
 		case errors.As(err, &notOwner):
 			via = f.member(notOwner.Owner)
-		case errors.Is(err, partition.ErrMoving), errors.Is(err, partition.ErrClosed):
+		case errors.Is(err, partition.ErrMoving), errors.Is(err, partition.ErrStopped):
 			via = nil
 			select {
 			case <-ctx.Done():
@@ -297,7 +309,7 @@ func TestJoinAndLeave(t *testing.T) {
 			joinMoved, joinWindows := len(partition.Moved(three, four)), f.w.takeWindows()
 
 			leaving := f.remove("member-1")
-			if err := leaving.Close(ctx); err != nil {
+			if err := leaving.Stop(ctx); err != nil {
 				t.Fatal(err)
 			}
 			after := f.settled(30 * time.Second)
@@ -326,13 +338,19 @@ func checkRouting(t *testing.T, f *fleet, ring *partition.Ring) {
 		owner := ring.Owner(ring.Partition(key))
 		ran := 0
 		for _, m := range f.all() {
-			err := m.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+			fn := func(_ context.Context, e partition.Epoch) error {
 				if e.Owner != m.Name() || e.Partition != ring.Partition(key) || e.Token <= 0 {
 					return fmt.Errorf("epoch %+v", e)
 				}
 				ran++
 				return nil
-			})
+			}
+			err := m.Do(ctx, key, fn)
+			if m.Name() == owner && errors.Is(err, partition.ErrMoving) {
+				// A heartbeat late on a loaded machine makes the owner
+				// refuse until its lease is safe again; it must then serve.
+				err = doOwned(m, key, fn)
+			}
 			var notOwner *partition.NotOwnerError
 			switch {
 			case m.Name() == owner && err != nil:
@@ -387,12 +405,13 @@ func TestCrashedMemberPartitionsMove(t *testing.T) {
 
 func TestNewMemberRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	store := partition.NewMemory(nil)
+	store := newMemory(nil)
 	tests := []struct {
 		name string
 		cfg  partition.Config
 	}{
-		{"no name", partition.Config{}},
+		{"name with NUL", partition.Config{Name: "a\x00"}},
+		{"long name", partition.Config{Name: fmt.Sprintf("%0300d", 1)}},
 		{"long address", partition.Config{Name: "a", Addr: fmt.Sprintf("%0300d", 1)}},
 		{"ttl too short", partition.Config{Name: "a", TTL: time.Microsecond}},
 		{"interval not below ttl", partition.Config{Name: "a", TTL: time.Second, Interval: time.Second}},
@@ -400,17 +419,46 @@ func TestNewMemberRejectsBadConfig(t *testing.T) {
 		{"move interval above interval", partition.Config{Name: "a", Interval: time.Second, MoveInterval: 2 * time.Second}},
 		{"negative drain", partition.Config{Name: "a", DrainTimeout: -1}},
 		{"negative queue", partition.Config{Name: "a", QueueSize: -1}},
-		{"load below 1", partition.Config{Name: "a", Ring: partition.RingConfig{Load: 0.9}}},
+		{"load below 1", partition.Config{Name: "a", Ring: &partition.RingConfig{Load: 0.9}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := partition.NewMember(ctx, tt.cfg, store); !errors.Is(err, partition.ErrInvalid) {
-				t.Fatalf("NewMember = %v, want ErrInvalid", err)
+			_, err := partition.NewMember(store, &tt.cfg)
+			if !errors.Is(err, partition.ErrInvalid) || strings.Count(err.Error(), "partition:") != 1 {
+				t.Fatalf("NewMember = %v, want ErrInvalid with the package prefix once", err)
 			}
 		})
 	}
+	if _, err := partition.NewMember(nil, nil); !errors.Is(err, partition.ErrInvalid) {
+		t.Errorf("NewMember without a store = %v, want ErrInvalid", err)
+	}
 	if live, _ := store.Live(ctx); len(live) != 0 {
 		t.Fatalf("bad configs joined: %v", live)
+	}
+}
+
+// A nil config is valid: the member gets a UUIDv7 name, and NewMember does
+// no I/O — it joins at Start.
+func TestNewMemberDefaults(t *testing.T) {
+	t.Parallel()
+	store := newMemory(nil)
+	m, err := partition.NewMember(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := uuid.Parse(m.Name())
+	if err != nil || id.Version() != 7 {
+		t.Fatalf("default name %q: version %v, %v; want a UUIDv7", m.Name(), id.Version(), err)
+	}
+	if live, _ := store.Live(ctx); len(live) != 0 {
+		t.Fatalf("NewMember joined: %v", live)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(ctx)
+	if live, _ := store.Live(ctx); len(live) != 1 || live[0].Name != m.Name() {
+		t.Fatalf("after Start, live = %v", live)
 	}
 }
 
@@ -418,43 +466,110 @@ func TestNewMemberRejectsBadConfig(t *testing.T) {
 // refused, and leaves no lease behind.
 func TestRingMismatchIsRefused(t *testing.T) {
 	t.Parallel()
-	store := partition.NewMemory(nil)
+	store := newMemory(nil)
 	f := newFleet(t, store, testConfig)
 	f.start("a")
 	cfg := testConfig
-	cfg.Name, cfg.Ring = "b", partition.RingConfig{Partitions: 64}
-	if _, err := partition.NewMember(ctx, cfg, store); !errors.Is(err, partition.ErrRingMismatch) {
-		t.Fatalf("NewMember with another ring = %v, want ErrRingMismatch", err)
+	cfg.Name, cfg.Ring = "b", &partition.RingConfig{Partitions: 64}
+	m, err := partition.NewMember(store, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); !errors.Is(err, partition.ErrRingMismatch) {
+		t.Fatalf("Start with another ring = %v, want ErrRingMismatch", err)
 	}
 	if live, _ := store.Live(ctx); len(live) != 1 {
 		t.Fatalf("live = %v", live)
 	}
 }
 
-// A second process under a live member's name waits for that lease.
+// A second process under a live member's name waits for that lease; a
+// Start that gave up can be called again, and joins once the name is free.
 func TestDuplicateNameWaits(t *testing.T) {
 	t.Parallel()
-	store := partition.NewMemory(nil)
+	store := newMemory(nil)
 	f := newFleet(t, store, testConfig)
-	f.start("a")
+	a := f.start("a")
 	cfg := testConfig
 	cfg.Name = "a"
+	second, err := partition.NewMember(store, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := partition.NewMember(wctx, cfg, store); !errors.Is(err, partition.ErrNameInUse) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("NewMember under a live name = %v", err)
+	if err := second.Start(wctx); !errors.Is(err, partition.ErrNameInUse) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start under a live name = %v", err)
 	}
+	if err := second.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Do after a failed Start = %v, want ErrStopped", err)
+	}
+	if err := f.remove("a").Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-a.Stopped()
+	if err := second.Start(ctx); err != nil {
+		t.Fatalf("Start again once the name is free: %v", err)
+	}
+	defer second.Stop(ctx)
+	if err := doOwned(second, "k", func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start and Stop: Do before Start is refused; Start twice is Start once;
+// Stop waits for the handoff and ends the lease, Stopped closes, a second
+// Stop returns at once, and a stopped member cannot start again.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	store := newMemory(nil)
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, err := partition.NewMember(store, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Do before Start: %v", err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	select {
+	case <-m.Stopped():
+		t.Fatal("Stopped closed while running")
+	default:
+	}
+	if err := m.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Stopped():
+	default:
+		t.Fatal("Stopped not closed when Stop returned")
+	}
+	if err := m.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if err := m.Start(ctx); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
+	}
+	never, _ := partition.NewMember(store, &cfg)
+	if err := never.Stop(ctx); err != nil {
+		t.Fatalf("Stop of a member never started: %v", err)
+	}
+	<-never.Stopped()
 }
 
 func TestDoErrors(t *testing.T) {
 	t.Parallel()
-	store := partition.NewMemory(nil)
+	store := newMemory(nil)
 	cfg := testConfig
 	cfg.Name = "solo"
-	m, err := partition.NewMember(ctx, cfg, store)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := startMember(t, store, cfg)
 	if err := m.Do(ctx, "k", nil); !errors.Is(err, partition.ErrInvalid) {
 		t.Fatalf("nil fn: %v", err)
 	}
@@ -468,7 +583,7 @@ func TestDoErrors(t *testing.T) {
 	<-started
 	qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	ran := false
-	err = m.Do(qctx, "k", func(context.Context, partition.Epoch) error { ran = true; return nil })
+	err := m.Do(qctx, "k", func(context.Context, partition.Epoch) error { ran = true; return nil })
 	cancel()
 	close(block)
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -480,22 +595,19 @@ func TestDoErrors(t *testing.T) {
 	if ran {
 		t.Fatal("a call whose context ended in the queue ran")
 	}
-	if err := m.Close(ctx); err != nil {
+	if err := m.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrClosed) {
-		t.Fatalf("Do after Close: %v", err)
-	}
-	if err := m.Close(ctx); !errors.Is(err, partition.ErrClosed) {
-		t.Fatalf("second Close: %v", err)
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Do after Stop: %v", err)
 	}
 	if live, _ := store.Live(ctx); len(live) != 0 {
-		t.Fatalf("Close left a lease: %v", live)
+		t.Fatalf("Stop left a lease: %v", live)
 	}
 	owners, _ := store.Owners(ctx, 271)
 	for _, o := range owners {
 		if o.Owner != "" {
-			t.Fatalf("Close left partition %d owned", o.Partition)
+			t.Fatalf("Stop left partition %d owned", o.Partition)
 		}
 	}
 }
@@ -505,11 +617,7 @@ func TestDoIsSerialPerPartition(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig
 	cfg.Name = "solo"
-	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
+	m, _ := startMember(t, newMemory(nil), cfg)
 	w := newWatcher(t)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -549,7 +657,7 @@ func TestDoIsSerialPerPartition(t *testing.T) {
 func TestManualClockExpiry(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	store := partition.NewMemory(c)
+	store := newMemory(c)
 	f := newFleet(t, store, testConfig)
 	a := f.start("a")
 	before := a.Owned()
@@ -578,12 +686,8 @@ func TestDoRecoversPanic(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig
 	cfg.Name = "solo"
-	m, err := partition.NewMember(ctx, cfg, partition.NewMemory(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
-	err = doOwned(m, "k", func(context.Context, partition.Epoch) error { panic("boom") })
+	m, _ := startMember(t, newMemory(nil), cfg)
+	err := doOwned(m, "k", func(context.Context, partition.Epoch) error { panic("boom") })
 	var pe *partition.PanicError
 	if !errors.Is(err, partition.ErrPanic) || !errors.As(err, &pe) {
 		t.Fatalf("Do of a panicking function = %v, want a *PanicError", err)
@@ -609,19 +713,16 @@ func doOwned(m *partition.Member, key string, fn func(context.Context, partition
 	}
 }
 
-// Close returns when its context ends even if a function ignores its own
-// context; the straggler finishes in the background.
-func TestCloseHonoursDeadline(t *testing.T) {
+// Stop returns when its context ends even if a function ignores its own
+// context; the straggler finishes in the background, and Stopped closes when
+// it returns.
+func TestStopHonoursDeadline(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig
 	cfg.Name = "solo"
-	store := partition.NewMemory(nil)
-	m, err := partition.NewMember(ctx, cfg, store)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := newMemory(nil)
+	m, _ := startMember(t, store, cfg)
 	started, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	defer func() { close(release); <-done }()
 	go func() {
 		done <- doOwned(m, "k", func(context.Context, partition.Epoch) error {
 			close(started)
@@ -632,17 +733,107 @@ func TestCloseHonoursDeadline(t *testing.T) {
 	<-started
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	closed := make(chan error, 1)
-	go func() { closed <- m.Close(cctx) }()
+	stopped := make(chan error, 1)
+	go func() { stopped <- m.Stop(cctx) }()
 	select {
-	case err := <-closed:
+	case err := <-stopped:
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Close past its deadline = %v, want DeadlineExceeded", err)
+			t.Fatalf("Stop past its deadline = %v, want DeadlineExceeded", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Close ignored its deadline while a function ignored its context")
+		t.Fatal("Stop ignored its deadline while a function ignored its context")
 	}
 	if live, _ := store.Live(ctx); len(live) != 0 {
-		t.Fatalf("Close past its deadline left the lease: %v", live)
+		t.Fatalf("Stop past its deadline left the lease: %v", live)
+	}
+	select {
+	case <-m.Stopped():
+		t.Fatal("Stopped closed while a function still runs")
+	default:
+	}
+	close(release)
+	<-done
+	select {
+	case <-m.Stopped():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stopped not closed after the straggler returned")
+	}
+}
+
+// blackhole is a membership store that can stop answering: while on, every
+// call waits until its context ends, as a call to an unreachable database
+// does.
+type blackhole struct {
+	partition.Membership
+	on atomic.Bool
+}
+
+func (b *blackhole) hole(ctx context.Context) error {
+	if !b.on.Load() {
+		return nil
+	}
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+func (b *blackhole) Heartbeat(ctx context.Context, name string, inc int64, ttl time.Duration) error {
+	if err := b.hole(ctx); err != nil {
+		return err
+	}
+	return b.Membership.Heartbeat(ctx, name, inc, ttl)
+}
+
+func (b *blackhole) Join(ctx context.Context, m partition.MemberInfo, ttl time.Duration) (partition.MemberInfo, error) {
+	if err := b.hole(ctx); err != nil {
+		return partition.MemberInfo{}, err
+	}
+	return b.Membership.Join(ctx, m, ttl)
+}
+
+func (b *blackhole) Live(ctx context.Context) ([]partition.MemberInfo, error) {
+	if err := b.hole(ctx); err != nil {
+		return nil, err
+	}
+	return b.Membership.Live(ctx)
+}
+
+// A member whose store stops answering gives its lease up on its own clock
+// (TTL − Margin after the last heartbeat it sent): it cancels the function
+// it runs and refuses calls — it does not wait for a heartbeat that hangs.
+// When the store answers again, it joins again and serves.
+func TestUnreachableStoreStopsTheMember(t *testing.T) {
+	t.Parallel()
+	bh := &blackhole{Membership: newMemory(nil)}
+	cfg := testConfig
+	cfg.Name = "solo"
+	m, _ := startMember(t, bh, cfg)
+	started, result := make(chan partition.Epoch, 1), make(chan error, 1)
+	go func() {
+		result <- m.Do(ctx, "k", func(ctx context.Context, e partition.Epoch) error {
+			started <- e
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	before := <-started
+	bh.on.Store(true)
+	select {
+	case err := <-result:
+		if !errors.Is(err, partition.ErrMoving) || !strings.Contains(err.Error(), partition.ReasonLeaseLost) {
+			t.Fatalf("the running function ended with %v, want ErrMoving for a lost lease", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the running function was not cancelled while the store did not answer")
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrMoving) {
+		t.Fatalf("Do without a lease = %v, want ErrMoving", err)
+	}
+	bh.on.Store(false)
+	var after partition.Epoch
+	if err := doOwned(m, "k", func(_ context.Context, e partition.Epoch) error { after = e; return nil }); err != nil {
+		t.Fatalf("Do once the store answers again: %v", err)
+	}
+	if after.Token <= before.Token {
+		t.Fatalf("epoch %d after %d: the partition was not claimed anew", after.Token, before.Token)
 	}
 }

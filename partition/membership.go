@@ -67,13 +67,13 @@ type Membership interface {
 	// lease is not live.
 	Claim(ctx context.Context, member string, incarnation int64, partitions []int) ([]Epoch, error)
 	// Release gives up the partitions of epochs that are still current,
-	// keeping their epochs. It returns a *FencedError (joined, one per
+	// keeping their epochs. It returns a *StaleEpochError (joined, one per
 	// epoch) for those that were not current: someone else owns them.
 	Release(ctx context.Context, epochs []Epoch) error
 	// Check returns nil if e is its partition's current owner and epoch, and
-	// a *FencedError otherwise. The answer may be stale when it arrives:
-	// protect writes with the backend's Verify, which holds the partition
-	// until the write commits.
+	// a *StaleEpochError otherwise. The answer may be stale when it arrives:
+	// protect writes with the backend's Verify or Condition, which hold the
+	// partition until the write commits.
 	Check(ctx context.Context, e Epoch) error
 }
 

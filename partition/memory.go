@@ -9,24 +9,35 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// Clock tells the time. [Memory] takes one so that tests can move time
-// forward instead of sleeping; time.Now is the default.
-type Clock interface {
-	Now() time.Time
+// MemoryConfig configures a Memory store. A nil *MemoryConfig means the
+// defaults.
+type MemoryConfig struct {
+	// Clock decides lease expiry; tests pass a *clock.Manual to move time
+	// forward instead of sleeping. Defaults to the system clock.
+	Clock clock.Clock
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+func (c *MemoryConfig) withDefaults() MemoryConfig {
+	var d MemoryConfig
+	if c != nil {
+		d = *c
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System()
+	}
+	return d
+}
 
 // Memory is the membership store in this process's memory, for several
 // members in one process (tests, simulations). Expiry follows its Clock. It
 // is safe for concurrent use. The zero value is not usable; call NewMemory.
 type Memory struct {
-	clock Clock
+	clock clock.Clock
 
 	// mu guards everything below. It is never held while a user function
 	// runs: Verify counts its running functions per partition instead, so
@@ -45,15 +56,14 @@ type memMember struct {
 	expires time.Time
 }
 
-// NewMemory returns an empty store; a nil clock means the system clock.
-func NewMemory(clock Clock) *Memory {
-	if clock == nil {
-		clock = systemClock{}
-	}
+// NewMemory returns an empty store. A nil cfg means the defaults. Every
+// MemoryConfig is valid today; the error is there for options to come.
+func NewMemory(cfg *MemoryConfig) (*Memory, error) {
+	c := cfg.withDefaults()
 	return &Memory{
-		clock: clock, owners: map[int]Epoch{}, members: map[string]*memMember{},
+		clock: c.Clock, owners: map[int]Epoch{}, members: map[string]*memMember{},
 		verifying: map[int]int{}, verifiedCh: make(chan struct{}),
-	}
+	}, nil
 }
 
 // live returns the member row of name if its lease is live. The caller holds
@@ -89,7 +99,7 @@ func (s *Memory) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (Mem
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.live(m.Name); cur != nil {
+	if cur := s.live(m.Name); cur != nil && !failpoint.Mutant("partition.join.live") {
 		return MemberInfo{}, fmt.Errorf("%w: %s (incarnation %d)", ErrNameInUse, short.Quote(m.Name), cur.info.Incarnation)
 	}
 	s.incarnation++
@@ -109,6 +119,10 @@ func (s *Memory) Heartbeat(ctx context.Context, name string, incarnation int64, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, err := s.lease(name, incarnation)
+	if cur := s.members[name]; err != nil && cur != nil && cur.info.Incarnation == incarnation &&
+		failpoint.Mutant("partition.heartbeat.expired") {
+		m, err = cur, nil // revives the expired lease
+	}
 	if err != nil {
 		return err
 	}
@@ -204,7 +218,7 @@ func (s *Memory) Claim(ctx context.Context, member string, incarnation int64, pa
 	var out []Epoch
 	for _, p := range partitions {
 		cur := s.owners[p]
-		if cur.Owner != "" && cur.Owner != member && s.live(cur.Owner) != nil {
+		if cur.Owner != "" && cur.Owner != member && s.live(cur.Owner) != nil && !failpoint.Mutant("partition.claim.owner") {
 			continue
 		}
 		if s.verifying[p] > 0 {
@@ -248,8 +262,8 @@ func (s *Memory) Release(ctx context.Context, epochs []Epoch) error {
 	var errs []error
 	for _, e := range epochs {
 		cur := s.owners[e.Partition]
-		if cur.Owner != e.Owner || cur.Token != e.Token {
-			errs = append(errs, &FencedError{Presented: e, Owner: cur.Owner, Token: cur.Token})
+		if (cur.Owner != e.Owner || cur.Token != e.Token) && !failpoint.Mutant("partition.release.epoch") {
+			errs = append(errs, staleEpoch(e, cur))
 			continue
 		}
 		cur.Owner = ""
@@ -268,13 +282,18 @@ func (s *Memory) Check(ctx context.Context, e Epoch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if failpoint.Mutant("partition.check.epoch") {
+		return nil
+	}
 	return s.check(e)
 }
 
+// check returns nil if e is its partition's current epoch, and a
+// *StaleEpochError otherwise. The caller holds mu.
 func (s *Memory) check(e Epoch) error {
 	cur := s.owners[e.Partition]
 	if cur.Owner != e.Owner || cur.Token != e.Token {
-		return &FencedError{Presented: e, Owner: cur.Owner, Token: cur.Token}
+		return staleEpoch(e, cur)
 	}
 	return nil
 }
@@ -294,7 +313,7 @@ func (s *Memory) verified(epochs []Epoch) bool {
 // is still its partition's current epoch, and keeps it current until fn
 // returns — a Claim skips the partition (the member claims it at a later
 // step) and a Release of e waits — the equivalent of the share lock that
-// Postgres.Verify takes. It returns fn's error, or a *FencedError without
+// Postgres.Verify takes. It returns fn's error, or a *StaleEpochError without
 // running fn. No lock of the store is held while fn runs, so fn may call
 // Check, Owners or Verify; it must not Release e, which would wait for fn.
 func (s *Memory) Verify(e Epoch, fn func() error) error {
@@ -302,7 +321,7 @@ func (s *Memory) Verify(e Epoch, fn func() error) error {
 		return err
 	}
 	s.mu.Lock()
-	if err := s.check(e); err != nil {
+	if err := s.check(e); err != nil && !failpoint.Mutant("partition.verify.epoch") {
 		s.mu.Unlock()
 		return err
 	}

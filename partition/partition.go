@@ -19,9 +19,10 @@
 // leases, at most one member accepts work for a partition at any moment, and
 // [Member.Do] runs one function at a time per partition, in arrival order.
 // A write that presents its (partition, owner, epoch) to the store —
-// [Postgres.Verify] inside the write's transaction, [Memory.Verify] for a
-// resource in memory — is rejected with a *[FencedError] once a newer owner has
-// claimed the partition.
+// [Postgres.Condition] in the write's own statement, [Postgres.Verify] inside
+// the write's transaction, [Memory.Verify] for a resource in memory — is
+// rejected (a *[StaleEpochError]) once a newer owner has claimed the
+// partition.
 //
 // What it does NOT protect: a member that pauses (GC, swap, SIGSTOP) longer
 // than its lease is replaced while its functions may still be running; when
@@ -30,15 +31,17 @@
 // that do not go through Do, or that cache an owner, reach no executor at all.
 // Members must agree on the [RingConfig] and on the library version — v0.10.0
 // of the ring library places 221 of 271 partitions differently from v1.0.0;
-// members record their ring's [Ring.ID] and NewMember refuses to join a fleet
-// with a different one. Changing the partition count remaps keys, so the
-// epoch of a key's old partition says nothing about its new one.
+// members record their ring's [Ring.ID] and [Member.Start] refuses to join a
+// fleet with a different one. Changing the partition count remaps keys, so
+// the epoch of a key's old partition says nothing about its new one.
 //
 // Example (memory backend, one member):
 //
-//	store := partition.NewMemory(nil)
-//	m, err := partition.NewMember(ctx, partition.Config{Name: "a", Addr: "10.0.0.1:8080"}, store)
-//	err = m.Do(ctx, "account-42", func(ctx context.Context, e partition.Epoch) error {
+//	store, _ := partition.NewMemory(nil)
+//	m, _ := partition.NewMember(store, &partition.Config{Name: "a", Addr: "10.0.0.1:8080"})
+//	if err := m.Start(ctx); err != nil { … }
+//	defer m.Stop(ctx)
+//	err := m.Do(ctx, "account-42", func(ctx context.Context, e partition.Epoch) error {
 //		return store.Verify(e, func() error { balance["account-42"]++; return nil })
 //	})
 package partition
@@ -58,9 +61,9 @@ var (
 	// ErrMoving reports a key whose partition is between owners (being
 	// handed over, or this member's lease cannot be trusted): retry shortly.
 	ErrMoving = errors.New("partition: partition is moving")
-	// ErrFenced reports a write whose epoch is no longer the partition's
-	// current one; the error is a *FencedError.
-	ErrFenced = errors.New("partition: stale epoch")
+	// ErrStaleEpoch reports a write whose epoch is no longer the
+	// partition's current one; the error is a *StaleEpochError.
+	ErrStaleEpoch = errors.New("partition: stale epoch")
 	// ErrExpired reports a heartbeat for a membership lease that expired or
 	// belongs to another incarnation.
 	ErrExpired = errors.New("partition: membership lease expired")
@@ -69,8 +72,9 @@ var (
 	// ErrRingMismatch reports a member whose ring differs from the live
 	// fleet's (another partition count, load, or library version).
 	ErrRingMismatch = errors.New("partition: ring differs from the fleet's")
-	// ErrClosed reports a call on a closed Member.
-	ErrClosed = errors.New("partition: member closed")
+	// ErrStopped reports a call on a Member that is not running: before
+	// Start returned, or once Stop has begun to leave.
+	ErrStopped = errors.New("partition: member not running")
 	// ErrPanic reports a function run by Member.Do that panicked; the error
 	// is a *PanicError. The executor survives and runs the next call.
 	ErrPanic = errors.New("partition: function panicked")
@@ -95,7 +99,8 @@ type Epoch struct {
 	Token int64
 }
 
-// NotOwnerError is returned by Do for a key owned by another member.
+// NotOwnerError is returned by Do for a key owned by another member. It is
+// a value the caller may keep; it matches ErrNotOwner.
 type NotOwnerError struct {
 	Key       string
 	Partition int
@@ -114,7 +119,7 @@ func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
 // PanicError is a panic recovered from a function that Member.Do ran. The
 // function runs on its partition's executor goroutine, where no caller's
 // recovery (net/http's included) could reach it, so Do recovers it instead
-// of letting it end the process.
+// of letting it end the process. It matches ErrPanic.
 type PanicError struct {
 	Value any    // the value passed to panic
 	Stack []byte // the panicking goroutine's stack (runtime/debug.Stack)
@@ -127,22 +132,38 @@ func (e *PanicError) Error() string {
 // Is reports whether target is ErrPanic.
 func (e *PanicError) Is(target error) bool { return target == ErrPanic }
 
-// FencedError is a write rejected because its epoch is stale.
-type FencedError struct {
-	Presented Epoch
-	// Owner and Token are the partition's current owner ("" when released)
-	// and epoch.
+// StaleEpochError is a write, release or check refused because its epoch is
+// no longer its partition's current one: another member claimed the
+// partition, or its owner released it. It matches ErrStaleEpoch.
+type StaleEpochError struct {
+	// Partition is the partition of the refused epoch.
+	Partition int
+	// Presented is the epoch the writer carried (its Epoch.Token).
+	Presented int64
+	// Required is the partition's current epoch: only a write presenting
+	// it, from Owner, is accepted. It is 0 for a partition never claimed.
+	Required int64
+	// Owner is the partition's current owner; "" when it was released, and
+	// no write is accepted until the next claim, whose epoch is higher.
 	Owner string
-	Token int64
 }
 
-func (e *FencedError) Error() string {
-	return fmt.Sprintf("partition: stale epoch %d of %s for partition %d (current: epoch %d, owner %s)",
-		e.Presented.Token, short.Quote(e.Presented.Owner), e.Presented.Partition, e.Token, short.Quote(e.Owner))
+func (e *StaleEpochError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("partition: stale epoch %d for partition %d (current epoch %d, released)",
+			e.Presented, e.Partition, e.Required)
+	}
+	return fmt.Sprintf("partition: stale epoch %d for partition %d (current epoch %d, owner %s)",
+		e.Presented, e.Partition, e.Required, short.Quote(e.Owner))
 }
 
-// Is reports whether target is ErrFenced.
-func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+// Is reports whether target is ErrStaleEpoch.
+func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+
+// staleEpoch is the refusal of e by a partition whose current row is cur.
+func staleEpoch(e, cur Epoch) *StaleEpochError {
+	return &StaleEpochError{Partition: e.Partition, Presented: e.Token, Required: cur.Token, Owner: cur.Owner}
+}
 
 func validName(what, s string, allowEmpty bool) error {
 	switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
@@ -24,108 +25,176 @@ func Migrations() []migrate.Migration {
 	return migrate.FromDir("partition", migrationFiles, "migrations")
 }
 
-// Querier is what a fenced write needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// satisfy it.
-type Querier interface {
+// DB is what the PostgreSQL backend needs from a connection: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all satisfy it, so every operation can run inside the
+// caller's own transaction (WithDB). No operation opens a transaction of its
+// own: Claim sends its statements as one batch, which PostgreSQL runs as one
+// transaction.
+type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// DB is what the PostgreSQL backend needs from a connection:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it. Claim runs a
-// transaction (a savepoint inside a pgx.Tx).
-type DB interface {
-	Querier
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// PostgresConfig configures a Postgres store. The zero value is valid.
+// PostgresConfig configures a Postgres store. A nil *PostgresConfig means
+// the defaults.
 type PostgresConfig struct {
 	// Tables says where the tables live. Defaults to the connection's
 	// search_path and the prefix "lockfree_".
 	Tables migrate.Names
 	// LockTimeout bounds how long a claim waits for a partition row that a
-	// fenced write (Verify) of the previous owner holds; the claim is then
-	// skipped and retried at the member's next step. Defaults to 1s.
+	// fenced write (Verify, Condition) of the previous owner holds; the
+	// claim then fails and is retried at the member's next step. At least
+	// 1ms. Defaults to 1s.
 	LockTimeout time.Duration
 }
 
-// Postgres is the membership store in PostgreSQL. Lease expiry is decided by
-// the database's clock (clock_timestamp()), never the client's. It is safe
-// for concurrent use.
-type Postgres struct {
-	db          DB
-	lockTimeout string
-	sql         struct {
-		join, heartbeat, alive, leaving, leave, live, owners, ensure, lock, claim, release, check, verify string
-		ownersTable                                                                                       string
+func (c *PostgresConfig) withDefaults() PostgresConfig {
+	var d PostgresConfig
+	if c != nil {
+		d = *c
 	}
+	if d.LockTimeout == 0 {
+		d.LockTimeout = time.Second
+	}
+	return d
 }
 
-// NewPostgres returns a store on db; the schema must have been migrated
-// (Migrations). A nil cfg means the zero PostgresConfig. A nil db or an
-// invalid configuration give an error matching ErrInvalid.
-func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
-	if cfg == nil {
-		cfg = &PostgresConfig{}
+func (c PostgresConfig) validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if db == nil {
-		return nil, fmt.Errorf("partition: invalid config: %w: nil DB", ErrInvalid)
+	if c.LockTimeout < time.Millisecond {
+		return fmt.Errorf("%w: lock timeout %v below 1ms", ErrInvalid, c.LockTimeout)
 	}
-	if err := cfg.Tables.Validate(); err != nil {
-		return nil, fmt.Errorf("partition: invalid config: %w: %w", ErrInvalid, err)
-	}
-	lt := cfg.LockTimeout
-	if lt == 0 {
-		lt = time.Second
-	}
-	if lt < time.Millisecond {
-		return nil, fmt.Errorf("partition: invalid config: %w: lock timeout %v", ErrInvalid, lt)
-	}
-	p := &Postgres{db: db, lockTimeout: fmt.Sprintf("%dms", lt.Milliseconds())}
-	r := func(s string) string { return migrate.Render(s, cfg.Tables) }
-	p.sql.join = r(`INSERT INTO {{partition_members}} AS m (name, addr, ring, incarnation, leaving, joined_at, expires_at)
+	return nil
+}
+
+// The statements of the Postgres store, rendered once per store.
+//
+// A claim is one batch, which PostgreSQL runs as one transaction: it sets the
+// lock timeout, creates the missing ownership rows, locks the rows in
+// partition order, then claims them with a second statement. Locking first
+// matters: the claim's snapshot is taken after the locks were granted, so it
+// sees every membership change committed before — a just-joined owner is not
+// taken for dead. The last statement says whether the claimant's lease is
+// live, for a claim that took nothing.
+const (
+	sqlJoin = `INSERT INTO {{partition_members}} AS m (name, addr, ring, incarnation, leaving, joined_at, expires_at)
 		VALUES ($1, $2, $3, nextval({{regclass partition_incarnations}}), false, clock_timestamp(),
 		        clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, ring = excluded.ring, incarnation = excluded.incarnation,
 		    leaving = false, joined_at = excluded.joined_at, expires_at = excluded.expires_at
 		WHERE m.expires_at <= clock_timestamp()
-		RETURNING incarnation`)
-	p.sql.heartbeat = r(`UPDATE {{partition_members}} SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
-		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp()`)
-	p.sql.alive = r(`SELECT 1 FROM {{partition_members}}
-		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp()`)
-	p.sql.leaving = r(`UPDATE {{partition_members}} SET leaving = true
-		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp()`)
-	p.sql.leave = r(`DELETE FROM {{partition_members}} WHERE name = $1 AND incarnation = $2`)
-	p.sql.live = r(`SELECT name, addr, ring, incarnation, leaving FROM {{partition_members}}
-		WHERE expires_at > clock_timestamp() ORDER BY name COLLATE "C"`)
-	p.sql.owners = r(`SELECT partition, owner, epoch FROM {{partition_owners}} WHERE partition < $1`)
-	p.sql.ensure = r(`INSERT INTO {{partition_owners}} (partition, owner, epoch, changed_at)
+		RETURNING incarnation`
+	sqlHeartbeat = `UPDATE {{partition_members}} SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp()`
+	sqlLeaving = `UPDATE {{partition_members}} SET leaving = true
+		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp()`
+	sqlLeave = `DELETE FROM {{partition_members}} WHERE name = $1 AND incarnation = $2`
+	sqlLive  = `SELECT name, addr, ring, incarnation, leaving FROM {{partition_members}}
+		WHERE expires_at > clock_timestamp() ORDER BY name COLLATE "C"`
+	sqlOwners      = `SELECT partition, owner, epoch FROM {{partition_owners}} WHERE partition < $1`
+	sqlLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+	sqlEnsure      = `INSERT INTO {{partition_owners}} (partition, owner, epoch, changed_at)
 		SELECT p, '', 0, clock_timestamp() FROM unnest($1::int[]) AS p ORDER BY p
-		ON CONFLICT (partition) DO NOTHING`)
-	// The rows are locked first, in order, and the claim runs as a second
-	// statement: its snapshot then sees every membership change committed
-	// before the locks were granted, so a just-joined owner is not taken
-	// for dead.
-	p.sql.lock = r(`SELECT partition FROM {{partition_owners}} WHERE partition = ANY($1) ORDER BY partition FOR UPDATE`)
-	p.sql.claim = r(`UPDATE {{partition_owners}} AS o SET owner = $2, epoch = o.epoch + 1, changed_at = clock_timestamp()
+		ON CONFLICT (partition) DO NOTHING`
+	sqlLock  = `SELECT partition FROM {{partition_owners}} WHERE partition = ANY($1) ORDER BY partition FOR UPDATE`
+	sqlClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = o.epoch + 1, changed_at = clock_timestamp()
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
 		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
 		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > clock_timestamp()))
-		RETURNING o.partition, o.epoch`)
-	p.sql.release = r(`UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
+		RETURNING o.partition, o.epoch`
+	sqlAlive = `SELECT EXISTS (SELECT FROM {{partition_members}}
+		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp())`
+	sqlRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
 		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
 		WHERE o.partition = r.partition AND o.epoch = r.epoch AND o.owner = $3
-		RETURNING o.partition`)
-	p.sql.check = r(`SELECT owner, epoch FROM {{partition_owners}} WHERE partition = $1`)
-	p.sql.verify = r(`SELECT epoch FROM {{partition_owners}}
-		WHERE partition = $1 AND owner = $2 AND epoch = $3 FOR SHARE`)
-	p.sql.ownersTable = r(`{{partition_owners}}`)
-	return p, nil
+		RETURNING o.partition`
+	sqlCurrent = `SELECT owner, epoch FROM {{partition_owners}} WHERE partition = $1`
+	sqlVerify  = `SELECT epoch FROM {{partition_owners}}
+		WHERE partition = $1 AND owner = $2 AND epoch = $3 FOR SHARE`
+	// sqlCondition is Condition's text; the %d are the numbers of its
+	// three parameters.
+	sqlCondition = `EXISTS (SELECT FROM {{partition_owners}} WHERE partition = $%d AND owner = $%d AND epoch = $%d FOR SHARE)`
+)
+
+// Unsafe variants for the mutant sites (failpoint.Mutant): dead code in
+// default builds. They keep the parameters of the statements they replace.
+const (
+	mutantJoin = `INSERT INTO {{partition_members}} AS m (name, addr, ring, incarnation, leaving, joined_at, expires_at)
+		VALUES ($1, $2, $3, nextval({{regclass partition_incarnations}}), false, clock_timestamp(),
+		        clock_timestamp() + $4 * interval '1 microsecond')
+		ON CONFLICT (name) DO UPDATE SET addr = excluded.addr, ring = excluded.ring, incarnation = excluded.incarnation,
+		    leaving = false, joined_at = excluded.joined_at, expires_at = excluded.expires_at
+		RETURNING incarnation`
+	mutantHeartbeat = `UPDATE {{partition_members}} SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+		WHERE name = $1 AND incarnation = $2`
+	mutantClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = o.epoch + 1, changed_at = clock_timestamp()
+		WHERE o.partition = ANY($1)
+		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
+		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		RETURNING o.partition, o.epoch`
+	mutantRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
+		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
+		WHERE o.partition = r.partition AND $3::text IS NOT NULL
+		RETURNING o.partition`
+	mutantVerify    = `SELECT epoch FROM {{partition_owners}} WHERE partition = $1 AND ($2::text, $3::bigint) IS NOT NULL`
+	mutantCondition = `($%d::int, $%d::text, $%d::bigint) IS NOT NULL`
+)
+
+type pgStatements struct {
+	join, heartbeat, leaving, leave, live, owners, ensure, lock, claim, alive, release, current, verify string
+	condition                                                                                           string
+}
+
+func renderStatements(n migrate.Names) pgStatements {
+	r := func(s string) string { return migrate.Render(s, n) }
+	return pgStatements{
+		join: r(sqlJoin), heartbeat: r(sqlHeartbeat), leaving: r(sqlLeaving), leave: r(sqlLeave), live: r(sqlLive),
+		owners: r(sqlOwners), ensure: r(sqlEnsure), lock: r(sqlLock), claim: r(sqlClaim), alive: r(sqlAlive),
+		release: r(sqlRelease), current: r(sqlCurrent), verify: r(sqlVerify), condition: r(sqlCondition),
+	}
+}
+
+// Postgres is the membership store in PostgreSQL. Lease expiry is decided by
+// the database's clock (clock_timestamp()), never the client's. It is safe
+// for concurrent use; the zero value is not usable: call NewPostgres.
+type Postgres struct {
+	db          DB
+	tables      migrate.Names
+	lockTimeout string // LockTimeout as a lock_timeout setting
+	sql         pgStatements
+}
+
+// NewPostgres returns a store on db; the schema must have been migrated
+// (Migrations). A nil cfg means the defaults. A nil db or a bad cfg give an
+// error matching ErrInvalid (and migrate.ErrInvalidName for bad Tables). It
+// does no I/O.
+func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
+	c := cfg.withDefaults()
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil DB", ErrInvalid)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Postgres{
+		db: db, tables: c.Tables, sql: renderStatements(c.Tables),
+		lockTimeout: fmt.Sprintf("%dms", c.LockTimeout.Milliseconds()),
+	}, nil
+}
+
+// WithDB returns a copy of the store whose statements run on db — typically
+// the caller's transaction — with the same configuration. A claim on such a
+// copy runs in db's transaction, and its failure (a lock timeout) aborts it.
+func (p *Postgres) WithDB(db DB) *Postgres {
+	c := *p
+	c.db = db
+	return &c
 }
 
 // Condition returns a boolean SQL condition that is true only while e is
@@ -137,23 +206,19 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 //	tag, err := pool.Exec(ctx, `UPDATE accounts SET seq = $2 WHERE id = $1 AND `+cond,
 //		append([]any{id, seq}, args...)...)
 //	if err == nil && tag.RowsAffected() == 0 {
-//		err = store.Check(ctx, e) // fenced, or your own condition was false
+//		err = store.Check(ctx, e) // stale, or your own condition was false
 //	}
 //
 // The condition share-locks the ownership row, like Verify, so a new owner's
 // claim waits until the statement's transaction ends. A write that matched
-// no row did not happen: ask Check whether the epoch is stale.
+// no row did not happen: ask Check whether the epoch is stale. first must be
+// at least 1.
 func (p *Postgres) Condition(e Epoch, first int) (string, []any) {
-	return fmt.Sprintf("EXISTS (SELECT FROM %s WHERE partition = $%d AND owner = $%d AND epoch = $%d FOR SHARE)",
-		p.sql.ownersTable, first, first+1, first+2), []any{e.Partition, e.Owner, e.Token}
-}
-
-// WithDB returns a store that runs its statements on db — typically the
-// caller's transaction — with the same configuration.
-func (p *Postgres) WithDB(db DB) *Postgres {
-	c := *p
-	c.db = db
-	return &c
+	cond := p.sql.condition
+	if failpoint.Mutant("partition.condition.epoch") {
+		cond = mutantCondition
+	}
+	return fmt.Sprintf(cond, first, first+1, first+2), []any{e.Partition, e.Owner, e.Token}
 }
 
 // Join implements Membership.
@@ -161,7 +226,11 @@ func (p *Postgres) Join(ctx context.Context, m MemberInfo, ttl time.Duration) (M
 	if err := validJoin(m, ttl); err != nil {
 		return MemberInfo{}, err
 	}
-	err := p.db.QueryRow(ctx, p.sql.join, m.Name, m.Addr, m.Ring, ttl.Microseconds()).Scan(&m.Incarnation)
+	join := p.sql.join
+	if failpoint.Mutant("partition.join.live") {
+		join = migrate.Render(mutantJoin, p.tables)
+	}
+	err := p.db.QueryRow(ctx, join, m.Name, m.Addr, m.Ring, ttl.Microseconds()).Scan(&m.Incarnation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MemberInfo{}, fmt.Errorf("%w: %s", ErrNameInUse, short.Quote(m.Name))
 	}
@@ -180,7 +249,11 @@ func (p *Postgres) Heartbeat(ctx context.Context, name string, incarnation int64
 	if err := validTTL(ttl); err != nil {
 		return err
 	}
-	tag, err := p.db.Exec(ctx, p.sql.heartbeat, name, incarnation, ttl.Microseconds())
+	heartbeat := p.sql.heartbeat
+	if failpoint.Mutant("partition.heartbeat.expired") {
+		heartbeat = migrate.Render(mutantHeartbeat, p.tables)
+	}
+	tag, err := p.db.Exec(ctx, heartbeat, name, incarnation, ttl.Microseconds())
 	if err != nil {
 		return fmt.Errorf("partition: heartbeat %s: %w", short.Quote(name), err)
 	}
@@ -258,9 +331,9 @@ func (p *Postgres) Owners(ctx context.Context, partitions int) ([]Epoch, error) 
 	return out, nil
 }
 
-// Claim implements Membership. It runs one transaction; a partition whose
-// row is held longer than LockTimeout by a fenced write makes the whole
-// claim fail, to be retried.
+// Claim implements Membership. It is one round trip: one batch, which runs
+// as one transaction; a partition whose row a fenced write holds longer than
+// LockTimeout makes the whole claim fail, to be retried.
 func (p *Postgres) Claim(ctx context.Context, member string, incarnation int64, partitions []int) ([]Epoch, error) {
 	if err := validLease(member, incarnation); err != nil {
 		return nil, err
@@ -271,44 +344,56 @@ func (p *Postgres) Claim(ctx context.Context, member string, incarnation int64, 
 	if len(partitions) == 0 {
 		return nil, nil
 	}
-	var out []Epoch
-	err := pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", p.lockTimeout); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, p.sql.ensure, partitions); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, p.sql.lock, partitions); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, p.sql.claim, partitions, member, incarnation)
-		if err != nil {
-			return err
-		}
-		e := Epoch{Owner: member}
-		_, err = pgx.ForEachRow(rows, []any{&e.Partition, &e.Token}, func() error {
-			out = append(out, e)
-			return nil
-		})
-		return err
-	})
+	out, alive, err := p.claim(ctx, member, incarnation, partitions)
 	if err != nil {
 		return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), err)
 	}
-	if len(out) == 0 {
-		// Nothing claimed: say so if it is because the claimant is not live.
-		var one int
-		err := p.db.QueryRow(ctx, p.sql.alive, member, incarnation).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(member), incarnation)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("partition: claim by %s: %w", short.Quote(member), err)
-		}
+	if len(out) == 0 && !alive {
+		return nil, fmt.Errorf("%w: %s incarnation %d", ErrExpired, short.Quote(member), incarnation)
 	}
 	slices.SortFunc(out, func(a, b Epoch) int { return a.Partition - b.Partition })
 	return out, nil
+}
+
+// claim sends the claim's batch and returns the epochs it claimed and
+// whether member's lease is live.
+func (p *Postgres) claim(ctx context.Context, member string, incarnation int64, partitions []int) (out []Epoch, alive bool, err error) {
+	claim := p.sql.claim
+	if failpoint.Mutant("partition.claim.owner") {
+		claim = migrate.Render(mutantClaim, p.tables)
+	}
+	var b pgx.Batch
+	b.Queue(sqlLockTimeout, p.lockTimeout)
+	b.Queue(p.sql.ensure, partitions)
+	b.Queue(p.sql.lock, partitions)
+	b.Queue(claim, partitions, member, incarnation)
+	b.Queue(p.sql.alive, member, incarnation)
+	res := p.db.SendBatch(ctx, &b)
+	defer func() {
+		if cerr := res.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for range 3 {
+		if _, err := res.Exec(); err != nil {
+			return nil, false, err
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, false, err
+	}
+	e := Epoch{Owner: member}
+	if _, err := pgx.ForEachRow(rows, []any{&e.Partition, &e.Token}, func() error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		return nil, false, err
+	}
+	if err := res.QueryRow().Scan(&alive); err != nil {
+		return nil, false, err
+	}
+	return out, alive, nil
 }
 
 // Release implements Membership.
@@ -323,20 +408,14 @@ func (p *Postgres) Release(ctx context.Context, epochs []Epoch) error {
 		}
 		byOwner[e.Owner] = append(byOwner[e.Owner], e)
 	}
+	release := p.sql.release
+	if failpoint.Mutant("partition.release.epoch") {
+		release = migrate.Render(mutantRelease, p.tables)
+	}
 	var errs []error
 	for owner, es := range byOwner {
-		ps := make([]int32, len(es))
-		toks := make([]int64, len(es))
-		for i, e := range es {
-			ps[i], toks[i] = int32(e.Partition), e.Token
-		}
-		rows, err := p.db.Query(ctx, p.sql.release, ps, toks, owner)
+		released, err := p.release(ctx, release, owner, es)
 		if err != nil {
-			return fmt.Errorf("partition: release: %w", err)
-		}
-		released := map[int]bool{}
-		var part int
-		if _, err := pgx.ForEachRow(rows, []any{&part}, func() error { released[part] = true; return nil }); err != nil {
 			return fmt.Errorf("partition: release: %w", err)
 		}
 		for _, e := range es {
@@ -348,14 +427,34 @@ func (p *Postgres) Release(ctx context.Context, epochs []Epoch) error {
 	return errors.Join(errs...)
 }
 
-// stale returns the *FencedError for e, reading the current owner.
-func (p *Postgres) stale(ctx context.Context, db Querier, e Epoch) error {
-	fe := &FencedError{Presented: e}
-	err := db.QueryRow(ctx, p.sql.check, e.Partition).Scan(&fe.Owner, &fe.Token)
+// release runs the release statement for the epochs es of owner and
+// returns the partitions it released.
+func (p *Postgres) release(ctx context.Context, release, owner string, es []Epoch) (map[int]bool, error) {
+	ps := make([]int32, len(es))
+	toks := make([]int64, len(es))
+	for i, e := range es {
+		ps[i], toks[i] = int32(e.Partition), e.Token
+	}
+	rows, err := p.db.Query(ctx, release, ps, toks, owner)
+	if err != nil {
+		return nil, err
+	}
+	released := map[int]bool{}
+	var part int
+	if _, err := pgx.ForEachRow(rows, []any{&part}, func() error { released[part] = true; return nil }); err != nil {
+		return nil, err
+	}
+	return released, nil
+}
+
+// stale returns the *StaleEpochError for e, reading the current owner on db.
+func (p *Postgres) stale(ctx context.Context, db DB, e Epoch) error {
+	var cur Epoch
+	err := db.QueryRow(ctx, p.sql.current, e.Partition).Scan(&cur.Owner, &cur.Token)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("partition: check partition %d: %w", e.Partition, err)
 	}
-	return fe
+	return staleEpoch(e, cur)
 }
 
 // Check implements Membership.
@@ -363,12 +462,18 @@ func (p *Postgres) Check(ctx context.Context, e Epoch) error {
 	if err := validEpoch(e); err != nil {
 		return err
 	}
-	err := p.stale(ctx, p.db, e)
-	var fe *FencedError
-	if errors.As(err, &fe) && fe.Owner == e.Owner && fe.Token == e.Token {
+	if failpoint.Mutant("partition.check.epoch") {
 		return nil
 	}
-	return err
+	var cur Epoch
+	err := p.db.QueryRow(ctx, p.sql.current, e.Partition).Scan(&cur.Owner, &cur.Token)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("partition: check partition %d: %w", e.Partition, err)
+	}
+	if cur.Owner == e.Owner && cur.Token == e.Token {
+		return nil
+	}
+	return staleEpoch(e, cur)
 }
 
 // Verify is the fenced write for tables in the same database: call it first
@@ -376,7 +481,8 @@ func (p *Postgres) Check(ctx context.Context, e Epoch) error {
 // returns nil when e is still the partition's current owner and epoch, and
 // share-locks the ownership row until tx ends, so a new owner's claim (which
 // must update that row) waits for tx to commit or roll back; it returns a
-// *FencedError when another owner claimed the partition or it was released.
+// *StaleEpochError when another owner claimed the partition or it was
+// released.
 //
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		if err := store.Verify(ctx, tx, e); err != nil {
@@ -386,13 +492,18 @@ func (p *Postgres) Check(ctx context.Context, e Epoch) error {
 //		return err
 //	})
 //
-// Keep such transactions short: a claim waits at most LockTimeout.
-func (p *Postgres) Verify(ctx context.Context, tx Querier, e Epoch) error {
+// Keep such transactions short: a claim waits at most LockTimeout. Condition
+// does the same inside your own statement, saving Verify's round trip.
+func (p *Postgres) Verify(ctx context.Context, tx DB, e Epoch) error {
 	if err := validEpoch(e); err != nil {
 		return err
 	}
+	verify := p.sql.verify
+	if failpoint.Mutant("partition.verify.epoch") {
+		verify = migrate.Render(mutantVerify, p.tables)
+	}
 	var tok int64
-	err := tx.QueryRow(ctx, p.sql.verify, e.Partition, e.Owner, e.Token).Scan(&tok)
+	err := tx.QueryRow(ctx, verify, e.Partition, e.Owner, e.Token).Scan(&tok)
 	if err == nil {
 		return nil
 	}

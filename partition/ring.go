@@ -27,7 +27,7 @@ const (
 )
 
 // RingConfig shapes the ring. Every member of a fleet must use the same
-// values. The zero value is valid.
+// values. A nil *RingConfig, like the zero value, means the defaults.
 type RingConfig struct {
 	// Partitions is the number of partitions keys hash to; changing it
 	// remaps keys. Defaults to 271.
@@ -40,7 +40,11 @@ type RingConfig struct {
 	Load float64
 }
 
-func (c RingConfig) withDefaults() RingConfig {
+func (rc *RingConfig) withDefaults() RingConfig {
+	var c RingConfig
+	if rc != nil {
+		c = *rc
+	}
 	if c.Partitions == 0 {
 		c.Partitions = consistent.DefaultPartitionCount
 	}
@@ -80,7 +84,8 @@ type ringMember string
 func (m ringMember) String() string { return string(m) }
 
 // Ring places partitions on members. It is immutable and safe for concurrent
-// use; build a new one when the members change.
+// use; build a new one with NewRing when the members change. The zero value
+// is not usable.
 type Ring struct {
 	cfg     RingConfig
 	members []string // sorted
@@ -88,11 +93,16 @@ type Ring struct {
 }
 
 // NewRing returns the ring of members (in any order; names must be unique,
-// non-empty and at most MaxNameLen bytes) under cfg. The placement depends
-// only on the set of names, cfg and LibraryVersion. An empty member list
-// gives a ring on which no partition has an owner.
-func NewRing(members []string, cfg RingConfig) (*Ring, error) {
-	cfg = cfg.withDefaults()
+// non-empty and at most MaxNameLen bytes) under cfg; a nil cfg means the
+// defaults. The placement depends only on the set of names, cfg and
+// LibraryVersion. An empty member list gives a ring on which no partition
+// has an owner. Bad names or a bad cfg give an error matching ErrInvalid.
+func NewRing(members []string, cfg *RingConfig) (*Ring, error) {
+	return newRing(members, cfg.withDefaults())
+}
+
+// newRing is NewRing for a configuration with its defaults filled in.
+func newRing(members []string, cfg RingConfig) (*Ring, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func FuzzRingConfig(f *testing.F) {
 			t.Skip("too slow to fuzz: the ring library is quadratic in members × replication")
 		}
 		cfg := partition.RingConfig{Partitions: partitions, ReplicationFactor: replication, Load: load}
-		r, err := partition.NewRing(members, cfg)
+		r, err := partition.NewRing(members, &cfg)
 		if err != nil {
 			if !errors.Is(err, partition.ErrInvalid) || r != nil {
 				t.Fatalf("NewRing(%q, %+v) = %v, %v; want only an error matching ErrInvalid", members, cfg, r, err)
@@ -53,7 +53,7 @@ func FuzzRingConfig(f *testing.F) {
 		checkRing(t, r, members, cfg)
 		reversed := slices.Clone(members)
 		slices.Reverse(reversed)
-		again, err := partition.NewRing(reversed, cfg)
+		again, err := partition.NewRing(reversed, &cfg)
 		if err != nil {
 			t.Fatalf("the same members in another order: %v", err)
 		}

@@ -17,7 +17,7 @@ import (
 // a fleet must restart together) when it does.
 func TestRingPlacementIsStable(t *testing.T) {
 	t.Parallel()
-	r, err := partition.NewRing([]string{"member-2", "member-0", "member-1"}, partition.RingConfig{})
+	r, err := partition.NewRing([]string{"member-2", "member-0", "member-1"}, &partition.RingConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func TestLibraryVersionMatchesGoMod(t *testing.T) {
 
 func TestRingIsAFunctionOfTheMemberSet(t *testing.T) {
 	t.Parallel()
-	a, _ := partition.NewRing([]string{"x", "y", "z", "w"}, partition.RingConfig{Partitions: 97})
-	b, _ := partition.NewRing([]string{"w", "z", "y", "x"}, partition.RingConfig{Partitions: 97})
+	a, _ := partition.NewRing([]string{"x", "y", "z", "w"}, &partition.RingConfig{Partitions: 97})
+	b, _ := partition.NewRing([]string{"w", "z", "y", "x"}, &partition.RingConfig{Partitions: 97})
 	if moved := partition.Moved(a, b); len(moved) != 0 {
 		t.Fatalf("member order moved partitions %v", moved)
 	}
@@ -66,7 +66,7 @@ func TestRingIsAFunctionOfTheMemberSet(t *testing.T) {
 			t.Errorf("%s owns %d partitions, above the bound %d", m, n, limit)
 		}
 	}
-	empty, err := partition.NewRing(nil, partition.RingConfig{})
+	empty, err := partition.NewRing(nil, &partition.RingConfig{})
 	if err != nil || empty.Owner(0) != "" || len(empty.Members()) != 0 {
 		t.Fatalf("empty ring: %v", err)
 	}
@@ -79,9 +79,9 @@ func TestRingIsAFunctionOfTheMemberSet(t *testing.T) {
 // share; the counts are reported for the docs.
 func TestRingMovesFewPartitions(t *testing.T) {
 	t.Parallel()
-	three, _ := partition.NewRing([]string{"member-0", "member-1", "member-2"}, partition.RingConfig{})
-	four, _ := partition.NewRing([]string{"member-0", "member-1", "member-2", "member-3"}, partition.RingConfig{})
-	two, _ := partition.NewRing([]string{"member-0", "member-2"}, partition.RingConfig{})
+	three, _ := partition.NewRing([]string{"member-0", "member-1", "member-2"}, &partition.RingConfig{})
+	four, _ := partition.NewRing([]string{"member-0", "member-1", "member-2", "member-3"}, &partition.RingConfig{})
+	two, _ := partition.NewRing([]string{"member-0", "member-2"}, &partition.RingConfig{})
 	join, leave := len(partition.Moved(three, four)), len(partition.Moved(three, two))
 	t.Logf("271 partitions: join 3→4 moves %d (ideal %d), leave 3→2 moves %d (ideal %d)", join, 271/4, leave, three.Load()["member-1"])
 	if join > 271/2 || leave > 271/2 {
@@ -109,7 +109,7 @@ func TestRingRejectsBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := partition.NewRing(tt.members, tt.cfg); !errors.Is(err, partition.ErrInvalid) {
+			if _, err := partition.NewRing(tt.members, &tt.cfg); !errors.Is(err, partition.ErrInvalid) {
 				t.Fatalf("NewRing = %v, want ErrInvalid", err)
 			}
 		})
@@ -120,7 +120,7 @@ func TestRingRejectsBadConfig(t *testing.T) {
 		for i := range n {
 			ms = append(ms, fmt.Sprintf("m%d", i))
 		}
-		if _, err := partition.NewRing(ms, partition.RingConfig{Load: 1, Partitions: 13, ReplicationFactor: 1}); err != nil {
+		if _, err := partition.NewRing(ms, &partition.RingConfig{Load: 1, Partitions: 13, ReplicationFactor: 1}); err != nil {
 			t.Fatalf("%d members, load 1: %v", n, err)
 		}
 	}
@@ -132,13 +132,13 @@ func TestErrorsShortenKeys(t *testing.T) {
 	long := strings.Repeat("k", 10240)
 	for _, err := range []error{
 		&partition.NotOwnerError{Key: long, Partition: 1, Owner: long[:255], Addr: long[:255]},
-		&partition.FencedError{Presented: partition.Epoch{Partition: 1, Owner: long[:255], Token: 1}, Owner: long[:255], Token: 2},
+		&partition.StaleEpochError{Partition: 1, Presented: 1, Required: 2, Owner: long[:255]},
 	} {
 		if msg := err.Error(); len(msg) > 400 || !strings.Contains(msg, "bytes)") {
 			t.Errorf("%T message of %d bytes: %.100s…", err, len(msg), msg)
 		}
 	}
-	if _, err := partition.NewRing([]string{long[:255], long[:255]}, partition.RingConfig{}); err == nil || len(err.Error()) > 200 {
+	if _, err := partition.NewRing([]string{long[:255], long[:255]}, &partition.RingConfig{}); err == nil || len(err.Error()) > 200 {
 		t.Errorf("duplicate member: %v", err)
 	}
 }

@@ -3,11 +3,14 @@ package partition_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/clock"
@@ -21,7 +24,7 @@ func TestMemoryMembership(t *testing.T) {
 	t.Parallel()
 	partitiontest.Run(t, func(t *testing.T) partitiontest.Harness {
 		c := &clock.Manual{}
-		return partitiontest.Harness{Store: partition.NewMemory(c), TTL: time.Second, Advance: c.Advance}
+		return partitiontest.Harness{Store: newMemory(c), TTL: time.Second, Advance: c.Advance}
 	})
 }
 
@@ -60,6 +63,12 @@ func TestNewPostgresRejectsBadConfig(t *testing.T) {
 			t.Errorf("NewPostgres(%+q) = %v, want ErrInvalid and migrate.ErrInvalidName", tables, err)
 		}
 	}
+	for _, lt := range []time.Duration{-time.Second, time.Microsecond} {
+		_, err := partition.NewPostgres(pool, &partition.PostgresConfig{LockTimeout: lt})
+		if !errors.Is(err, partition.ErrInvalid) || strings.Count(err.Error(), "partition:") != 1 {
+			t.Errorf("NewPostgres(LockTimeout %v) = %v, want ErrInvalid with one prefix", lt, err)
+		}
+	}
 }
 
 // Memory.Verify keeps the epoch current while its function runs without
@@ -69,7 +78,7 @@ func TestNewPostgresRejectsBadConfig(t *testing.T) {
 func TestMemoryVerifyDoesNotBlockTheStore(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	s := partition.NewMemory(c)
+	s := newMemory(c)
 	a, err := s.Join(ctx, partition.MemberInfo{Name: "a"}, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +128,8 @@ func TestMemoryVerifyDoesNotBlockTheStore(t *testing.T) {
 	if err != nil || len(es) != 1 || es[0].Token != e.Token+1 {
 		t.Fatalf("Claim after Verify = %v, %v; want epoch %d", es, err, e.Token+1)
 	}
-	if err := s.Verify(e, func() error { t.Error("a stale epoch's write ran"); return nil }); !errors.Is(err, partition.ErrFenced) {
-		t.Fatalf("Verify of the old epoch = %v, want ErrFenced", err)
+	if err := s.Verify(e, func() error { t.Error("a stale epoch's write ran"); return nil }); !errors.Is(err, partition.ErrStaleEpoch) {
+		t.Fatalf("Verify of the old epoch = %v, want ErrStaleEpoch", err)
 	}
 }
 
@@ -155,7 +164,7 @@ func blockedIn(fns ...string) bool {
 // release waits for the share lock; its context bounds the wait.
 func TestMemoryReleaseWaitsForVerify(t *testing.T) {
 	t.Parallel()
-	s := partition.NewMemory(nil)
+	s := newMemory(nil)
 	a, err := s.Join(ctx, partition.MemberInfo{Name: "a"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +210,70 @@ func TestMemoryReleaseWaitsForVerify(t *testing.T) {
 // concurrentRelease releases e; its name marks the goroutine for blockedIn.
 func concurrentRelease(ctx context.Context, s *partition.Memory, e partition.Epoch) error {
 	return s.Release(ctx, []partition.Epoch{e})
+}
+
+// roundTrips counts the statements and batches a pool sends: each is one
+// round trip (after the statement was prepared on the connection).
+type roundTrips struct{ queries, batches atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.queries.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.batches.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// A claim is one round trip — a batch that PostgreSQL runs as one
+// transaction — whether it takes partitions or finds its claimant expired.
+func TestPostgresClaimIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, partition.Migrations()...)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rt roundTrips
+	cfg.ConnConfig.Tracer = &rt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := partition.NewPostgres(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Join(ctx, partition.MemberInfo{Name: "a"}, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(what string, claim func() error) {
+		t.Helper()
+		q, b := rt.queries.Load(), rt.batches.Load()
+		if err := claim(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if q, b := rt.queries.Load()-q, rt.batches.Load()-b; q != 0 || b != 1 {
+			t.Fatalf("%s: %d statements and %d batches, want one batch", what, q, b)
+		}
+	}
+	count("claim", func() error {
+		es, err := s.Claim(ctx, "a", a.Incarnation, []int{1, 2, 3})
+		if len(es) != 3 {
+			return fmt.Errorf("claimed %v", es)
+		}
+		return err
+	})
+	waitFor(t, 30*time.Second, func() bool { live, _ := s.Live(ctx); return len(live) == 0 })
+	count("claim by an expired member", func() error {
+		if _, err := s.Claim(ctx, "a", a.Incarnation, []int{4}); !errors.Is(err, partition.ErrExpired) {
+			return fmt.Errorf("claim = %v, want ErrExpired", err)
+		}
+		return nil
+	})
 }

@@ -183,7 +183,7 @@ func editFenced(ctx context.Context, locks fencedlock.Store, p pages, holder, li
 // version = $3. A save based on a stale load matches no row and is a
 // *occ.ConflictError; occ.Update then loads the new row and applies the
 // edit again (up to occ.DefaultRetry's 5 attempts).
-func editOCC(ctx context.Context, docs occ.Store[Document], line string, paused func(), onRetry func()) error {
+func editOCC(ctx context.Context, docs occ.Store[string, Document], line string, paused func(), onRetry func()) error {
 	_, err := occ.Update(ctx, docs, docID, func(d *Document) error {
 		paused() // the same pause, between load and save
 		d.Body += line
@@ -192,16 +192,17 @@ func editOCC(ctx context.Context, docs occ.Store[Document], line string, paused 
 	return err
 }
 
-// newStore returns the optimistic store of documents: the table, or memory.
-func newStore(db *pgxpool.Pool) (occ.Store[Document], error) {
+// newStore returns the optimistic store of documents, keyed by their id:
+// the table, or memory.
+func newStore(db *pgxpool.Pool) (occ.Store[string, Document], error) {
 	if db == nil {
-		return occ.NewMemory[Document](occ.TableConfig{Table: "documents"})
+		return occ.NewMemory[string, Document](nil)
 	}
-	return occ.NewPostgres[Document](db, occ.TableConfig{Table: "documents"})
+	return occ.NewPostgres[string, Document](db, "documents", nil)
 }
 
 // insertFresh (re)creates document id with only its title, at version 1.
-func insertFresh(ctx context.Context, db *pgxpool.Pool, docs occ.Store[Document], id string) error {
+func insertFresh(ctx context.Context, db *pgxpool.Pool, docs occ.Store[string, Document], id string) error {
 	if db != nil {
 		if _, err := db.Exec(ctx, `DELETE FROM documents WHERE id = $1`, id); err != nil {
 			return err
@@ -220,7 +221,7 @@ func insertFresh(ctx context.Context, db *pgxpool.Pool, docs occ.Store[Document]
 // handler serves one document: GET answers the body with its version as
 // ETag; PUT replaces the body only if If-Match names the current version
 // (412 Precondition Failed otherwise, 428 Precondition Required without it).
-func handler(docs occ.Store[Document]) http.Handler {
+func handler(docs occ.Store[string, Document]) http.Handler {
 	return occ.RequireIfMatch(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := strings.TrimPrefix(r.URL.Path, "/documents/")
 		d, v, err := docs.Load(r.Context(), id)
@@ -258,7 +259,7 @@ func handler(docs occ.Store[Document]) http.Handler {
 
 // overHTTP is the human-speed version of the same race: Alice and Bob open
 // the document in their browsers, both edit, Bob saves first.
-func overHTTP(ctx context.Context, db *pgxpool.Pool, docs occ.Store[Document], w io.Writer) error {
+func overHTTP(ctx context.Context, db *pgxpool.Pool, docs occ.Store[string, Document], w io.Writer) error {
 	if err := insertFresh(ctx, db, docs, "guide"); err != nil {
 		return err
 	}

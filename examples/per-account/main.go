@@ -208,13 +208,16 @@ func runPartition(ctx context.Context, cfg config, w io.Writer) error {
 		for name, m := range members {
 			frozen[name].thaw()
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			m.Close(cctx)
+			m.Stop(cctx)
 			cancel()
 		}
 	}()
 	for _, name := range []string{"a", "b"} {
-		m, err := partition.NewMember(ctx, partition.Config{Name: name, TTL: ttl}, frozen[name])
+		m, err := partition.NewMember(frozen[name], &partition.Config{Name: name, TTL: ttl})
 		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil { // joins the fleet and claims its partitions
 			return err
 		}
 		members[name] = m
@@ -281,81 +284,60 @@ func (f *freezer) thaw() {
 	f.mu.Unlock()
 }
 
-func (f *freezer) wait(ctx context.Context) error {
+// wait holds a call while frozen. It ignores the call's context, as a
+// paused process would: a member whose heartbeat hangs here cannot tell that
+// its lease ran out, and keeps running the function it was running.
+func (f *freezer) wait() {
 	f.mu.Lock()
 	g := f.gate
 	f.mu.Unlock()
-	if g == nil {
-		return nil
-	}
-	select {
-	case <-g:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if g != nil {
+		<-g
 	}
 }
 
 func (f *freezer) Join(ctx context.Context, m partition.MemberInfo, ttl time.Duration) (partition.MemberInfo, error) {
-	if err := f.wait(ctx); err != nil {
-		return partition.MemberInfo{}, err
-	}
+	f.wait()
 	return f.Membership.Join(ctx, m, ttl)
 }
 
 func (f *freezer) Heartbeat(ctx context.Context, name string, inc int64, ttl time.Duration) error {
-	if err := f.wait(ctx); err != nil {
-		return err
-	}
+	f.wait()
 	return f.Membership.Heartbeat(ctx, name, inc, ttl)
 }
 
 func (f *freezer) SetLeaving(ctx context.Context, name string, inc int64) error {
-	if err := f.wait(ctx); err != nil {
-		return err
-	}
+	f.wait()
 	return f.Membership.SetLeaving(ctx, name, inc)
 }
 
 func (f *freezer) Leave(ctx context.Context, name string, inc int64) error {
-	if err := f.wait(ctx); err != nil {
-		return err
-	}
+	f.wait()
 	return f.Membership.Leave(ctx, name, inc)
 }
 
 func (f *freezer) Live(ctx context.Context) ([]partition.MemberInfo, error) {
-	if err := f.wait(ctx); err != nil {
-		return nil, err
-	}
+	f.wait()
 	return f.Membership.Live(ctx)
 }
 
 func (f *freezer) Owners(ctx context.Context, n int) ([]partition.Epoch, error) {
-	if err := f.wait(ctx); err != nil {
-		return nil, err
-	}
+	f.wait()
 	return f.Membership.Owners(ctx, n)
 }
 
 func (f *freezer) Claim(ctx context.Context, member string, inc int64, ps []int) ([]partition.Epoch, error) {
-	if err := f.wait(ctx); err != nil {
-		return nil, err
-	}
+	f.wait()
 	return f.Membership.Claim(ctx, member, inc, ps)
 }
 
 func (f *freezer) Release(ctx context.Context, es []partition.Epoch) error {
-	if err := f.wait(ctx); err != nil {
-		return err
-	}
+	f.wait()
 	return f.Membership.Release(ctx, es)
 }
 
 func (f *freezer) Check(ctx context.Context, e partition.Epoch) error {
-	if err := f.wait(ctx); err != nil {
-		return err
-	}
+	f.wait()
 	return f.Membership.Check(ctx, e)
 }
 
@@ -526,8 +508,8 @@ func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Cont
 // ledger's verifiedAppend checks epochs against.
 func newPartitionSetup(db *pgxpool.Pool) (ledger, partition.Membership, error) {
 	if db == nil {
-		store := partition.NewMemory(nil)
-		return &memLedger{verify: store}, store, nil
+		store, err := partition.NewMemory(nil)
+		return &memLedger{verify: store}, store, err
 	}
 	store, err := partition.NewPostgres(db, nil)
 	if err != nil {
@@ -557,7 +539,7 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 	}
 	fenced := 0
 	refused := func(err error) bool {
-		return errors.Is(err, fencedlock.ErrFenced) || errors.Is(err, partition.ErrFenced)
+		return errors.Is(err, fencedlock.ErrFenced) || errors.Is(err, partition.ErrStaleEpoch)
 	}
 
 	isPaused, resume, first := make(chan struct{}), make(chan struct{}), make(chan error, 1)
@@ -607,6 +589,13 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 	if err != nil {
 		return err
 	}
+	printLedger(w, label, seqs, fenced)
+	return nil
+}
+
+// printLedger prints the account's entries and what is wrong with them:
+// duplicates, or gaps.
+func printLedger(w io.Writer, label string, seqs []int64, fenced int) {
 	nums := make([]string, len(seqs))
 	seen := map[int64]bool{}
 	dups, gapless := 0, true
@@ -633,5 +622,4 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 		fmt.Fprintf(w, "; %d append fenced off after its pause and run again", fenced)
 	}
 	fmt.Fprintln(w)
-	return nil
 }

@@ -94,7 +94,7 @@ func setup(t *testing.T, p *testrepl.Pair) {
 	conn := p.Connect(p.URL(p.Primary()))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if err := migrate.Up(ctx, conn, migrate.Names{}, failover.Migrations()...); err != nil {
+	if err := migrate.Up(ctx, conn, migrate.Names{}, failover.Migrations()); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fences() {

@@ -46,7 +46,7 @@ func TestMigrateExistingInstallation(t *testing.T) {
 	names := migrate.Names{Schema: db.Schema, Prefix: "lf_"}
 	render := func(sql string) string { return migrate.Render(sql, names) }
 	ctx := t.Context()
-	if err := migrate.Up(ctx, db.Pool, names, migrate.Migration{Package: "fencedlock", Version: 1, Name: "locks", Up: lockBefore}); err != nil {
+	if err := migrate.Up(ctx, db.Pool, names, []migrate.Migration{{Package: "fencedlock", Version: 1, Name: "locks", Up: lockBefore}}); err != nil {
 		t.Fatal(err)
 	}
 	old, err := pgx.Connect(ctx, db.URL) // caches its prepared statements
@@ -66,7 +66,7 @@ func TestMigrateExistingInstallation(t *testing.T) {
 	scan(t, old, render(acquireBefore), &token)
 
 	ms := append(failover.Migrations(), migrate.Migration{Package: "fencedlock", Version: 2, Name: "fence_eras", Up: lockEras})
-	if err := migrate.Up(ctx, db.Pool, names, ms...); err != nil {
+	if err := migrate.Up(ctx, db.Pool, names, ms); err != nil {
 		t.Fatal(err)
 	}
 	var pgErr *pgconn.PgError

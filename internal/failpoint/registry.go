@@ -22,6 +22,13 @@ type Point struct {
 // registry is every name used with Inject or Mutant in the module. Names are
 // "<package>.<site>"; keep the list sorted by name.
 var registry = []Point{
+	{"atomic.cas.compare", MutantSite, "CompareAndSet (every backend) sets the value whatever it holds, without comparing it with the expected one"},
+	{"atomic.claim.conflict", MutantSite, "Claim (Postgres, Memory) overwrites an existing key (ON CONFLICT DO UPDATE) instead of refusing"},
+	{"atomic.decrement.floor", MutantSite, "Decrement (every backend) takes the amount whatever the value, below the floor too"},
+	{"atomic.decrementmany.all", MutantSite, "DecrementMany (Postgres, Memory) takes each key that has enough even when another is short: not all or nothing"},
+	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
+	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
+	{"atomic.setifgreater.compare", MutantSite, "SetIfGreater (every backend) sets the value even when it is not greater"},
 	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
 	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
 	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},
@@ -32,6 +39,24 @@ var registry = []Point{
 	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
 	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+	{"occ.delete.version", MutantSite, "Delete removes the row whatever its version, not only at the version the caller names"},
+	{"occ.fenced.before-write", InjectPoint, "Fenced.Update after the fenced read and mutate, before the fenced write"},
+	{"occ.fenced.read.stamp", MutantSite, "the Memory twin's fenced read checks the token but does not raise the row's token to it"},
+	{"occ.fenced.write.token", MutantSite, "the Memory twin's fenced write ignores a higher token on the row"},
+	{"occ.insert.conflict", MutantSite, "Insert replaces an existing row instead of returning a conflict"},
+	{"occ.update.before-write", InjectPoint, "occ.Update after the load and mutate, before the conditional write"},
+	{"occ.update.version", MutantSite, "Update writes the row whatever its version, not only at the version the caller read"},
+	{"partition.check.epoch", MutantSite, "Check reports a stale epoch as current"},
+	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},
+	{"partition.condition.epoch", MutantSite, "Postgres.Condition is true whatever the epoch"},
+	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},
+	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
+	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
+	{"partition.member.before-write", InjectPoint, "Member.Do on the partition executor, after the lease check, before fn writes with the epoch"},
+	{"partition.member.heartbeat", InjectPoint, "a Member heartbeat, before it renews the membership lease"},
+	{"partition.member.reconcile", InjectPoint, "a Member step, before it checks its lease, reads the fleet and claims or hands off"},
+	{"partition.release.epoch", MutantSite, "Release frees a partition whatever its current owner and epoch"},
+	{"partition.verify.epoch", MutantSite, "Verify (Postgres and Memory) accepts a stale epoch"},
 }
 
 // Registered returns every registered name, sorted.

@@ -53,11 +53,14 @@ func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := partition.NewMember(ctx, partition.Config{
+	m, err := partition.NewMember(store, &partition.Config{
 		Name: "worker-" + strconv.Itoa(env.Client), TTL: accountsMemberTTL,
 		Interval: accountsMemberInterval, MoveInterval: 10 * time.Millisecond,
-	}, store)
+	})
 	if err != nil {
+		return nil, err
+	}
+	if err := m.Start(ctx); err != nil {
 		return nil, err
 	}
 	c := &accountsAltClient{env: env, store: store, member: m}
@@ -143,7 +146,7 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 		retries++
 	}
 	op.Set("retries", strconv.Itoa(retries))
-	return op.Finish(history.SeqOutput{Seq: seq}, err, partition.ErrFenced, errStaleSeq)
+	return op.Finish(history.SeqOutput{Seq: seq}, err, partition.ErrStaleEpoch, errStaleSeq)
 }
 
 // append reads the entity's last number and writes the next, fenced by the
@@ -171,5 +174,5 @@ func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoc
 func (c *accountsAltClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return c.member.Close(ctx)
+	return c.member.Stop(ctx)
 }

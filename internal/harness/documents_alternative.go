@@ -24,7 +24,7 @@ func (documentsAlternative) Label() string {
 func (documentsAlternative) Protection(Params) Protection { return Protection{} }
 
 func (documentsAlternative) NewClient(_ context.Context, env *Env) (Client, error) {
-	s, err := occ.NewPostgres[document](env.DB, occ.TableConfig{Table: "documents"})
+	s, err := occ.NewPostgres[string, document](env.DB, "documents", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (documentsAlternative) NewClient(_ context.Context, env *Env) (Client, erro
 
 type documentsAltClient struct {
 	env   *Env
-	store *occ.Postgres[document]
+	store *occ.Postgres[string, document]
 	n     int
 }
 
@@ -46,8 +46,7 @@ func (c *documentsAltClient) Op(ctx context.Context) error {
 	retries := 0
 	_, err = occ.Update(ctx, c.store, op.key, func(d *document) error {
 		based = d.edit(name) // the last attempt's read is the one written on
-		c.env.BeforeWrite(ctx, "harness.documents.alternative.before-write")
-		return nil
+		return nil           // occ.update.before-write follows
 	}, occ.OnRetry(func(int, error) { retries++ }))
 	op.Set("retries", strconv.Itoa(retries))
 	return op.Finish(based, err, occ.ErrConflict)

@@ -27,15 +27,15 @@ func (documentsFenced) Protection(p Params) Protection {
 }
 
 func (documentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
-	s, err := occ.NewPostgres[document](env.DB, occ.TableConfig{Table: "documents"})
+	s, err := occ.NewPostgres[string, document](env.DB, "documents", nil)
 	if err != nil {
 		return nil, err
 	}
-	f, err := occ.NewFenced(env.Locks, s, occ.FencedConfig{
+	f, err := occ.NewFenced(env.Locks, s, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{
 		TTL:    env.LeaseTTL,
 		Holder: "worker-" + strconv.Itoa(env.Client),
 		Wait:   &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (documentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 
 type documentsFencedClient struct {
 	env  *Env
-	twin *occ.Fenced[document]
+	twin *occ.Fenced[string, document]
 	n    int
 }
 
@@ -56,8 +56,7 @@ func (c *documentsFencedClient) Op(ctx context.Context) error {
 	var based history.DocState
 	_, err = c.twin.Update(ctx, op.key, func(d *document) error {
 		based = d.edit(name)
-		c.env.BeforeWrite(ctx, "harness.documents.fenced.before-write")
-		return nil
+		return nil // occ.fenced.before-write follows
 	})
 	return op.Finish(based, err, errFenced)
 }

@@ -40,6 +40,12 @@ type Env struct {
 	w   *worker
 }
 
+// recording wraps a lock service of the client's own like Locks: each lease
+// it grants, renews and releases is reported.
+func (e *Env) recording(s fencedlock.Store) fencedlock.Store {
+	return struct{ fencedlock.Store }{recordingLocks{Store: s, w: e.w}}
+}
+
 // Key returns the name of key number i: prefix followed by i.
 func Key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 
@@ -85,8 +91,21 @@ func opFrom(ctx context.Context) *Op {
 }
 
 // ID is the operation's ID in the history ("client/seq"): store it beside
-// the effects it makes.
-func (o *Op) ID() string { return o.call.ID() }
+// the effects it makes. It is "" for background work (Env.Background).
+func (o *Op) ID() string {
+	if o.call == nil {
+		return ""
+	}
+	return o.call.ID()
+}
+
+// Background returns the context of work on key that is no operation of
+// the history — a consumer applying events in the background: the
+// before-write points it reaches with that context are armed like an
+// operation's, and the leases it takes are reported on key.
+func (e *Env) Background(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, opKey{}, &Op{key: key})
+}
 
 // Token is the fencing token of the last lease the operation was granted
 // through Env.Locks, 0 for none.

@@ -246,9 +246,11 @@ func (r *run) takeover(ctx context.Context, v *proc, at event) bool {
 		return r.mon.takenOverLocked(v.client, at.Key, at.Token, at.T)
 	})
 	if taken {
-		// Another worker may be on its way to its point: a held taker
-		// makes the strongest interleaving.
-		r.mon.wait(ctx, r.margin(), func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
+		// The taker may be on its way to its point (it has the lease, its
+		// read is under way): held there, it makes the interleaving that
+		// shows a missing fence — the stale write between its read and
+		// its write.
+		r.mon.wait(ctx, r.reachBound(), func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
 	}
 	return taken
 }

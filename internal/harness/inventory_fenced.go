@@ -28,41 +28,32 @@ func (inventoryFenced) Protection(p Params) Protection {
 }
 
 func (inventoryFenced) NewClient(_ context.Context, env *Env) (Client, error) {
-	return newInventoryLocked(env, false)
-}
-
-// newInventoryLocked is the client of the fenced twin, or of the naive lock
-// when unfenced: the same flow, with or without the token at the row.
-func newInventoryLocked(env *Env, unfenced bool) (Client, error) {
-	point := "atomic.fenced.before-write"
-	if unfenced {
-		point = "harness.inventory.naive.before-write"
-	}
 	f, err := atomic.NewFenced(env.Locks, env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity"}, &atomic.FencedConfig{
-		TTL:         env.LeaseTTL,
-		Holder:      "worker-" + strconv.Itoa(env.Client),
-		Wait:        &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
-		BeforeWrite: func(ctx context.Context, _ string) { env.BeforeWrite(ctx, point) },
-		Unfenced:    unfenced,
+		LockerConfig: fencedlock.LockerConfig{
+			TTL:    env.LeaseTTL,
+			Holder: "worker-" + strconv.Itoa(env.Client),
+			Wait:   &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &inventoryLockedClient{env: env, store: f}, nil
+	return &inventoryFencedClient{env: env, store: f}, nil
 }
 
-type inventoryLockedClient struct {
+type inventoryFencedClient struct {
 	env   *Env
 	store *atomic.Fenced
 }
 
-func (c *inventoryLockedClient) Op(ctx context.Context) error {
+func (c *inventoryFencedClient) Op(ctx context.Context) error {
 	ctx, op, err := c.env.Invoke(ctx, inventoryKey(c.env), history.KindSell, nil)
 	if err != nil {
 		return err
 	}
+	// atomic.fenced.before-write sits between the check and the write.
 	left, err := c.store.Decrement(ctx, op.key, 1)
 	return finishSale(op, left, err)
 }
 
-func (c *inventoryLockedClient) Close() error { return nil }
+func (c *inventoryFencedClient) Close() error { return nil }

@@ -115,6 +115,14 @@ type Client interface {
 	Close() error
 }
 
+// Drainer is a Client whose operations hand work to a pipeline that
+// finishes it later (events applied by consumers). After the measured part,
+// the worker calls Drain before it reports and exits: it returns once the
+// pipeline has finished the work it can see, or with an error.
+type Drainer interface {
+	Drain(ctx context.Context) error
+}
+
 var registry = struct {
 	sync.RWMutex
 	scenarios  map[string]Scenario

@@ -58,7 +58,7 @@ func (t *tally) totals() (trips, statements int64) {
 // add counts in all, and in op when ctx belongs to an operation.
 func (t *tracer) add(ctx context.Context, f func(*tally) *atomic.Int64) {
 	f(&t.all).Add(1)
-	if opFrom(ctx) != nil {
+	if op := opFrom(ctx); op != nil && op.call != nil {
 		f(&t.op).Add(1)
 	}
 }

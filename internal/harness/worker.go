@@ -249,6 +249,11 @@ func (w *worker) run(ctx context.Context) error {
 		ops++
 	}
 	end := tr.counts()
+	if d, ok := client.(Drainer); ok {
+		if err := d.Drain(ctx); err != nil {
+			return fmt.Errorf("%s/%s: draining: %w", w.cfg.Scenario, w.cfg.Approach, err)
+		}
+	}
 	st := &workerStats{Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
 		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
@@ -267,13 +272,16 @@ func (w *worker) op(ctx context.Context, c Client) error {
 
 // pool connects to the run's schema, with tr counting what it sends. It is
 // small: one client runs one operation at a time, beside its lock service's
-// listener and keepalives.
+// listener and keepalives, and a background consumer whose transaction may
+// wait for a lock (singlewriter.Fenced acquires inside it): a pool too small
+// for both would leave that transaction open, its row locks stalling every
+// other worker.
 func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(w.cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	pc.MaxConns = 4
+	pc.MaxConns = 8
 	pc.ConnConfig.Tracer = tr
 	pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	return pgxpool.NewWithConfig(ctx, pc)

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/partition"
@@ -28,6 +27,42 @@ CREATE TABLE account_events (
 	seq     bigint NOT NULL
 )`
 
+// The statements of the accounts scenario on PostgreSQL. Every approach
+// writes the entity's new last number and its event in one statement.
+const (
+	// sqlRawAppend is the minimum for the effect: one statement, whose
+	// UPDATE row lock orders the appends.
+	sqlRawAppend = `WITH u AS (
+		UPDATE accounts SET last_seq = last_seq + 1 WHERE id = $1 RETURNING id, last_seq)
+	INSERT INTO account_events (account, seq) SELECT id, last_seq FROM u`
+	// sqlLastSeq is the single writer's read, on a miss of its cache.
+	sqlLastSeq = `SELECT last_seq FROM accounts WHERE id = $1`
+	// sqlOwnedAppend is the single writer's write, fenced by the epoch
+	// (the %s is partition.Postgres.Condition from $4) and by the expected
+	// last number.
+	sqlOwnedAppend = `WITH u AS (
+		UPDATE accounts SET last_seq = $2 WHERE id = $1 AND last_seq = $3 AND %s RETURNING id)
+	INSERT INTO account_events (account, seq) SELECT id, $2 FROM u`
+	// sqlFencedAppend is the fenced twin's write: the token condition and
+	// stamp of fencedlock.Fence.Update, and the event, in one statement.
+	sqlFencedAppend = `WITH u AS (
+		UPDATE accounts SET last_seq = $2, fencing_token = $3 WHERE id = $1 AND fencing_token <= $3 RETURNING id)
+	INSERT INTO account_events (account, seq) SELECT id, $2 FROM u`
+	// sqlToken reads the token that refused a fenced write.
+	sqlToken = `SELECT fencing_token FROM accounts WHERE id = $1`
+	// sqlNaiveRead is the statement of the fenced twin's read,
+	// fencedlock.Fence.Read (UPDATE "accounts" SET "fencing_token" = $2
+	// WHERE "id" = $1 AND "fencing_token" <= $2 RETURNING last_seq), without
+	// its token condition.
+	sqlNaiveRead = `UPDATE "accounts" SET "fencing_token" = $2 WHERE "id" = $1 RETURNING last_seq`
+	// tokenCondition is what the naive twin leaves out of the fenced one's
+	// write.
+	tokenCondition = ` AND fencing_token <= $3`
+)
+
+// sqlNaiveAppend is the fenced twin's write without its token condition.
+var sqlNaiveAppend = strings.Replace(sqlFencedAppend, tokenCondition, "", 1)
+
 // accountsMembers is how many partition members the alternative runs
 // in-process.
 const accountsMembers = 3
@@ -38,10 +73,10 @@ func init() {
 		Description: "clients append the next sequence number to a random entity's event log; per entity, no gap and no duplicate",
 		Approaches:  []Approach{Alternative, FencedLock, NaiveLock, Raw},
 		Labels: map[Approach]string{
-			Alternative: "partition.Member.Do: owner's serial executor; one statement fenced by the epoch",
-			FencedLock:  "fencedlock: lock entity → fenced read → fenced write + event → release",
-			NaiveLock:   "lease lock: lock entity → read → unfenced write + event → release",
-			Raw:         "bare SQL: UPDATE … last_seq + 1 RETURNING, INSERT event (the row lock orders them)",
+			Alternative: "partition.Member.Do: the owner's serial executor, last number cached per epoch; one statement writes it and the event, fenced by Condition (1 round trip)",
+			FencedLock:  "partition.Fenced, LISTEN/NOTIFY wake-ups: acquire → fenced read (Fence.Read stamps the token, returns the row) → one statement: fenced write + event → release (4 round trips)",
+			NaiveLock:   "the same lease lock and the same statements without the token condition (4 round trips)",
+			Raw:         "bare SQL, the minimum: one statement, UPDATE last_seq + 1 → INSERT event (the row lock orders them; 1 round trip)",
 		},
 		Migrations: partition.Migrations(),
 		New:        newAccounts,
@@ -71,6 +106,8 @@ type accounts struct {
 	memMem  *partition.Memory
 	known   knownSeqs
 
+	lock *partition.Fenced // the twins' lock
+
 	mem []account // memory backend
 }
 
@@ -87,7 +124,7 @@ func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
 			return nil, errSkip
 		}
 		w.mem = make([]account, env.Keys)
-		w.memMem = partition.NewMemory(nil)
+		w.memMem, _ = partition.NewMemory(nil) // every MemoryConfig is valid
 		store = w.memMem
 	} else {
 		if _, err := env.Admin.Exec(ctx, accountsDDL); err != nil {
@@ -102,13 +139,41 @@ func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
 		}
 		w.pgStore, store = p, p
 	}
-	if a == Alternative {
+	switch a {
+	case Alternative:
 		if err := w.startMembers(ctx, store); err != nil {
 			w.Close()
 			return nil, err
 		}
+	case FencedLock, NaiveLock:
+		lock, err := newAccountsLock(env)
+		if err != nil {
+			return nil, err
+		}
+		w.lock = lock
 	}
 	return w, nil
+}
+
+// newAccountsLock is the twins' lock: partition.Fenced with waiters woken by
+// the release (LISTEN/NOTIFY on PostgreSQL). The lease is not renewed —
+// every critical section fits in one — so that the pause fault, which stops
+// only the client's goroutine, outlasts the lease as a process pause would.
+func newAccountsLock(env *Env) (*partition.Fenced, error) {
+	locks := env.Locks
+	if !env.Memory() {
+		pg, err := fencedlock.NewPostgres(env.DB, &fencedlock.PostgresConfig{Notify: true})
+		if err != nil {
+			return nil, err
+		}
+		locks = pg
+	}
+	return partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+		TTL:        env.LeaseTTL,
+		LockPrefix: "accounts/",
+		Wait:       &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		Keepalive:  &fencedlock.KeepaliveConfig{NoRenew: true},
+	}})
 }
 
 // startMembers starts the fleet and waits until every partition is owned
@@ -117,11 +182,14 @@ func newAccounts(ctx context.Context, env *Env, a Approach) (Workload, error) {
 func (w *accounts) startMembers(ctx context.Context, store partition.Membership) error {
 	w.byName = map[string]*partition.Member{}
 	for i := 0; i < accountsMembers; i++ {
-		m, err := partition.NewMember(ctx, partition.Config{
+		m, err := partition.NewMember(store, &partition.Config{
 			Name: "m" + strconv.Itoa(i), TTL: 2 * time.Second,
 			Interval: 200 * time.Millisecond, MoveInterval: 10 * time.Millisecond,
-		}, store)
+		})
 		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
 			return err
 		}
 		w.members = append(w.members, m)
@@ -179,7 +247,7 @@ func (w *accounts) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = m.Close(ctx)
+			errs[i] = m.Stop(ctx)
 		}()
 	}
 	wg.Wait()
@@ -189,22 +257,16 @@ func (w *accounts) Close() error {
 
 func (w *accounts) Op(ctx context.Context, client int, rnd *rand.Rand) Outcome {
 	k := rnd.IntN(len(w.keys))
-	id := w.keys[k]
 	var out Outcome
 	switch w.approach {
 	case Alternative:
 		out = w.partitioned(ctx, client, rnd, k)
 	case Raw:
 		w.env.Pause(ctx, rnd)
-		// One statement: the UPDATE's row lock orders the appends.
-		_, err := w.env.DB.Exec(ctx, `WITH u AS (
-				UPDATE accounts SET last_seq = last_seq + 1 WHERE id = $1 RETURNING id, last_seq)
-			INSERT INTO account_events (account, seq) SELECT id, last_seq FROM u`, id)
+		_, err := w.env.DB.Exec(ctx, sqlRawAppend, w.keys[k])
 		out = writeOutcome(err)
 	case FencedLock, NaiveLock:
-		out = lockedOp(ctx, w.env, rnd, "accounts/"+id, func(ctx context.Context, lease fencedlock.Lease) (Outcome, error) {
-			return w.lockedAppend(ctx, rnd, k, lease)
-		})
+		out = w.locked(ctx, rnd, k)
 	}
 	switch {
 	case out.Uncertain:
@@ -241,7 +303,7 @@ func (w *accounts) partitioned(ctx context.Context, client int, rnd *rand.Rand, 
 				continue
 			}
 			return Outcome{Err: err, Retries: retries} // never queued: no effect
-		case errors.Is(err, partition.ErrFenced), errors.Is(err, errStaleSeq):
+		case errors.Is(err, partition.ErrStaleEpoch), errors.Is(err, errStaleSeq):
 			return Outcome{Rejected: true, Retries: retries}
 		case ctx.Err() != nil:
 			// Do returns when ctx ends, possibly while fn runs.
@@ -280,7 +342,7 @@ func (w *accounts) append(ctx context.Context, rnd *rand.Rand, k int, e partitio
 	// appends in this epoch; it reads the table on a miss only.
 	last, ok := w.known.get(e, k)
 	if !ok {
-		if err := w.env.DB.QueryRow(ctx, `SELECT last_seq FROM accounts WHERE id = $1`, w.keys[k]).Scan(&last); err != nil {
+		if err := w.env.DB.QueryRow(ctx, sqlLastSeq, w.keys[k]).Scan(&last); err != nil {
 			return err
 		}
 	}
@@ -298,10 +360,7 @@ func (w *accounts) append(ctx context.Context, rnd *rand.Rand, k int, e partitio
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	cond, cargs := w.pgStore.Condition(e, 4)
-	tag, err := w.env.DB.Exec(wctx, `WITH u AS (
-			UPDATE accounts SET last_seq = $2 WHERE id = $1 AND last_seq = $3 AND `+cond+` RETURNING id)
-		INSERT INTO account_events (account, seq) SELECT id, $2 FROM u`,
-		append([]any{w.keys[k], last + 1, last}, cargs...)...)
+	tag, err := w.env.DB.Exec(wctx, fmt.Sprintf(sqlOwnedAppend, cond), append([]any{w.keys[k], last + 1, last}, cargs...)...)
 	if err == nil && tag.RowsAffected() == 0 {
 		if err = w.pgStore.Check(wctx, e); err == nil {
 			err = errStaleSeq
@@ -360,49 +419,101 @@ func (c *knownSeqs) forget(e partition.Epoch, k int) {
 // the write changed nothing.
 var errStaleSeq = errors.New("accounts: last sequence number changed since it was read")
 
-// lockedAppend is the twins' critical section: read, (pause), write the
-// sequence number and the event.
-func (w *accounts) lockedAppend(ctx context.Context, rnd *rand.Rand, k int, lease fencedlock.Lease) (Outcome, error) {
-	id := w.keys[k]
-	if w.env.Memory() {
-		a := &w.mem[k]
-		var last int64
-		read := func() error { a.mu.Lock(); last = a.last; a.mu.Unlock(); return nil }
-		if w.approach == NaiveLock {
-			_ = read() // cannot fail
-		} else if err := a.gate.Do(lease.Token, read); err != nil {
-			return Outcome{}, err // the fenced read raises the gate
+// locked is the twins' operation: under the key's lease lock (the same
+// partition.Fenced for both), read the last number and append the next.
+// The statements run on the operation's ctx, not the lease's: the pause
+// fault stands for a process pause, after which a write already on its way
+// does not look at the lease's context.
+func (w *accounts) locked(ctx context.Context, rnd *rand.Rand, k int) Outcome {
+	var out Outcome
+	ran := false
+	err := w.lock.Do(ctx, w.keys[k], func(_ context.Context, lease fencedlock.Lease) error {
+		ran = true
+		if w.env.Memory() {
+			out = w.memAppend(ctx, rnd, k, lease)
+		} else {
+			out = w.pgAppend(ctx, rnd, k, lease)
 		}
-		w.env.Pause(ctx, rnd)
-		write := func() error {
-			a.mu.Lock()
-			a.last = last + 1
-			a.seqs = append(a.seqs, last+1)
-			a.mu.Unlock()
-			return nil
-		}
-		if w.approach == NaiveLock {
-			return Outcome{}, write()
-		}
-		return Outcome{}, a.gate.Do(lease.Token, write)
+		return out.Err
+	})
+	if !ran {
+		return Outcome{Err: err} // no lease: nothing was written
 	}
+	return out // a failed release changes nothing that was written
+}
+
+// pgAppend is the twins' critical section on PostgreSQL: read the last
+// number, (pause), write it and the event in one statement. The fenced twin
+// reads with Fence.Read (stamping its token) and writes only if no later
+// token touched the row; the naive twin runs the same statements without
+// the token condition.
+func (w *accounts) pgAppend(ctx context.Context, rnd *rand.Rand, k int, lease fencedlock.Lease) Outcome {
+	id := w.keys[k]
 	var last int64
-	if err := twinRead(ctx, w.env, w.approach, w.fence, id, lease, "last_seq", &last); err != nil {
-		return Outcome{}, err
+	var err error
+	if w.approach == NaiveLock {
+		err = w.env.DB.QueryRow(ctx, sqlNaiveRead, id, lease.Token).Scan(&last)
+	} else {
+		err = w.fence.Read(ctx, w.env.DB, id, lease.Token, "last_seq", &last)
+	}
+	if err != nil {
+		return readOutcome(err)
 	}
 	w.env.Pause(ctx, rnd)
-	err := pgx.BeginFunc(ctx, w.env.DB, func(tx pgx.Tx) error {
-		if w.approach == NaiveLock {
-			if _, err := tx.Exec(ctx, `UPDATE accounts SET last_seq = $1 WHERE id = $2`, last+1, id); err != nil {
-				return err
-			}
-		} else if err := w.fence.Update(ctx, tx, id, lease.Token, "last_seq = $1", last+1); err != nil {
-			return err // a fenced update rolls the event back too
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO account_events (account, seq) VALUES ($1, $2)`, id, last+1)
+	write := sqlFencedAppend
+	if w.approach == NaiveLock {
+		write = sqlNaiveAppend
+	}
+	tag, err := w.env.DB.Exec(ctx, write, id, last+1, lease.Token)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = w.refused(ctx, id, lease.Token)
+	}
+	return writeOutcome(err)
+}
+
+// refused explains a fenced write that changed nothing: the row has seen a
+// later token.
+func (w *accounts) refused(ctx context.Context, id string, token int64) error {
+	var current int64
+	if err := w.env.DB.QueryRow(ctx, sqlToken, id).Scan(&current); err != nil {
 		return err
-	})
-	return writeOutcome(err), nil
+	}
+	if current <= token {
+		return fmt.Errorf("accounts: write with token %d changed nothing, row token %d", token, current)
+	}
+	return &fencedlock.FencedError{Presented: token, Required: current}
+}
+
+// readOutcome classifies the error of a read: nothing was written.
+func readOutcome(err error) Outcome {
+	if errors.Is(err, fencedlock.ErrFenced) {
+		return Outcome{Rejected: true}
+	}
+	return Outcome{Err: err}
+}
+
+// memAppend is pgAppend on the memory backend: a Gate plays the part of the
+// token column.
+func (w *accounts) memAppend(ctx context.Context, rnd *rand.Rand, k int, lease fencedlock.Lease) Outcome {
+	a := &w.mem[k]
+	guard := func(fn func() error) error {
+		if w.approach == NaiveLock {
+			return fn()
+		}
+		return a.gate.Do(lease.Token, fn) // the fenced read raises the gate
+	}
+	var last int64
+	if err := guard(func() error { a.mu.Lock(); last = a.last; a.mu.Unlock(); return nil }); err != nil {
+		return readOutcome(err)
+	}
+	w.env.Pause(ctx, rnd)
+	return writeOutcome(guard(func() error {
+		a.mu.Lock()
+		a.last = last + 1
+		a.seqs = append(a.seqs, last+1)
+		a.mu.Unlock()
+		return nil
+	}))
 }
 
 // accountStats summarises one entity's event log.

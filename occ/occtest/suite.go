@@ -1,7 +1,6 @@
 // Package occtest is the behaviour suite every occ.Store must pass, in the
 // manner of testing/slogtest: the memory and PostgreSQL backends run it, and
-// so can any other implementation. It also runs the fenced-lock twin
-// (occ.Fenced) and its naive, unfenced variant under the same pause.
+// so can any other implementation.
 package occtest
 
 import (
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/occ"
 )
 
@@ -29,7 +27,7 @@ type Doc struct {
 }
 
 // Table is the PostgreSQL table the suite expects for Doc, with the token
-// column the fenced twin needs.
+// column occ.Fenced needs.
 const Table = `CREATE TABLE docs (
 	id            text PRIMARY KEY,
 	title         text NOT NULL,
@@ -39,21 +37,15 @@ const Table = `CREATE TABLE docs (
 	fencing_token bigint NOT NULL DEFAULT 0
 )`
 
-// Config maps Doc onto Table.
-var Config = occ.TableConfig{Table: "docs", Key: "id", Version: "version"}
+// TableName is the name of Table.
+const TableName = "docs"
 
-// Harness is a store under test and a lock service for the twin tests.
+// Config maps Doc onto Table.
+var Config = occ.TableConfig{Key: "id", Version: "version"}
+
+// Harness is a store under test.
 type Harness struct {
-	Store occ.Store[Doc]
-	// Locks serves the fenced twin; nil skips the twin tests (and Store
-	// must then not be required to work with occ.NewFenced).
-	Locks fencedlock.Store
-	// TTL is the lease of the twin tests that let a lease expire: short on
-	// a real clock (a few hundred milliseconds), anything on a manual one.
-	TTL time.Duration
-	// Advance lets d pass on the lock service's clock: it moves a manual
-	// clock forward, or sleeps when the service uses a real one.
-	Advance func(d time.Duration)
+	Store occ.Store[string, Doc]
 }
 
 // Run runs the suite; newHarness is called once per subtest.
@@ -77,9 +69,6 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RetryGivesUpWithLastConflict", testGiveUp},
 		{"ConcurrentIncrementsNeverLost", testConcurrent},
 		{"PausedWriterLosesToConflict", testPaused},
-		{"NaiveLockLosesUpdateUnderPause", testNaivePaused},
-		{"FencedLockRejectsStaleWrite", testFencedPaused},
-		{"FencedConcurrentIncrements", testFencedConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +81,7 @@ var ctx = context.Background()
 
 func key(t *testing.T) string { return "doc/" + t.Name() }
 
-func insert(t *testing.T, s occ.Store[Doc], d Doc) {
+func insert(t *testing.T, s occ.Store[string, Doc], d Doc) {
 	t.Helper()
 	v, err := s.Insert(ctx, d)
 	if err != nil || v != 1 {
@@ -100,7 +89,7 @@ func insert(t *testing.T, s occ.Store[Doc], d Doc) {
 	}
 }
 
-func load(t *testing.T, s occ.Store[Doc], k string) (Doc, int64) {
+func load(t *testing.T, s occ.Store[string, Doc], k string) (Doc, int64) {
 	t.Helper()
 	d, v, err := s.Load(ctx, k)
 	if err != nil {
@@ -248,11 +237,7 @@ func testBadInput(t *testing.T, h Harness) {
 		{"update version 0", second(h.Store.Update(ctx, Doc{ID: key(t), Title: "x"}, 0))},
 		{"update version -1", second(h.Store.Update(ctx, Doc{ID: key(t), Title: "x"}, -1))},
 		{"delete version 0", h.Store.Delete(ctx, key(t), 0)},
-		{"delete nil key", h.Store.Delete(ctx, nil, 1)},
-		{"delete key of wrong type", h.Store.Delete(ctx, 3.5, 1)},
-		{"load nil key", third(h.Store.Load(ctx, nil))},
-		{"load key of wrong type", third(h.Store.Load(ctx, struct{}{}))},
-		{"update helper nil mutate", second(occ.Update[Doc](ctx, h.Store, key(t), nil))},
+		{"update helper nil mutate", second(occ.Update[string, Doc](ctx, h.Store, key(t), nil))},
 		{"update helper changes key", second(occ.Update(ctx, h.Store, key(t), func(d *Doc) error {
 			d.ID += "/other"
 			return nil
@@ -281,11 +266,18 @@ var hostileKeys = map[string]string{
 	"too long":      strings.Repeat("k", occ.MaxKeyLen+1),
 }
 
-func testHostileKeys(t *testing.T, h Harness) {
-	var twin *occ.Fenced[Doc]
-	if h.Locks != nil {
-		twin, _ = twins(t, h, false)
+// HostileKeys are string keys every store must reject with ErrInvalid
+// before any statement: PostgreSQL text cannot hold NUL or invalid UTF-8
+// (SQLSTATE 22021), and an empty or oversized key is a caller's bug.
+func HostileKeys() map[string]string {
+	out := make(map[string]string, len(hostileKeys))
+	for name, k := range hostileKeys {
+		out[name] = k
 	}
+	return out
+}
+
+func testHostileKeys(t *testing.T, h Harness) {
 	for name, k := range hostileKeys {
 		errs := map[string]error{
 			"Insert":     second(h.Store.Insert(ctx, Doc{ID: k, Title: "hostile"})),
@@ -293,9 +285,6 @@ func testHostileKeys(t *testing.T, h Harness) {
 			"Update":     second(h.Store.Update(ctx, Doc{ID: k, Title: "hostile"}, 1)),
 			"Delete":     h.Store.Delete(ctx, k, 1),
 			"occ.Update": second(occ.Update(ctx, h.Store, k, func(*Doc) error { return nil })),
-		}
-		if twin != nil {
-			errs["Fenced.Update"] = second(twin.Update(ctx, k, func(*Doc) error { return nil }))
 		}
 		for op, err := range errs {
 			if !errors.Is(err, occ.ErrInvalid) {
@@ -315,11 +304,15 @@ func testHostileKeys(t *testing.T, h Harness) {
 	}
 }
 
-// testLongestKey uses a key of exactly MaxKeyLen bytes, multi-byte runes
-// included, in every operation, the fenced twin's too (its lock name, prefix
-// and all, would be longer than a lock name may be).
+// LongestKey returns a key of exactly occ.MaxKeyLen bytes, multi-byte runes
+// included.
+func LongestKey() string {
+	return strings.Repeat("é", occ.MaxKeyLen/2) + strings.Repeat("x", occ.MaxKeyLen%2)
+}
+
+// testLongestKey uses a key of exactly MaxKeyLen bytes in every operation.
 func testLongestKey(t *testing.T, h Harness) {
-	k := strings.Repeat("é", occ.MaxKeyLen/2) + strings.Repeat("x", occ.MaxKeyLen%2)
+	k := LongestKey()
 	if len(k) != occ.MaxKeyLen {
 		t.Fatalf("key is %d bytes", len(k))
 	}
@@ -329,22 +322,9 @@ func testLongestKey(t *testing.T, h Harness) {
 	if nv, err := h.Store.Update(ctx, d, v); err != nil || nv != 2 {
 		t.Fatalf("Update = %d, %v; want 2", nv, err)
 	}
-	if h.Locks != nil {
-		a, _ := twins(t, h, false)
-		if nv, err := a.Update(ctx, k, func(d *Doc) error { d.Counter++; return nil }); err != nil || nv != 3 {
-			t.Fatalf("Fenced.Update = %d, %v; want 3", nv, err)
-		}
-	}
-	if err := h.Store.Delete(ctx, k, 2+btoi(h.Locks != nil)); err != nil {
+	if err := h.Store.Delete(ctx, k, 2); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func btoi(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func second[A any](_ A, err error) error        { return err }
@@ -476,90 +456,5 @@ func testPaused(t *testing.T, h Harness) {
 	}
 	if got, _ := load(t, h.Store, key(t)); got.Counter != 3 {
 		t.Fatalf("counter %d after three increments: lost update", got.Counter)
-	}
-}
-
-func twins(t *testing.T, h Harness, unfenced bool) (a, b *occ.Fenced[Doc]) {
-	t.Helper()
-	if h.Locks == nil {
-		t.Skip("no lock service in the harness")
-	}
-	mk := func(holder string) *occ.Fenced[Doc] {
-		f, err := occ.NewFenced(h.Locks, h.Store, occ.FencedConfig{
-			TTL: h.TTL, Holder: holder, LockPrefix: "occtest/" + t.Name() + "/", Unfenced: unfenced,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	return mk("a"), mk("b")
-}
-
-// pausedTwin runs the twin's update as client a, which pauses (inside
-// mutate) past its lease while client b takes the lock and increments; it
-// returns a's error and the final counter.
-func pausedTwin(t *testing.T, h Harness, unfenced bool) (error, int64) { //nolint:staticcheck // reads as "a's error, the counter"
-	insert(t, h.Store, Doc{ID: key(t)})
-	a, b := twins(t, h, unfenced)
-	_, errA := a.Update(ctx, key(t), func(d *Doc) error {
-		h.Advance(h.TTL + h.TTL/2)
-		// b's Update waits for a's lease to run out on the lock service's
-		// clock, then writes.
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if _, err := b.Update(wctx, key(t), func(d *Doc) error { d.Counter++; return nil }); err != nil {
-			t.Errorf("b's update: %v", err)
-		}
-		d.Counter++
-		return nil
-	})
-	got, _ := load(t, h.Store, key(t))
-	return errA, got.Counter
-}
-
-// The unsafe twin: lock → read → pause → unfenced write overwrites b's
-// update. If this test fails, the pause did not happen.
-func testNaivePaused(t *testing.T, h Harness) {
-	err, counter := pausedTwin(t, h, true)
-	if err != nil {
-		t.Fatalf("naive write: %v", err)
-	}
-	if counter != 1 {
-		t.Fatalf("counter %d after two accepted increments through a naive lock; want 1 (a lost update), so the pause did not happen", counter)
-	}
-}
-
-func testFencedPaused(t *testing.T, h Harness) {
-	err, counter := pausedTwin(t, h, false)
-	var fenced *fencedlock.FencedError
-	if !errors.As(err, &fenced) || !errors.Is(err, fencedlock.ErrFenced) {
-		t.Fatalf("paused fenced write: %v, want a *fencedlock.FencedError", err)
-	}
-	if fenced.Required <= fenced.Presented {
-		t.Fatalf("FencedError %+v", fenced)
-	}
-	if counter != 1 {
-		t.Fatalf("counter %d, want 1: b's increment, a's rejected", counter)
-	}
-}
-
-func testFencedConcurrent(t *testing.T, h Harness) {
-	insert(t, h.Store, Doc{ID: key(t)})
-	a, b := twins(t, h, false)
-	const each = 10
-	var wg sync.WaitGroup
-	for _, f := range []*occ.Fenced[Doc]{a, b} {
-		wg.Go(func() {
-			for range each {
-				if _, err := f.Update(ctx, key(t), func(d *Doc) error { d.Counter++; return nil }); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got, v := load(t, h.Store, key(t)); got.Counter != 2*each || v != 2*each+1 {
-		t.Fatalf("counter %d at version %d, want %d at %d", got.Counter, v, 2*each, 2*each+1)
 	}
 }

@@ -202,7 +202,7 @@ func testClaimRelease(t *testing.T, h Harness) {
 	if err := h.Store.Release(ctx, []partition.Epoch{es[1]}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Store.Check(ctx, es[1]); !errors.Is(err, partition.ErrFenced) {
+	if err := h.Store.Check(ctx, es[1]); !errors.Is(err, partition.ErrStaleEpoch) {
 		t.Fatalf("Check of a released epoch: %v", err)
 	}
 	owners, _ = h.Store.Owners(ctx, 2)
@@ -213,15 +213,15 @@ func testClaimRelease(t *testing.T, h Harness) {
 	if fmt.Sprint(got) != "[{1 b 2}]" {
 		t.Fatalf("claim after release = %v, want epoch 2", got)
 	}
-	var fe *partition.FencedError
-	if err := h.Store.Check(ctx, es[1]); !errors.As(err, &fe) || fe.Owner != "b" || fe.Token != 2 || fe.Presented != es[1] {
+	var se *partition.StaleEpochError
+	if err := h.Store.Check(ctx, es[1]); !errors.As(err, &se) || *se != (partition.StaleEpochError{Partition: 1, Presented: 1, Required: 2, Owner: "b"}) {
 		t.Fatalf("Check of a superseded epoch: %v", err)
 	}
 	if err := h.Store.Check(ctx, got[0]); err != nil {
 		t.Fatalf("Check of the current epoch: %v", err)
 	}
-	if err := h.Store.Release(ctx, []partition.Epoch{es[1], es[2]}); !errors.As(err, &fe) || fe.Owner != "b" {
-		t.Fatalf("stale Release: %v, want *FencedError", err)
+	if err := h.Store.Release(ctx, []partition.Epoch{es[1], es[2]}); !errors.As(err, &se) || se.Owner != "b" || se.Required != 2 {
+		t.Fatalf("stale Release: %v, want *StaleEpochError", err)
 	}
 	if owners, _ = h.Store.Owners(ctx, 3); fmt.Sprint(owners) != "[{0 a 1} {1 b 2} {2  1}]" {
 		t.Fatalf("Owners = %v: a stale release must not free b's partition", owners)
@@ -241,7 +241,7 @@ func testClaimAfterExpiry(t *testing.T, h Harness) {
 	if len(got) != 1 || got[0].Token != es[0].Token+1 || got[0].Owner != "b" {
 		t.Fatalf("claim after expiry = %v", got)
 	}
-	if err := h.Store.Check(ctx, es[0]); !errors.Is(err, partition.ErrFenced) {
+	if err := h.Store.Check(ctx, es[0]); !errors.Is(err, partition.ErrStaleEpoch) {
 		t.Fatalf("Check of the expired owner's epoch: %v", err)
 	}
 }

@@ -1,0 +1,133 @@
+package harness
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/singlewriter"
+)
+
+// eventsPerOp is how many events of one entity a produce sends.
+const eventsPerOp = 5
+
+// The events tables. event_queue is the stream (a topic's stand-in: the
+// producers' events, per entity in sequence order); entity_state is what
+// the consumers build from it; applied logs every application in the order
+// applied, with the event's producing operation, and has no unique
+// constraint on purpose: a duplicate must reach the check.
+const (
+	sqlEventsTables = `CREATE TABLE entity_state (
+	entity        text   PRIMARY KEY,
+	last_seq      bigint NOT NULL DEFAULT 0,
+	fencing_token bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE event_queue (
+	entity      text   NOT NULL,
+	seq         bigint NOT NULL,
+	produced_by text   NOT NULL,
+	PRIMARY KEY (entity, seq)
+);
+CREATE TABLE applied (
+	id          bigserial PRIMARY KEY,
+	entity      text   NOT NULL,
+	seq         bigint NOT NULL,
+	prev_seq    bigint NOT NULL,
+	produced_by text   NOT NULL
+)`
+	sqlEventsSeed = `INSERT INTO entity_state (entity)
+	SELECT 'entity-' || c || '-' || k FROM generate_series(0, $1 - 1) AS c, generate_series(0, $2 - 1) AS k`
+	sqlEventsApplied = `SELECT entity, seq, prev_seq, produced_by FROM applied ORDER BY id`
+	sqlEventsProduce = `INSERT INTO event_queue (entity, seq, produced_by)
+	SELECT $1, s, $3 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s`
+	// sqlEventsState reads an entity's last applied number.
+	sqlEventsState = `SELECT last_seq FROM entity_state WHERE entity = $1`
+	// sqlEventsApply is an application's write: the entity's new state and
+	// the log row, in the application's transaction.
+	sqlEventsApply = `WITH u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1)
+INSERT INTO applied (entity, seq, prev_seq, produced_by) VALUES ($1, $2, $3, $4)`
+)
+
+// events is the scenario of events that clients produce, each worker to
+// its own entities in sequence order, and that consumers apply: the
+// applications found after the run, in the order applied, are held to
+// Delivery — every acknowledged event applied exactly once, in order, per
+// entity.
+type events struct{}
+
+func init() { Register(events{}) }
+
+func (events) Name() string { return "events" }
+func (events) Order() int   { return 5 }
+func (events) Description() string {
+	return "clients produce the next events of their entities; consumers apply them; every acknowledged event is applied exactly once, in order per entity"
+}
+func (events) Migrations() []migrate.Migration { return singlewriter.Migrations() }
+
+func (events) Setup(ctx context.Context, db *pgxpool.Pool, s Sizes) error {
+	if _, err := db.Exec(ctx, sqlEventsTables); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, sqlEventsSeed, s.Clients, s.Keys)
+	return err
+}
+
+func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ Sizes) (*history.Report, error) {
+	rows, err := db.Query(ctx, sqlEventsApplied)
+	if err != nil {
+		return nil, err
+	}
+	var applied []history.Effect
+	e := history.Effect{HasPrev: true}
+	if _, err := pgx.ForEachRow(rows, []any{&e.Key, &e.Seq, &e.Prev, &e.By}, func() error {
+		applied = append(applied, e)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return history.Delivery(ops, applied)
+}
+
+// producer is a worker's producing side: its own entities, and the next
+// sequence number of each. A number sent once is never sent again, whatever
+// the outcome, so that a late delivery of an uncertain produce cannot clash.
+type producer struct {
+	env  *Env
+	next []int64 // by entity
+}
+
+func newProducer(env *Env) *producer {
+	return &producer{env: env, next: make([]int64, env.Keys)}
+}
+
+// start invokes the produce of the next events of a random entity of the
+// worker's and returns their sequence numbers.
+func (p *producer) start(ctx context.Context) (context.Context, *Op, int64, error) {
+	k := p.env.Rand.IntN(p.env.Keys)
+	first := p.next[k] + 1
+	p.next[k] += eventsPerOp
+	in := history.ProduceInput{}
+	for s := first; s < first+eventsPerOp; s++ {
+		in.Seqs = append(in.Seqs, s)
+	}
+	key := "entity-" + strconv.Itoa(p.env.Client) + "-" + strconv.Itoa(k)
+	ctx, op, err := p.env.Invoke(ctx, key, history.KindProduce, in)
+	return ctx, op, first, err
+}
+
+// produce sends the next events of a random entity to the stream.
+func (p *producer) produce(ctx context.Context) error {
+	ctx, op, first, err := p.start(ctx)
+	if err != nil {
+		return err
+	}
+	// The insert is the produce's write: its error is classified as
+	// sent, not as one before the operation reached its write.
+	op.passed.Store(true)
+	_, err = p.env.DB.Exec(ctx, sqlEventsProduce, op.key, first, op.ID(), eventsPerOp)
+	return op.Finish(nil, err)
+}

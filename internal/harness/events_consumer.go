@@ -1,0 +1,127 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// sqlEventsPending lists the events not applied yet of the entities of
+// workers $2 and $3, per entity in sequence order: what a competing
+// consumer works through. Each consumer takes the entities in an order of
+// its own ($1), so that the two that compete for an entity meet on it now
+// and then rather than queue for the same locks.
+const sqlEventsPending = `SELECT q.entity, q.seq, q.produced_by FROM event_queue q JOIN entity_state s USING (entity)
+WHERE q.seq > s.last_seq AND split_part(q.entity, '-', 2)::int IN ($2, $3)
+ORDER BY md5(q.entity || $1), q.seq LIMIT 20`
+
+// pendingEvent is an event a consumer found not applied yet.
+type pendingEvent struct {
+	entity, by string
+	seq        int64
+}
+
+// consumer is a worker's competing consumer of the events of its own
+// entities and of the previous worker's: every entity has two consumers
+// that compete for it, so that a stopped consumer's entities go on being
+// applied by the other, and apply decides, under whatever it guards them
+// with, which application counts. It runs from newConsumer until Close.
+type consumer struct {
+	env   *Env
+	apply func(ctx context.Context, e pendingEvent) error
+	// full: the last poll found a full page, the stream is behind: the
+	// producer waits (backpressure, so that a run measures the consumers'
+	// sustained rate, not a backlog).
+	full   atomic.Bool
+	idle   chan struct{} // receives when a poll found nothing pending
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func newConsumer(env *Env, apply func(ctx context.Context, e pendingEvent) error) *consumer {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &consumer{env: env, apply: apply, cancel: cancel, idle: make(chan struct{})}
+	c.done.Add(1)
+	go c.run(ctx)
+	return c
+}
+
+func (c *consumer) run(ctx context.Context) {
+	defer c.done.Done()
+	for ctx.Err() == nil {
+		evs, err := c.poll(ctx)
+		c.full.Store(len(evs) == 20)
+		if err != nil || len(evs) == 0 {
+			select {
+			case c.idle <- struct{}{}:
+			default:
+			}
+			sleep(ctx, 5*time.Millisecond)
+			continue
+		}
+		for _, e := range evs {
+			if err := c.apply(c.env.Background(ctx, e.entity), e); err != nil {
+				sleep(ctx, 5*time.Millisecond) // read again what is pending
+				break
+			}
+		}
+	}
+}
+
+func (c *consumer) poll(ctx context.Context) ([]pendingEvent, error) {
+	prev := (c.env.Client + c.env.Clients - 1) % c.env.Clients
+	rows, err := c.env.DB.Query(ctx, sqlEventsPending, strconv.Itoa(c.env.Client), c.env.Client, prev)
+	if err != nil {
+		return nil, err
+	}
+	var evs []pendingEvent
+	var e pendingEvent
+	_, err = pgx.ForEachRow(rows, []any{&e.entity, &e.seq, &e.by}, func() error {
+		evs = append(evs, e)
+		return nil
+	})
+	return evs, err
+}
+
+// wait holds the producer back while the stream is behind.
+func (c *consumer) wait(ctx context.Context) {
+	for c.full.Load() && sleep(ctx, time.Millisecond) {
+	}
+}
+
+// Drain waits until a poll finds nothing pending.
+func (c *consumer) Drain(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for range 2 { // one poll may have begun before the last produce
+		select {
+		case <-c.idle:
+		case <-ctx.Done():
+			return errors.New("harness: events: the consumer did not catch up within a minute")
+		}
+	}
+	return nil
+}
+
+func (c *consumer) Close() error {
+	c.cancel()
+	c.done.Wait()
+	return nil
+}
+
+// applyTx is an application in tx: read the entity's last number, then —
+// past the before-write point — write the new one and the log row.
+func applyTx(ctx context.Context, env *Env, tx pgx.Tx, e pendingEvent, point string) error {
+	var last int64
+	if err := tx.QueryRow(ctx, sqlEventsState, e.entity).Scan(&last); err != nil {
+		return err
+	}
+	env.BeforeWrite(ctx, point)
+	_, err := tx.Exec(ctx, sqlEventsApply, e.entity, e.seq, last, e.by)
+	return err
+}

@@ -1,0 +1,215 @@
+package partition_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+// The checks below are the bodies of the tests that guard each safety
+// condition of the package. Each returns the violation it sees, or nil: the
+// default build asserts nil (TestGuards), and the lockfree_mutants build
+// turns each condition's mutant on and asserts that its check sees the
+// violation (TestMutantsAreCaught), which proves the check can fail.
+
+// storeEnv is a membership store whose leases a check can let expire.
+type storeEnv struct {
+	store partition.Membership
+	ttl   time.Duration // a lease short enough to expire in a test
+	// expire lets the lease of name expire and returns once the store
+	// agrees.
+	expire func(t *testing.T, name string)
+	pool   *pgxpool.Pool // nil for memory
+}
+
+func memoryStoreEnv(t *testing.T) storeEnv {
+	c := &clock.Manual{}
+	return storeEnv{store: newMemory(c), ttl: time.Second, expire: func(*testing.T, string) { c.Advance(2 * time.Second) }}
+}
+
+func postgresStoreEnv(t *testing.T) storeEnv {
+	db := testdb.New(t, partition.Migrations()...)
+	store := newPostgres(t, db)
+	// The lease must outlive a join and a claim on a loaded machine, and
+	// expire soon after: expire waits for it.
+	return storeEnv{store: store, ttl: 2 * time.Second, pool: db.Pool, expire: func(t *testing.T, name string) {
+		waitFor(t, 30*time.Second, func() bool {
+			live, err := store.Live(ctx)
+			return err == nil && !slices.ContainsFunc(live, func(m partition.MemberInfo) bool { return m.Name == name })
+		})
+	}}
+}
+
+func (e storeEnv) join(t *testing.T, name string, ttl time.Duration) partition.MemberInfo {
+	t.Helper()
+	m, err := e.store.Join(ctx, partition.MemberInfo{Name: name, Ring: "r"}, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (e storeEnv) claim(t *testing.T, m partition.MemberInfo, p int) []partition.Epoch {
+	t.Helper()
+	es, err := e.store.Claim(ctx, m.Name, m.Incarnation, []int{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// supersede has "a" claim partition p, lets a's lease expire, and has "b"
+// claim p: old is the stale epoch, cur the current one.
+func supersede(t *testing.T, e storeEnv, p int) (old, cur partition.Epoch) {
+	t.Helper()
+	es := e.claim(t, e.join(t, "a", e.ttl), p)
+	if len(es) != 1 {
+		t.Fatalf("a's claim = %v", es)
+	}
+	e.expire(t, "a")
+	now := e.claim(t, e.join(t, "b", time.Minute), p)
+	if len(now) != 1 || now[0].Token <= es[0].Token {
+		t.Fatalf("b's claim after a's expiry = %v", now)
+	}
+	return es[0], now[0]
+}
+
+// checkVerify guards the epoch condition of Verify.
+func checkVerify(t *testing.T, e storeEnv) error {
+	old, _ := supersede(t, e, 3)
+	var err error
+	switch s := e.store.(type) {
+	case *partition.Memory:
+		err = s.Verify(old, func() error { return errors.New("the stale epoch's write ran") })
+	case *partition.Postgres:
+		err = s.Verify(ctx, e.pool, old)
+	}
+	if !errors.Is(err, partition.ErrStaleEpoch) {
+		return fmt.Errorf("Verify of a superseded epoch = %v, want ErrStaleEpoch", err)
+	}
+	return nil
+}
+
+// checkCheck guards the epoch condition of Check.
+func checkCheck(t *testing.T, e storeEnv) error {
+	old, _ := supersede(t, e, 4)
+	if err := e.store.Check(ctx, old); !errors.Is(err, partition.ErrStaleEpoch) {
+		return fmt.Errorf("Check of a superseded epoch = %v, want ErrStaleEpoch", err)
+	}
+	return nil
+}
+
+// checkCondition guards Postgres.Condition: a write guarded by a stale
+// epoch changes nothing.
+func checkCondition(t *testing.T) error {
+	e := postgresStoreEnv(t)
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE guarded (id int PRIMARY KEY, n int NOT NULL); INSERT INTO guarded VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := supersede(t, e, 5)
+	cond, args := e.store.(*partition.Postgres).Condition(old, 1)
+	tag, err := e.pool.Exec(ctx, `UPDATE guarded SET n = n + 1 WHERE id = 1 AND `+cond, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := tag.RowsAffected(); n != 0 {
+		return fmt.Errorf("a write guarded by a superseded epoch changed %d rows", n)
+	}
+	return nil
+}
+
+// checkClaim guards Claim's condition: a partition whose owner is live is
+// not taken.
+func checkClaim(t *testing.T, e storeEnv) error {
+	a := e.join(t, "a", time.Minute)
+	if es := e.claim(t, a, 6); len(es) != 1 {
+		t.Fatalf("a's claim = %v", es)
+	}
+	if es := e.claim(t, e.join(t, "b", time.Minute), 6); len(es) != 0 {
+		return fmt.Errorf("b took a live member's partition: %v", es)
+	}
+	return nil
+}
+
+// checkRelease guards Release: only the current epoch is released.
+func checkRelease(t *testing.T, e storeEnv) error {
+	old, cur := supersede(t, e, 7)
+	err := e.store.Release(ctx, []partition.Epoch{old})
+	owners, oerr := e.store.Owners(ctx, 8)
+	if oerr != nil {
+		t.Fatal(oerr)
+	}
+	if !errors.Is(err, partition.ErrStaleEpoch) || owners[7] != cur {
+		return fmt.Errorf("a stale release (%v) freed the new owner's partition: %+v", err, owners[7])
+	}
+	return nil
+}
+
+// checkHeartbeat guards Heartbeat: an expired lease is never revived.
+func checkHeartbeat(t *testing.T, e storeEnv) error {
+	a := e.join(t, "a", e.ttl)
+	e.expire(t, "a")
+	err := e.store.Heartbeat(ctx, "a", a.Incarnation, time.Minute)
+	if live, lerr := e.store.Live(ctx); lerr != nil || !errors.Is(err, partition.ErrExpired) || len(live) != 0 {
+		return fmt.Errorf("a heartbeat of an expired lease = %v; live: %v", err, live)
+	}
+	return nil
+}
+
+// checkJoin guards Join: a live name is not taken over.
+func checkJoin(t *testing.T, e storeEnv) error {
+	a := e.join(t, "a", time.Minute)
+	if again, err := e.store.Join(ctx, partition.MemberInfo{Name: "a", Ring: "r"}, time.Minute); !errors.Is(err, partition.ErrNameInUse) {
+		return fmt.Errorf("a second Join of live %q (incarnation %d) = incarnation %d, %v", a.Name, a.Incarnation, again.Incarnation, err)
+	}
+	return nil
+}
+
+// guard is one check and the mutant that breaks it.
+type guard struct {
+	mutant string
+	check  func(t *testing.T) error
+}
+
+func guards() []guard {
+	var g []guard
+	for _, env := range []struct {
+		name string
+		new  func(t *testing.T) storeEnv
+	}{{"memory", memoryStoreEnv}, {"postgres", postgresStoreEnv}} {
+		for _, c := range []struct {
+			mutant string
+			check  func(*testing.T, storeEnv) error
+		}{
+			{"partition.verify.epoch", checkVerify},
+			{"partition.check.epoch", checkCheck},
+			{"partition.claim.owner", checkClaim},
+			{"partition.release.epoch", checkRelease},
+			{"partition.heartbeat.expired", checkHeartbeat},
+			{"partition.join.live", checkJoin},
+		} {
+			g = append(g, guard{c.mutant + "/" + env.name, func(t *testing.T) error { return c.check(t, env.new(t)) }})
+		}
+	}
+	return append(g, guard{"partition.condition.epoch", checkCondition})
+}
+
+func TestGuards(t *testing.T) {
+	t.Parallel()
+	for _, g := range guards() {
+		t.Run(g.mutant, func(t *testing.T) {
+			t.Parallel()
+			if err := g.check(t); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

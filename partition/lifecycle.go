@@ -1,0 +1,256 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/short"
+)
+
+// Start joins the fleet as Config.Name and claims the partitions the ring
+// places on the member that are free, then returns: the member is running
+// until Stop. If a lease of the same name is still live (a previous
+// incarnation), Start retries until that lease expires or ctx ends. It fails
+// with ErrRingMismatch when a live member places partitions with another
+// ring, and leaves no lease behind when it fails; a failed Start may be
+// called again. ctx bounds Start itself; the member's background work
+// (heartbeats, polls, handoffs) keeps ctx's values but not its cancellation.
+// Start on a running member returns nil, and on a stopped one ErrStopped.
+func (m *Member) Start(ctx context.Context) error {
+	if err := m.hold(ctx); err != nil {
+		return err
+	}
+	defer m.unhold()
+	switch m.state {
+	case running:
+		return nil
+	case stopped:
+		return ErrStopped
+	}
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	m.runCtx, m.cancel, m.loopDone = runCtx, cancel, make(chan struct{})
+	if err := m.start(ctx); err != nil {
+		m.abandon(ctx, err)
+		return err
+	}
+	m.state = running
+	m.mu.Lock()
+	m.running = true
+	m.mu.Unlock()
+	go m.loop(runCtx)
+	return nil
+}
+
+// start joins, checks that the fleet uses this member's ring, and takes the
+// member's first step.
+func (m *Member) start(ctx context.Context) error {
+	if _, err := m.join(ctx, true); err != nil {
+		return err
+	}
+	live, err := m.store.Live(ctx)
+	if err != nil {
+		return fmt.Errorf("partition: live members: %w", err)
+	}
+	for _, o := range live {
+		if o.Ring != m.ringID && o.Name != m.cfg.Name {
+			return fmt.Errorf("%w: member %s uses %s, this member %s",
+				ErrRingMismatch, short.Quote(o.Name), short.Quote(o.Ring), short.Quote(m.ringID))
+		}
+	}
+	_, err = m.step(ctx)
+	return err
+}
+
+// abandon undoes a failed Start: it stops what the start began and ends the
+// lease it took, if any (which would otherwise expire after TTL).
+func (m *Member) abandon(ctx context.Context, cause error) {
+	m.cancel(cause)
+	close(m.loopDone) // no loop ran
+	info := m.halt(ReasonStopped)
+	m.wg.Wait()
+	if info.Incarnation != 0 {
+		_ = m.store.Leave(context.WithoutCancel(ctx), info.Name, info.Incarnation) // the lease expires anyway
+	}
+	m.mu.Lock()
+	m.lease = nil
+	m.mu.Unlock()
+}
+
+// Stop leaves the fleet: it marks the member leaving, keeps serving for one
+// Interval so that the other members see it go and get ready, then hands off
+// every partition (stop accepting, drain, release) and ends its lease. If
+// ctx ends first, it stops the executors without releasing (the partitions
+// move when the lease is gone, which Stop ends too) and returns ctx's cause.
+// Stop waits for the member's goroutines until ctx ends: a function that
+// ignores its context is then left to finish in the background (its writes
+// are fenced once another member claims the partition), and Stopped closes
+// when it returns.
+//
+// Stop may be called more than once and concurrently: later calls wait until
+// the member has stopped or their ctx ends. Stop on a member that was never
+// started just marks it stopped.
+func (m *Member) Stop(ctx context.Context) error {
+	if err := m.hold(ctx); err != nil {
+		return err
+	}
+	prev := m.state
+	m.state = stopped
+	m.unhold()
+	switch prev {
+	case idle:
+		close(m.stopped)
+		return nil
+	case stopped:
+		select {
+		case <-m.stopped:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return m.leave(ctx)
+}
+
+// Stopped returns a channel that is closed once the member has stopped:
+// Stop has ended its lease and every function it ran has returned.
+func (m *Member) Stopped() <-chan struct{} { return m.stopped }
+
+// leave is Stop for a running member.
+func (m *Member) leave(ctx context.Context) error {
+	m.mu.Lock()
+	m.leavingFrom = time.Now()
+	l := m.lease
+	m.mu.Unlock()
+	var err error
+	if l != nil && l.loop.Context().Err() == nil {
+		err = m.store.SetLeaving(ctx, l.info.Name, l.info.Incarnation)
+		if err == nil {
+			m.poke()
+			err = m.waitHandedOff(ctx)
+		}
+	}
+	m.cancel(ErrStopped)
+	<-m.loopDone
+	info := m.halt(ReasonStopped)
+	done := m.waitStopped(ctx)
+	if done != nil && err == nil {
+		err = done
+	}
+	if info.Incarnation != 0 {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
+		defer cancel()
+		if lerr := m.store.Leave(lctx, info.Name, info.Incarnation); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
+	if done == nil {
+		close(m.stopped)
+	} else {
+		go func() { m.wg.Wait(); close(m.stopped) }()
+	}
+	return err
+}
+
+// halt stops accepting calls, stops the heartbeats and every executor
+// without releasing, and returns the last lease's identity. The loop has
+// ended.
+func (m *Member) halt(reason string) MemberInfo {
+	m.stepMu.Lock()
+	defer m.stepMu.Unlock()
+	m.mu.Lock()
+	m.running = false
+	l := m.lease
+	m.mu.Unlock()
+	if l == nil {
+		return MemberInfo{}
+	}
+	l.loop.Stop(nil)
+	m.abortAll(reason)
+	return l.info
+}
+
+// waitStopped waits for the executors and the handoffs, or for ctx to end:
+// a function that ignores its context must not hold Stop past its deadline.
+// It then finishes in the background; its writes are fenced once another
+// member claims its partition.
+func (m *Member) waitStopped(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// waitHandedOff waits until the member owns and drains nothing.
+func (m *Member) waitHandedOff(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.MoveInterval)
+	defer t.Stop()
+	for {
+		m.mu.RLock()
+		n := len(m.execs) + len(m.handing)
+		m.mu.RUnlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// hold takes the right to change the member's state, waiting for a Start
+// or Stop in progress until ctx ends.
+func (m *Member) hold(ctx context.Context) error {
+	select {
+	case m.life <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(context.Cause(ctx), fmt.Errorf("partition: waiting for a Start or Stop of %s", short.Quote(m.cfg.Name)))
+	}
+}
+
+func (m *Member) unhold() { <-m.life }
+
+// poke makes the loop step now.
+func (m *Member) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop steps every Interval, or every MoveInterval while partitions move or
+// a step failed, until ctx ends.
+func (m *Member) loop(ctx context.Context) {
+	defer close(m.loopDone)
+	delay := m.cfg.Interval
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-m.wake:
+			t.Stop()
+		case <-t.C:
+		}
+		moving, err := m.step(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.warn("partition: member step failed", "err", err)
+		}
+		delay = m.cfg.Interval
+		if moving || err != nil {
+			delay = m.cfg.MoveInterval
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package partition
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+)
+
+// step makes sure the member holds a lease, reads the fleet and the
+// ownership rows, and reconciles: it drops partitions it lost, hands off
+// those the ring moved away and claims those the ring placed here. It
+// reports whether partitions are still moving to or from this member.
+func (m *Member) step(ctx context.Context) (moving bool, err error) {
+	m.stepMu.Lock()
+	defer m.stepMu.Unlock()
+	failpoint.Inject(ctx, "partition.member.reconcile")
+	// A step that outlasts a lease is of no use, and one hung on an
+	// unreachable store must not keep the member from its next attempt.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+	defer cancel()
+	info, err := m.ensureLease(ctx)
+	if err != nil || info.Incarnation == 0 {
+		return true, err
+	}
+	v, err := m.observe(ctx)
+	if err != nil {
+		return true, err
+	}
+	claim, moving := m.apply(v)
+	if len(claim) == 0 || !m.leaseSafe() {
+		return moving, nil
+	}
+	if err := m.claim(ctx, info, claim); err != nil {
+		return true, err
+	}
+	return moving, nil
+}
+
+// view is what the store says of the fleet, and the ring it makes.
+type view struct {
+	owners []Epoch // per partition
+	ring   *Ring
+	alive  map[string]bool   // live members, this ring's or not
+	addrs  map[string]string // their addresses
+}
+
+// observe reads the live members and the ownership rows, and builds the
+// ring (anew only when its members changed).
+func (m *Member) observe(ctx context.Context) (view, error) {
+	live, err := m.store.Live(ctx)
+	if err != nil {
+		return view{}, fmt.Errorf("partition: live members: %w", err)
+	}
+	owners, err := m.store.Owners(ctx, m.ringCfg.Partitions)
+	if err != nil {
+		return view{}, fmt.Errorf("partition: owners: %w", err)
+	}
+	m.mu.RLock()
+	ring, leavingFrom := m.ring, m.leavingFrom
+	m.mu.RUnlock()
+	// A leaving member stays on its own ring for one Interval, so that the
+	// others see it leave before its partitions come free.
+	selfOut := !leavingFrom.IsZero() && time.Since(leavingFrom) >= m.cfg.Interval
+	names, alive, addrs := fleet(live, m.cfg.Name, m.ringID, selfOut)
+	if !slices.Equal(names, ring.members) {
+		if ring, err = newRing(names, m.ringCfg); err != nil {
+			return view{}, err
+		}
+	}
+	return view{owners: owners, ring: ring, alive: alive, addrs: addrs}, nil
+}
+
+// fleet returns, from the live members, the sorted names the ring places
+// partitions on — those with this ring, not leaving, and self unless selfOut
+// — and who is alive at which address.
+func fleet(live []MemberInfo, self, ringID string, selfOut bool) (names []string, alive map[string]bool, addrs map[string]string) {
+	alive, addrs = map[string]bool{}, map[string]string{}
+	for _, o := range live {
+		alive[o.Name], addrs[o.Name] = true, o.Addr
+		isSelf := o.Name == self
+		if o.Ring != ringID || (o.Leaving && !isSelf) || (isSelf && selfOut) {
+			continue
+		}
+		names = append(names, o.Name)
+	}
+	slices.Sort(names)
+	return names, alive, addrs
+}
+
+// plan is what one reconciliation does.
+type plan struct {
+	superseded []int // running partitions whose epoch is no longer current: abort
+	handoff    []int // running partitions the ring placed elsewhere: drain, release
+	claim      []int // partitions to claim, increasing
+	moving     bool  // partitions are still moving to or from the member
+}
+
+// reconcile compares what member self runs (running, by partition) and
+// hands off (handing) with the ownership rows and the ring. A running
+// partition whose row shows another epoch was superseded; one the ring
+// places elsewhere is handed off. A partition the ring places here that is
+// neither running nor handed off is moving here, and is claimed when its
+// owner is none, self, or not alive. It does no I/O.
+func reconcile(self string, owners []Epoch, ring *Ring, alive map[string]bool, running map[int]Epoch, handing map[int]bool) plan {
+	var pl plan
+	kept := map[int]bool{}
+	for _, p := range slices.Sorted(maps.Keys(running)) {
+		e := running[p]
+		var row Epoch
+		if p < len(owners) {
+			row = owners[p]
+		}
+		switch {
+		case row.Owner != e.Owner || row.Token != e.Token:
+			pl.superseded = append(pl.superseded, p)
+		case ring.Owner(p) != self:
+			pl.handoff = append(pl.handoff, p)
+		default:
+			kept[p] = true
+		}
+	}
+	for p, row := range owners {
+		if ring.Owner(p) != self || kept[p] || handing[p] {
+			continue
+		}
+		pl.moving = true
+		if row.Owner == "" || row.Owner == self || !alive[row.Owner] {
+			pl.claim = append(pl.claim, p)
+		}
+	}
+	pl.moving = pl.moving || len(pl.handoff) > 0 || len(handing) > 0
+	return pl
+}
+
+// apply makes the view the member's and carries out the plan's aborts and
+// handoffs; it returns the partitions to claim and whether partitions are
+// moving.
+func (m *Member) apply(v view) (claim []int, moving bool) {
+	m.mu.Lock()
+	m.ring, m.addrs = v.ring, v.addrs
+	running := make(map[int]Epoch, len(m.execs))
+	for p, x := range m.execs {
+		running[p] = x.epoch
+	}
+	pl := reconcile(m.cfg.Name, v.owners, v.ring, v.alive, running, m.handing)
+	superseded, handoff := m.take(pl.superseded), m.take(pl.handoff)
+	for _, x := range handoff {
+		m.handing[x.epoch.Partition] = true
+	}
+	moving = pl.moving || !m.leavingFrom.IsZero()
+	m.mu.Unlock()
+
+	for _, x := range superseded {
+		m.stopExec(x, ReasonSuperseded, true)
+	}
+	if len(handoff) > 0 {
+		m.handOff(handoff)
+	}
+	return pl.claim, moving
+}
+
+// take removes the executors of ps and returns them. The caller holds mu.
+func (m *Member) take(ps []int) []*executor {
+	xs := make([]*executor, 0, len(ps))
+	for _, p := range ps {
+		xs = append(xs, m.execs[p])
+		delete(m.execs, p)
+	}
+	return xs
+}
+
+// claim claims ps under the lease info and starts their executors, unless
+// the lease ended meanwhile: the partitions are then claimed again, with new
+// epochs, under the next lease.
+func (m *Member) claim(ctx context.Context, info MemberInfo, ps []int) error {
+	epochs, err := m.store.Claim(ctx, info.Name, info.Incarnation, ps)
+	if err != nil {
+		return fmt.Errorf("partition: claim: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.lease; l == nil || l.info.Incarnation != info.Incarnation || l.loop.Context().Err() != nil {
+		return nil
+	}
+	for _, e := range epochs {
+		x := newExecutor(e, m.cfg.QueueSize, m.leaseSafe)
+		m.execs[e.Partition] = x
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); x.run() }()
+		m.event(Event{Kind: Started, Epoch: e})
+	}
+	return nil
+}
+
+// stopExec stops x accepting work; abort also cancels its running function
+// and rejects what is queued.
+func (m *Member) stopExec(x *executor, reason string, abort bool) {
+	x.stop()
+	m.event(Event{Kind: Stopped, Epoch: x.epoch, Reason: reason})
+	if abort {
+		x.cancel(fmt.Errorf("%w: partition %d %s", ErrMoving, x.epoch.Partition, reason))
+	}
+}
+
+// abortAll stops every executor without releasing: the partitions move by
+// lease expiry or are claimed anew (bumping the epoch).
+func (m *Member) abortAll(reason string) {
+	m.mu.Lock()
+	execs := m.execs
+	m.execs = map[int]*executor{}
+	m.mu.Unlock()
+	for _, x := range execs {
+		m.stopExec(x, reason, true)
+	}
+}
+
+// handOff stops the executors at once, then, in the background, drains
+// them and releases their partitions.
+func (m *Member) handOff(xs []*executor) {
+	for _, x := range xs {
+		m.stopExec(x, ReasonHandoff, false)
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		epochs := m.drain(xs)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.runCtx), m.cfg.TTL)
+		err := m.store.Release(ctx, epochs)
+		cancel()
+		if err != nil {
+			m.warn("partition: release failed", "err", err)
+		}
+		m.mu.Lock()
+		for _, e := range epochs {
+			delete(m.handing, e.Partition)
+		}
+		m.mu.Unlock()
+		for _, e := range epochs {
+			m.event(Event{Kind: Released, Epoch: e})
+		}
+	}()
+}
+
+// drain waits for the executors xs to finish what they accepted, for at
+// most DrainTimeout, and returns their epochs in partition order. Past the
+// timeout it cancels what still runs: the new owner's epoch fences it.
+func (m *Member) drain(xs []*executor) []Epoch {
+	timer := time.NewTimer(m.cfg.DrainTimeout)
+	defer timer.Stop()
+	epochs := make([]Epoch, len(xs))
+	expired := false
+	for i, x := range xs {
+		epochs[i] = x.epoch
+		if expired {
+			continue
+		}
+		select {
+		case <-x.done:
+		case <-timer.C:
+			expired = true
+			for _, x := range xs[i:] {
+				x.cancel(fmt.Errorf("%w: partition %d drain timeout", ErrMoving, x.epoch.Partition))
+			}
+		}
+	}
+	slices.SortFunc(epochs, func(a, b Epoch) int { return a.Partition - b.Partition })
+	return epochs
+}
