@@ -17,6 +17,8 @@ import (
 //	raw          UPDATE … RETURNING                                       1
 //	naive-lock   acquire, SELECT, UPDATE, release (NOTIFY in the release) 4
 //	fenced-lock  acquire, fenced read (stamps), fenced UPDATE, release    4
+//	redis-lock   SELECT, UPDATE (the lock's 2 round trips go to Redis)     2
+//	redsync-lock SELECT, UPDATE (the lock's 2 round trips go to Redis)     2
 //
 // and so are their round trips where the pool keeps its connection. The
 // lock service's wake-ups take a pooled connection to LISTEN on whenever an
