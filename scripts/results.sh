@@ -91,6 +91,23 @@ for sc in $scenarios; do
 	fi
 	for f in $faults; do run "$sc" "$f"; done
 done
+# Coming from Redis: every approach, the Redis locks included, on one key
+# with and without pause, and what one lock costs (TestRedisFigures).
+if scripts/redis.sh up; then
+	eval "$(scripts/redis.sh env)"
+	figures=docs/results/redis.md
+	echo "results.sh: the Redis figures ($figures)" >&2
+	go test -count=1 -timeout 60m -run '^TestRedisFigures$' ./internal/harness \
+		-args -redis-figures "$root/$figures" -redis-duration "$duration" >&2
+	{
+		echo "## Coming from Redis"
+		echo
+		echo "\`go test -run '^TestRedisFigures\$' ./internal/harness -args -redis-figures $figures -redis-duration $duration\`"
+		echo "(8 workers, 1 key; $(redis-server --version | cut -d' ' -f1-3) on loopback). What it means: [decision guide](decision-guide.md#coming-from-redis)."
+		echo
+		cat "$figures"
+	} >>"$tmp"
+fi
 mv "$tmp" "$out"
 echo "results.sh: wrote $out and docs/results/*.svg" >&2
 exit $failed

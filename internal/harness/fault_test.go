@@ -63,9 +63,11 @@ func TestFaults(t *testing.T) {
 			} else {
 				infra.URL = testdb.New(t).URL
 			}
+			infra.Redis = redisAddr(t)
 			rep, err := harness.Run(context.Background(), sc, harness.Config{
 				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
-				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock},
+				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock,
+					harness.RedisLock, harness.RedsyncLock},
 			}, infra)
 			for _, n := range rep.Notes {
 				t.Log(n)
@@ -84,6 +86,10 @@ func TestFaults(t *testing.T) {
 
 func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 	t.Helper()
+	if r.Skipped != "" {
+		skippedRedis(t, r)
+		return
+	}
 	if r.FaultsInjected[f] == 0 {
 		t.Errorf("%s: %s not injected", r.Approach, f)
 	}
@@ -99,9 +105,9 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 		if r.Ops == 0 {
 			t.Errorf("%s: no operation succeeded", r.Approach)
 		}
-	case harness.NaiveLock:
+	case harness.NaiveLock, harness.RedisLock, harness.RedsyncLock:
 		if harness.Bites(f) && r.Violations == 0 {
-			t.Errorf("naive-lock: no violation under %d × %s: the fault did not bite, or the check missed it", r.FaultsInjected[f], f)
+			t.Errorf("%s: no violation under %d × %s: the fault did not bite, or the check missed it", r.Approach, r.FaultsInjected[f], f)
 		}
 		if harness.Bites(f) {
 			checkTimeline(t, r.Timeline)

@@ -40,7 +40,10 @@ type workerConfig struct {
 	// worker's proxy of it, when the run injects network faults.
 	Kafka       []string          `json:"kafka,omitempty"`
 	KafkaRoutes map[string]string `json:"kafka_routes,omitempty"`
-	Params      Params            `json:"params"`
+	// Redis is the address of the run's Redis server, for the
+	// redis-lock approaches.
+	Redis  string `json:"redis,omitempty"`
+	Params Params `json:"params"`
 	// Warmup is how long the worker runs operations before it reports
 	// ready; they are recorded, and not measured.
 	Warmup time.Duration `json:"warmup"`
@@ -139,6 +142,9 @@ type workerStats struct {
 	Connects int64 `json:"connects"`
 	// Hits counts, per failpoint site, how often it was reached.
 	Hits map[string]int64 `json:"hits,omitempty"`
+	// Extra counts what the approach sent besides PostgreSQL
+	// (redis_round_trips), by name.
+	Extra map[string]int64 `json:"extra,omitempty"`
 }
 
 // emitter writes a worker's lines, one write each.

@@ -96,6 +96,12 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	if st := r.stats(); st.Ops > 0 {
 		res.RoundTripsPerOp = report.Float(float64(st.RoundTrips) / float64(st.Ops))
 		res.StatementsPerOp = report.Float(float64(st.Statements) / float64(st.Ops))
+		for k, n := range st.Extra {
+			if res.Extra == nil {
+				res.Extra = map[string]float64{}
+			}
+			res.Extra[k+"_per_op"] = float64(n) / float64(st.Ops)
+		}
 	}
 }
 
@@ -116,6 +122,12 @@ func (r *run) stats() workerStats {
 					sum.Hits = map[string]int64{}
 				}
 				sum.Hits[k] += n
+			}
+			for k, n := range s.Extra {
+				if sum.Extra == nil {
+					sum.Extra = map[string]int64{}
+				}
+				sum.Extra[k] += n
 			}
 		}
 		p.mu.Unlock()

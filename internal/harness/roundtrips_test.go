@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 //	  raw          UPDATE last_seq + 1 → INSERT event, one statement        1
 //	  naive-lock   acquire, SELECT, write + event, release                  4
 //	  fenced-lock  acquire, fenced read, fenced write + event, release      4
+//	every scenario
+//	  redis-lock, redsync-lock  naive-lock's statements without acquire and
+//	               release (the lock's 2 round trips go to Redis)            2
 //
 // and so are their round trips where the pool keeps its connection. The
 // lock service's wake-ups take a pooled connection to LISTEN on whenever an
@@ -39,24 +43,28 @@ import (
 // its operations cost too.
 func TestRoundTripsPerOp(t *testing.T) {
 	want := map[string]map[Approach]int64{
-		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4},
-		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4},
-		"accounts":  {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4},
+		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
+		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
+		"accounts":  {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
 	}
 	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
-	url := testdb.New(t).URL
+	infra := Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR")}
 	for _, name := range []string{"inventory", "documents", "accounts"} {
 		sc, _ := Lookup(name)
 		for _, def := range Approaches(name) {
 			t.Run(name+"/"+string(def.Approach()), func(t *testing.T) {
-				roundTrips(t, sc, def, cfg, url, want[name][def.Approach()])
+				if why := skipReason(context.Background(), def, infra); why != "" {
+					missingRedis(t, def.Approach(), why)
+					return
+				}
+				roundTrips(t, sc, def, cfg, infra, want[name][def.Approach()])
 			})
 		}
 	}
 }
 
-func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, url string, w int64) {
-	r, res, err := runApproach(context.Background(), sc, def, cfg, Infra{URL: url})
+func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w int64) {
+	r, res, err := runApproach(context.Background(), sc, def, cfg, infra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +84,7 @@ func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, url stri
 	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips != st.OpStatements {
 		t.Errorf("%d round trips for %d statements", st.OpRoundTrips, st.OpStatements)
 	}
+	checkRedisTrips(t, def, st)
 	if *res.RoundTripsPerOp < float64(w) {
 		t.Errorf("the report's %.3f round trips per op are fewer than the operations' own %d", *res.RoundTripsPerOp, w)
 	}

@@ -86,6 +86,9 @@ type Infra struct {
 	Restart func(ctx context.Context) error
 	// Kafka brokers, when there are.
 	Kafka []string
+	// Redis is the address (host:port) of the Redis server the redis-lock
+	// approaches take their locks in; without one they are skipped.
+	Redis string
 }
 
 func (c Config) withDefaults() Config {
@@ -150,6 +153,10 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	var missed []error
 	for _, def := range Approaches(sc.Name()) {
 		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, def.Approach()) {
+			continue
+		}
+		if why := skipReason(ctx, def, infra); why != "" {
+			rep.Results = append(rep.Results, report.Result{Approach: def.Approach(), Label: def.Label(), Skipped: why})
 			continue
 		}
 		r, res, err := runApproach(ctx, sc, def, cfg, infra)
@@ -262,7 +269,7 @@ func (r *run) start(ctx context.Context, url string) error {
 	r.base = history.Now()
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
-			Kafka: r.infra.Kafka, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed}
+			Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed}
 		var proxy *faultproxy.Proxy
 		if network {
 			var err error

@@ -157,8 +157,11 @@ func (r *run) tenures(evs []event) []report.Span {
 	spans := make([]report.Span, 0, len(order))
 	for _, tok := range order {
 		t := open[tok]
-		spans = append(spans, report.Span{Kind: report.SpanLease, Start: r.seconds(t.from), End: r.seconds(t.to),
-			Label: fmt.Sprintf("token %d (%s)", tok, t.name)})
+		label := fmt.Sprintf("token %d (%s)", tok, t.name)
+		if tok < 0 { // a lock with no fencing token (redis-lock)
+			label = fmt.Sprintf("no token (%s)", t.name)
+		}
+		spans = append(spans, report.Span{Kind: report.SpanLease, Start: r.seconds(t.from), End: r.seconds(t.to), Label: label})
 	}
 	return spans
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -165,7 +166,7 @@ func (w *worker) point(ctx context.Context, name string) {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
 		// knows where it stopped.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopHere()
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, name)
 	case modeWait, modeHold:
@@ -177,6 +178,24 @@ func (w *worker) point(ctx context.Context, name string) {
 		t.Stop()
 	}
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
+}
+
+// stopHere stops the process with SIGSTOP and returns once it has been
+// continued. kill returns before the stop takes hold — another thread may
+// take the signal — so the caller waits for the SIGCONT that ends the stop:
+// going on meanwhile would run the write before the pause, or stop the
+// process after it.
+func stopHere() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	t := time.NewTimer(maxBlock)
+	defer t.Stop()
+	select {
+	case <-cont:
+	case <-t.C:
+	}
 }
 
 // run runs the client: the warm-up, then operations from cmdGo until
@@ -218,7 +237,7 @@ func (w *worker) run(ctx context.Context) error {
 	case <-w.haltCh:
 		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.counts().Connects}})
 	}
-	start := tr.counts()
+	start, extra := tr.counts(), extraCounts()
 	if err := w.out.event(event{Ev: evGo, T: history.Now()}); err != nil {
 		return err
 	}
@@ -237,7 +256,7 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	st := &workerStats{Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
-		Connects: end.Connects, Hits: hits()}
+		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
 }
 

@@ -1,0 +1,62 @@
+package harness
+
+import "context"
+
+// paymentsRedis charges as naive-lock does, with the payment key's lock in
+// Redis: lock, charged? (plain read), charge, record, release. A holder
+// stopped past the TTL, after its check, charges again what the holder that
+// took over charged.
+type paymentsRedis struct{ lib redisLib }
+
+func init() {
+	for _, l := range redisLibs {
+		RegisterApproach(paymentsRedis{l})
+	}
+}
+
+func (d paymentsRedis) Scenario() string   { return "payments" }
+func (d paymentsRedis) Approach() Approach { return d.lib.approach }
+func (d paymentsRedis) Label() string {
+	return d.lib.label("the payment key's", "charged? (plain read) → charge → record")
+}
+func (paymentsRedis) Protection(p Params) Protection { return redisProtection(p) }
+func (paymentsRedis) redisLock()                     {}
+
+func (d paymentsRedis) NewClient(ctx context.Context, env *Env) (Client, error) {
+	conn, locker, err := d.lib.connect(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	return &paymentsRedisClient{env: env, conn: conn, locker: locker, point: d.lib.point("payments")}, nil
+}
+
+type paymentsRedisClient struct {
+	env    *Env
+	conn   *redisConn
+	locker redisLocker
+	point  string
+}
+
+func (c *paymentsRedisClient) Op(ctx context.Context) error {
+	ctx, op, amount, err := payment(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	err = withRedisLock(ctx, c.locker, op.key, func() error {
+		var n int
+		if err := c.env.DB.QueryRow(ctx, sqlPaymentsDone, op.key).Scan(&n); err != nil || n > 0 {
+			return err // a replay: charged already
+		}
+		c.env.BeforeWrite(ctx, c.point)
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		if _, err := c.env.DB.Exec(wctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
+			return err
+		}
+		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID())
+		return err
+	})
+	return op.Finish(nil, err)
+}
+
+func (c *paymentsRedisClient) Close() error { return c.conn.Close() }

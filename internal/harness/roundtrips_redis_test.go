@@ -1,0 +1,34 @@
+package harness
+
+import (
+	"os"
+	"testing"
+)
+
+// missingRedis reports a redis-lock approach a test cannot run for want of
+// Redis: a failure under CI=true, a note otherwise.
+func missingRedis(t *testing.T, a Approach, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s cannot run under CI=true: %s", a, why)
+		return
+	}
+	t.Logf("%s skipped: %s (set TEST_REDIS_ADDR: eval \"$(scripts/redis.sh env)\")", a, why)
+}
+
+// checkRedisTrips checks the Redis round trips of a redis-lock approach's
+// run of one client, which never waits: one to take the lock (redislock's
+// script, redsync's SET NX), one to release it (a script), each script
+// already loaded in warm-up; and none for the other approaches.
+func checkRedisTrips(t *testing.T, def ApproachDef, st workerStats) {
+	t.Helper()
+	got := st.Extra["redis_round_trips"]
+	want := int64(0)
+	if _, ok := def.(redisApproach); ok {
+		want = 2 * st.Ops
+	}
+	t.Logf("%-12s %d Redis round trips for %d operations", def.Approach(), got, st.Ops)
+	if got != want {
+		t.Errorf("%s: %d Redis round trips for %d operations, want %d", def.Approach(), got, st.Ops, want)
+	}
+}
