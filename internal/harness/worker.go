@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -164,8 +163,9 @@ func (w *worker) point(ctx context.Context, name string) {
 	switch a.Mode {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
-		// knows where it stopped.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// knows where it stopped. The operation's goroutine stops before
+		// its write, which lands only after the coordinator's SIGCONT.
+		failpoint.StopProcess()(ctx, name)
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, name)
 	case modeWait, modeHold:
