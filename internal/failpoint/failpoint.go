@@ -25,9 +25,7 @@ package failpoint
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -87,9 +85,11 @@ func Stall(d time.Duration) Handler {
 
 // StopProcess returns a handler that stops the whole process with SIGSTOP,
 // as a debugger, a frozen VM or a swapped-out process would: every goroutine
-// and timer stops until another process sends SIGCONT.
+// and timer stops until another process sends SIGCONT. The goroutine that
+// reached the point is stopped before the handler returns, so that nothing
+// it does after the point happens before SIGCONT.
 func StopProcess() Handler {
-	return func(context.Context, string) { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
+	return func(context.Context, string) { stopSelf() }
 }
 
 // Call returns a handler that calls f, typically to tell a test that the

@@ -12,13 +12,21 @@ import (
 )
 
 // sqlEventsPending lists the events not applied yet of the entities of
-// workers $2 and $3, per entity in sequence order: what a competing
-// consumer works through. Each consumer takes the entities in an order of
-// its own ($1), so that the two that compete for an entity meet on it now
-// and then rather than queue for the same locks.
-const sqlEventsPending = `SELECT q.entity, q.seq, q.produced_by FROM event_queue q JOIN entity_state s USING (entity)
-WHERE q.seq > s.last_seq AND split_part(q.entity, '-', 2)::int IN ($2, $3)
-ORDER BY md5(q.entity || $1), q.seq LIMIT 20`
+// workers $2 and $3, at most pagePerEntity per entity, per entity in
+// sequence order: what a competing consumer works through. Each consumer
+// takes the entities in an order of its own ($1), so that the two that
+// compete for an entity meet on it now and then rather than queue for the
+// same locks; the cap per entity keeps one entity's backlog from filling
+// every page, which would starve the other — the entity a stopped
+// consumer left, that nobody would then take over.
+const sqlEventsPending = `SELECT entity, seq, produced_by FROM (
+	SELECT q.entity, q.seq, q.produced_by, row_number() OVER (PARTITION BY q.entity ORDER BY q.seq) AS n
+	FROM event_queue q JOIN entity_state s USING (entity)
+	WHERE q.seq > s.last_seq AND split_part(q.entity, '-', 2)::int IN ($2, $3)) p
+WHERE n <= $4 ORDER BY md5(entity || $1), seq`
+
+// pagePerEntity is how many pending events of one entity a poll takes.
+const pagePerEntity = 10
 
 // pendingEvent is an event a consumer found not applied yet.
 type pendingEvent struct {
@@ -54,8 +62,8 @@ func newConsumer(env *Env, apply func(ctx context.Context, e pendingEvent) error
 func (c *consumer) run(ctx context.Context) {
 	defer c.done.Done()
 	for ctx.Err() == nil {
-		evs, err := c.poll(ctx)
-		c.full.Store(len(evs) == 20)
+		evs, full, err := c.poll(ctx)
+		c.full.Store(full)
 		if err != nil || len(evs) == 0 {
 			select {
 			case c.idle <- struct{}{}:
@@ -73,19 +81,25 @@ func (c *consumer) run(ctx context.Context) {
 	}
 }
 
-func (c *consumer) poll(ctx context.Context) ([]pendingEvent, error) {
+// poll returns the pending events, and whether an entity has a full
+// page of them.
+func (c *consumer) poll(ctx context.Context) ([]pendingEvent, bool, error) {
 	prev := (c.env.Client + c.env.Clients - 1) % c.env.Clients
-	rows, err := c.env.DB.Query(ctx, sqlEventsPending, strconv.Itoa(c.env.Client), c.env.Client, prev)
+	rows, err := c.env.DB.Query(ctx, sqlEventsPending, strconv.Itoa(c.env.Client), c.env.Client, prev, pagePerEntity)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var evs []pendingEvent
 	var e pendingEvent
+	per := map[string]int{}
+	full := false
 	_, err = pgx.ForEachRow(rows, []any{&e.entity, &e.seq, &e.by}, func() error {
 		evs = append(evs, e)
+		per[e.entity]++
+		full = full || per[e.entity] == pagePerEntity
 		return nil
 	})
-	return evs, err
+	return evs, full, err
 }
 
 // wait holds the producer back while the stream is behind.

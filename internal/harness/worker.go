@@ -9,10 +9,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -165,8 +163,9 @@ func (w *worker) point(ctx context.Context, name string) {
 	switch a.Mode {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
-		// knows where it stopped.
-		stopHere()
+		// knows where it stopped. The operation's goroutine stops before
+		// its write, which lands only after the coordinator's SIGCONT.
+		failpoint.StopProcess()(ctx, name)
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, name)
 	case modeWait, modeHold:
@@ -178,24 +177,6 @@ func (w *worker) point(ctx context.Context, name string) {
 		t.Stop()
 	}
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
-}
-
-// stopHere stops the process with SIGSTOP and returns once it has been
-// continued. kill returns before the stop takes hold — another thread may
-// take the signal — so the caller waits for the SIGCONT that ends the stop:
-// going on meanwhile would run the write before the pause, or stop the
-// process after it.
-func stopHere() {
-	cont := make(chan os.Signal, 1)
-	signal.Notify(cont, syscall.SIGCONT)
-	defer signal.Stop(cont)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	t := time.NewTimer(maxBlock)
-	defer t.Stop()
-	select {
-	case <-cont:
-	case <-t.C:
-	}
 }
 
 // run runs the client: the warm-up, then operations from cmdGo until
