@@ -28,14 +28,7 @@ type Telemetry struct {
 
 // New returns a Telemetry that shuts down with t.
 func New(t testing.TB) *Telemetry {
-	r := sdkmetric.NewManualReader()
-	s := tracetest.NewSpanRecorder()
-	tel := &Telemetry{
-		Meters:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)),
-		Tracers: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s)),
-		reader:  r,
-		spans:   s,
-	}
+	tel := Start()
 	t.Cleanup(func() {
 		_ = tel.Meters.Shutdown(context.Background())
 		_ = tel.Tracers.Shutdown(context.Background())
@@ -43,18 +36,68 @@ func New(t testing.TB) *Telemetry {
 	return tel
 }
 
+// Start returns a Telemetry for a test's child process, which has no
+// testing.TB: it lives as long as the process.
+func Start() *Telemetry {
+	r := sdkmetric.NewManualReader()
+	s := tracetest.NewSpanRecorder()
+	return &Telemetry{
+		Meters:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)),
+		Tracers: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s)),
+		reader:  r,
+		spans:   s,
+	}
+}
+
 // Collect returns the metrics recorded so far.
 func (tel *Telemetry) Collect(t testing.TB) []metricdata.Metrics {
 	t.Helper()
+	all, err := tel.collect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
+func (tel *Telemetry) collect() ([]metricdata.Metrics, error) {
 	var rm metricdata.ResourceMetrics
 	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var all []metricdata.Metrics
 	for _, sm := range rm.ScopeMetrics {
 		all = append(all, sm.Metrics...)
 	}
-	return all
+	return all, nil
+}
+
+// Total is Sum for a child process: the total of the int64 counter name on
+// the points with attrs, 0 when nothing recorded it.
+func (tel *Telemetry) Total(name string, attrs ...attribute.KeyValue) (int64, error) {
+	all, err := tel.collect()
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range all {
+		if m.Name == name {
+			return sumOf(m, attrs)
+		}
+	}
+	return 0, nil
+}
+
+func sumOf(m metricdata.Metrics, attrs []attribute.KeyValue) (int64, error) {
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		return 0, fmt.Errorf("%s is a %T, not an int64 sum", m.Name, m.Data)
+	}
+	var total int64
+	for _, p := range sum.DataPoints {
+		if matches(p.Attributes, attrs) {
+			total += p.Value
+		}
+	}
+	return total, nil
 }
 
 // Metric returns the metric called name, and false when nothing recorded it.
@@ -77,15 +120,9 @@ func (tel *Telemetry) Sum(t testing.TB, name string, attrs ...attribute.KeyValue
 	if !ok {
 		return 0
 	}
-	sum, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s is a %T, not an int64 sum", name, m.Data)
-	}
-	var total int64
-	for _, p := range sum.DataPoints {
-		if matches(p.Attributes, attrs) {
-			total += p.Value
-		}
+	total, err := sumOf(m, attrs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return total
 }
