@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/renew"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // lease is one incarnation of the member's membership lease and the loop
@@ -75,7 +76,7 @@ func (m *Member) heartbeat(ctx context.Context, info MemberInfo) error {
 	case errors.Is(err, ErrExpired):
 		return renew.Lost(err)
 	case err != nil && ctx.Err() == nil:
-		m.warn("partition: heartbeat failed", "incarnation", info.Incarnation, "err", err)
+		m.warn("partition: heartbeat failed", telemetry.Incarnation, info.Incarnation, telemetry.Err(err))
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/short"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // Start joins the fleet as Config.Name and claims the partitions the ring
@@ -246,7 +247,7 @@ func (m *Member) loop(ctx context.Context) {
 		}
 		moving, err := m.step(ctx)
 		if err != nil && ctx.Err() == nil {
-			m.warn("partition: member step failed", "err", err)
+			m.warn("partition: member step failed", telemetry.Err(err))
 		}
 		delay = m.cfg.Interval
 		if moving || err != nil {

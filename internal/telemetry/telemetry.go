@@ -62,6 +62,8 @@ const (
 	Operation = "lockfree.operation"
 	// Member is a partition member's name.
 	Member = "lockfree.member"
+	// Incarnation is a member's incarnation: one per join.
+	Incarnation = "lockfree.incarnation"
 	// Partition is a partition number. Spans and logs only.
 	Partition = "lockfree.partition"
 	// Epoch is a partition's or a writer's fencing epoch. Spans and logs
@@ -75,6 +77,10 @@ const (
 	Topic = "lockfree.topic"
 	// Offset is a Kafka offset. Spans and logs only.
 	Offset = "lockfree.offset"
+	// Panic is the value a user's function panicked with, and PanicStack
+	// its goroutine's stack. Logs only.
+	Panic      = "lockfree.panic"
+	PanicStack = "lockfree.panic.stack"
 	// Error is the key of an error in a log line.
 	Error = "error"
 )
