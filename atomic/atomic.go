@@ -28,12 +28,13 @@
 //
 // Three implementations share the contract: [Postgres] (the user's own table),
 // [Memory] (a map under a mutex, for tests and single processes), and
-// [Fenced], the same operations done the lock-based way (lock the key, read,
-// check, fenced write, release) for comparison. The behaviour suite in
-// atomic/atomictest checks all three.
+// [Fenced], the same operations done the lock-based way on a
+// [fencedlock.Locker] (lock the key, fenced read, check, fenced write,
+// release) for comparison. The behaviour suite in atomic/atomictest checks
+// all three.
 //
-// The package is called atomic because that is what it is; files that also
-// use sync/atomic import it under another name:
+// The package is called atomic because that is what it is; a file that also
+// uses sync/atomic imports it under another name:
 //
 //	import lfatomic "github.com/lockfree-go/lockfree/atomic"
 package atomic
@@ -47,6 +48,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -84,12 +86,12 @@ const MaxKeyLen = 255
 const NoCap = math.MaxInt64
 
 // InsufficientError is a decrement or increment refused because the value
-// would cross its bound. Nothing was changed.
+// would cross its bound. Nothing was changed. It matches ErrInsufficient.
 type InsufficientError struct {
 	Op  string // OpDecrement, OpIncrement or OpDecrementMany
 	Key string // the key that was short (for a batch, the first in key order)
-	// Current is the value the key held when the operation was refused.
-	Current int64
+	// Actual is the value the store held for Key when it refused.
+	Actual int64
 	// Amount is what the operation asked to subtract or add.
 	Amount int64
 	// Bound is the floor (decrements) or the cap (increments).
@@ -98,34 +100,36 @@ type InsufficientError struct {
 
 func (e *InsufficientError) Error() string {
 	if e.Op == OpIncrement {
-		return fmt.Sprintf("atomic: %s %s by %d: value %d would exceed cap %d", e.Op, short.Quote(e.Key), e.Amount, e.Current, e.Bound)
+		return fmt.Sprintf("atomic: %s %s by %d: value %d would exceed cap %d", e.Op, short.Quote(e.Key), e.Amount, e.Actual, e.Bound)
 	}
-	return fmt.Sprintf("atomic: %s %s by %d: insufficient value %d (floor %d)", e.Op, short.Quote(e.Key), e.Amount, e.Current, e.Bound)
+	return fmt.Sprintf("atomic: %s %s by %d: insufficient value %d (floor %d)", e.Op, short.Quote(e.Key), e.Amount, e.Actual, e.Bound)
 }
 
 // Is reports whether target is ErrInsufficient.
 func (e *InsufficientError) Is(target error) bool { return target == ErrInsufficient }
 
 // ConflictError is a compare-and-set, set-if-greater or claim refused
-// because of the key's current value. Nothing was changed.
+// because of the key's current value. Nothing was changed. It matches
+// ErrConflict.
 type ConflictError struct {
 	Op  string // OpCompareAndSet, OpSetIfGreater or OpClaim
 	Key string
-	// Offered is the caller's value: the expected old value of a
-	// compare-and-set, the value that was not greater, or the claim's value.
-	Offered int64
-	// Current is the value the key held when the operation was refused.
-	Current int64
+	// Expected is the caller's side of the comparison: the old value a
+	// compare-and-set expected, the value a set-if-greater expected to be
+	// greater, or the value a claim offered.
+	Expected int64
+	// Actual is the value the store held for Key when it refused.
+	Actual int64
 }
 
 func (e *ConflictError) Error() string {
 	switch e.Op {
 	case OpClaim:
-		return fmt.Sprintf("atomic: claim %s: already claimed (value %d)", short.Quote(e.Key), e.Current)
+		return fmt.Sprintf("atomic: claim %s: already claimed (value %d)", short.Quote(e.Key), e.Actual)
 	case OpSetIfGreater:
-		return fmt.Sprintf("atomic: set-if-greater %s: %d is not greater than %d", short.Quote(e.Key), e.Offered, e.Current)
+		return fmt.Sprintf("atomic: set-if-greater %s: %d is not greater than %d", short.Quote(e.Key), e.Expected, e.Actual)
 	}
-	return fmt.Sprintf("atomic: %s %s: expected %d, found %d", e.Op, short.Quote(e.Key), e.Offered, e.Current)
+	return fmt.Sprintf("atomic: %s %s: expected %d, found %d", e.Op, short.Quote(e.Key), e.Expected, e.Actual)
 }
 
 // Is reports whether target is ErrConflict.
@@ -226,7 +230,73 @@ func incrementMiss(key string, amount, limit, current int64) error {
 	if current > math.MaxInt64-amount {
 		return fmt.Errorf("%w: increment %s: %d + %d overflows int64", ErrInvalid, short.Quote(key), current, amount)
 	}
-	return &InsufficientError{Op: OpIncrement, Key: key, Current: current, Amount: amount, Bound: limit}
+	return &InsufficientError{Op: OpIncrement, Key: key, Actual: current, Amount: amount, Bound: limit}
+}
+
+// A decision is what the memory backend (under its mutex) and the fenced
+// twin (under its lease) decide in Go about a value they read apart from
+// their write, where the PostgreSQL backend decides in its statement: the
+// new value, or the refusal. Each condition is a mutant site
+// (internal/failpoint): an unsafe variant that the tests guarding the
+// condition must catch.
+type decision func(v int64) (next int64, err error)
+
+// decrement validates a Decrement and returns its decision: take amount
+// unless that crosses floor.
+func decrement(key string, amount, floor int64) (decision, error) {
+	threshold, err := decrementThreshold(key, amount, floor)
+	if err != nil {
+		return nil, err
+	}
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.decrement.floor") && v < threshold {
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amount, Bound: floor}
+		}
+		return v - amount, nil
+	}, nil
+}
+
+// increment validates an Increment and returns its decision: add amount
+// unless that crosses limit.
+func increment(key string, amount, limit int64) (decision, error) {
+	ceiling, err := incrementCeiling(key, amount, limit)
+	if err != nil {
+		return nil, err
+	}
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.increment.cap") && v > ceiling {
+			return 0, incrementMiss(key, amount, limit, v)
+		}
+		return v + amount, nil
+	}, nil
+}
+
+// compareAndSet validates a CompareAndSet and returns its decision: next
+// if the value is old.
+func compareAndSet(key string, old, next int64) (decision, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.cas.compare") && v != old {
+			return 0, &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: v}
+		}
+		return next, nil
+	}, nil
+}
+
+// setIfGreater validates a SetIfGreater and returns its decision: value if
+// it is greater.
+func setIfGreater(key string, value int64) (decision, error) {
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	return func(v int64) (int64, error) {
+		if !failpoint.Mutant("atomic.setifgreater.compare") && value <= v {
+			return 0, &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: v}
+		}
+		return value, nil
+	}, nil
 }
 
 // batch is a validated DecrementMany request in key order.

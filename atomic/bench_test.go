@@ -3,39 +3,39 @@ package atomic_test
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"testing"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/fencedlock"
 )
 
-// benchKeys makes every run of a benchmark function use fresh keys: the
-// testing package calls it several times with growing b.N.
-var benchKeys atomic.Int64
+// benchRuns makes every run of a benchmark function use fresh keys: the
+// testing package calls it several times with growing b.N, one at a time.
+var benchRuns int
 
 // benchStores runs fn on each implementation, on one client: the memory
 // backend, the PostgreSQL backend, and the fenced-lock twin (PostgreSQL
 // locks on the same database), so that one run gives their ratios.
-func benchStores(b *testing.B, fn func(b *testing.B, s lfatomic.Store, key func(string) string)) {
+func benchStores(b *testing.B, fn func(b *testing.B, s atomic.Store, key func(string) string)) {
 	db := newTable(b)
 	stores := []struct {
 		name  string
-		store lfatomic.Store
+		store atomic.Store
 	}{
-		{"memory", lfatomic.NewMemory(0)},
+		{"memory", newMemory(b, 0)},
 		{"postgres", newPostgres(b, db.Pool, inventory)},
-		{"fenced", newFenced(b, newPostgresLocks(b, db), db.Pool, inventory, lfatomic.FencedConfig{})},
+		{"fenced", newFenced(b, newPostgresLocks(b, db), db.Pool, inventory, nil)},
 	}
 	for _, s := range stores {
 		b.Run(s.name, func(b *testing.B) {
-			run := benchKeys.Add(1)
+			benchRuns++
+			run := benchRuns
 			fn(b, s.store, func(k string) string { return fmt.Sprintf("%s/%d", k, run) })
 		})
 	}
 }
 
-func seed(b *testing.B, s lfatomic.Store, key string, v int64) {
+func seed(b *testing.B, s atomic.Store, key string, v int64) {
 	b.Helper()
 	if err := s.Claim(ctx, key, v); err != nil {
 		b.Fatal(err)
@@ -43,7 +43,7 @@ func seed(b *testing.B, s lfatomic.Store, key string, v int64) {
 }
 
 func BenchmarkDecrement(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("stock")
 		seed(b, s, k, math.MaxInt64/2)
 		for b.Loop() {
@@ -57,7 +57,7 @@ func BenchmarkDecrement(b *testing.B) {
 // BenchmarkDecrementRefused measures the miss path: the key is at its floor,
 // and every call reports the current value.
 func BenchmarkDecrementRefused(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("sold-out")
 		seed(b, s, k, 0)
 		for b.Loop() {
@@ -69,11 +69,11 @@ func BenchmarkDecrementRefused(b *testing.B) {
 }
 
 func BenchmarkIncrement(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("seats")
 		seed(b, s, k, 0)
 		for b.Loop() {
-			if _, err := s.Increment(ctx, k, 1, lfatomic.NoCap); err != nil {
+			if _, err := s.Increment(ctx, k, 1, atomic.NoCap); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -81,7 +81,7 @@ func BenchmarkIncrement(b *testing.B) {
 }
 
 func BenchmarkCompareAndSet(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("reg")
 		seed(b, s, k, 0)
 		var v int64
@@ -95,7 +95,7 @@ func BenchmarkCompareAndSet(b *testing.B) {
 }
 
 func BenchmarkSetIfGreater(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("mark")
 		seed(b, s, k, 0)
 		var v int64
@@ -109,7 +109,7 @@ func BenchmarkSetIfGreater(b *testing.B) {
 }
 
 func BenchmarkClaim(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		prefix := key("claim")
 		i := 0
 		for b.Loop() {
@@ -123,7 +123,7 @@ func BenchmarkClaim(b *testing.B) {
 
 // BenchmarkDecrementMany takes one unit of each of three keys per call.
 func BenchmarkDecrementMany(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		order := map[string]int64{}
 		for _, name := range []string{"apple", "pear", "plum"} {
 			k := key(name)
@@ -141,7 +141,7 @@ func BenchmarkDecrementMany(b *testing.B) {
 // BenchmarkDecrementParallel decrements one hot key from GOMAXPROCS×4
 // goroutines: contention, where the lock-based twin waits for leases.
 func BenchmarkDecrementParallel(b *testing.B) {
-	benchStores(b, func(b *testing.B, s lfatomic.Store, key func(string) string) {
+	benchStores(b, func(b *testing.B, s atomic.Store, key func(string) string) {
 		k := key("hot")
 		seed(b, s, k, math.MaxInt64/2)
 		b.SetParallelism(4)

@@ -5,29 +5,29 @@ import (
 	"errors"
 	"fmt"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 )
 
 // Selling stock: the check and the decrement are one step, so two buyers of
 // the last unit cannot both succeed. With PostgreSQL the same calls run on
 // the user's own table:
 //
-//	inv, err := lfatomic.NewPostgres(pool, lfatomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
+//	inv, err := atomic.NewPostgres(pool, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
 func Example() {
 	ctx := context.Background()
-	inv := lfatomic.NewMemory(0) // floor 0: never below zero
+	inv, _ := atomic.NewMemory(nil) // the default floor, 0: never below zero
 	inv.Claim(ctx, "sku-1", 3)
 
 	left, err := inv.Decrement(ctx, "sku-1", 2)
 	fmt.Println(left, err)
 
 	_, err = inv.Decrement(ctx, "sku-1", 2)
-	var short *lfatomic.InsufficientError
+	var short *atomic.InsufficientError
 	if errors.As(err, &short) {
-		fmt.Printf("only %d of %q left\n", short.Current, short.Key)
+		fmt.Printf("only %d of %q left\n", short.Actual, short.Key)
 	}
 	_, err = inv.Decrement(ctx, "sku-404", 1)
-	fmt.Println(errors.Is(err, lfatomic.ErrNotFound))
+	fmt.Println(errors.Is(err, atomic.ErrNotFound))
 	// Output:
 	// 1 <nil>
 	// only 1 of "sku-1" left
@@ -37,7 +37,7 @@ func Example() {
 // An order with several lines takes all of them or none.
 func ExampleMemory_DecrementMany() {
 	ctx := context.Background()
-	inv := lfatomic.NewMemory(0)
+	inv, _ := atomic.NewMemory(nil)
 	inv.Claim(ctx, "apple", 5)
 	inv.Claim(ctx, "pear", 1)
 
@@ -57,7 +57,7 @@ func ExampleMemory_DecrementMany() {
 // Seats with a capacity: an increment that would pass the cap is refused.
 func ExampleMemory_Increment() {
 	ctx := context.Background()
-	seats := lfatomic.NewMemory(0)
+	seats, _ := atomic.NewMemory(nil)
 	seats.Claim(ctx, "talk-42", 0)
 	for range 3 {
 		n, err := seats.Increment(ctx, "talk-42", 1, 2)
@@ -72,12 +72,12 @@ func ExampleMemory_Increment() {
 // Claim-once: the first claim of a key wins; later ones learn who won.
 func ExampleMemory_Claim() {
 	ctx := context.Background()
-	claims := lfatomic.NewMemory(0)
+	claims, _ := atomic.NewMemory(nil)
 	fmt.Println(claims.Claim(ctx, "coupon-XYZ", 1001))
 	err := claims.Claim(ctx, "coupon-XYZ", 2002)
-	var c *lfatomic.ConflictError
+	var c *atomic.ConflictError
 	if errors.As(err, &c) {
-		fmt.Println("already claimed by", c.Current)
+		fmt.Println("already claimed by", c.Actual)
 	}
 	// Output:
 	// <nil>
@@ -87,12 +87,12 @@ func ExampleMemory_Claim() {
 // A high-water mark and a compare-and-set.
 func ExampleMemory_SetIfGreater() {
 	ctx := context.Background()
-	marks := lfatomic.NewMemory(0)
+	marks, _ := atomic.NewMemory(nil)
 	marks.Claim(ctx, "offset", 10)
 	fmt.Println(marks.SetIfGreater(ctx, "offset", 12))
 	fmt.Println(marks.SetIfGreater(ctx, "offset", 11))
 	fmt.Println(marks.CompareAndSet(ctx, "offset", 12, 20))
-	fmt.Println(errors.Is(marks.CompareAndSet(ctx, "offset", 12, 30), lfatomic.ErrConflict))
+	fmt.Println(errors.Is(marks.CompareAndSet(ctx, "offset", 12, 30), atomic.ErrConflict))
 	// Output:
 	// <nil>
 	// atomic: set-if-greater "offset": 11 is not greater than 12

@@ -8,21 +8,30 @@ import (
 	"testing"
 	"time"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/google/uuid"
+
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/atomic/atomictest"
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 var fastWait = &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond}
 
-func newFenced(t testing.TB, locks fencedlock.Store, db lfatomic.DB, table lfatomic.Table, cfg lfatomic.FencedConfig) *lfatomic.Fenced {
+// newFenced returns the twin with cfg (nil: the defaults), waiting with
+// fastWait unless cfg says otherwise.
+func newFenced(t testing.TB, locks fencedlock.Store, db atomic.TxDB, table atomic.Table, cfg *atomic.FencedConfig) *atomic.Fenced {
 	t.Helper()
-	if cfg.Wait == nil {
-		cfg.Wait = fastWait
+	var c atomic.FencedConfig
+	if cfg != nil {
+		c = *cfg
 	}
-	f, err := lfatomic.NewFenced(locks, db, table, &cfg)
+	if c.Wait == nil {
+		c.Wait = fastWait
+	}
+	f, err := atomic.NewFenced(locks, db, table, &c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +50,36 @@ func newPostgresLocks(t testing.TB, db *testdb.DB) *fencedlock.Postgres {
 	return locks
 }
 
+// hookKey carries, in a context, what a test runs at the fenced twin's
+// inject point for the operations under that context.
+type hookKey struct{}
+
+var installHook sync.Once
+
+// atWrite returns ctx carrying f, which the fenced twin calls between its
+// fenced read and its write for the operations run with that ctx. The
+// handler is installed once for the test binary and acts only on contexts
+// that carry a hook, so tests that run in parallel do not see each other's.
+func atWrite(ctx context.Context, f func()) context.Context {
+	installHook.Do(func() {
+		failpoint.Handle(failpoint.At("atomic.fenced.before-write", func(ctx context.Context, _ string) {
+			if f, ok := ctx.Value(hookKey{}).(func()); ok {
+				f()
+			}
+		}))
+	})
+	return context.WithValue(ctx, hookKey{}, f)
+}
+
+// pauseAt returns ctx whose operation stops at the fenced twin's inject
+// point, the channel closed when it got there, and the function that lets
+// it go on.
+func pauseAt(ctx context.Context) (_ context.Context, paused <-chan struct{}, resume func()) {
+	p, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return atWrite(ctx, func() { close(p); <-r }), p, func() { once.Do(func() { close(r) }) }
+}
+
 func TestFencedStore(t *testing.T) {
 	t.Parallel()
 	db := newTable(t)
@@ -51,7 +90,7 @@ func TestFencedStore(t *testing.T) {
 		"postgres locks": newPostgresLocks(t, db),
 	} {
 		t.Run(name, func(t *testing.T) {
-			store := newFenced(t, locks, db.Pool, table, lfatomic.FencedConfig{})
+			store := newFenced(t, locks, db.Pool, table, nil)
 			atomictest.Run(t, func(t *testing.T) atomictest.Harness {
 				return atomictest.Harness{Store: store, Floor: table.Floor, Workers: 6}
 			})
@@ -62,161 +101,181 @@ func TestFencedStore(t *testing.T) {
 func TestNewFencedRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	locks := memoryLocks(nil)
+	lockCfg := func(c fencedlock.LockerConfig) atomic.FencedConfig { return atomic.FencedConfig{LockerConfig: c} }
 	for _, c := range []struct {
 		locks fencedlock.Store
-		db    lfatomic.DB
-		table lfatomic.Table
-		cfg   lfatomic.FencedConfig
+		db    atomic.TxDB
+		table atomic.Table
+		cfg   atomic.FencedConfig
 	}{
-		{nil, nilDB{}, inventory, lfatomic.FencedConfig{}},
-		{locks, nil, inventory, lfatomic.FencedConfig{}},
-		{locks, nilDB{}, lfatomic.Table{Name: "t"}, lfatomic.FencedConfig{}},
-		{locks, nilDB{}, inventory, lfatomic.FencedConfig{TTL: -time.Second}},
-		{locks, nilDB{}, inventory, lfatomic.FencedConfig{TTL: fencedlock.MaxTTL + 1}},
-		{locks, nilDB{}, inventory, lfatomic.FencedConfig{TokenColumn: "a\x00"}},
+		{nil, nilDB{}, inventory, atomic.FencedConfig{}},
+		{locks, nil, inventory, atomic.FencedConfig{}},
+		{locks, nilDB{}, atomic.Table{Name: "t"}, atomic.FencedConfig{}},
+		{locks, nilDB{}, inventory, lockCfg(fencedlock.LockerConfig{TTL: -time.Second})},
+		{locks, nilDB{}, inventory, lockCfg(fencedlock.LockerConfig{TTL: fencedlock.MaxTTL + 1})},
+		{locks, nilDB{}, inventory, lockCfg(fencedlock.LockerConfig{Holder: "h\x00"})},
+		{locks, nilDB{}, inventory, lockCfg(fencedlock.LockerConfig{ReleaseTimeout: -time.Second})},
+		{locks, nilDB{}, inventory, lockCfg(fencedlock.LockerConfig{Wait: &fencedlock.WaitConfig{Jitter: 2}})},
+		{locks, nilDB{}, inventory, atomic.FencedConfig{TokenColumn: "a\x00"}},
 	} {
-		if _, err := lfatomic.NewFenced(c.locks, c.db, c.table, &c.cfg); !errors.Is(err, lfatomic.ErrInvalid) {
+		if _, err := atomic.NewFenced(c.locks, c.db, c.table, &c.cfg); !errors.Is(err, atomic.ErrInvalid) {
 			t.Errorf("NewFenced(%+v) = %v, want ErrInvalid", c, err)
 		}
 	}
 }
 
-// A holder pauses between its read and its write for longer than its lease
-// (an in-process hook stands for GC, swap or SIGSTOP) while another client
-// takes the lock and sells the last unit. When the paused holder wakes, the
-// fenced twin's write is rejected: one unit, one sale. The naive twin —
-// the same lock, an unfenced write — sells the unit twice, which shows that
-// the pause really opened the gap the fence closes.
-func TestPausedHolderCannotOversell(t *testing.T) {
+// The twin's locks are taken on the Locker with the convention's defaults:
+// the holder is a UUIDv7 and the lock is named "atomic/<table>/<key>".
+func TestFencedLocksWithDefaults(t *testing.T) {
 	t.Parallel()
-	for _, locksKind := range []string{"memory locks", "postgres locks"} {
-		for _, fenced := range []bool{true, false} {
-			name := fmt.Sprintf("%s/%s", locksKind, map[bool]string{true: "fenced write rejected", false: "naive write oversells"}[fenced])
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				db := newTable(t)
-				const initial = 1
-				if err := newPostgres(t, db.Pool, inventory).Claim(ctx, "sku", initial); err != nil {
-					t.Fatal(err)
-				}
-				var (
-					locks  fencedlock.Store
-					ttl    time.Duration
-					expire func(fencedlock.Store)
-				)
-				if locksKind == "memory locks" {
-					c := &clock.Manual{}
-					locks, ttl = memoryLocks(c), time.Second
-					expire = func(fencedlock.Store) { c.Advance(2 * time.Second) }
-				} else {
-					locks, ttl = newPostgresLocks(t, db), 300*time.Millisecond
-					expire = func(s fencedlock.Store) {
-						// Wait, on the database's clock, until the paused lease is over.
-						waitFor(t, 30*time.Second, func() bool {
-							_, held, err := s.Holder(ctx, "atomic/"+inventory.Name+"/sku")
-							return err == nil && !held
-						})
-					}
-				}
-
-				paused, resume := make(chan struct{}), make(chan struct{})
-				var once sync.Once
-				a := newFenced(t, locks, db.Pool, inventory, lfatomic.FencedConfig{
-					TTL: ttl, Holder: "client-a", Unfenced: !fenced,
-					BeforeWrite: func(ctx context.Context, key string) {
-						once.Do(func() { close(paused) })
-						select {
-						case <-resume:
-						case <-ctx.Done():
-						}
-					},
-				})
-				b := newFenced(t, locks, db.Pool, inventory, lfatomic.FencedConfig{
-					TTL: time.Minute, Holder: "client-b", Unfenced: !fenced,
-				})
-
-				errA := make(chan error, 1)
-				go func() {
-					_, err := a.Decrement(ctx, "sku", 1)
-					errA <- err
-				}()
-				<-paused // a has read 1 and decided to sell
-				expire(locks)
-				if left, err := b.Decrement(ctx, "sku", 1); err != nil || left != 0 {
-					t.Fatalf("b's decrement = %d, %v; want 0, nil", left, err)
-				}
-				close(resume)
-				err := <-errA
-
-				final, verr := b.Value(ctx, "sku")
-				if verr != nil {
-					t.Fatal(verr)
-				}
-				accepted := int64(1) // b's
-				if err == nil {
-					accepted++
-				}
-				if fenced {
-					var fe *fencedlock.FencedError
-					if !errors.As(err, &fe) || !errors.Is(err, fencedlock.ErrFenced) {
-						t.Fatalf("paused holder's write: %v, want a fencing rejection", err)
-					}
-					if final != initial-accepted || final != 0 {
-						t.Fatalf("final %d, accepted %d of %d: want final = initial − accepted", final, accepted, initial)
-					}
-				} else {
-					if err != nil {
-						t.Fatalf("naive write: %v, want it accepted", err)
-					}
-					if accepted <= initial || final == initial-accepted {
-						t.Fatalf("naive twin: final %d, accepted %d of %d: want an oversell", final, accepted, initial)
-					}
-				}
-			})
-		}
+	db := newTable(t)
+	locks := memoryLocks(nil)
+	store := newFenced(t, locks, db.Pool, inventory, nil)
+	if err := store.Claim(ctx, "sku", 3); err != nil {
+		t.Fatal(err)
+	}
+	opCtx, paused, resume := pauseAt(ctx)
+	defer resume()
+	errc := make(chan error, 1)
+	go func() { _, err := store.Decrement(opCtx, "sku", 1); errc <- err }()
+	<-paused
+	lease, held, err := locks.Holder(ctx, "atomic/"+inventory.Name+"/sku")
+	if err != nil || !held {
+		t.Fatalf("the lock of sku is not held during the decrement: %v", err)
+	}
+	if id, err := uuid.Parse(lease.Holder); err != nil || id.Version() != 7 {
+		t.Fatalf("holder %q is not a UUIDv7", lease.Holder)
+	}
+	resume()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, held, _ := locks.Holder(ctx, "atomic/"+inventory.Name+"/sku"); held {
+		t.Fatal("the lock is still held after the decrement")
 	}
 }
 
-// The stamp on read is what protects a read-modify-write: without it, a
-// newer holder that read before the paused holder's late write would
-// overwrite that write (a lost decrement) even though both writes pass the
-// fence. Here the paused holder a reads, b reads too (after a's lease ran
-// out), a writes, then b writes. With the stamp, a is rejected.
-func TestFencedReadOrdersStaleHolder(t *testing.T) {
-	t.Parallel()
-	db := newTable(t)
-	if err := newPostgres(t, db.Pool, inventory).Claim(ctx, "sku", 10); err != nil {
+// lockEnv is a lock service whose leases a test can let expire.
+type lockEnv struct {
+	locks fencedlock.Store
+	ttl   time.Duration // a lease short enough to expire in a test
+	// expire returns once the lease of lock is over.
+	expire func(t *testing.T, lock string)
+}
+
+func memoryLockEnv() lockEnv {
+	c := &clock.Manual{}
+	return lockEnv{locks: memoryLocks(c), ttl: time.Second, expire: func(*testing.T, string) { c.Advance(2 * time.Second) }}
+}
+
+func postgresLockEnv(t *testing.T, db *testdb.DB) lockEnv {
+	locks := newPostgresLocks(t, db)
+	return lockEnv{locks: locks, ttl: 300 * time.Millisecond, expire: func(t *testing.T, lock string) {
+		// Wait, on the database's clock, until the paused lease is over.
+		waitFor(t, 30*time.Second, func() bool {
+			_, held, err := locks.Holder(ctx, lock)
+			return err == nil && !held
+		})
+	}}
+}
+
+// stalled is the config of a holder that the test pauses past its lease.
+// Renewals are off: the pause stands for a stalled process, whose keepalive
+// stalls with it.
+func stalled(e lockEnv) *atomic.FencedConfig {
+	return &atomic.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+		TTL: e.ttl, Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}}}
+}
+
+// checkPausedHolder: a holder pauses between its read and its write for
+// longer than its lease while another client takes the lock and sells the
+// last unit. When the paused holder wakes, its write must be rejected: one
+// unit, one sale.
+func checkPausedHolder(t *testing.T, e lockEnv, db *testdb.DB) error {
+	const initial = 1
+	key := "paused-" + t.Name()
+	if err := newPostgres(t, db.Pool, inventory).Claim(ctx, key, initial); err != nil {
 		t.Fatal(err)
 	}
-	c := &clock.Manual{}
-	locks := memoryLocks(c)
-	aPaused, aResume := make(chan struct{}), make(chan struct{})
-	bPaused, bResume := make(chan struct{}), make(chan struct{})
-	pause := func(paused, resume chan struct{}) func(context.Context, string) {
-		return func(context.Context, string) { close(paused); <-resume }
+	a := newFenced(t, e.locks, db.Pool, inventory, stalled(e))
+	b := newFenced(t, e.locks, db.Pool, inventory, nil)
+	aCtx, paused, resume := pauseAt(ctx)
+	defer resume()
+	errA := make(chan error, 1)
+	go func() { _, err := a.Decrement(aCtx, key, 1); errA <- err }()
+	<-paused // a has read 1 and decided to sell
+	e.expire(t, "atomic/"+inventory.Name+"/"+key)
+	if left, err := b.Decrement(ctx, key, 1); err != nil || left != 0 {
+		t.Fatalf("b's decrement = %d, %v; want 0, nil", left, err)
 	}
-	a := newFenced(t, locks, db.Pool, inventory, lfatomic.FencedConfig{TTL: time.Second, Holder: "a", BeforeWrite: pause(aPaused, aResume)})
-	b := newFenced(t, locks, db.Pool, inventory, lfatomic.FencedConfig{TTL: time.Minute, Holder: "b", BeforeWrite: pause(bPaused, bResume)})
+	resume()
+	err := <-errA
+	final, verr := b.Value(ctx, key)
+	if verr != nil {
+		t.Fatal(verr)
+	}
+	var fe *fencedlock.FencedError
+	switch {
+	case err == nil:
+		return fmt.Errorf("the paused holder's write was accepted: %d units sold of %d, %d left", 2, initial, final)
+	case !errors.As(err, &fe) || !errors.Is(err, fencedlock.ErrFenced):
+		t.Fatalf("paused holder's write: %v, want a fencing rejection", err)
+	case final != 0:
+		return fmt.Errorf("final %d after one accepted sale of %d", final, initial)
+	}
+	return nil
+}
+
+// checkStampOrdersStaleHolder: the stamp on read is what protects a
+// read-modify-write. Without it, a newer holder that read before the paused
+// holder's late write would overwrite that write (a lost decrement) even
+// though both writes pass the fence. Here the paused holder a reads, b reads
+// too (after a's lease ran out), a writes, then b writes: a must be
+// rejected, and one decrement counted.
+func checkStampOrdersStaleHolder(t *testing.T, e lockEnv, db *testdb.DB) error {
+	key := "stamp-" + t.Name()
+	if err := newPostgres(t, db.Pool, inventory).Claim(ctx, key, 10); err != nil {
+		t.Fatal(err)
+	}
+	a := newFenced(t, e.locks, db.Pool, inventory, stalled(e))
+	b := newFenced(t, e.locks, db.Pool, inventory, nil)
+	aCtx, aPaused, aResume := pauseAt(ctx)
+	bCtx, bPaused, bResume := pauseAt(ctx)
+	defer aResume()
+	defer bResume()
 	errA, errB := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := a.Decrement(ctx, "sku", 1); errA <- err }()
+	go func() { _, err := a.Decrement(aCtx, key, 1); errA <- err }()
 	<-aPaused
-	c.Advance(2 * time.Second)
-	go func() { _, err := b.Decrement(ctx, "sku", 1); errB <- err }()
+	e.expire(t, "atomic/"+inventory.Name+"/"+key)
+	go func() { _, err := b.Decrement(bCtx, key, 1); errB <- err }()
 	<-bPaused
-	close(aResume)
-	if err := <-errA; !errors.Is(err, fencedlock.ErrFenced) {
-		t.Fatalf("a's late write after b's read: %v, want ErrFenced", err)
+	aResume()
+	err := <-errA
+	if err != nil && !errors.Is(err, fencedlock.ErrFenced) {
+		t.Fatal(err)
 	}
-	close(bResume)
+	bResume()
 	if err := <-errB; err != nil {
 		t.Fatal(err)
 	}
-	if v, err := b.Value(ctx, "sku"); err != nil || v != 9 {
-		t.Fatalf("value %d, %v; want 9 (one accepted decrement)", v, err)
+	v, verr := b.Value(ctx, key)
+	if verr != nil {
+		t.Fatal(verr)
 	}
+	accepted := int64(1) // b's
+	if err == nil {
+		accepted++
+	}
+	if v != 10-accepted {
+		return fmt.Errorf("value %d after %d accepted decrements of 10: a decrement was lost", v, accepted)
+	}
+	if accepted != 1 {
+		return fmt.Errorf("a's late write after b's read was accepted (value %d)", v)
+	}
+	return nil
 }
 
-// The unsafe twin of TestFencedReadOrdersStaleHolder: the same schedule with
+// The unsafe variant of checkStampOrdersStaleHolder: the same schedule with
 // the lock and a fenced write but a plain read loses a's decrement, although
 // both writes pass the fence.
 func TestFencedWriteAloneLosesUpdate(t *testing.T) {

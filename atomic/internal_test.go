@@ -23,10 +23,10 @@ func TestLockNamesAreUnambiguous(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("k", MaxKeyLen)
-	keys := []string{long, strings.TrimPrefix(f.lockName(long), f.prefix), "short", "sha256:short"}
+	keys := []string{long, f.lockName(long), "short", "sha256:short"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		name := f.lockName(k)
+		name := f.prefix + f.lockName(k)
 		if len(name) > fencedlock.MaxNameLen {
 			t.Errorf("lock name of %s is %d bytes", short.Quote(k), len(name))
 		}
@@ -62,15 +62,15 @@ func TestConfigRejectsWhatPostgresCannotHold(t *testing.T) {
 			return err
 		},
 		"lock prefix not UTF-8": func() error {
-			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockPrefix: "p\xff/"})
+			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockerConfig: fencedlock.LockerConfig{LockPrefix: "p\xff/"}})
 			return err
 		},
 		"lock prefix with NUL": func() error {
-			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockPrefix: "p\x00/"})
+			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockerConfig: fencedlock.LockerConfig{LockPrefix: "p\x00/"}})
 			return err
 		},
 		"lock prefix leaving no room for a hash": func() error {
-			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)})
+			_, err := NewFenced(locks, db, testTable, &FencedConfig{LockerConfig: fencedlock.LockerConfig{LockPrefix: strings.Repeat("p", maxPrefixLen+1)}})
 			return err
 		},
 	}

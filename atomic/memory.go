@@ -3,7 +3,24 @@ package atomic
 import (
 	"context"
 	"sync"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
+
+// MemoryConfig configures a Memory store. A nil *MemoryConfig means the
+// defaults.
+type MemoryConfig struct {
+	// Floor is the lowest value Decrement and DecrementMany leave behind (a
+	// negative floor allows credit). Defaults to 0.
+	Floor int64
+}
+
+func (c *MemoryConfig) withDefaults() MemoryConfig {
+	if c == nil {
+		return MemoryConfig{}
+	}
+	return *c
+}
 
 // Memory is a Store in this process's memory: a map of counters guarded by
 // one mutex, with the same contract and errors as Postgres. It suits tests
@@ -16,95 +33,70 @@ type Memory struct {
 	values map[string]int64
 }
 
-// NewMemory returns an empty store whose decrements stop at floor.
-func NewMemory(floor int64) *Memory {
-	return &Memory{floor: floor, values: map[string]int64{}}
+// NewMemory returns an empty store. A nil cfg means the defaults. Every
+// MemoryConfig is valid today: the error lets a later option be refused
+// without another API change.
+func NewMemory(cfg *MemoryConfig) (*Memory, error) {
+	c := cfg.withDefaults()
+	return &Memory{floor: c.Floor, values: map[string]int64{}}, nil
+}
+
+// update applies decide to key's value under the mutex and stores the
+// value it returns.
+func (m *Memory) update(ctx context.Context, key string, decide decision) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	if !ok {
+		return 0, notFound(key)
+	}
+	next, err := decide(v)
+	if err != nil {
+		return 0, err
+	}
+	m.values[key] = next
+	return next, nil
 }
 
 // Decrement implements Store.
 func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
-	threshold, err := decrementThreshold(key, amount, m.floor)
+	d, err := decrement(key, amount, m.floor)
 	if err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return 0, notFound(key)
-	case v < threshold:
-		return 0, &InsufficientError{Op: OpDecrement, Key: key, Current: v, Amount: amount, Bound: m.floor}
-	}
-	m.values[key] = v - amount
-	return v - amount, nil
+	return m.update(ctx, key, d)
 }
 
 // Increment implements Store.
 func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
-	ceiling, err := incrementCeiling(key, amount, limit)
+	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return 0, notFound(key)
-	case v > ceiling:
-		return 0, incrementMiss(key, amount, limit, v)
-	}
-	m.values[key] = v + amount
-	return v + amount, nil
+	return m.update(ctx, key, d)
 }
 
 // CompareAndSet implements Store.
 func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64) error {
-	if err := validKey(key); err != nil {
+	d, err := compareAndSet(key, old, next)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return notFound(key)
-	case v != old:
-		return &ConflictError{Op: OpCompareAndSet, Key: key, Offered: old, Current: v}
-	}
-	m.values[key] = next
-	return nil
+	_, err = m.update(ctx, key, d)
+	return err
 }
 
 // SetIfGreater implements Store.
 func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) error {
-	if err := validKey(key); err != nil {
+	d, err := setIfGreater(key, value)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	switch {
-	case !ok:
-		return notFound(key)
-	case value <= v:
-		return &ConflictError{Op: OpSetIfGreater, Key: key, Offered: value, Current: v}
-	}
-	m.values[key] = value
-	return nil
+	_, err = m.update(ctx, key, d)
+	return err
 }
 
 // Claim implements Store.
@@ -117,8 +109,8 @@ func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v, ok := m.values[key]; ok {
-		return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: v}
+	if v, ok := m.values[key]; ok && !failpoint.Mutant("atomic.claim.conflict") { // the mutant overwrites
+		return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: v}
 	}
 	m.values[key] = value
 	return nil
@@ -134,6 +126,9 @@ func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (m
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The mutant takes key by key, so that a short key leaves the keys
+	// before it taken: not all or nothing.
+	eager := failpoint.Mutant("atomic.decrementmany.all")
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, k := range b.keys {
@@ -142,12 +137,17 @@ func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (m
 		case !ok:
 			return nil, notFound(k)
 		case v < b.thresholds[i]:
-			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Current: v, Amount: b.amounts[i], Bound: m.floor}
+			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Actual: v, Amount: b.amounts[i], Bound: m.floor}
+		}
+		if eager {
+			m.values[k] = v - b.amounts[i]
 		}
 	}
 	out := make(map[string]int64, len(b.keys))
 	for i, k := range b.keys {
-		m.values[k] -= b.amounts[i]
+		if !eager {
+			m.values[k] -= b.amounts[i]
+		}
 		out[k] = m.values[k]
 	}
 	return out, nil

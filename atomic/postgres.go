@@ -10,18 +10,25 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// DB is what the PostgreSQL backends need from a connection:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it, so every operation can
-// run inside the caller's own transaction. Only Fenced.DecrementMany calls
-// Begin (on a pgx.Tx that is a savepoint).
+// DB is what the PostgreSQL backend needs from a connection: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all satisfy it, so every operation can run inside
+// the caller's own transaction (Postgres.WithDB).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxDB is a DB that can open a transaction, which Fenced.DecrementMany
+// needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx (where Begin is a savepoint)
+// satisfy it.
+type TxDB interface {
+	DB
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -91,39 +98,17 @@ func (t Table) render(tmpl string) string {
 	).Replace(tmpl)
 }
 
-// Each single-key statement reports in one round trip whether it applied and
-// the value it left, or — when its condition failed — the value it found; no
-// row means no key. The fallback SELECT sees the statement's snapshot, which
-// under READ COMMITTED can predate a concurrent change that the UPDATE
-// waited for; a result that contradicts the miss is therefore re-run (see
-// Postgres.conditional).
+// The single-key statements are the bare conditional statements: on success
+// an operation costs exactly what the statement alone would. Only a miss
+// pays for telling a refusal from a missing key, with a second statement
+// (sqlValue).
 const (
-	sqlDecrement = `WITH u AS (
-		UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V})
-	SELECT true, {V} FROM u
-	UNION ALL
-	SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
-	sqlIncrement = `WITH u AS (
-		UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V})
-	SELECT true, {V} FROM u
-	UNION ALL
-	SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
-	sqlCompareAndSet = `WITH u AS (
-		UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2 RETURNING {V})
-	SELECT true, {V} FROM u
-	UNION ALL
-	SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
-	sqlSetIfGreater = `WITH u AS (
-		UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2 RETURNING {V})
-	SELECT true, {V} FROM u
-	UNION ALL
-	SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
-	sqlClaim = `WITH i AS (
-		INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING RETURNING {V})
-	SELECT true, {V} FROM i
-	UNION ALL
-	SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM i)`
-	sqlValue = `SELECT {V} FROM {T} WHERE {K} = $1`
+	sqlDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V}`
+	sqlIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V}`
+	sqlCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2`
+	sqlSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2`
+	sqlClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING`
+	sqlValue         = `SELECT {V} FROM {T} WHERE {K} = $1`
 
 	// sqlDecrementMany locks every requested row in key order (the sort
 	// sits below the row locks, so every batch takes them in the same
@@ -149,21 +134,47 @@ const (
 	LEFT JOIN u ON u.k = req.k`
 )
 
-// maxAttempts bounds the re-runs of a statement whose fallback read saw an
-// older snapshot than its write. The concurrency suite sees such reads with
-// a single attempt; a re-run usually applies the operation outright.
+// Unsafe variants for the mutant sites (internal/failpoint): dead code in
+// default builds. Each drops one condition and keeps the parameters of the
+// statement it replaces.
+const (
+	mutantDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
+	mutantIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
+	mutantCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL`
+	mutantSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1`
+	mutantClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V}`
+	// mutantManyVerdict is removed from sqlDecrementMany: each key with
+	// enough is then updated whether or not the others have enough.
+	mutantManyVerdict = `verdict.ok AND `
+)
+
+// maxAttempts bounds the runs of a statement whose miss the read after it
+// contradicts. Under READ COMMITTED that read takes a new snapshot, in which
+// a concurrent change may have committed since the statement decided; the
+// statement then runs again, and usually applies.
 const maxAttempts = 32
 
 // Postgres is a Store on the user's own table: each operation is one
 // conditional statement, so it needs no lock and no transaction of its own,
-// and runs as well inside the caller's transaction (WithDB). The Current of
-// a refusal is the value the row held when the statement decided (read in
-// the same round trip, without a lock). It is safe for concurrent use.
+// and runs as well inside the caller's transaction (WithDB). A refusal costs
+// a second statement, which reads the value that the error reports: the
+// value the row held just after the refusal. It is safe for concurrent use.
 type Postgres struct {
 	db    DB
 	table Table
-	sql   struct {
-		decrement, increment, cas, setIfGreater, claim, value, many string
+	sql   pgStatements
+}
+
+// pgStatements are the statements of one table, rendered once per store.
+type pgStatements struct {
+	decrement, increment, cas, setIfGreater, claim, value, many string
+}
+
+func renderStatements(t Table) pgStatements {
+	return pgStatements{
+		decrement: t.render(sqlDecrement), increment: t.render(sqlIncrement),
+		cas: t.render(sqlCompareAndSet), setIfGreater: t.render(sqlSetIfGreater),
+		claim: t.render(sqlClaim), value: t.render(sqlValue), many: t.render(sqlDecrementMany),
 	}
 }
 
@@ -177,15 +188,7 @@ func NewPostgres(db DB, table Table) (*Postgres, error) {
 	if err := table.validate(); err != nil {
 		return nil, err
 	}
-	p := &Postgres{db: db, table: table}
-	p.sql.decrement = table.render(sqlDecrement)
-	p.sql.increment = table.render(sqlIncrement)
-	p.sql.cas = table.render(sqlCompareAndSet)
-	p.sql.setIfGreater = table.render(sqlSetIfGreater)
-	p.sql.claim = table.render(sqlClaim)
-	p.sql.value = table.render(sqlValue)
-	p.sql.many = table.render(sqlDecrementMany)
-	return p, nil
+	return &Postgres{db: db, table: table, sql: renderStatements(table)}, nil
 }
 
 // WithDB returns a store that runs its statements on db — typically the
@@ -200,99 +203,125 @@ func (p *Postgres) WithDB(db DB) *Postgres {
 // Table returns the table the store works on.
 func (p *Postgres) Table() Table { return p.table }
 
-// conditional runs one single-key statement. It returns found=false when the
-// key has no row. On a miss whose value contradicts the miss (stale(v) is
-// true: the fallback read an older snapshot than the UPDATE decided on) it
-// runs the statement again, which takes a new snapshot under READ COMMITTED;
-// under REPEATABLE READ the UPDATE itself fails with a serialization error
-// instead.
-func (p *Postgres) conditional(ctx context.Context, op, key, sql string, stale func(v int64) bool, args ...any) (applied, found bool, v int64, err error) {
-	for attempt := 1; ; attempt++ {
-		err = p.db.QueryRow(ctx, sql, args...).Scan(&applied, &v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, false, 0, nil
-		}
-		if err != nil {
-			return false, false, 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
-		}
-		if applied || !stale(v) || attempt == maxAttempts {
-			return applied, true, v, nil
-		}
+// miss tells why a conditional statement on key changed nothing. err is the
+// statement's error: pgx.ErrNoRows or nil for a plain miss, which miss
+// explains by reading the key's value now; anything else is returned
+// wrapped. A key without a row is ErrNotFound.
+func (p *Postgres) miss(ctx context.Context, op, key string, err error) (int64, error) {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
 	}
+	var v int64
+	err = p.db.QueryRow(ctx, p.sql.value, key).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, notFound(key)
+	case err != nil:
+		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
+	}
+	return v, nil
 }
 
-// Decrement implements Store with one UPDATE … WHERE value >= floor + amount.
+// Decrement implements Store with one
+// UPDATE … SET value = value - amount WHERE key = $1 AND value >= floor + amount RETURNING value.
 func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
 	threshold, err := decrementThreshold(key, amount, p.table.Floor)
 	if err != nil {
 		return 0, err
 	}
-	applied, found, v, err := p.conditional(ctx, OpDecrement, key, p.sql.decrement,
-		func(v int64) bool { return v >= threshold }, key, amount, threshold)
-	switch {
-	case err != nil:
-		return 0, err
-	case !found:
-		return 0, notFound(key)
-	case !applied:
-		return 0, &InsufficientError{Op: OpDecrement, Key: key, Current: v, Amount: amount, Bound: p.table.Floor}
+	sql := p.sql.decrement
+	if failpoint.Mutant("atomic.decrement.floor") {
+		sql = p.table.render(mutantDecrement)
 	}
-	return v, nil
+	for attempt := 1; ; attempt++ {
+		var v int64
+		err := p.db.QueryRow(ctx, sql, key, amount, threshold).Scan(&v)
+		if err == nil {
+			return v, nil
+		}
+		cur, err := p.miss(ctx, OpDecrement, key, err)
+		if err != nil {
+			return 0, err
+		}
+		if cur < threshold || attempt == maxAttempts {
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: p.table.Floor}
+		}
+	}
 }
 
-// Increment implements Store with one UPDATE … WHERE value <= limit - amount.
+// Increment implements Store with one
+// UPDATE … SET value = value + amount WHERE key = $1 AND value <= limit - amount RETURNING value.
 func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
 	ceiling, err := incrementCeiling(key, amount, limit)
 	if err != nil {
 		return 0, err
 	}
-	applied, found, v, err := p.conditional(ctx, OpIncrement, key, p.sql.increment,
-		func(v int64) bool { return v <= ceiling }, key, amount, ceiling)
-	switch {
-	case err != nil:
-		return 0, err
-	case !found:
-		return 0, notFound(key)
-	case !applied:
-		return 0, incrementMiss(key, amount, limit, v)
+	sql := p.sql.increment
+	if failpoint.Mutant("atomic.increment.cap") {
+		sql = p.table.render(mutantIncrement)
 	}
-	return v, nil
+	for attempt := 1; ; attempt++ {
+		var v int64
+		err := p.db.QueryRow(ctx, sql, key, amount, ceiling).Scan(&v)
+		if err == nil {
+			return v, nil
+		}
+		cur, err := p.miss(ctx, OpIncrement, key, err)
+		if err != nil {
+			return 0, err
+		}
+		if cur > ceiling || attempt == maxAttempts {
+			return 0, incrementMiss(key, amount, limit, cur)
+		}
+	}
 }
 
-// CompareAndSet implements Store with one UPDATE … WHERE value = old.
+// CompareAndSet implements Store with one UPDATE … WHERE key = $1 AND value = old.
 func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
-	applied, found, v, err := p.conditional(ctx, OpCompareAndSet, key, p.sql.cas,
-		func(v int64) bool { return v == old }, key, old, next)
-	switch {
-	case err != nil:
-		return err
-	case !found:
-		return notFound(key)
-	case !applied:
-		return &ConflictError{Op: OpCompareAndSet, Key: key, Offered: old, Current: v}
+	sql := p.sql.cas
+	if failpoint.Mutant("atomic.cas.compare") {
+		sql = p.table.render(mutantCompareAndSet)
 	}
-	return nil
+	for attempt := 1; ; attempt++ {
+		tag, err := p.db.Exec(ctx, sql, key, old, next)
+		if err == nil && tag.RowsAffected() > 0 {
+			return nil
+		}
+		cur, err := p.miss(ctx, OpCompareAndSet, key, err)
+		if err != nil {
+			return err
+		}
+		if cur != old || attempt == maxAttempts {
+			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
+		}
+	}
 }
 
-// SetIfGreater implements Store with one UPDATE … WHERE value < new.
+// SetIfGreater implements Store with one UPDATE … WHERE key = $1 AND value < new.
 func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
-	applied, found, v, err := p.conditional(ctx, OpSetIfGreater, key, p.sql.setIfGreater,
-		func(v int64) bool { return v < value }, key, value)
-	switch {
-	case err != nil:
-		return err
-	case !found:
-		return notFound(key)
-	case !applied:
-		return &ConflictError{Op: OpSetIfGreater, Key: key, Offered: value, Current: v}
+	sql := p.sql.setIfGreater
+	if failpoint.Mutant("atomic.setifgreater.compare") {
+		sql = p.table.render(mutantSetIfGreater)
 	}
-	return nil
+	for attempt := 1; ; attempt++ {
+		tag, err := p.db.Exec(ctx, sql, key, value)
+		if err == nil && tag.RowsAffected() > 0 {
+			return nil
+		}
+		cur, err := p.miss(ctx, OpSetIfGreater, key, err)
+		if err != nil {
+			return err
+		}
+		if value <= cur || attempt == maxAttempts {
+			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
+		}
+	}
 }
 
 // Claim implements Store with one INSERT … ON CONFLICT (key) DO NOTHING. A
@@ -301,21 +330,25 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
+	sql := p.sql.claim
+	if failpoint.Mutant("atomic.claim.conflict") {
+		sql = p.table.render(mutantClaim)
+	}
 	for attempt := 1; ; attempt++ {
-		applied, found, v, err := p.conditional(ctx, OpClaim, key, p.sql.claim,
-			func(int64) bool { return false }, key, value)
-		switch {
-		case err != nil:
-			return err
-		case applied:
+		tag, err := p.db.Exec(ctx, sql, key, value)
+		if err == nil && tag.RowsAffected() > 0 {
 			return nil
-		case found:
-			return &ConflictError{Op: OpClaim, Key: key, Offered: value, Current: v}
-		case attempt == maxAttempts:
-			return fmt.Errorf("atomic: claim %s: the conflicting row stayed invisible after %d attempts", short.Quote(key), attempt)
 		}
-		// Neither inserted nor visible: the conflicting row committed after
-		// this statement's snapshot. Run it again with a new one.
+		cur, err := p.miss(ctx, OpClaim, key, err)
+		switch {
+		case err == nil:
+			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: cur}
+		case !errors.Is(err, ErrNotFound):
+			return err
+		case attempt == maxAttempts:
+			return fmt.Errorf("atomic: claim %s: the conflicting row vanished under each of %d attempts", short.Quote(key), attempt)
+		}
+		// The row that conflicted was deleted before the read: claim again.
 	}
 }
 
@@ -326,7 +359,11 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.db.Query(ctx, p.sql.many, b.keys, b.amounts, b.thresholds)
+	sql := p.sql.many
+	if failpoint.Mutant("atomic.decrementmany.all") {
+		sql = strings.Replace(sql, mutantManyVerdict, "", 1)
+	}
+	rows, err := p.db.Query(ctx, sql, b.keys, b.amounts, b.thresholds)
 	if err != nil {
 		return nil, fmt.Errorf("atomic: %s: %w", OpDecrementMany, err)
 	}
@@ -362,7 +399,7 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) 
 		case bv == nil:
 			return nil, notFound(k)
 		case *bv < b.thresholds[i]:
-			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Current: *bv, Amount: b.amounts[i], Bound: p.table.Floor}
+			return nil, &InsufficientError{Op: OpDecrementMany, Key: k, Actual: *bv, Amount: b.amounts[i], Bound: p.table.Floor}
 		}
 	}
 	return nil, fmt.Errorf("atomic: %s: batch refused although every key had enough", OpDecrementMany)

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/atomic/atomictest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -27,7 +27,7 @@ const inventoryDDL = `CREATE TABLE "Inventory ""stock""" (
 	fencing_token bigint NOT NULL DEFAULT 0
 )`
 
-var inventory = lfatomic.Table{Name: `Inventory "stock"`, Key: "sku", Value: "quantity"}
+var inventory = atomic.Table{Name: `Inventory "stock"`, Key: "sku", Value: "quantity"}
 
 // newTable returns a fresh schema holding the inventory table.
 func newTable(t testing.TB) *testdb.DB {
@@ -39,21 +39,47 @@ func newTable(t testing.TB) *testdb.DB {
 	return db
 }
 
-func newPostgres(t testing.TB, db lfatomic.DB, table lfatomic.Table) *lfatomic.Postgres {
+func newPostgres(t testing.TB, db atomic.DB, table atomic.Table) *atomic.Postgres {
 	t.Helper()
-	p, err := lfatomic.NewPostgres(db, table)
+	p, err := atomic.NewPostgres(db, table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
+func newMemory(t testing.TB, floor int64) *atomic.Memory {
+	t.Helper()
+	m, err := atomic.NewMemory(&atomic.MemoryConfig{Floor: floor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestMemoryStore(t *testing.T) {
 	t.Parallel()
 	for _, floor := range []int64{0, 5, -20} {
 		atomictest.Run(t, func(t *testing.T) atomictest.Harness {
-			return atomictest.Harness{Store: lfatomic.NewMemory(floor), Floor: floor}
+			return atomictest.Harness{Store: newMemory(t, floor), Floor: floor}
 		})
+	}
+}
+
+// A nil config is the defaults: the floor is 0.
+func TestNewMemoryDefaults(t *testing.T) {
+	t.Parallel()
+	m, err := atomic.NewMemory(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Claim(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Decrement(ctx, "k", 2)
+	var ie *atomic.InsufficientError
+	if !errors.As(err, &ie) || ie.Bound != 0 || ie.Actual != 1 {
+		t.Fatalf("Decrement past the default floor: %v, want an *InsufficientError with floor 0", err)
 	}
 }
 
@@ -76,7 +102,7 @@ func TestPostgresStore(t *testing.T) {
 func TestNewPostgresRejectsBadTables(t *testing.T) {
 	t.Parallel()
 	long := string(make([]byte, 64))
-	for _, tb := range []lfatomic.Table{
+	for _, tb := range []atomic.Table{
 		{},
 		{Name: "t", Key: "k"},
 		{Name: "t", Value: "v"},
@@ -84,16 +110,16 @@ func TestNewPostgresRejectsBadTables(t *testing.T) {
 		{Name: "t\x00", Key: "k", Value: "v"},
 		{Name: "t", Key: "k", Value: "v", Schema: long},
 	} {
-		if _, err := lfatomic.NewPostgres(nilDB{}, tb); !errors.Is(err, lfatomic.ErrInvalid) {
+		if _, err := atomic.NewPostgres(nilDB{}, tb); !errors.Is(err, atomic.ErrInvalid) {
 			t.Errorf("NewPostgres(%+v) = %v, want ErrInvalid", tb, err)
 		}
 	}
-	if _, err := lfatomic.NewPostgres(nil, inventory); !errors.Is(err, lfatomic.ErrInvalid) {
+	if _, err := atomic.NewPostgres(nil, inventory); !errors.Is(err, atomic.ErrInvalid) {
 		t.Errorf("NewPostgres(nil DB) = %v, want ErrInvalid", err)
 	}
 }
 
-type nilDB struct{ lfatomic.DB }
+type nilDB struct{ atomic.TxDB }
 
 // The caller's transaction decides: a decrement rolled back with it is
 // undone, one committed with it stays, and a batch inside it holds its row

@@ -2,26 +2,41 @@ package singlewriter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 )
 
-// ActorConfig configures an Actor or a Group. The zero value is valid.
+// ActorConfig configures an Actor or a Group. A nil *ActorConfig means the
+// defaults.
 type ActorConfig struct {
 	// Mailbox is how many submitted commands may wait for the actor; a
 	// submitter beyond that blocks until there is room or its context ends
-	// (backpressure). Defaults to 64.
+	// (backpressure). It must not be negative. Defaults to 64.
 	Mailbox int
 }
 
-func (c *ActorConfig) mailbox() int {
-	if c == nil || c.Mailbox <= 0 {
-		return 64
+// DefaultMailbox is an actor's mailbox when ActorConfig.Mailbox is zero.
+const DefaultMailbox = 64
+
+func (c *ActorConfig) withDefaults() ActorConfig {
+	var d ActorConfig
+	if c != nil {
+		d = *c
 	}
-	return c.Mailbox
+	if d.Mailbox == 0 {
+		d.Mailbox = DefaultMailbox
+	}
+	return d
+}
+
+func (c ActorConfig) validate() error {
+	if c.Mailbox < 0 {
+		return fmt.Errorf("%w: mailbox %d", ErrInvalid, c.Mailbox)
+	}
+	return nil
 }
 
 // Command states: a waiting command can be cancelled by its submitter until
@@ -44,7 +59,8 @@ type command[S any] struct {
 // sees its own commands applied in its order.
 //
 // Create actors with NewActor; the zero Actor is not usable. An Actor is
-// safe for concurrent use. Stop it to end its goroutine.
+// safe for concurrent use. It starts on construction; Stop it to end its
+// goroutine.
 type Actor[S any] struct {
 	state S
 
@@ -61,11 +77,21 @@ type Actor[S any] struct {
 	batch []*command[S]
 }
 
-// NewActor starts an actor owning initial. Its goroutine runs until Stop.
-func NewActor[S any](initial S, cfg *ActorConfig) *Actor[S] {
+// NewActor starts an actor owning initial; its goroutine runs until Stop. A
+// nil cfg means the defaults; a negative Mailbox gives an error matching
+// ErrInvalid, and no actor.
+func NewActor[S any](initial S, cfg *ActorConfig) (*Actor[S], error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return newActor(initial, c), nil
+}
+
+func newActor[S any](initial S, c ActorConfig) *Actor[S] {
 	a := &Actor[S]{
 		state: initial,
-		slots: make(chan struct{}, cfg.mailbox()),
+		slots: make(chan struct{}, c.Mailbox),
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -140,10 +166,7 @@ func Ask[S, R any](ctx context.Context, a *Actor[S], fn func(state *S) (R, error
 // Stop returns ctx's error; the actor still drains and exits in the
 // background. Stop may be called more than once and concurrently.
 func (a *Actor[S]) Stop(ctx context.Context) error {
-	a.mu.Lock()
-	a.stop = true
-	a.mu.Unlock()
-	a.signal()
+	a.requestStop()
 	select {
 	case <-a.done:
 		return nil
@@ -152,8 +175,15 @@ func (a *Actor[S]) Stop(ctx context.Context) error {
 	}
 }
 
-// Done returns a channel closed when the actor has stopped and drained.
-func (a *Actor[S]) Done() <-chan struct{} { return a.done }
+func (a *Actor[S]) requestStop() {
+	a.mu.Lock()
+	a.stop = true
+	a.mu.Unlock()
+	a.signal()
+}
+
+// Stopped returns a channel closed when the actor has stopped and drained.
+func (a *Actor[S]) Stopped() <-chan struct{} { return a.done }
 
 func (a *Actor[S]) signal() {
 	select {
@@ -210,7 +240,7 @@ func (a *Actor[S]) runCommand(c *command[S]) {
 func (a *Actor[S]) apply(fn func(*S) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
+			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
 	return fn(&a.state)
@@ -222,10 +252,13 @@ func (a *Actor[S]) apply(fn func(*S) error) (err error) {
 // Group is safe for concurrent use.
 type Group[S any] struct {
 	actors []*Actor[S]
+	done   chan struct{} // closed when every shard has stopped
 }
 
-// NewGroup starts shards actors; newState(i) gives shard i's initial state.
-// It returns an error wrapping ErrInvalid when shards < 1 or newState is nil.
+// NewGroup starts shards actors, each configured by cfg (nil means the
+// defaults); newState(i) gives shard i's initial state. It returns an error
+// wrapping ErrInvalid, and starts nothing, when shards < 1, newState is nil
+// or cfg is invalid.
 func NewGroup[S any](shards int, newState func(shard int) S, cfg *ActorConfig) (*Group[S], error) {
 	if shards < 1 {
 		return nil, fmt.Errorf("%w: %d shards", ErrInvalid, shards)
@@ -233,10 +266,20 @@ func NewGroup[S any](shards int, newState func(shard int) S, cfg *ActorConfig) (
 	if newState == nil {
 		return nil, fmt.Errorf("%w: nil state constructor", ErrInvalid)
 	}
-	g := &Group[S]{actors: make([]*Actor[S], shards)}
-	for i := range g.actors {
-		g.actors[i] = NewActor(newState(i), cfg)
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
+	g := &Group[S]{actors: make([]*Actor[S], shards), done: make(chan struct{})}
+	for i := range g.actors {
+		g.actors[i] = newActor(newState(i), c)
+	}
+	go func() {
+		for _, a := range g.actors {
+			<-a.done
+		}
+		close(g.done)
+	}()
 	return g, nil
 }
 
@@ -261,20 +304,20 @@ func (g *Group[S]) Do(ctx context.Context, key string, fn func(state *S) error) 
 }
 
 // Stop stops every shard, draining their accepted commands, and waits for
-// them; it returns ctx's error if ctx ends first.
+// them; it returns ctx's error if ctx ends first (the shards still drain
+// and exit in the background). Stop may be called more than once and
+// concurrently.
 func (g *Group[S]) Stop(ctx context.Context) error {
-	var errs []error
 	for _, a := range g.actors {
-		a.mu.Lock()
-		a.stop = true
-		a.mu.Unlock()
-		a.signal()
+		a.requestStop() // all at once: the shards drain in parallel
 	}
-	for _, a := range g.actors {
-		if err := a.Stop(ctx); err != nil {
-			errs = append(errs, err)
-			break
-		}
+	select {
+	case <-g.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return errors.Join(errs...)
 }
+
+// Stopped returns a channel closed when every shard has stopped and drained.
+func (g *Group[S]) Stopped() <-chan struct{} { return g.done }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,13 +15,23 @@ import (
 
 var ctx = context.Background()
 
+// mustActor starts an actor with a configuration that must be valid.
+func mustActor[S any](t testing.TB, initial S, cfg *singlewriter.ActorConfig) *singlewriter.Actor[S] {
+	t.Helper()
+	a, err := singlewriter.NewActor(initial, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func TestActorAppliesInOrderWithoutRaces(t *testing.T) {
 	t.Parallel()
 	type state struct {
 		total int
 		seen  map[int][]int // submitter → its values, in applied order
 	}
-	a := singlewriter.NewActor(state{seen: map[int][]int{}}, &singlewriter.ActorConfig{Mailbox: 4})
+	a := mustActor(t, state{seen: map[int][]int{}}, &singlewriter.ActorConfig{Mailbox: 4})
 	const submitters, each = 8, 200
 	var wg sync.WaitGroup
 	for s := range submitters {
@@ -61,7 +72,7 @@ func TestActorAppliesInOrderWithoutRaces(t *testing.T) {
 
 func TestActorResults(t *testing.T) {
 	t.Parallel()
-	a := singlewriter.NewActor(0, nil)
+	a := mustActor(t, 0, nil)
 	defer a.Stop(ctx)
 	boom := errors.New("boom")
 	tests := []struct {
@@ -88,13 +99,30 @@ func TestActorResults(t *testing.T) {
 	if err := a.Do(ctx, func(*int) error { panic(42) }); !errors.As(err, &pe) || pe.Value != 42 {
 		t.Fatalf("PanicError = %v", err)
 	}
+	// The stack is the panicking command's: it names this test's function.
+	if !strings.Contains(string(pe.Stack), "TestActorResults") {
+		t.Fatalf("PanicError.Stack does not show the command:\n%s", pe.Stack)
+	}
+}
+
+// A negative mailbox is refused before any goroutine starts, by NewActor and
+// NewGroup alike.
+func TestActorConfigValidation(t *testing.T) {
+	t.Parallel()
+	bad := &singlewriter.ActorConfig{Mailbox: -1}
+	if a, err := singlewriter.NewActor(0, bad); !errors.Is(err, singlewriter.ErrInvalid) || a != nil {
+		t.Errorf("NewActor with mailbox -1 = %v, %v; want ErrInvalid", a, err)
+	}
+	if g, err := singlewriter.NewGroup(2, func(int) int { return 0 }, bad); !errors.Is(err, singlewriter.ErrInvalid) || g != nil {
+		t.Errorf("NewGroup with mailbox -1 = %v, %v; want ErrInvalid", g, err)
+	}
 }
 
 // A context error from Do means the command did not run and never will; once
 // started, the command's own result is returned.
 func TestActorContextContract(t *testing.T) {
 	t.Parallel()
-	a := singlewriter.NewActor(0, &singlewriter.ActorConfig{Mailbox: 1})
+	a := mustActor(t, 0, &singlewriter.ActorConfig{Mailbox: 1})
 	defer a.Stop(ctx)
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -149,7 +177,7 @@ func TestActorContextContract(t *testing.T) {
 func TestActorStopDrains(t *testing.T) {
 	t.Parallel()
 	var applied sync.Map
-	a := singlewriter.NewActor(0, &singlewriter.ActorConfig{Mailbox: 100})
+	a := mustActor(t, 0, &singlewriter.ActorConfig{Mailbox: 100})
 	gate := make(chan struct{})
 	started := make(chan struct{})
 	first := make(chan error, 1)
@@ -188,7 +216,7 @@ func TestActorStopDrains(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d commands accepted before Stop, all applied", accepted, len(results))
-	<-a.Done()
+	<-a.Stopped()
 	if err := a.Do(ctx, func(*int) error { return nil }); !errors.Is(err, singlewriter.ErrStopped) {
 		t.Fatalf("Do after Stop = %v, want ErrStopped", err)
 	}
@@ -233,6 +261,7 @@ func TestGroupRoutesKeysToOneShard(t *testing.T) {
 	if err := g.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	<-g.Stopped()
 	if err := g.Do(ctx, "a", func(*shard) error { return nil }); !errors.Is(err, singlewriter.ErrStopped) {
 		t.Fatalf("Do after Stop = %v", err)
 	}
@@ -262,7 +291,7 @@ func waitUntil(t testing.TB, cond func() bool) {
 // ErrGoexit, the commands queued behind it run, and Stop still drains.
 func TestActorSurvivesGoexit(t *testing.T) {
 	t.Parallel()
-	a := singlewriter.NewActor(0, &singlewriter.ActorConfig{Mailbox: 256})
+	a := mustActor(t, 0, &singlewriter.ActorConfig{Mailbox: 256})
 	// watchdog fails the test rather than hang it when a call never returns;
 	// the bound is far above any honest wait.
 	watchdog := func(what string, call func() error) error {

@@ -13,12 +13,12 @@ import (
 	"sync"
 	"testing"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 )
 
 // Harness is a store under test.
 type Harness struct {
-	Store lfatomic.Store
+	Store atomic.Store
 	// Floor is the floor the store was configured with.
 	Floor int64
 	// Workers is how many goroutines the concurrency tests run. Defaults
@@ -61,14 +61,14 @@ var ctx = context.Background()
 
 func key(t *testing.T, suffix string) string { return t.Name() + "/" + suffix }
 
-func claim(t *testing.T, s lfatomic.Store, k string, v int64) {
+func claim(t *testing.T, s atomic.Store, k string, v int64) {
 	t.Helper()
 	if err := s.Claim(ctx, k, v); err != nil {
 		t.Fatalf("Claim(%q, %d): %v", k, v, err)
 	}
 }
 
-func expectValue(t *testing.T, s lfatomic.Store, k string, want int64) {
+func expectValue(t *testing.T, s atomic.Store, k string, want int64) {
 	t.Helper()
 	got, err := s.Value(ctx, k)
 	if err != nil || got != want {
@@ -78,29 +78,29 @@ func expectValue(t *testing.T, s lfatomic.Store, k string, want int64) {
 
 func expectNotFound(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, lfatomic.ErrNotFound) || errors.Is(err, lfatomic.ErrInsufficient) || errors.Is(err, lfatomic.ErrConflict) {
+	if !errors.Is(err, atomic.ErrNotFound) || errors.Is(err, atomic.ErrInsufficient) || errors.Is(err, atomic.ErrConflict) {
 		t.Fatalf("%s: %v, want only ErrNotFound", what, err)
 	}
 }
 
 func expectInsufficient(t *testing.T, what string, err error, k string, current int64) {
 	t.Helper()
-	var ie *lfatomic.InsufficientError
-	if !errors.As(err, &ie) || !errors.Is(err, lfatomic.ErrInsufficient) || errors.Is(err, lfatomic.ErrNotFound) {
+	var ie *atomic.InsufficientError
+	if !errors.As(err, &ie) || !errors.Is(err, atomic.ErrInsufficient) || errors.Is(err, atomic.ErrNotFound) {
 		t.Fatalf("%s: %v, want *InsufficientError", what, err)
 	}
-	if ie.Key != k || ie.Current != current {
+	if ie.Key != k || ie.Actual != current {
 		t.Fatalf("%s: %+v, want key %q current %d", what, ie, k, current)
 	}
 }
 
 func expectConflict(t *testing.T, what string, err error, op string, current int64) {
 	t.Helper()
-	var ce *lfatomic.ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, lfatomic.ErrConflict) || errors.Is(err, lfatomic.ErrNotFound) {
+	var ce *atomic.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, atomic.ErrConflict) || errors.Is(err, atomic.ErrNotFound) {
 		t.Fatalf("%s: %v, want *ConflictError", what, err)
 	}
-	if ce.Op != op || ce.Current != current {
+	if ce.Op != op || ce.Actual != current {
 		t.Fatalf("%s: %+v, want op %q current %d", what, ce, op, current)
 	}
 }
@@ -112,7 +112,7 @@ func testClaim(t *testing.T, h Harness) {
 	claim(t, h.Store, k, 7)
 	expectValue(t, h.Store, k, 7)
 	err = h.Store.Claim(ctx, k, 9)
-	expectConflict(t, "second Claim", err, lfatomic.OpClaim, 7)
+	expectConflict(t, "second Claim", err, atomic.OpClaim, 7)
 	expectValue(t, h.Store, k, 7)
 
 	// Concurrent claims of one key: exactly one wins.
@@ -131,7 +131,7 @@ func testClaim(t *testing.T, h Harness) {
 				mu.Lock()
 				wins = append(wins, int64(w))
 				mu.Unlock()
-			} else if !errors.Is(err, lfatomic.ErrConflict) {
+			} else if !errors.Is(err, atomic.ErrConflict) {
 				t.Error(err)
 			}
 		}()
@@ -151,9 +151,9 @@ func testDecrement(t *testing.T, h Harness) {
 	}
 	_, err := h.Store.Decrement(ctx, k, 8)
 	expectInsufficient(t, "Decrement past floor", err, k, h.Floor+7)
-	var ie *lfatomic.InsufficientError
+	var ie *atomic.InsufficientError
 	errors.As(err, &ie)
-	if ie.Op != lfatomic.OpDecrement || ie.Amount != 8 || ie.Bound != h.Floor {
+	if ie.Op != atomic.OpDecrement || ie.Amount != 8 || ie.Bound != h.Floor {
 		t.Fatalf("InsufficientError = %+v", ie)
 	}
 	expectValue(t, h.Store, k, h.Floor+7)
@@ -174,15 +174,15 @@ func testIncrement(t *testing.T, h Harness) {
 	}
 	_, err := h.Store.Increment(ctx, k, 3, 10)
 	expectInsufficient(t, "Increment past cap", err, k, 8)
-	var ie *lfatomic.InsufficientError
+	var ie *atomic.InsufficientError
 	errors.As(err, &ie)
-	if ie.Op != lfatomic.OpIncrement || ie.Amount != 3 || ie.Bound != 10 {
+	if ie.Op != atomic.OpIncrement || ie.Amount != 3 || ie.Bound != 10 {
 		t.Fatalf("InsufficientError = %+v", ie)
 	}
 	if v, err := h.Store.Increment(ctx, k, 2, 10); err != nil || v != 10 {
 		t.Fatalf("Increment to cap = %d, %v; want 10", v, err)
 	}
-	if v, err := h.Store.Increment(ctx, k, 1, lfatomic.NoCap); err != nil || v != 11 {
+	if v, err := h.Store.Increment(ctx, k, 1, atomic.NoCap); err != nil || v != 11 {
 		t.Fatalf("Increment without cap = %d, %v; want 11", v, err)
 	}
 	_, err = h.Store.Increment(ctx, key(t, "missing"), 1, 10)
@@ -196,7 +196,7 @@ func testCompareAndSet(t *testing.T, h Harness) {
 		t.Fatalf("CompareAndSet(1, 5): %v", err)
 	}
 	err := h.Store.CompareAndSet(ctx, k, 1, 6)
-	expectConflict(t, "CompareAndSet with a stale old value", err, lfatomic.OpCompareAndSet, 5)
+	expectConflict(t, "CompareAndSet with a stale old value", err, atomic.OpCompareAndSet, 5)
 	expectValue(t, h.Store, k, 5)
 	if err := h.Store.CompareAndSet(ctx, k, 5, 5); err != nil {
 		t.Fatalf("CompareAndSet(5, 5): %v", err)
@@ -213,7 +213,7 @@ func testSetIfGreater(t *testing.T, h Harness) {
 	}
 	for _, v := range []int64{7, 3, math.MinInt64} {
 		err := h.Store.SetIfGreater(ctx, k, v)
-		expectConflict(t, fmt.Sprintf("SetIfGreater(%d)", v), err, lfatomic.OpSetIfGreater, 7)
+		expectConflict(t, fmt.Sprintf("SetIfGreater(%d)", v), err, atomic.OpSetIfGreater, 7)
 	}
 	expectValue(t, h.Store, k, 7)
 	err := h.Store.SetIfGreater(ctx, key(t, "missing"), 1)
@@ -283,7 +283,7 @@ func testBadInput(t *testing.T, h Harness) {
 		}{"Decrement floor overflow", func() error { _, err := h.Store.Decrement(ctx, k, math.MaxInt64); return err }})
 	}
 	for _, c := range calls {
-		if err := c.call(); !errors.Is(err, lfatomic.ErrInvalid) {
+		if err := c.call(); !errors.Is(err, atomic.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", c.name, err)
 		}
 	}
@@ -292,11 +292,11 @@ func testBadInput(t *testing.T, h Harness) {
 	// value + amount beyond int64 is an overflow, not a full counter.
 	big := key(t, "big")
 	claim(t, h.Store, big, math.MaxInt64-1)
-	if _, err := h.Store.Increment(ctx, big, 5, lfatomic.NoCap); !errors.Is(err, lfatomic.ErrInvalid) {
+	if _, err := h.Store.Increment(ctx, big, 5, atomic.NoCap); !errors.Is(err, atomic.ErrInvalid) {
 		t.Errorf("Increment past MaxInt64: %v, want ErrInvalid", err)
 	}
 	expectValue(t, h.Store, big, math.MaxInt64-1)
-	if v, err := h.Store.Increment(ctx, big, 1, lfatomic.NoCap); err != nil || v != math.MaxInt64 {
+	if v, err := h.Store.Increment(ctx, big, 1, atomic.NoCap); err != nil || v != math.MaxInt64 {
 		t.Errorf("Increment to MaxInt64 = %d, %v", v, err)
 	}
 }
@@ -305,13 +305,13 @@ func testBadInput(t *testing.T, h Harness) {
 // operation, before anything is written; PostgreSQL would otherwise accept
 // some (a short index entry) and fail others, and memory would take any.
 func testOversizedKeys(t *testing.T, h Harness) {
-	long := key(t, strings.Repeat("k", lfatomic.MaxKeyLen))
+	long := key(t, strings.Repeat("k", atomic.MaxKeyLen))
 	ok := key(t, "ok")
 	claim(t, h.Store, ok, h.Floor+10)
 	calls := map[string]func() error{
 		"Claim":         func() error { return h.Store.Claim(ctx, long, 1) },
 		"Decrement":     func() error { _, err := h.Store.Decrement(ctx, long, 1); return err },
-		"Increment":     func() error { _, err := h.Store.Increment(ctx, long, 1, lfatomic.NoCap); return err },
+		"Increment":     func() error { _, err := h.Store.Increment(ctx, long, 1, atomic.NoCap); return err },
 		"CompareAndSet": func() error { return h.Store.CompareAndSet(ctx, long, 1, 2) },
 		"SetIfGreater":  func() error { return h.Store.SetIfGreater(ctx, long, 1) },
 		"Value":         func() error { _, err := h.Store.Value(ctx, long); return err },
@@ -319,7 +319,7 @@ func testOversizedKeys(t *testing.T, h Harness) {
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, lfatomic.ErrInvalid) {
+		if !errors.Is(err, atomic.ErrInvalid) {
 			t.Errorf("%s with a %d-byte key: %v, want ErrInvalid", name, len(long), err)
 		} else if len(err.Error()) > 200 {
 			t.Errorf("%s: the error quotes the whole key: %d bytes", name, len(err.Error()))
@@ -332,15 +332,15 @@ func testOversizedKeys(t *testing.T, h Harness) {
 // multi-byte runes included.
 func testLongestKey(t *testing.T, h Harness) {
 	prefix := key(t, "")
-	k := prefix + strings.Repeat("é", (lfatomic.MaxKeyLen-len(prefix))/2)
-	k += strings.Repeat("x", lfatomic.MaxKeyLen-len(k))
+	k := prefix + strings.Repeat("é", (atomic.MaxKeyLen-len(prefix))/2)
+	k += strings.Repeat("x", atomic.MaxKeyLen-len(k))
 	other := key(t, "other")
 	claim(t, h.Store, k, h.Floor+10)
 	claim(t, h.Store, other, h.Floor+10)
 	if v, err := h.Store.Decrement(ctx, k, 1); err != nil || v != h.Floor+9 {
 		t.Fatalf("Decrement = %d, %v", v, err)
 	}
-	if v, err := h.Store.Increment(ctx, k, 2, lfatomic.NoCap); err != nil || v != h.Floor+11 {
+	if v, err := h.Store.Increment(ctx, k, 2, atomic.NoCap); err != nil || v != h.Floor+11 {
 		t.Fatalf("Increment = %d, %v", v, err)
 	}
 	if err := h.Store.CompareAndSet(ctx, k, h.Floor+11, h.Floor+20); err != nil {
@@ -376,13 +376,13 @@ func testConcurrentDecrement(t *testing.T, h Harness) {
 			for {
 				amount := 1 + r.Int64N(3)
 				left, err := h.Store.Decrement(ctx, k, amount)
-				var ie *lfatomic.InsufficientError
+				var ie *atomic.InsufficientError
 				switch {
 				case errors.As(err, &ie):
-					if ie.Current >= h.Floor+amount || ie.Current < h.Floor {
-						t.Errorf("refused %d with current %d (floor %d)", amount, ie.Current, h.Floor)
+					if ie.Actual >= h.Floor+amount || ie.Actual < h.Floor {
+						t.Errorf("refused %d with current %d (floor %d)", amount, ie.Actual, h.Floor)
 					}
-					if ie.Current == h.Floor {
+					if ie.Actual == h.Floor {
 						return
 					}
 					continue
@@ -438,11 +438,11 @@ func testConcurrentBatches(t *testing.T, h Harness) {
 					req[keys[i]] = 1 + r.Int64N(4)
 				}
 				left, err := h.Store.DecrementMany(ctx, req)
-				var ie *lfatomic.InsufficientError
+				var ie *atomic.InsufficientError
 				switch {
 				case errors.As(err, &ie):
-					if ie.Current >= h.Floor+req[ie.Key] {
-						t.Errorf("batch refused on %q with current %d, amount %d", ie.Key, ie.Current, req[ie.Key])
+					if ie.Actual >= h.Floor+req[ie.Key] {
+						t.Errorf("batch refused on %q with current %d, amount %d", ie.Key, ie.Actual, req[ie.Key])
 					}
 					continue
 				case err != nil:

@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	lfatomic "github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/examples/internal/backend"
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -167,11 +167,11 @@ func buyFenced(ctx context.Context, locks fencedlock.Store, s shelf, holder stri
 //
 // so there is no gap between deciding and writing for a pause to fall into,
 // and no lock.
-func buyAtomic(ctx context.Context, inv lfatomic.Store, paused func()) (sold bool, err error) {
+func buyAtomic(ctx context.Context, inv atomic.Store, paused func()) (sold bool, err error) {
 	paused() // the same pause, before the statement: it changes nothing
 	_, err = inv.Decrement(ctx, sku, 1)
-	if errors.Is(err, lfatomic.ErrInsufficient) {
-		return false, nil // sold out: *lfatomic.InsufficientError carries the stock left
+	if errors.Is(err, atomic.ErrInsufficient) {
+		return false, nil // sold out: *atomic.InsufficientError carries the stock left
 	}
 	return err == nil, err
 }
@@ -285,15 +285,18 @@ func newLockSetup(db *pgxpool.Pool) (shelf, fencedlock.Store, func(context.Conte
 
 // newAtomicSetup returns the conditional-decrement store and the functions
 // that put the stock on it and read what is left.
-func newAtomicSetup(db *pgxpool.Pool) (lfatomic.Store, stockOps) {
+func newAtomicSetup(db *pgxpool.Pool) (atomic.Store, stockOps) {
 	if db == nil {
-		inv := lfatomic.NewMemory(0) // floor 0: never below zero
+		inv, err := atomic.NewMemory(nil) // the default floor, 0: never below zero
+		if err != nil {
+			panic(err) // a nil config is valid
+		}
 		return inv, stockOps{
 			reset: func(ctx context.Context) error { return inv.Claim(ctx, sku, stock) },
 			left:  func(ctx context.Context) (int64, error) { return inv.Value(ctx, sku) },
 		}
 	}
-	inv, err := lfatomic.NewPostgres(db, lfatomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
+	inv, err := atomic.NewPostgres(db, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
 	if err != nil {
 		panic(err) // the table config is a constant
 	}

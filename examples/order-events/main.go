@@ -1,9 +1,9 @@
 // Command order-events is the migration guide from competing workers that
 // lock an order around each of its events to a single writer per order
-// (package singlewriter): Kafka keyed by order and a consumer that applies
-// each event in the transaction that advances its offset, or in-process
-// actors. Four events of one order; the worker of the first one pauses past
-// its lease. See README.md.
+// (packages singlewriter and singlewriter/kafkawriter): Kafka keyed by order
+// and a consumer that applies each event in the transaction that advances
+// its offset, or in-process actors. Four events of one order; the worker of
+// the first one pauses past its lease. See README.md.
 //
 //	go run ./examples/order-events [-postgres URL|memory] [-kafka BROKERS] [-mode lock|alternative|both] [-pause=false]
 package main
@@ -33,6 +33,7 @@ import (
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/singlewriter"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 //go:embed schema.sql
@@ -119,7 +120,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 	}
 	if cfg.DB != nil {
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), singlewriter.Migrations()); err != nil {
+		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations(), kafkawriter.Migrations()); err != nil {
 			return err
 		}
 		if _, err := cfg.DB.Exec(ctx, schemaSQL); err != nil {
@@ -217,7 +218,7 @@ func applyTx(ctx context.Context, tx pgx.Tx, ev event, paused func()) error {
 // handler is the Kafka consumer's handler: it decodes the event and applies
 // it in tx, the transaction in which the consumer then advances the
 // partition's stored offset.
-func handler(paused func(ev event)) singlewriter.Handler {
+func handler(paused func(ev event)) kafkawriter.Handler {
 	return func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
 		var ev event
 		if err := json.Unmarshal(msg.Value, &ev); err != nil {
@@ -228,7 +229,7 @@ func handler(paused func(ev event)) singlewriter.Handler {
 }
 
 // runKafka sends the order's events, keyed by order, to a new topic and
-// applies them with a singlewriter.Consumer.
+// applies them with a kafkawriter.Consumer.
 func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 	s := &pgOrders{db: cfg.DB}
 	if err := s.reset(ctx); err != nil {
@@ -237,33 +238,27 @@ func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 	topic := fmt.Sprintf("lockfree-example-orders-%08x", rand.Uint32())
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := singlewriter.CreateTopic(tctx, cfg.Kafka, topic, 3, 1); err != nil {
+	if err := kafkawriter.CreateTopic(tctx, cfg.Kafka, topic, 3, 1); err != nil {
 		return err
 	}
 	defer func() { // best effort
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = singlewriter.DeleteTopic(dctx, cfg.Kafka, topic)
+		_ = kafkawriter.DeleteTopic(dctx, cfg.Kafka, topic)
 	}()
 
 	pause := newPauser(cfg.Pause)
-	c, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{
-		Brokers: cfg.Kafka,
-		GroupID: topic + "-appliers",
-		Topic:   topic,
-		DB:      cfg.DB,
-		Handler: handler(pause.at),
-	})
+	src := kafkawriter.Source{Brokers: cfg.Kafka, Topic: topic, GroupID: topic + "-appliers"}
+	c, err := kafkawriter.NewConsumer(cfg.DB, src, handler(pause.at), nil)
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	var runErr error
-	go func() { runErr = c.Run(runCtx); close(ran) }()
-	defer func() { stop(); <-ran }()
+	if err := c.Start(ctx); err != nil { // returns once the consumer has joined its group
+		return err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
 
-	p, err := singlewriter.NewProducer(singlewriter.ProducerConfig{Brokers: cfg.Kafka, Topic: topic})
+	p, err := kafkawriter.NewProducer(cfg.Kafka, topic, nil)
 	if err != nil {
 		return err
 	}
@@ -277,7 +272,7 @@ func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 			return err
 		}
 	}
-	if err := pause.hold(ctx, cfg.DB, ran); err != nil {
+	if err := pause.hold(ctx, cfg.DB, c.Stopped()); err != nil {
 		return err
 	}
 	// Wait until every event is applied before counting.
@@ -290,8 +285,8 @@ func runKafka(ctx context.Context, cfg config, w io.Writer) error {
 			break
 		}
 		select {
-		case <-ran:
-			return fmt.Errorf("the consumer stopped: %w", runErr)
+		case <-c.Stopped():
+			return fmt.Errorf("the consumer stopped: %w", c.Stop(ctx))
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d events applied: %w", last, len(events), context.Cause(ctx))
 		case <-time.After(20 * time.Millisecond):

@@ -19,7 +19,7 @@ import (
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
-	"github.com/lockfree-go/lockfree/singlewriter"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 const usage = `lockfree: distributed locks, and what to use instead
@@ -70,7 +70,7 @@ var packageMigrations = map[string]func() []migrate.Migration{
 	"fencedlock":   fencedlock.Migrations,
 	"idempotency":  idempotency.Migrations,
 	"partition":    partition.Migrations,
-	"singlewriter": singlewriter.Migrations,
+	"singlewriter": kafkawriter.Migrations, // the set kept its name when it moved to singlewriter/kafkawriter
 }
 
 // migrationSets returns the sets of the packages named in list (comma

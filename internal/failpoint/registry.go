@@ -22,6 +22,13 @@ type Point struct {
 // registry is every name used with Inject or Mutant in the module. Names are
 // "<package>.<site>"; keep the list sorted by name.
 var registry = []Point{
+	{"atomic.cas.compare", MutantSite, "CompareAndSet (every backend) sets the value whatever it holds, without comparing it with the expected one"},
+	{"atomic.claim.conflict", MutantSite, "Claim (Postgres, Memory) overwrites an existing key (ON CONFLICT DO UPDATE) instead of refusing"},
+	{"atomic.decrement.floor", MutantSite, "Decrement (every backend) takes the amount whatever the value, below the floor too"},
+	{"atomic.decrementmany.all", MutantSite, "DecrementMany (Postgres, Memory) takes each key that has enough even when another is short: not all or nothing"},
+	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
+	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
+	{"atomic.setifgreater.compare", MutantSite, "SetIfGreater (every backend) sets the value even when it is not greater"},
 	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
 	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
 	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},
@@ -32,6 +39,14 @@ var registry = []Point{
 	{"fencedlock.renew.expired", MutantSite, "Renew extends an expired lease (revives it) if no one took over"},
 	{"fencedlock.renew.tenure", MutantSite, "Renew extends the lock whoever holds it, not only the (holder, token) tenure"},
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
+	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
+	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran, before the progress write fenced by the token"},
+	{"kafkawriter.fenced.read.stamp", MutantSite, "Fenced.Apply's progress read checks the token but does not raise the row's token to it"},
+	{"kafkawriter.fenced.skip.seq", MutantSite, "Fenced.Apply runs events whose sequence number the progress already records"},
+	{"kafkawriter.fenced.write.token", MutantSite, "Fenced.Apply's progress write runs without its token condition"},
+	{"kafkawriter.inbox.advance.epoch", MutantSite, "Inbox.Advance moves the offset whatever epoch (owner) is stored"},
+	{"kafkawriter.inbox.advance.offset", MutantSite, "Inbox.Advance moves the offset whatever offset is stored"},
+	{"kafkawriter.inbox.claim.epoch", MutantSite, "Inbox.Claim gives the new owner the old owner's epoch instead of a higher one"},
 	{"occ.delete.version", MutantSite, "Delete removes the row whatever its version, not only at the version the caller names"},
 	{"occ.fenced.before-write", InjectPoint, "Fenced.Update after the fenced read and mutate, before the fenced write"},
 	{"occ.fenced.read.stamp", MutantSite, "the Memory twin's fenced read checks the token but does not raise the row's token to it"},

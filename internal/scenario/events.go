@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/singlewriter"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 // The events scenario's shape. Each client operation produces the next
@@ -23,8 +24,11 @@ const (
 	eventsPerOp        = 20
 	eventsPartitions   = 8   // Kafka partitions, in-process queue partitions and actor shards
 	eventsConsumers    = 2   // consumers per approach (the bare reader is one)
-	eventsInboxBatch   = 100 // the single writer's BatchSize
+	eventsBatch        = 100 // the most events a consumer fetches together, for every approach
 	eventsLagPerClient = 4   // producers wait while more than Clients × this × eventsPerOp events are unapplied
+	// eventsSession is the consumers' session and rebalance timeout (the
+	// broker's minimum is 6s).
+	eventsSession = 6 * time.Second
 )
 
 // eventsDDL: applied has no unique constraint on (entity, seq) on purpose: a
@@ -49,12 +53,13 @@ func init() {
 			"every acknowledged event is applied exactly once, in order per entity. Ops are events applied, ops/s events applied per second",
 		Approaches: []Approach{Alternative, FencedLock, NaiveLock, Raw},
 		Labels: map[Approach]string{
-			Alternative: "singlewriter.Consumer ×2 in one group: each partition's owner applies batches in a transaction that advances the inbox offset (CAS on offset + epoch); without Kafka, a singlewriter.Group of actors",
-			FencedLock:  "singlewriter.FencedConsumer ×2 competing (own groups, one stream): per event lock entity → skip if applied → apply → fenced progress write → release",
-			NaiveLock:   "the same competing consumers with an unfenced progress write (FencedConfig.Unguarded)",
-			Raw:         "LIMIT, not a correct approach: one bare kafka-go group Reader fetching the same kind of topic, reading only (no database, no exactly-once)",
+			Alternative: "kafkawriter.Consumer ×2 in one group: each partition's owner applies a batch of up to 100 events in one transaction that ends with the inbox's compare-and-set on offset + epoch; without Kafka, a singlewriter.Group of actors, each operation's 20 events in one transaction",
+			FencedLock: "kafkawriter.FencedConsumer ×2 competing (own groups, one stream), batches of up to 100: per run of one entity's events, lock → fenced read of its progress (raises the token) → skip what is applied → the rest in one transaction ending with a progress write fenced by the token → release; " +
+				"LISTEN/NOTIFY wake-ups; without Kafka, the same on an in-process queue",
+			NaiveLock: "the same competing consumers, batches, locks and statements with the token conditions taken out of the progress read and write",
+			Raw:       "LIMIT, not a correct approach: one bare kafka-go group Reader fetching the same kind of topic, reading only (no database, no exactly-once)",
 		},
-		Migrations: singlewriter.Migrations(),
+		Migrations: kafkawriter.Migrations(),
 		New:        newEvents,
 	})
 }
@@ -107,11 +112,19 @@ type events struct {
 	runMu   sync.Mutex
 	runErrs []error
 
+	// locks is the twins' lock service: on PostgreSQL with LISTEN/NOTIFY
+	// wake-ups, so a consumer waiting for an entity's lock takes it as soon
+	// as the other releases it.
+	locks fencedlock.Store
+	// running are the consumers Close stops.
+	running []consumer
+
 	// Kafka
 	topic     string
-	producer  *singlewriter.Producer
-	consumers []*singlewriter.Consumer
-	twins     []*singlewriter.FencedConsumer
+	producer  *kafkawriter.Producer
+	consumers []*kafkawriter.Consumer
+	twins     []*kafkawriter.FencedConsumer
+	naives    []*naiveConsumer
 	rawRead   atomic.Int64
 	rawMu     sync.Mutex
 	rawLast   []int64 // per entity: last sequence number read
@@ -149,6 +162,15 @@ func newEvents(ctx context.Context, env *Env, a Approach) (Workload, error) {
 			return nil, err
 		}
 	}
+	w.locks = env.Locks
+	if !env.Memory() {
+		// The twins' locks wake their waiters with LISTEN/NOTIFY.
+		locks, err := fencedlock.NewPostgres(env.DB, &fencedlock.PostgresConfig{Notify: true})
+		if err != nil {
+			return nil, err
+		}
+		w.locks = locks
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	var err error
@@ -164,7 +186,7 @@ func newEvents(ctx context.Context, env *Env, a Approach) (Workload, error) {
 	return w, nil
 }
 
-// go runs a consumer until Close, recording a failure.
+// run runs f until Close, recording a failure.
 func (w *events) run(f func() error) {
 	w.wg.Add(1)
 	go func() {
@@ -177,16 +199,35 @@ func (w *events) run(f func() error) {
 	}()
 }
 
+// consumer is a Kafka consumer of the run: kafkawriter's two, and the naive
+// lock's.
+type consumer interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Stopped() <-chan struct{}
+}
+
+// start starts c, within a minute, and has Close stop it.
+func (w *events) start(ctx context.Context, c consumer) error {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Start(sctx); err != nil {
+		return err
+	}
+	w.running = append(w.running, c)
+	return nil
+}
+
 // startKafka creates the run's topic and starts its consumers.
 func (w *events) startKafka(ctx, runCtx context.Context) error {
 	w.topic = fmt.Sprintf("lockfree-events-%s-%08x", w.approach, rand.Uint32())
 	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := singlewriter.CreateTopic(topicCtx, w.env.Kafka, w.topic, eventsPartitions, 1); err != nil {
+	if err := kafkawriter.CreateTopic(topicCtx, w.env.Kafka, w.topic, eventsPartitions, 1); err != nil {
 		w.topic = ""
 		return err
 	}
-	p, err := singlewriter.NewProducer(singlewriter.ProducerConfig{Brokers: w.env.Kafka, Topic: w.topic})
+	p, err := kafkawriter.NewProducer(w.env.Kafka, w.topic, nil)
 	if err != nil {
 		return err
 	}
@@ -194,111 +235,110 @@ func (w *events) startKafka(ctx, runCtx context.Context) error {
 	// A handler pause never stops the heartbeats (kafka-go sends them from
 	// their own goroutine): the pause fault causes no rebalance. What it
 	// does to the twins is let the per-entity lease expire.
-	const session, rebalance, heartbeat = 6 * time.Second, 6 * time.Second, time.Second
 	switch w.approach {
 	case Alternative:
-		for i := 0; i < eventsConsumers; i++ {
-			c, err := singlewriter.NewConsumer(singlewriter.ConsumerConfig{
-				Brokers: w.env.Kafka, GroupID: w.topic + "-inbox", Topic: w.topic, DB: w.env.DB,
-				Handler: w.handle, Owner: "consumer-" + strconv.Itoa(i),
-				BatchSize: eventsInboxBatch, MaxAttempts: 1000, MaxRetryBackoff: time.Second,
-				SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat,
-			})
-			if err != nil {
-				return err
-			}
-			w.consumers = append(w.consumers, c)
-			w.run(func() error { return c.Run(runCtx) })
-		}
-		w.completed = func() int64 {
-			var n int64
-			for _, c := range w.consumers {
-				n += c.Stats().Applied
-			}
-			return n
-		}
-		// Let the group settle (both members own partitions) so that the
-		// run does not measure the initial rebalance.
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			owned, idle := 0, false
-			for _, c := range w.consumers {
-				n := len(c.Assigned())
-				owned += n
-				idle = idle || n == 0
-			}
-			if owned == eventsPartitions && !idle {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("events: the consumer group did not settle within 60s (%d of %d partitions owned)", owned, eventsPartitions)
-			}
-			if !sleepCtx(ctx, 20*time.Millisecond) {
-				return ctx.Err()
-			}
-		}
+		return w.startInbox(ctx)
 	case FencedLock, NaiveLock:
-		for i := 0; i < eventsConsumers; i++ {
-			c, err := singlewriter.NewFencedConsumer(singlewriter.FencedConsumerConfig{
-				Brokers: w.env.Kafka, GroupID: w.topic + "-twin-" + strconv.Itoa(i), Topic: w.topic, DB: w.env.DB,
-				Handler: w.handle, Stream: w.topic,
-				Fenced: singlewriter.FencedConfig{Locks: w.env.Locks, Holder: "consumer-" + strconv.Itoa(i),
-					TTL: w.env.LeaseTTL, Wait: w.lockWait(), Unguarded: w.approach == NaiveLock},
-				RetryBackoff:   10 * time.Millisecond,
-				SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat,
-			})
-			if err != nil {
-				return err
-			}
-			w.twins = append(w.twins, c)
-			w.run(func() error { return c.Run(runCtx) })
+		if err := w.startTwins(ctx); err != nil {
+			return err
 		}
 		w.completed = func() int64 {
 			n := int64(-1)
 			for _, c := range w.twins {
 				s := c.Stats()
-				if d := s.Applied + s.Skipped + s.Fenced; n < 0 || d < n {
+				if d := s.Applied + s.Skipped + s.DeadLettered; n < 0 || d < n {
+					n = d
+				}
+			}
+			for _, c := range w.naives {
+				if d := c.handled.Load(); n < 0 || d < n {
 					n = d
 				}
 			}
 			return n
 		}
 	case Raw:
-		w.rawLast = make([]int64, len(w.keys))
-		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers: w.env.Kafka, GroupID: w.topic + "-raw", Topic: w.topic, StartOffset: kafka.FirstOffset,
-			MaxWait: 100 * time.Millisecond, CommitInterval: time.Second,
-			SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat,
-		})
-		w.run(func() error {
-			defer r.Close()
-			for {
-				m, err := r.ReadMessage(runCtx)
-				if runCtx.Err() != nil {
-					return nil
-				}
-				if err != nil {
-					sleepCtx(runCtx, 10*time.Millisecond)
-					continue
-				}
-				if k, seq, ok := w.decode(m); ok {
-					w.rawMu.Lock()
-					if seq != w.rawLast[k]+1 {
-						w.rawOdd++
-					}
-					w.rawLast[k] = max(w.rawLast[k], seq)
-					w.rawMu.Unlock()
-				}
-				w.rawRead.Add(1)
-			}
-		})
-		w.completed = w.rawRead.Load
+		w.startRaw(runCtx)
 	}
 	return nil
 }
 
-func (w *events) lockWait() *fencedlock.WaitConfig {
-	return &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, Wakeups: wakeups(w.env.Locks)}
+// startInbox starts the single writers: two Consumers in one group, and
+// waits until the group has settled (both members own partitions) so that
+// the run does not measure the initial rebalance.
+func (w *events) startInbox(ctx context.Context) error {
+	src := kafkawriter.Source{Brokers: w.env.Kafka, Topic: w.topic, GroupID: w.topic + "-inbox"}
+	for i := 0; i < eventsConsumers; i++ {
+		c, err := kafkawriter.NewConsumer(w.env.DB, src, w.handle, &kafkawriter.ConsumerConfig{
+			Holder: "consumer-" + strconv.Itoa(i), BatchSize: eventsBatch, MaxAttempts: 1000, MaxRetryBackoff: time.Second,
+			SessionTimeout: eventsSession, RebalanceTimeout: eventsSession, HeartbeatInterval: time.Second,
+		})
+		if err != nil {
+			return err
+		}
+		w.consumers = append(w.consumers, c)
+		if err := w.start(ctx, c); err != nil {
+			return err
+		}
+	}
+	w.completed = func() int64 {
+		var n int64
+		for _, c := range w.consumers {
+			n += c.Stats().Applied
+		}
+		return n
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		owned, idle := 0, false
+		for _, c := range w.consumers {
+			n := len(c.Assigned())
+			owned += n
+			idle = idle || n == 0
+		}
+		if owned == eventsPartitions && !idle {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("events: the consumer group did not settle within 60s (%d of %d partitions owned)", owned, eventsPartitions)
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// startRaw starts the bare reader.
+func (w *events) startRaw(runCtx context.Context) {
+	w.rawLast = make([]int64, len(w.keys))
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: w.env.Kafka, GroupID: w.topic + "-raw", Topic: w.topic, StartOffset: kafka.FirstOffset,
+		MaxWait: 100 * time.Millisecond, CommitInterval: time.Second,
+		SessionTimeout: eventsSession, RebalanceTimeout: eventsSession, HeartbeatInterval: time.Second,
+	})
+	w.run(func() error {
+		defer r.Close()
+		for {
+			m, err := r.ReadMessage(runCtx)
+			if runCtx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				sleepCtx(runCtx, 10*time.Millisecond)
+				continue
+			}
+			if k, seq, ok := w.decode(m); ok {
+				w.rawMu.Lock()
+				if seq != w.rawLast[k]+1 {
+					w.rawOdd++
+				}
+				w.rawLast[k] = max(w.rawLast[k], seq)
+				w.rawMu.Unlock()
+			}
+			w.rawRead.Add(1)
+		}
+	})
+	w.completed = w.rawRead.Load
 }
 
 // decode reads an event's entity and sequence number from a message.
@@ -356,123 +396,10 @@ func (w *events) startInProcess(runCtx context.Context) error {
 		w.completed = w.applied.Load
 		return err
 	case FencedLock, NaiveLock:
-		w.queue = newMemQueue(eventsPartitions)
-		if w.env.Memory() {
-			w.mem = make([]memEntity, len(w.keys))
-		}
-		for c := 0; c < eventsConsumers; c++ {
-			apply := w.memTwin(c)
-			if !w.env.Memory() {
-				f, err := singlewriter.NewFenced(w.env.DB, singlewriter.FencedConfig{Locks: w.env.Locks,
-					Holder: "consumer-" + strconv.Itoa(c), TTL: w.env.LeaseTTL, Wait: w.lockWait(), Unguarded: w.approach == NaiveLock})
-				if err != nil {
-					return err
-				}
-				apply = func(ctx context.Context, ev event) error {
-					_, err := f.Apply(ctx, "events", w.keys[ev.k], ev.seq, func(ctx context.Context, tx pgx.Tx) error {
-						return w.applyTx(ctx, tx, ev.k, ev.seq)
-					})
-					return err
-				}
-			}
-			for p := 0; p < eventsPartitions; p++ {
-				w.run(func() error { w.consume(runCtx, c, p, apply); return nil })
-			}
-		}
-		w.completed = func() int64 {
-			n := w.processed[0].Load()
-			for c := 1; c < eventsConsumers; c++ {
-				n = min(n, w.processed[c].Load())
-			}
-			return n
-		}
+		return w.startQueueTwins(runCtx)
 	}
 	return nil
 }
-
-// consume is one in-process competing consumer's reader of one partition:
-// every event, in order, retried until it is applied, skipped or fenced.
-func (w *events) consume(ctx context.Context, c, p int, apply func(context.Context, event) error) {
-	for off := 0; ; {
-		evs, ok := w.queue.read(ctx, p, off)
-		if !ok {
-			return
-		}
-		for _, ev := range evs {
-			delay := time.Millisecond
-			for {
-				err := apply(ctx, ev)
-				if err == nil {
-					break
-				}
-				if errors.Is(err, fencedlock.ErrFenced) {
-					w.rejected.Add(1)
-					break
-				}
-				if !sleepCtx(ctx, delay) {
-					return
-				}
-				delay = min(2*delay, 100*time.Millisecond)
-			}
-			off++
-			w.processed[c].Add(1)
-		}
-	}
-}
-
-// memTwin is the twins' application on the memory backend, the same steps
-// as singlewriter.Fenced.Apply: lock the entity; read its state, refusing if
-// a newer tenure has written (the fenced lock only); skip an event already
-// applied; (pause); write, through the entity's gate and only over an older
-// sequence number for the fenced lock, unconditionally for the naive one.
-// As in Fenced.Apply the gate is raised by writes only, so progress moves in
-// sequence order and a fenced event is one a newer tenure went past.
-func (w *events) memTwin(c int) func(context.Context, event) error {
-	holder := "consumer-" + strconv.Itoa(c)
-	return func(ctx context.Context, ev event) error {
-		e := &w.mem[ev.k]
-		lease, err := fencedlock.AcquireWait(ctx, w.env.Locks, "events/"+w.keys[ev.k], holder, w.env.LeaseTTL, w.lockWait())
-		if err != nil {
-			return err
-		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = w.env.Locks.Release(rctx, lease) // an expired lease has nothing to release
-			cancel()
-		}()
-		fenced := w.approach == FencedLock
-		if h := e.gate.Highest(); fenced && h > lease.Token {
-			return &fencedlock.FencedError{Presented: lease.Token, Required: h}
-		}
-		e.mu.Lock()
-		last, count := e.last, e.count
-		e.mu.Unlock()
-		if ev.seq <= last {
-			return nil // applied already
-		}
-		w.pause(ctx)
-		write := func() error {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			if fenced && e.last >= ev.seq {
-				return errApplied
-			}
-			e.last, e.count = ev.seq, count+1
-			e.log = append(e.log, appliedRow{ev.seq, last})
-			return nil
-		}
-		if !fenced {
-			return write()
-		}
-		if err := e.gate.Do(lease.Token, write); !errors.Is(err, errApplied) {
-			return err
-		}
-		return nil // an older tenure wrote it meanwhile (its lease had expired): applied once
-	}
-}
-
-// errApplied is a twin's write of an event already applied: it changes nothing.
-var errApplied = errors.New("events: already applied")
 
 func (w *events) Op(ctx context.Context, client int, rnd *rand.Rand) Outcome {
 	// Backpressure: the run measures the consumers' sustained rate, not
@@ -589,10 +516,19 @@ func (w *events) Drain(ctx context.Context) (int64, time.Duration, error) {
 	return min(w.completed(), want), end.Sub(time.Unix(0, start)), nil
 }
 
+// runErr returns why a consumer stopped by itself, if one did.
 func (w *events) runErr() error {
 	w.runMu.Lock()
-	defer w.runMu.Unlock()
-	return errors.Join(w.runErrs...)
+	errs := append([]error(nil), w.runErrs...)
+	w.runMu.Unlock()
+	for _, c := range w.running {
+		select {
+		case <-c.Stopped():
+			errs = append(errs, fmt.Errorf("stopped by itself: %w", c.Stop(context.Background())))
+		default:
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the consumers, deletes the topic and stops the actors.
@@ -600,19 +536,22 @@ func (w *events) Close() error {
 	if !w.stopped.CompareAndSwap(false, true) {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, c := range w.running {
+		errs = append(errs, c.Stop(ctx))
+	}
 	w.cancel()
 	w.wg.Wait()
-	var errs []error
 	if w.producer != nil {
 		errs = append(errs, w.producer.Close())
 	}
 	if w.topic != "" {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, singlewriter.DeleteTopic(dctx, w.env.Kafka, w.topic))
+		errs = append(errs, kafkawriter.DeleteTopic(dctx, w.env.Kafka, w.topic))
 		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if w.group != nil {
 		errs = append(errs, w.group.Stop(ctx))
 	}
@@ -755,7 +694,7 @@ func (w *events) mechanism() string {
 
 // stats summarises the consumers' counters.
 func (w *events) stats() string {
-	var s singlewriter.Stats
+	var s kafkawriter.Stats
 	for _, c := range w.consumers {
 		x := c.Stats()
 		s.Claims += x.Claims
@@ -765,17 +704,20 @@ func (w *events) stats() string {
 	}
 	for _, c := range w.twins {
 		x := c.Stats()
+		s.Transactions += x.Transactions
 		s.Fenced += x.Fenced
 		s.Failed += x.Failed
 		s.Skipped += x.Skipped
+		s.Redelivered += x.Redelivered
 	}
 	switch {
 	case len(w.consumers) > 0:
 		return fmt.Sprintf("; %d partition claims, %d transactions, %d fenced, %d failed attempts", s.Claims, s.Transactions, s.Fenced, s.Failed)
 	case len(w.twins) > 0:
-		return fmt.Sprintf("; %d copies skipped (the other consumer had applied them), %d fenced, %d failed attempts", s.Skipped, s.Fenced, s.Failed)
+		return fmt.Sprintf("; %d transactions, %d copies skipped (the other consumer had applied them), %d fenced attempts retried, %d failed attempts, %d redeliveries dropped",
+			s.Transactions, s.Skipped, s.Fenced, s.Failed, s.Redelivered)
 	case w.queue != nil:
-		return fmt.Sprintf("; %d fenced", w.rejected.Load())
+		return fmt.Sprintf("; %d fenced attempts retried", w.rejected.Load())
 	}
 	return ""
 }

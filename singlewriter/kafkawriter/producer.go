@@ -1,4 +1,4 @@
-package singlewriter
+package kafkawriter
 
 import (
 	"context"
@@ -8,12 +8,9 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// ProducerConfig configures a Producer.
+// ProducerConfig configures a Producer. A nil *ProducerConfig means the
+// defaults.
 type ProducerConfig struct {
-	// Brokers are the bootstrap addresses. Required.
-	Brokers []string
-	// Topic receives every message. Required.
-	Topic string
 	// BatchTimeout bounds how long a message waits for others to share its
 	// request. Defaults to 5ms (kafka-go's own default of 1s makes every
 	// synchronous Send take a second).
@@ -27,8 +24,9 @@ type ProducerConfig struct {
 // Producer writes messages keyed by entity: every message with the same key
 // goes to the same partition (kafka-go's Hash balancer, FNV-1a, compatible
 // with Sarama), so one consumer applies an entity's messages in the order
-// they were sent. Sends wait for all in-sync replicas. A Producer is safe for
-// concurrent use; Close it when done.
+// they were sent. Sends wait for all in-sync replicas. Create it with
+// NewProducer (the zero Producer is not usable); it is safe for concurrent
+// use; Close it when done.
 //
 // Order holds per key only for messages sent one after another: two
 // concurrent Sends for one key may land in either order.
@@ -37,27 +35,36 @@ type Producer struct {
 	owned *kafka.Transport // closed by Close; nil when the caller gave one
 }
 
-// NewProducer returns a producer for cfg.Topic. It does not connect until the
-// first Send. The topic must exist: the producer never creates topics.
-func NewProducer(cfg ProducerConfig) (*Producer, error) {
-	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
-		return nil, fmt.Errorf("%w: producer needs brokers and a topic", ErrInvalid)
+// NewProducer returns a producer to topic on the cluster at brokers. A nil
+// cfg means the defaults; no brokers, an empty topic or a negative
+// BatchTimeout give an error matching ErrInvalid. It does not connect until
+// the first Send. The topic must exist: the producer never creates topics.
+func NewProducer(brokers []string, topic string, cfg *ProducerConfig) (*Producer, error) {
+	var c ProducerConfig
+	if cfg != nil {
+		c = *cfg
 	}
-	if cfg.BatchTimeout <= 0 {
-		cfg.BatchTimeout = 5 * time.Millisecond
+	if len(brokers) == 0 || topic == "" {
+		return nil, fmt.Errorf("%w: a producer needs brokers and a topic", ErrInvalid)
+	}
+	if c.BatchTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative batch timeout %v", ErrInvalid, c.BatchTimeout)
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = 5 * time.Millisecond
 	}
 	p := &Producer{}
-	if cfg.Transport == nil {
+	if c.Transport == nil {
 		p.owned = &kafka.Transport{}
-		cfg.Transport = p.owned
+		c.Transport = p.owned
 	}
 	p.w = &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Topic:        cfg.Topic,
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: cfg.BatchTimeout,
-		Transport:    cfg.Transport,
+		BatchTimeout: c.BatchTimeout,
+		Transport:    c.Transport,
 	}
 	return p, nil
 }

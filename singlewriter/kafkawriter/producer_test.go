@@ -1,4 +1,4 @@
-package singlewriter_test
+package kafkawriter_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/internal/testkafka"
-	"github.com/lockfree-go/lockfree/singlewriter"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 func TestProducerKeepsEntitiesOnTheirPartition(t *testing.T) {
@@ -19,7 +19,7 @@ func TestProducerKeepsEntitiesOnTheirPartition(t *testing.T) {
 	brokers := testkafka.Brokers(t)
 	const partitions = 4
 	topic := testkafka.Topic(t, brokers, partitions)
-	p, err := singlewriter.NewProducer(singlewriter.ProducerConfig{Brokers: brokers, Topic: topic})
+	p, err := kafkawriter.NewProducer(brokers, topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestProducerKeepsEntitiesOnTheirPartition(t *testing.T) {
 	last := map[string]int{}
 	for _, m := range got {
 		key := string(m.Key)
-		if want := singlewriter.PartitionFor(key, partitions); m.Partition != want {
+		if want := kafkawriter.PartitionFor(key, partitions); m.Partition != want {
 			t.Errorf("%s on partition %d, want %d", key, m.Partition, want)
 		}
 		v, _ := strconv.Atoi(string(m.Value))
@@ -53,12 +53,15 @@ func TestProducerKeepsEntitiesOnTheirPartition(t *testing.T) {
 		p.SendMessages(ctx, kafka.Message{Value: []byte("no key")}),
 		p.SendMessages(ctx, kafka.Message{Key: []byte("k"), Topic: "other"}),
 	} {
-		if !errors.Is(bad, singlewriter.ErrInvalid) {
+		if !errors.Is(bad, kafkawriter.ErrInvalid) {
 			t.Errorf("bad send = %v, want ErrInvalid", bad)
 		}
 	}
-	if _, err := singlewriter.NewProducer(singlewriter.ProducerConfig{Topic: topic}); !errors.Is(err, singlewriter.ErrInvalid) {
+	if _, err := kafkawriter.NewProducer(nil, topic, nil); !errors.Is(err, kafkawriter.ErrInvalid) {
 		t.Errorf("NewProducer without brokers = %v", err)
+	}
+	if _, err := kafkawriter.NewProducer(brokers, topic, &kafkawriter.ProducerConfig{BatchTimeout: -1}); !errors.Is(err, kafkawriter.ErrInvalid) {
+		t.Errorf("NewProducer with a negative batch timeout = %v", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package singlewriter_test
+package kafkawriter_test
 
 import (
 	"github.com/lockfree-go/lockfree/clock"

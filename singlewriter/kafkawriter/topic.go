@@ -1,4 +1,4 @@
-package singlewriter
+package kafkawriter
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 	}
 	defer ctrl.Close()
 	if err := ctrl.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replicas}); err != nil {
-		return fmt.Errorf("singlewriter: create topic %s: %w", short.Quote(topic), err)
+		return fmt.Errorf("kafkawriter: create topic %s: %w", short.Quote(topic), err)
 	}
 	for {
 		ps, err := ctrl.ReadPartitions(topic)
@@ -44,7 +44,7 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("singlewriter: topic %s has no leaders yet: %w", short.Quote(topic), errors.Join(context.Cause(ctx), err))
+			return fmt.Errorf("kafkawriter: topic %s has no leaders yet: %w", short.Quote(topic), errors.Join(context.Cause(ctx), err))
 		case <-t.C:
 		}
 	}
@@ -58,7 +58,7 @@ func DeleteTopic(ctx context.Context, brokers []string, topic string) error {
 	}
 	defer ctrl.Close()
 	if err := ctrl.DeleteTopics(topic); err != nil {
-		return fmt.Errorf("singlewriter: delete topic %s: %w", short.Quote(topic), err)
+		return fmt.Errorf("kafkawriter: delete topic %s: %w", short.Quote(topic), err)
 	}
 	return nil
 }
@@ -89,5 +89,5 @@ func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) 
 		}
 		return ctrl, nil
 	}
-	return nil, fmt.Errorf("singlewriter: no Kafka broker answers: %w", errors.Join(errs...))
+	return nil, fmt.Errorf("kafkawriter: no Kafka broker answers: %w", errors.Join(errs...))
 }

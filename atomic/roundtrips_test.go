@@ -1,0 +1,150 @@
+package atomic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// tracer records what a pool sends: each statement (a query or an exec is
+// one round trip, a batch one for all its statements) and each prepare (one
+// more round trip, the first time a connection sees a statement).
+type tracer struct {
+	mu       sync.Mutex
+	sent     []string
+	prepares int
+}
+
+func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent = append(t.sent, strings.Join(strings.Fields(d.SQL), " "))
+	return ctx
+}
+
+func (t *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent = append(t.sent, "batch")
+	return ctx
+}
+
+func (t *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (t *tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (t *tracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prepares++
+	return ctx
+}
+
+func (t *tracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// take returns what was sent since the last call, and how many prepares.
+func (t *tracer) take() (sent []string, prepares int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sent, prepares = t.sent, t.prepares
+	t.sent, t.prepares = nil, 0
+	return sent, prepares
+}
+
+// tracedPool returns a pool of one connection on db's schema, so that a
+// statement is prepared once, and its tracer.
+func tracedPool(t testing.TB, db *testdb.DB) (*pgxpool.Pool, *tracer) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &tracer{}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, tr
+}
+
+// roundTrips runs op twice — once to prepare its statements — and returns
+// what the second run sent. It fails the test if the second run prepared
+// anything.
+func roundTrips(t *testing.T, tr *tracer, op func(run int) error, want func(error) bool) []string {
+	t.Helper()
+	for run := range 2 {
+		tr.take()
+		if err := op(run); !want(err) {
+			t.Fatalf("run %d: unexpected result %v", run, err)
+		}
+	}
+	sent, prepares := tr.take()
+	if prepares > 0 {
+		t.Fatalf("%d prepares on the second run: the statements are not cached", prepares)
+	}
+	return sent
+}
+
+// Postgres sends the bare conditional statement and nothing else when it
+// applies, and one read more to explain a miss: the success path costs what
+// the statement alone costs.
+func TestPostgresRoundTrips(t *testing.T) {
+	t.Parallel()
+	db := newTable(t)
+	pool, tr := tracedPool(t, db)
+	store := newPostgres(t, pool, inventory)
+	for k, v := range map[string]int64{"stock": 1000, "empty": 0} {
+		if err := store.Claim(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		tbl    = `"Inventory ""stock"""`
+		read   = `SELECT "quantity" FROM ` + tbl + ` WHERE "sku" = $1`
+		update = `UPDATE ` + tbl + ` SET "quantity" = `
+	)
+	ok := func(err error) bool { return err == nil }
+	is := func(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+	cases := []struct {
+		name string
+		op   func(run int) error
+		want func(error) bool
+		sent []string
+	}{
+		{"Decrement", func(int) error { _, err := store.Decrement(ctx, "stock", 1); return err }, ok,
+			[]string{update + `"quantity" - $2 WHERE "sku" = $1 AND "quantity" >= $3 RETURNING "quantity"`}},
+		{"Decrement refused", func(int) error { _, err := store.Decrement(ctx, "empty", 1); return err }, is(atomic.ErrInsufficient),
+			[]string{update + `"quantity" - $2 WHERE "sku" = $1 AND "quantity" >= $3 RETURNING "quantity"`, read}},
+		{"Decrement not found", func(int) error { _, err := store.Decrement(ctx, "nothing", 1); return err }, is(atomic.ErrNotFound),
+			[]string{update + `"quantity" - $2 WHERE "sku" = $1 AND "quantity" >= $3 RETURNING "quantity"`, read}},
+		{"Increment", func(int) error { _, err := store.Increment(ctx, "stock", 1, atomic.NoCap); return err }, ok,
+			[]string{update + `"quantity" + $2 WHERE "sku" = $1 AND "quantity" <= $3 RETURNING "quantity"`}},
+		{"CompareAndSet", func(run int) error { return store.CompareAndSet(ctx, "empty", int64(run), int64(run+1)) }, ok,
+			[]string{update + `$3 WHERE "sku" = $1 AND "quantity" = $2`}},
+		{"SetIfGreater", func(run int) error { return store.SetIfGreater(ctx, "empty", int64(10+run)) }, ok,
+			[]string{update + `$2 WHERE "sku" = $1 AND "quantity" < $2`}},
+		{"Claim", func(run int) error { return store.Claim(ctx, fmt.Sprint("new-", run), 1) }, ok,
+			[]string{`INSERT INTO ` + tbl + ` ("sku", "quantity") VALUES ($1, $2) ON CONFLICT ("sku") DO NOTHING`}},
+		{"Claim refused", func(int) error { return store.Claim(ctx, "stock", 1) }, is(atomic.ErrConflict),
+			[]string{`INSERT INTO ` + tbl + ` ("sku", "quantity") VALUES ($1, $2) ON CONFLICT ("sku") DO NOTHING`, read}},
+	}
+	for _, c := range cases {
+		if got := roundTrips(t, tr, c.op, c.want); !slices.Equal(got, c.sent) {
+			t.Errorf("%s sent %d statements:\n\t%s\nwant %d:\n\t%s", c.name, len(got), strings.Join(got, "\n\t"), len(c.sent), strings.Join(c.sent, "\n\t"))
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package fencedlock_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// countingWakeups counts the subscriptions of waiters to another Wakeups.
+type countingWakeups struct {
+	fencedlock.Wakeups
+	n atomic.Int64
+}
+
+func (c *countingWakeups) Released(name string) (<-chan struct{}, func()) {
+	c.n.Add(1)
+	return c.Wakeups.Released(name)
+}
+
+// A free lock is acquired without subscribing to wake-ups: on PostgreSQL a
+// subscription starts a LISTEN connection, which an acquire that never
+// waits must not pay for. A busy one subscribes, and its release ends the
+// wait (the delay here is too long for polling to).
+func TestAcquireWaitSubscribesOnlyWhenBusy(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, nil)
+	wakeups := &countingWakeups{Wakeups: store}
+	cfg := &fencedlock.WaitConfig{MinDelay: time.Hour, Wakeups: wakeups}
+	a, err := fencedlock.AcquireWait(ctx, store, "free", "a", time.Minute, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := wakeups.n.Load(); n != 0 {
+		t.Fatalf("acquiring a free lock subscribed %d times to wake-ups, want 0", n)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := fencedlock.AcquireWait(ctx, store, "free", "b", time.Minute, cfg)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for wakeups.n.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a waiter for a busy lock never subscribed to wake-ups")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := store.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,244 @@
+package kafkawriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// settings are what both consumers share of their configuration, with the
+// defaults filled in.
+type settings struct {
+	startOffset                                         int64
+	batchSize                                           int
+	batchWait                                           time.Duration
+	maxAttempts                                         int
+	retryBackoff, maxRetryBackoff                       time.Duration
+	deadLetterTopic                                     string
+	sessionTimeout, rebalanceTimeout, heartbeatInterval time.Duration
+	dialer                                              *kafka.Dialer
+	logger                                              *slog.Logger
+}
+
+// Defaults of the consumers' configurations.
+const (
+	DefaultBatchWait         = 10 * time.Millisecond
+	DefaultMaxAttempts       = 5
+	DefaultRetryBackoff      = 100 * time.Millisecond
+	DefaultMaxRetryBackoff   = 5 * time.Second
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultRebalanceTimeout  = 10 * time.Second
+	DefaultHeartbeatInterval = time.Second
+)
+
+func (s settings) withDefaults() settings {
+	if s.startOffset == 0 {
+		s.startOffset = kafka.FirstOffset
+	}
+	if s.batchSize == 0 {
+		s.batchSize = 1
+	}
+	if s.batchWait == 0 {
+		s.batchWait = DefaultBatchWait
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = DefaultMaxAttempts
+	}
+	if s.retryBackoff == 0 {
+		s.retryBackoff = DefaultRetryBackoff
+	}
+	if s.maxRetryBackoff == 0 {
+		s.maxRetryBackoff = max(DefaultMaxRetryBackoff, s.retryBackoff)
+	}
+	if s.sessionTimeout == 0 {
+		s.sessionTimeout = DefaultSessionTimeout
+	}
+	if s.rebalanceTimeout == 0 {
+		s.rebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if s.heartbeatInterval == 0 {
+		s.heartbeatInterval = DefaultHeartbeatInterval
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	return s
+}
+
+func (s settings) validate() error {
+	var reason string
+	switch {
+	case s.startOffset != kafka.FirstOffset && s.startOffset != kafka.LastOffset:
+		reason = fmt.Sprintf("start offset %d (want kafka.FirstOffset or kafka.LastOffset)", s.startOffset)
+	case s.batchSize < 0 || s.maxAttempts < 0:
+		reason = fmt.Sprintf("batch size %d and max attempts %d must not be negative", s.batchSize, s.maxAttempts)
+	case s.batchWait < 0 || s.retryBackoff < 0 || s.sessionTimeout < 0 || s.rebalanceTimeout < 0 || s.heartbeatInterval < 0:
+		reason = "negative duration"
+	case s.maxRetryBackoff < s.retryBackoff:
+		reason = fmt.Sprintf("max retry backoff %v below retry backoff %v", s.maxRetryBackoff, s.retryBackoff)
+	case s.heartbeatInterval >= s.sessionTimeout:
+		reason = fmt.Sprintf("heartbeat interval %v not below session timeout %v", s.heartbeatInterval, s.sessionTimeout)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, reason)
+}
+
+// kafkaLogger sends kafka-go's messages to log at debug level.
+func kafkaLogger(log *slog.Logger) kafka.Logger {
+	return kafka.LoggerFunc(func(msg string, args ...any) { log.Debug(fmt.Sprintf(msg, args...)) })
+}
+
+// fetchBatch returns the next messages of r: one, waited for until ctx
+// ends; then, for batches, what arrives within s.batchWait, up to
+// s.batchSize.
+func (s settings) fetchBatch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	batch := []kafka.Message{m}
+	if s.batchSize > 1 {
+		wctx, cancel := context.WithTimeout(ctx, s.batchWait)
+		defer cancel()
+		for len(batch) < s.batchSize {
+			m, err := r.FetchMessage(wctx)
+			if err != nil {
+				break // the wait is over; the message, if any, stays queued
+			}
+			batch = append(batch, m)
+		}
+	}
+	return batch, nil
+}
+
+// attempt runs try on m until it succeeds or fails with an error that is
+// not the handler's (returned as it is), retrying the handler's failures
+// with doubling backoff and counting each in failed. After maxAttempts
+// failures it sends m to the dead-letter topic and returns nil, or, without
+// one, returns a *PoisonError; errDeadLettered tells the caller which.
+func (s settings) attempt(ctx context.Context, log *slog.Logger, dlq *deadLetters, m kafka.Message, failed *atomic.Int64, try func() error) error {
+	delay := s.retryBackoff
+	for n := 1; ; n++ {
+		err := try()
+		if err == nil || !isHandlerError(err) {
+			return err
+		}
+		failed.Add(1)
+		if n >= s.maxAttempts {
+			return s.deadLetter(ctx, log, dlq, m, n, unwrapHandler(err))
+		}
+		log.Debug("kafkawriter: handler failed", "offset", m.Offset, "attempt", n, "err", err)
+		if !sleep(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, s.maxRetryBackoff)
+	}
+}
+
+// errDeadLettered reports that attempt sent the message to the dead-letter
+// topic: the caller skips it.
+var errDeadLettered = errors.New("kafkawriter: dead-lettered")
+
+// deadLetter sends m to the dead-letter topic (retried until ctx ends) and
+// returns errDeadLettered, or, without a topic, a *PoisonError.
+func (s settings) deadLetter(ctx context.Context, log *slog.Logger, dlq *deadLetters, m kafka.Message, attempts int, cause error) error {
+	if dlq == nil {
+		return &PoisonError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempts: attempts, Err: cause}
+	}
+	log = log.With("offset", m.Offset)
+	if !s.retry(ctx, log, "dead-letter", func() error { return dlq.send(ctx, m, attempts, cause) }) {
+		return ctx.Err()
+	}
+	log.Warn("kafkawriter: dead-lettered a poison message", "attempts", attempts, "err", cause)
+	return errDeadLettered
+}
+
+// retry runs op until it succeeds (true) or ctx ends (false), with doubling
+// backoff.
+func (s settings) retry(ctx context.Context, log *slog.Logger, what string, op func() error) bool {
+	delay := s.retryBackoff
+	for {
+		err := op()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("kafkawriter: "+what+" failed; retrying", "err", err)
+		if !sleep(ctx, delay) {
+			return false
+		}
+		delay = min(2*delay, s.maxRetryBackoff)
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// deadLetters writes poison messages to the dead-letter topic.
+type deadLetters struct {
+	w  *kafka.Writer
+	tr *kafka.Transport
+}
+
+// newDeadLetters returns a writer to topic, or nil when topic is empty.
+func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadLetters {
+	if topic == "" {
+		return nil
+	}
+	tr := &kafka.Transport{}
+	if dialer != nil {
+		tr.TLS, tr.SASL = dialer.TLS, dialer.SASLMechanism
+	}
+	return &deadLetters{tr: tr, w: &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+		Transport:    tr,
+	}}
+}
+
+// send writes m with its key, value and headers, plus the headers saying
+// where it came from and why it failed.
+func (d *deadLetters) send(ctx context.Context, m kafka.Message, attempts int, cause error) error {
+	reason := cause.Error()
+	if len(reason) > 4096 {
+		reason = reason[:4096]
+	}
+	return d.w.WriteMessages(ctx, kafka.Message{
+		Key:   m.Key,
+		Value: m.Value,
+		Headers: append(append([]kafka.Header(nil), m.Headers...),
+			kafka.Header{Key: HeaderTopic, Value: []byte(m.Topic)},
+			kafka.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Partition))},
+			kafka.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+			kafka.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+			kafka.Header{Key: HeaderError, Value: []byte(reason)},
+		),
+	})
+}
+
+func (d *deadLetters) close() {
+	if d != nil {
+		d.w.Close()
+		d.tr.CloseIdleConnections()
+	}
+}
