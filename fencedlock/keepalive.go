@@ -55,6 +55,12 @@ func (c *KeepaliveConfig) withDefaults(ttl time.Duration) KeepaliveConfig {
 	return d
 }
 
+// WithDefaults returns c with the defaults for a lease of ttl filled in, as
+// Keep and Locker use it; a nil c gives the defaults. Other holders of
+// leases in lockfree (idempotency's leased attempts) renew on the same
+// schedule.
+func (c *KeepaliveConfig) WithDefaults(ttl time.Duration) KeepaliveConfig { return c.withDefaults(ttl) }
+
 // schedule is the renewal loop that keeps a lease of ttl with c (defaults
 // filled in).
 func (c KeepaliveConfig) schedule(ttl time.Duration) renew.Config {

@@ -60,7 +60,7 @@ func BenchmarkPostgres(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			key := nextKey()
 			err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+				_, err := store.WithDB(tx).Do(ctx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
 					return benchResult, benchEffect(ctx, tx, key, i)
 				})
 				return err
@@ -116,7 +116,7 @@ func BenchmarkPostgres(b *testing.B) {
 
 // BenchmarkMemory measures each executor's own cost on the memory store.
 func BenchmarkMemory(b *testing.B) {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, nil)
 	fenced, _ := idempotency.NewFenced(memoryLocks(nil), store, nil)
 	fp := idempotency.NewFingerprint([]byte("bench"))
@@ -149,7 +149,7 @@ func BenchmarkMemory(b *testing.B) {
 // same machine load, and reports their mean latencies and the ratio
 // transactional / bare. "do" is Postgres.Do in its own transaction, which
 // sends BEGIN with the claim and the result with COMMIT, so it costs the
-// bare transaction's round trips; "tx" is DoTx in the caller's transaction,
+// bare transaction's round trips; "tx" is WithDB(tx).Do in the caller's transaction,
 // which adds the claim's round trip and, with a result to store (an HTTP
 // response), the completion's. An empty result ("effect-only") is stored by
 // the claim.
@@ -188,7 +188,7 @@ func BenchmarkOverhead(b *testing.B) {
 						})
 					} else {
 						err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-							_, err := store.DoTx(ctx, tx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
+							_, err := store.WithDB(tx).Do(ctx, key, fp, func(ctx context.Context) (idempotency.Result, error) {
 								return tc.result, benchEffect(ctx, tx, key, i)
 							})
 							return err

@@ -25,7 +25,7 @@ func TestErrorsShortenKeys(t *testing.T) {
 	if s := (idempotency.Key{ID: strings.Repeat("k", 10<<10)}).String(); len(s) > 100 {
 		t.Fatalf("a 10 KB key's String() is %d bytes", len(s))
 	}
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	ok := func(context.Context) (idempotency.Result, error) { return idempotency.Result{Status: 200}, nil }
 	if _, err := store.Do(ctx, key, idempotency.NewFingerprint([]byte("a")), ok); err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestErrorsShortenKeys(t *testing.T) {
 	}
 	for _, err := range []error{
 		&idempotency.InFlightError{Key: key},
-		&idempotency.SupersededError{Key: key, Presented: 2, Current: 3},
+		&idempotency.SupersededError{Key: key, Presented: 2, Required: 3},
 	} {
 		if len(err.Error()) > 300 {
 			t.Errorf("%T is %d bytes: %v", err, len(err.Error()), err)
@@ -48,7 +48,7 @@ func TestErrorsShortenKeys(t *testing.T) {
 // ErrInvalid.
 func TestConstructorsRejectBadInput(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	for name, fn := range map[string]func() error{
 		"NewPostgres(nil)": func() error { _, err := idempotency.NewPostgres(nil, nil); return err },
 		"NewPostgres(nil pool)": func() error {
@@ -57,7 +57,7 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		},
 		"NewPostgres(nil conn)": func() error { _, err := idempotency.NewPostgres((*pgx.Conn)(nil), nil); return err },
 		"NewMemory(negative retention)": func() error {
-			_, err := idempotency.NewMemory(nil, &idempotency.Config{Retention: -time.Hour})
+			_, err := idempotency.NewMemory(&idempotency.MemoryConfig{Retention: -time.Hour})
 			return err
 		},
 		"NewLeased(nil)": func() error { _, err := idempotency.NewLeased(nil, nil); return err },

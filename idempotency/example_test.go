@@ -18,7 +18,7 @@ import (
 // The second request with the same key gets the first one's result, and the
 // charge happens once.
 func Example() {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	key := idempotency.Key{Tenant: "acme", ID: "order-42"}
 	fp := idempotency.NewFingerprint([]byte("POST /charges"), []byte(`{"amount":100}`))
 	charges := 0
@@ -39,7 +39,7 @@ func Example() {
 
 // A key reused for a different request is refused.
 func ExampleErrKeyReused() {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	key := idempotency.Key{ID: "k"}
 	ok := func(context.Context) (idempotency.Result, error) { return idempotency.Result{Status: 200}, nil }
 	store.Do(context.Background(), key, idempotency.NewFingerprint([]byte("amount=100")), ok)
@@ -52,14 +52,14 @@ func ExampleErrKeyReused() {
 // request's, the same for every attempt, and a retry resumes after the last
 // completed step.
 func ExampleLeased() {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, nil)
 	key := idempotency.Key{ID: "order-7"}
 	fail := true
 	work := func(ctx context.Context) (idempotency.Result, error) {
 		a, _ := idempotency.AttemptFrom(ctx)
 		err := a.Step(ctx, "charge", func(ctx context.Context) error {
-			fmt.Println("charging with provider key", a.DeriveKey("charge")[:12])
+			fmt.Println("charging with provider key", a.DeriveKey("charge"))
 			return nil
 		})
 		if err != nil {
@@ -80,7 +80,7 @@ func ExampleLeased() {
 	res, err := leased.Do(context.Background(), key, idempotency.Fingerprint{}, work)
 	fmt.Println("retry:", string(res.Body), err)
 	// Output:
-	// charging with provider key d2027e782297
+	// charging with provider key d64041b5-c46b-5ad7-a7a7-4a7ffbd88a58
 	// first attempt: carrier unavailable
 	// shipping
 	// retry: done <nil>
@@ -104,8 +104,8 @@ func authenticate(next http.Handler) http.Handler {
 // The middleware in front of a handler, behind the authentication: a retry
 // is replayed to its caller, another caller's request with the same key runs
 // on its own, and a request without a key is refused.
-func ExampleMiddleware() {
-	store, _ := idempotency.NewMemory(nil, nil)
+func ExampleNewMiddleware() {
+	store, _ := idempotency.NewMemory(nil)
 	orders := 0
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		orders++
@@ -113,7 +113,7 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "order %d for %s", orders, r.Context().Value(userKey{}))
 	})
-	idem, err := idempotency.Middleware(store, idempotency.MiddlewareConfig{
+	idem, err := idempotency.NewMiddleware(store, handler, &idempotency.MiddlewareConfig{
 		// Keys are scoped by the authenticated caller.
 		Tenant: func(r *http.Request) (string, error) {
 			user, ok := r.Context().Value(userKey{}).(string)
@@ -127,7 +127,7 @@ func ExampleMiddleware() {
 		fmt.Println(err)
 		return
 	}
-	srv := httptest.NewServer(authenticate(idem(handler)))
+	srv := httptest.NewServer(authenticate(idem))
 	defer srv.Close()
 	for _, call := range []struct{ token, key string }{{"t-alice", `"a1b2"`}, {"t-alice", `"a1b2"`}, {"t-bob", `"a1b2"`}, {"t-bob", ""}} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{}`))
@@ -149,12 +149,13 @@ func ExampleMiddleware() {
 
 // Transactional mode in the caller's transaction: the claim, the charge and
 // the stored result commit together, or not at all.
-func ExamplePostgres_DoTx() {
-	pool, _ := pgxpool.New(context.Background(), "postgres://localhost/app")
+func ExamplePostgres_WithDB() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, "postgres://localhost/app")
 	store, _ := idempotency.NewPostgres(pool, nil)
 	key := idempotency.Key{Tenant: "acme", ID: "order-42"}
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		res, err := store.DoTx(context.Background(), tx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err := store.WithDB(tx).Do(ctx, key, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
 			_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, 100)`, key.ID)
 			return idempotency.Result{Status: 201}, err
 		})

@@ -49,7 +49,13 @@ func count(t *testing.T, db *testdb.DB, sql string) int {
 	return n
 }
 
-func storedBody(t *testing.T, store idempotency.FencedStore, key idempotency.Key) string {
+// records is what the test executors below need of a store.
+type records interface {
+	Lookup(ctx context.Context, key idempotency.Key) (idempotency.Record, bool, error)
+	PutFenced(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, token int64, r idempotency.Result) error
+}
+
+func storedBody(t *testing.T, store records, key idempotency.Key) string {
 	t.Helper()
 	rec, found, err := store.Lookup(ctx, key)
 	if err != nil || !found || rec.State != idempotency.Done {
@@ -86,7 +92,7 @@ func callProvider(pool *pgxpool.Pool, idemKey, by string) error {
 // unguarded is check-then-act without a claim: look the key up, run, and
 // record unconditionally (every writer presents the same token, so the last
 // one wins). It is what the alternatives are measured against.
-type unguarded struct{ records idempotency.FencedStore }
+type unguarded struct{ records records }
 
 func (u unguarded) Do(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, fn func(context.Context) (idempotency.Result, error)) (idempotency.Result, error) {
 	if rec, found, err := u.records.Lookup(ctx, key); err != nil || (found && rec.State == idempotency.Done) {
@@ -132,12 +138,12 @@ type tokenKey struct{}
 // record write.
 type naiveLock struct {
 	locks   fencedlock.Store
-	records idempotency.FencedStore
+	records records
 	ttl     time.Duration
 }
 
 func (n naiveLock) Do(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, fn func(context.Context) (idempotency.Result, error)) (idempotency.Result, error) {
-	lease, err := n.locks.Acquire(ctx, idempotency.LockName(key), "naive", n.ttl)
+	lease, err := n.locks.Acquire(ctx, "idempotency/naive/"+idempotency.DeriveKey(key), "naive", n.ttl)
 	if errors.Is(err, fencedlock.ErrHeld) {
 		return idempotency.Result{}, &idempotency.InFlightError{Key: key, RetryAfter: time.Second}
 	}
@@ -177,7 +183,7 @@ func payer(in *bufio.Scanner, out io.Writer) error {
 	var s *idempotency.SupersededError
 	switch {
 	case errors.As(err, &s):
-		fmt.Fprintf(out, "result superseded %d\n", s.Current)
+		fmt.Fprintf(out, "result superseded %d\n", s.Required)
 	case errors.Is(err, fencedlock.ErrFenced):
 		fmt.Fprintln(out, "result fenced")
 	case err != nil:
@@ -205,7 +211,7 @@ func executor(mode string, store *idempotency.Postgres, pool *pgxpool.Pool) (ide
 	case "powertools":
 		return powertools{store, pool, ttl}, nil
 	case "fenced":
-		return idempotency.NewFenced(locks, store, &idempotency.FencedConfig{TTL: ttl})
+		return idempotency.NewFenced(locks, store, &idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: ttl}})
 	case "naive-lock":
 		return naiveLock{locks, store, ttl}, nil
 	}
@@ -319,7 +325,7 @@ func TestSlowFirstPausedProcess(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
 			db := paymentsDB(t)
-			store := newPostgres(t, db, &idempotency.Config{InFlightWait: 200 * time.Millisecond})
+			store := newPostgres(t, db, &idempotency.PostgresConfig{InFlightWait: 200 * time.Millisecond})
 			exec, err := executor(tc.mode, store, db.Pool)
 			if err != nil {
 				t.Fatal(err)
@@ -373,7 +379,7 @@ func TestCrashBetweenEffectAndRecord(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			db := paymentsDB(t)
-			store := newPostgres(t, db, &idempotency.Config{InFlightWait: 200 * time.Millisecond})
+			store := newPostgres(t, db, &idempotency.PostgresConfig{InFlightWait: 200 * time.Millisecond})
 			exec, _ := executor(mode, store, db.Pool)
 			key := idempotency.Key{ID: "crash-" + mode}
 			child := testproc.Start(t, "payer", "CHILD_DATABASE_URL="+db.URL, "CHILD_MODE="+mode, "CHILD_KEY="+key.ID)
@@ -424,7 +430,7 @@ func TestSlowFirstHook(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			c := &clock.Manual{}
-			store, _ := idempotency.NewMemory(c, &idempotency.Config{InFlightWait: 20 * time.Millisecond})
+			store, _ := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c, InFlightWait: 20 * time.Millisecond})
 			var exec idempotency.Executor
 			switch mode {
 			case "tx":
@@ -432,7 +438,7 @@ func TestSlowFirstHook(t *testing.T) {
 			case "leased":
 				exec, _ = idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Second})
 			case "fenced":
-				exec, _ = idempotency.NewFenced(memoryLocks(c), store, &idempotency.FencedConfig{TTL: time.Second})
+				exec, _ = idempotency.NewFenced(memoryLocks(c), store, &idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Second}})
 			case "unguarded":
 				exec = unguarded{store}
 			}

@@ -2,113 +2,149 @@ package idempotency
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
-// FencedConfig configures the fenced-lock twin. The zero value is valid.
+// FencedConfig configures the fenced-lock twin. A nil *FencedConfig means
+// the defaults.
 type FencedConfig struct {
-	// TTL is the lock's lease. Defaults to 30s.
-	TTL time.Duration
-	// Keepalive configures the renewal of the lock while the work runs.
-	// Defaults to the fencedlock.KeepaliveConfig defaults.
-	Keepalive *fencedlock.KeepaliveConfig
-	// Holder names this executor to the lock service. Defaults to a random
-	// name per Fenced.
-	Holder string
-	// RetryAfter is the retry hint when the lock is held. Defaults to 1s.
+	// LockerConfig configures the lock: Holder (a UUIDv7 per Fenced), TTL
+	// (10s), Wait, Keepalive, ReleaseTimeout (5s; it also bounds the record
+	// written after the work) and LockPrefix, which defaults here to
+	// "idempotency/".
+	fencedlock.LockerConfig
+	// InFlightWait bounds how long a duplicate waits for the lock of an
+	// execution in flight before it gets ErrInFlight, as in transactional
+	// mode; at least 1ms. Defaults to 2s.
+	InFlightWait time.Duration
+	// RetryAfter is the retry hint of the InFlightError. Defaults to 1s.
 	RetryAfter time.Duration
-	// WriteTimeout bounds each write after the work returns — the record,
-	// then the release — counted from the end of the work, however long it
-	// ran. Defaults to 5s.
-	WriteTimeout time.Duration
+}
+
+func (c *FencedConfig) withDefaults() FencedConfig {
+	var d FencedConfig
+	if c != nil {
+		d = *c
+	}
+	if d.LockPrefix == "" {
+		d.LockPrefix = "idempotency/"
+	}
+	if d.ReleaseTimeout == 0 {
+		d.ReleaseTimeout = 5 * time.Second
+	}
+	if d.InFlightWait == 0 {
+		d.InFlightWait = 2 * time.Second
+	}
+	if d.RetryAfter == 0 {
+		d.RetryAfter = time.Second
+	}
+	return d
+}
+
+func (c FencedConfig) validate() error {
+	switch {
+	case c.InFlightWait < time.Millisecond:
+		return fmt.Errorf("%w: InFlightWait %v must be ≥ 1ms", ErrInvalid, c.InFlightWait)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("%w: RetryAfter %v must not be negative", ErrInvalid, c.RetryAfter)
+	case c.ReleaseTimeout < 0:
+		return fmt.Errorf("%w: ReleaseTimeout %v must not be negative", ErrInvalid, c.ReleaseTimeout)
+	}
+	return nil
 }
 
 // Fenced is the fenced-lock twin of idempotency keys, for comparison: lock
-// the key (fencedlock), check whether it is done, execute, record the result
-// with a write fenced by the lock's token, release. It implements Executor
-// and is safe for concurrent use.
+// the key (a fencedlock.Locker), read the record with a fenced read (which
+// stamps it with the lock's token) and replay it if it is done, run the
+// work, store the result with a write fenced by the token, release. It
+// implements Executor. It is safe for concurrent use; the zero value is not
+// usable: call NewFenced.
 //
-// The lock only makes a duplicate wait or fail (efficiency); what keeps a
-// holder that paused past its lease from overwriting a newer holder's record
-// is the fenced write (PutFenced), which returns a *fencedlock.FencedError.
+// The lock only makes a duplicate wait (efficiency); what keeps a holder that
+// paused past its lease from storing its result after a newer holder read
+// the record is the fence, which answers it with a *fencedlock.FencedError.
 // The work itself runs twice in that case unless it, too, presents the token
 // (Attempt.Token) to its resource — the transactional mode has no such gap.
 type Fenced struct {
-	locks   fencedlock.Store
+	locker  *fencedlock.Locker
 	records FencedStore
 	cfg     FencedConfig
 }
 
 // NewFenced returns the twin on a lock service and a record store (a
-// *Memory or *Postgres). A nil cfg means defaults.
+// *Memory or *Postgres). A nil cfg means the defaults. A nil store or a bad
+// cfg give an error matching ErrInvalid (and fencedlock.ErrInvalid for the
+// LockerConfig). It does no I/O.
 func NewFenced(locks fencedlock.Store, records FencedStore, cfg *FencedConfig) (*Fenced, error) {
-	var c FencedConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
-	}
-	if c.Holder == "" {
-		var b [8]byte
-		rand.Read(b[:])
-		c.Holder = "idempotency-" + hex.EncodeToString(b[:])
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 5 * time.Second
-	}
 	if locks == nil || records == nil {
-		return nil, fmt.Errorf("%w: invalid config: nil lock or record store", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil lock or record store", ErrInvalid)
 	}
-	return &Fenced{locks: locks, records: records, cfg: c}, nil
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	locker, err := fencedlock.NewLocker(locks, &c.LockerConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return &Fenced{locker: locker, records: records, cfg: c}, nil
 }
 
-// LockName returns the fencedlock name under which the twin locks key.
-func LockName(key Key) string { return "idempotency/" + DeriveKey(key) }
+// LockName returns the full name of the lock under which the twin runs key:
+// LockPrefix and a name-based UUID of the key (DeriveKey), which fits in a
+// lock name whatever the key's length.
+func (f *Fenced) LockName(key Key) string { return f.cfg.LockPrefix + lockName(key) }
 
-// Do implements Executor with a fenced lock. fn's context carries an
-// *Attempt (AttemptFrom) whose Token is the lock's fencing token, and is
-// cancelled when the lease can no longer be trusted. A held lock gives an
-// *InFlightError; a stale recording gives an error matching
-// fencedlock.ErrFenced, and fn's result is not returned.
+func lockName(key Key) string { return DeriveKey(key, "lock") }
+
+// errWaitOver ends the wait for a busy lock after InFlightWait.
+var errWaitOver = errors.New("idempotency: waited InFlightWait for the lock")
+
+// Do implements Executor with a fenced lock. A duplicate waits for the lock
+// while the key's execution is in flight, for at most InFlightWait, and then
+// gets an *InFlightError. fn's context carries an *Attempt (AttemptFrom)
+// whose Token is the lock's fencing token, and is cancelled when the lease
+// can no longer be trusted. A holder whose token is no longer the record's
+// gets an error matching fencedlock.ErrFenced, and fn's result is not
+// returned. When fn fails or panics, the record's placeholder is removed, so
+// that a retry runs again.
 func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}
-	lease, err := f.locks.Acquire(ctx, LockName(key), f.cfg.Holder, f.cfg.TTL)
-	if errors.Is(err, fencedlock.ErrHeld) {
+	wait := startWait(ctx, f.cfg.InFlightWait)
+	defer wait.stop()
+	var res Result
+	err := f.locker.Do(wait.ctx, lockName(key), func(ctx context.Context, lease fencedlock.Lease) error {
+		if !wait.acquired() {
+			return errWaitOver // acquired as the wait ended: give it back
+		}
+		var err error
+		res, err = f.run(ctx, key, fp, lease, fn)
+		return err
+	})
+	switch {
+	case errors.Is(err, errWaitOver) && ctx.Err() == nil:
 		return Result{}, &InFlightError{Key: key, RetryAfter: f.cfg.RetryAfter}
+	case err != nil:
+		return Result{}, err
 	}
-	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: lock %s: %w", key, err)
-	}
-	k, err := fencedlock.Keep(ctx, f.locks, lease, f.cfg.Keepalive)
-	if err != nil {
-		return Result{}, errors.Join(err, f.locks.Release(context.WithoutCancel(ctx), lease))
-	}
-	defer func() {
-		wctx, wcancel := f.writeContext(ctx)
-		defer wcancel()
-		// A failed release (ErrNotHeld: the lease expired) needs nothing:
-		// the lease runs out on its own, and the fenced write decided the
-		// outcome.
-		_ = k.Release(wctx)
-	}()
+	return res, nil
+}
 
-	rec, found, err := f.records.Lookup(ctx, key)
+// run is Do's work under the lock.
+func (f *Fenced) run(ctx context.Context, key Key, fp Fingerprint, lease fencedlock.Lease, fn func(ctx context.Context) (Result, error)) (Result, error) {
+	rec, err := f.records.ReadFenced(ctx, key, fp, lease.Token)
 	if err != nil {
 		return Result{}, err
 	}
-	if found {
+	if rec.State != Running {
 		res, err := classify(rec, fp, f.cfg.RetryAfter)
 		if err != nil {
 			return Result{}, err
@@ -116,13 +152,28 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return *res, nil
 	}
 	a := &Attempt{lease: Lease{Key: key, Token: lease.Token, TTL: lease.TTL, Expires: lease.Expires}}
-	res, err := fn(context.WithValue(k.Context(), attemptKey{}, a))
+	returned := false
+	defer func() {
+		if !returned { // fn panicked: leave no placeholder behind
+			wctx, cancel := f.writeContext(ctx)
+			defer cancel()
+			_ = f.records.DropFenced(wctx, key, lease.Token)
+		}
+	}()
+	res, err := fn(context.WithValue(ctx, attemptKey{}, a))
+	returned = true
+	// A stalled process does not notice that its lease's context was
+	// cancelled meanwhile: only the fence decides the writes below.
+	wctx, cancel := f.writeContext(ctx)
+	defer cancel()
 	if err != nil {
+		if derr := f.records.DropFenced(wctx, key, lease.Token); derr != nil && !errors.Is(derr, fencedlock.ErrFenced) {
+			return Result{}, errors.Join(err, derr)
+		}
 		return Result{}, err
 	}
 	res.Replayed = false
-	wctx, wcancel := f.writeContext(ctx)
-	defer wcancel()
+	failpoint.Inject(ctx, "idempotency.fenced.before-write")
 	if err := f.records.PutFenced(wctx, key, fp, lease.Token, res); err != nil {
 		return Result{}, err
 	}
@@ -130,7 +181,42 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 }
 
 // writeContext is the context of a write after the work: it survives the
-// end of ctx, and its WriteTimeout starts now, not when the work started.
+// end of ctx (the lease's), and its ReleaseTimeout starts now.
 func (f *Fenced) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), f.cfg.WriteTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReleaseTimeout)
+}
+
+// boundedWait is the context of Locker.Do that ends the wait for the lock
+// after a while, but not the work once the lock is held.
+type boundedWait struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	state  atomic.Int32 // waiting, then acquired or over
+}
+
+const (
+	waiting int32 = iota
+	acquired
+	over
+)
+
+func startWait(ctx context.Context, d time.Duration) *boundedWait {
+	w := &boundedWait{}
+	w.ctx, w.cancel = context.WithCancelCause(ctx)
+	w.timer = time.AfterFunc(d, func() {
+		if w.state.CompareAndSwap(waiting, over) {
+			w.cancel(errWaitOver)
+		}
+	})
+	return w
+}
+
+// acquired reports whether the lock came before the wait was over; from
+// then on, the timer no longer ends the context.
+func (w *boundedWait) acquired() bool { return w.state.CompareAndSwap(waiting, acquired) }
+
+func (w *boundedWait) stop() {
+	w.timer.Stop()
+	w.cancel(nil)
 }

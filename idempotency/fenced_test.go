@@ -42,15 +42,15 @@ func (l recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) err
 	return l.Memory.Release(ctx, lease)
 }
 
-// WriteTimeout bounds the writes after the work: its clock starts when the
-// work returns, so a long work does not eat into it.
-func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
+// ReleaseTimeout bounds the writes after the work: its clock starts when
+// the work returns, so a long work does not eat into it.
+func TestFencedReleaseTimeoutStartsAfterTheWork(t *testing.T) {
 	t.Parallel()
 	const writeTimeout = time.Hour
 	d := &deadlines{}
-	mem, _ := idempotency.NewMemory(nil, nil)
+	mem, _ := idempotency.NewMemory(nil)
 	f, err := idempotency.NewFenced(recordingLocks{memoryLocks(nil), d}, recordingRecords{mem, d},
-		&idempotency.FencedConfig{TTL: time.Minute, WriteTimeout: writeTimeout})
+		&idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Minute, ReleaseTimeout: writeTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestFencedWriteTimeoutStartsAfterTheWork(t *testing.T) {
 		t.Fatalf("the writes had no deadline (record %v, release %v)", d.putOK, d.releaseOK)
 	}
 	if limit := workEnd.Add(writeTimeout); d.put.Before(limit) || d.release.Before(limit) {
-		t.Fatalf("the write deadlines (record %v, release %v) were set before the work ended (%v earlier than its end + WriteTimeout)",
+		t.Fatalf("the write deadlines (record %v, release %v) were set before the work ended (%v earlier than its end + ReleaseTimeout)",
 			d.put, d.release, limit.Sub(d.put))
 	}
 }

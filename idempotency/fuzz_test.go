@@ -147,16 +147,16 @@ type fuzzRun struct {
 }
 
 func newFuzzRun(t *testing.T, key string, twoKeys bool, choice uint8) *fuzzRun {
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	h := &fuzzHandler{}
-	mw, err := idempotency.Middleware(store, idempotency.MiddlewareConfig{
+	mw, err := idempotency.NewMiddleware(store, h, &idempotency.MiddlewareConfig{
 		Tenant:         func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
 		MaxRequestBody: fuzzMaxBody,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fuzzRun{t: t, srv: mw(h), h: h, key: key, twoKeys: twoKeys,
+	return &fuzzRun{t: t, srv: mw, h: h, key: key, twoKeys: twoKeys,
 		status: fuzzStatuses[int(choice&0x7f)%len(fuzzStatuses)], hints: choice&0x80 != 0}
 }
 

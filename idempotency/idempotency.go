@@ -2,15 +2,15 @@
 // request carries a key, the first execution stores its result under that
 // key, and every retry gets the stored result instead of running again.
 //
-// Guarantee, transactional mode ([Postgres.DoTx], [Postgres.Do],
-// [Memory.Do]): the key is claimed inside the transaction that does the
-// work (INSERT … ON CONFLICT DO NOTHING, then read). The open transaction is
-// the lease: it cannot expire while the work runs, and if it fails —
-// an error, a crash, a lost connection — it rolls back the claim with the
-// work, so a retry runs again. A duplicate that arrives meanwhile waits on
-// the unique index for at most [Config.InFlightWait] and then gets
-// [ErrInFlight] (HTTP 409); once the first commits, duplicates get its result
-// with [Result.Replayed] set. Each key's work therefore commits exactly once.
+// Guarantee, transactional mode ([Postgres.Do], [Memory.Do]): the key is
+// claimed inside the transaction that does the work — a transaction of its
+// own, or the caller's (store.WithDB(tx).Do). The open transaction is the
+// lease: it cannot expire while the work runs, and if it fails — an error, a
+// crash, a lost connection — it rolls back the claim with the work, so a
+// retry runs again. A duplicate that arrives meanwhile waits for at most
+// [PostgresConfig.InFlightWait] and then gets [ErrInFlight] (HTTP 409); once
+// the first commits, duplicates get its result with [Result.Replayed] set.
+// Each key's work therefore commits exactly once.
 //
 // Guarantee, leased mode ([Leased], for effects outside the database such as
 // a call to a payment provider): an attempt holds an in-progress record with
@@ -25,15 +25,15 @@
 // twice — a paused attempt may wake after its lease and call the provider
 // anyway. Only the provider can drop the second call; pass it
 // [Attempt.DeriveKey] as its own idempotency key. Keys are remembered for
-// [Config.Retention], then as tombstones for [Config.TombstoneRetention]; a
+// the store's Retention, then as tombstones for its TombstoneRetention; a
 // retry later than that runs again. A key reused with another payload is
 // refused ([ErrKeyReused]) only as far as the fingerprint covers the
 // payload. The two modes must not share keys.
 //
 // [Middleware] puts either mode in front of a net/http handler, following
 // the IETF draft "The Idempotency-Key HTTP Header Field", with each key
-// scoped by the authenticated caller ([MiddlewareConfig.Tenant]). [Fenced] is the
-// same operation done with a fenced lock (package fencedlock), for
+// scoped by the authenticated caller ([MiddlewareConfig.Tenant]). [Fenced] is
+// the same operation done with a fenced lock (package fencedlock), for
 // comparison.
 package idempotency
 
@@ -48,8 +48,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
-	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // MaxKeyLen is the longest key ID or tenant, in bytes.
@@ -70,7 +72,8 @@ var (
 	// Nothing was written.
 	ErrSuperseded = errors.New("idempotency: attempt superseded")
 	// ErrLeaseLost is the cause with which a leased attempt's context is
-	// cancelled when its lease expired or could not be renewed in time.
+	// cancelled when its lease expired, could not be renewed in time, or was
+	// renewed as often as Keepalive.MaxRenewals allows.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 	// ErrRecoveryPointNotReached reports a leased attempt that resumed
 	// after a recovery point none of its steps has (a renamed step, a
@@ -86,7 +89,7 @@ var (
 type InFlightError struct {
 	Key Key
 	// RetryAfter is a hint for when to try again: the rest of the holder's
-	// lease in leased mode, Config.RetryAfter otherwise.
+	// lease in leased mode, the store's RetryAfter otherwise.
 	RetryAfter time.Duration
 }
 
@@ -97,16 +100,18 @@ func (e *InFlightError) Error() string {
 // Is reports whether target is ErrInFlight.
 func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
 
-// SupersededError is a leased attempt's write refused because its token is no
-// longer the record's.
+// SupersededError is a leased attempt's write refused because its token is
+// no longer the record's.
 type SupersededError struct {
 	Key       Key
 	Presented int64 // the attempt's token
-	Current   int64 // the record's token; 0 when the record is gone
+	// Required is the record's token, the only one it still accepts; 0 when
+	// the record is gone.
+	Required int64
 }
 
 func (e *SupersededError) Error() string {
-	return fmt.Sprintf("idempotency: attempt %d of %s superseded (current token %d)", e.Presented, e.Key, e.Current)
+	return fmt.Sprintf("idempotency: attempt %d of %s superseded (record token %d)", e.Presented, e.Key, e.Required)
 }
 
 // Is reports whether target is ErrSuperseded.
@@ -161,12 +166,7 @@ type Fingerprint [sha256.Size]byte
 // length-prefixed so that ("ab", "c") and ("a", "bc") differ.
 func NewFingerprint(parts ...[]byte) Fingerprint {
 	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
+	h.Write(lengthPrefixed(parts...))
 	var f Fingerprint
 	h.Sum(f[:0])
 	return f
@@ -174,17 +174,42 @@ func NewFingerprint(parts ...[]byte) Fingerprint {
 
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 
+// lengthPrefixed encodes parts unambiguously: each is preceded by its length
+// as 8 big-endian bytes.
+func lengthPrefixed(parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += 8 + len(p)
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// keyNamespace is the namespace of the UUIDs DeriveKey makes. It is fixed
+// forever: changing it would change every derived key, and a provider would
+// charge a retry that spans the change a second time.
+var keyNamespace = uuid.MustParse("9e34ae4d-92e5-4070-b111-0f619f71a548")
+
 // DeriveKey returns a key for a downstream call made on behalf of key, the
 // same for every attempt of key (it does not depend on the attempt's token),
 // so that the downstream service deduplicates a repeated call. parts name
-// the call when one request makes several ("charge", "refund"). The result is
-// 64 hexadecimal characters.
+// the call when one request makes several ("charge", "refund").
+//
+// The result is a name-based UUID, version 5 (RFC 9562), in a namespace of
+// lockfree's own, over an unambiguous length-prefixed encoding of the
+// tenant, the key's ID and parts: 36 characters, which every provider
+// accepts (Stripe takes any string of up to 255 characters; some APIs
+// require a UUID), and which reveal nothing of the key.
 func DeriveKey(key Key, parts ...string) string {
-	b := [][]byte{[]byte("lockfree/idempotency"), []byte(key.Tenant), []byte(key.ID)}
+	b := [][]byte{[]byte(key.Tenant), []byte(key.ID)}
 	for _, p := range parts {
 		b = append(b, []byte(p))
 	}
-	return NewFingerprint(b...).String()
+	return uuid.NewSHA1(keyNamespace, lengthPrefixed(b...)).String()
 }
 
 // Result is what an execution answers and what a retry replays. For HTTP it
@@ -200,6 +225,9 @@ type Result struct {
 	// It is set by the store, not stored.
 	Replayed bool
 }
+
+// empty reports a result with nothing to store.
+func (r Result) empty() bool { return r.Status == 0 && len(r.Header) == 0 && len(r.Body) == 0 }
 
 // State is where a key's record is in its life.
 type State int
@@ -305,68 +333,23 @@ type LeaseStore interface {
 	Release(ctx context.Context, l Lease) error
 }
 
-// FencedStore is the record store of the fenced-lock twin ([Fenced]).
-// *Memory and *Postgres implement it.
+// FencedStore is the record store of the fenced-lock twin ([Fenced]): every
+// write carries the lock's fencing token, and the record refuses a token
+// lower than the highest it has seen, with a *fencedlock.FencedError.
+// *Memory and *Postgres implement it; implementations are safe for
+// concurrent use.
 type FencedStore interface {
-	// Lookup returns key's record; found is false when there is none.
-	Lookup(ctx context.Context, key Key) (rec Record, found bool, err error)
+	// ReadFenced raises key's record token to token and returns the record
+	// (its State is Running while no result is stored: a new key gets a
+	// placeholder, so that no older holder can store a result afterwards).
+	// It refuses a token lower than the record's.
+	ReadFenced(ctx context.Context, key Key, fp Fingerprint, token int64) (Record, error)
 	// PutFenced stores r as key's result, written by the lock tenure with
-	// fencing token token, unless the record was written by a higher
-	// token: then it writes nothing and returns a *fencedlock.FencedError.
+	// fencing token token, unless the record has seen a higher token.
 	PutFenced(ctx context.Context, key Key, fp Fingerprint, token int64, r Result) error
-}
-
-// Config configures a Memory or Postgres store. The zero value is valid.
-type Config struct {
-	// Tables says where the Postgres backend's tables live. Defaults to
-	// the connection's search_path and the prefix "lockfree_". Ignored by
-	// Memory.
-	Tables migrate.Names
-	// Retention is how long a key is remembered and its result replayed,
-	// counted from its completion. Defaults to 24h.
-	Retention time.Duration
-	// TombstoneRetention is how long a purged key stays spent after its
-	// retention ended, so that a late retry gets ErrExpired rather than a
-	// second execution. Set it longer than any client retries. Defaults to
-	// 7 days.
-	TombstoneRetention time.Duration
-	// InFlightWait bounds how long a duplicate waits for a concurrent
-	// execution of the same key in transactional mode before it gets
-	// ErrInFlight. Defaults to 2s.
-	InFlightWait time.Duration
-	// RetryAfter is the retry hint of the InFlightError of transactional
-	// mode. Defaults to 1s.
-	RetryAfter time.Duration
-}
-
-func (c Config) withDefaults() (Config, error) {
-	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
-	}
-	if c.TombstoneRetention == 0 {
-		c.TombstoneRetention = 7 * 24 * time.Hour
-	}
-	if c.InFlightWait == 0 {
-		c.InFlightWait = 2 * time.Second
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	switch {
-	case c.Retention < time.Millisecond:
-		return c, fmt.Errorf("%w: invalid config: Retention %v below 1ms", ErrInvalid, c.Retention)
-	case c.TombstoneRetention < 0:
-		return c, fmt.Errorf("%w: invalid config: negative TombstoneRetention", ErrInvalid)
-	case c.InFlightWait < time.Millisecond:
-		// lock_timeout = 0 would mean "wait forever".
-		return c, fmt.Errorf("%w: invalid config: InFlightWait %v below 1ms", ErrInvalid, c.InFlightWait)
-	case c.RetryAfter < 0:
-		return c, fmt.Errorf("%w: invalid config: negative RetryAfter", ErrInvalid)
-	}
-	if err := c.Tables.Validate(); err != nil {
-		return c, fmt.Errorf("%w: invalid config: %w", ErrInvalid, err)
-	}
-	return c, nil
+	// DropFenced deletes key's placeholder left by ReadFenced, after the
+	// work failed, if token is still the record's; a stored result stays.
+	DropFenced(ctx context.Context, key Key, token int64) error
 }
 
 // Lease limits.
@@ -376,6 +359,43 @@ const (
 	// MaxTTL is the longest lease.
 	MaxTTL = 24 * time.Hour
 )
+
+// keeping is what both stores' configs say of their records: how long they
+// are kept, and how a duplicate waits for an execution in flight.
+type keeping struct {
+	Retention, TombstoneRetention, InFlightWait, RetryAfter time.Duration
+}
+
+func (k keeping) withDefaults() keeping {
+	if k.Retention == 0 {
+		k.Retention = 24 * time.Hour
+	}
+	if k.TombstoneRetention == 0 {
+		k.TombstoneRetention = 7 * 24 * time.Hour
+	}
+	if k.InFlightWait == 0 {
+		k.InFlightWait = 2 * time.Second
+	}
+	if k.RetryAfter == 0 {
+		k.RetryAfter = time.Second
+	}
+	return k
+}
+
+func (k keeping) validate() error {
+	switch {
+	case k.Retention < time.Millisecond:
+		return fmt.Errorf("%w: Retention %v must be ≥ 1ms", ErrInvalid, k.Retention)
+	case k.TombstoneRetention < 0:
+		return fmt.Errorf("%w: TombstoneRetention %v must not be negative", ErrInvalid, k.TombstoneRetention)
+	case k.InFlightWait < time.Millisecond:
+		// lock_timeout = 0 would mean "wait forever".
+		return fmt.Errorf("%w: InFlightWait %v must be ≥ 1ms", ErrInvalid, k.InFlightWait)
+	case k.RetryAfter < 0:
+		return fmt.Errorf("%w: RetryAfter %v must not be negative", ErrInvalid, k.RetryAfter)
+	}
+	return nil
+}
 
 func validClaim(key Key, ttl time.Duration) error {
 	if err := key.Validate(); err != nil {
@@ -397,6 +417,16 @@ func validLease(l Lease) error {
 	return nil
 }
 
+func validToken(key Key, token int64) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: fencing token %d must be positive", ErrInvalid, token)
+	}
+	return nil
+}
+
 func validStep(step string) error {
 	if step == "" || len(step) > MaxKeyLen || !utf8.ValidString(step) {
 		return fmt.Errorf("%w: recovery point must be 1 to %d bytes of UTF-8", ErrInvalid, MaxKeyLen)
@@ -411,8 +441,11 @@ func classify(rec Record, fp Fingerprint, retryAfter time.Duration) (*Result, er
 	if rec.Token > 0 {
 		retryAfter = leaseRetryAfter(rec.leaseLeft)
 	}
+	if rec.State == Expired && failpoint.Mutant("idempotency.expired") {
+		rec.State = Done // replays what is left of a spent key
+	}
 	switch {
-	case rec.Fingerprint != fp:
+	case rec.Fingerprint != fp && !failpoint.Mutant("idempotency.fingerprint"):
 		return nil, fmt.Errorf("%w: %s", ErrKeyReused, rec.Key)
 	case rec.State == Expired:
 		return nil, fmt.Errorf("%w: %s", ErrExpired, rec.Key)

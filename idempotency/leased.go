@@ -7,63 +7,78 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/renew"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
-// LeasedConfig configures a Leased executor. The zero value is valid; a
-// negative duration is an error.
+// LeasedConfig configures a Leased executor. A nil *LeasedConfig means the
+// defaults.
 type LeasedConfig struct {
 	// TTL is the lease of each attempt, between MinTTL and MaxTTL. Defaults
 	// to 30s.
 	TTL time.Duration
-	// RenewInterval is the time between renewals; it must be shorter than
-	// TTL - Margin, or no renewal would come before the attempt gives up.
-	// Defaults to TTL/3, or half of TTL - Margin when that is shorter.
-	RenewInterval time.Duration
-	// Margin is how long before the lease ends — measured on the local
-	// monotonic clock from the moment the granting request was sent — the
-	// attempt's context is cancelled if no renewal succeeded, so that the
-	// work hears of it before the store can let a retry take over. It must
-	// be shorter than TTL. Defaults to TTL/5.
-	Margin time.Duration
-	// WriteTimeout bounds the completion or release after the work returns
-	// (they run even when the caller's context has ended). Defaults to 5s.
-	WriteTimeout time.Duration
+	// Keepalive configures the renewal of the lease while the work runs:
+	// the interval, the margin before the lease's end at which the work's
+	// context is cancelled without a renewal, and how often a lease may be
+	// renewed before that happens anyway. Defaults to the
+	// fencedlock.KeepaliveConfig defaults (Interval TTL/3, Margin TTL/5, at
+	// most 100 renewals).
+	Keepalive *fencedlock.KeepaliveConfig
+	// ReleaseTimeout bounds the completion or release after the work
+	// returns; they run even when the caller's context has ended, and the
+	// bound starts when the work returns. Defaults to 5s.
+	ReleaseTimeout time.Duration
 }
 
-func (c LeasedConfig) withDefaults() (LeasedConfig, error) {
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
+// DefaultLeasedTTL is a leased attempt's lease when LeasedConfig.TTL is zero.
+const DefaultLeasedTTL = 30 * time.Second
+
+func (c *LeasedConfig) withDefaults() LeasedConfig {
+	var d LeasedConfig
+	if c != nil {
+		d = *c
 	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL / 5
+	if d.TTL == 0 {
+		d.TTL = DefaultLeasedTTL
 	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = min(c.TTL/3, (c.TTL-c.Margin)/2)
+	if d.ReleaseTimeout == 0 {
+		d.ReleaseTimeout = 5 * time.Second
 	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 5 * time.Second
+	return d
+}
+
+func (c LeasedConfig) validate() error {
+	if c.TTL < MinTTL || c.TTL > MaxTTL {
+		return fmt.Errorf("%w: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
 	}
-	switch {
-	case c.TTL < MinTTL || c.TTL > MaxTTL:
-		return c, fmt.Errorf("%w: invalid config: TTL %v outside [%v, %v]", ErrInvalid, c.TTL, MinTTL, MaxTTL)
-	case c.Margin < 0 || c.Margin >= c.TTL:
-		return c, fmt.Errorf("%w: invalid config: Margin %v outside [0, TTL %v)", ErrInvalid, c.Margin, c.TTL)
-	case c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.Margin:
-		// The attempt gives up at TTL - Margin: a first renewal due then or
-		// later never comes, and every lease would run out under the work.
-		return c, fmt.Errorf("%w: invalid config: RenewInterval %v not within (0, TTL - Margin = %v)", ErrInvalid, c.RenewInterval, c.TTL-c.Margin)
-	case c.WriteTimeout < 0:
-		return c, fmt.Errorf("%w: invalid config: negative WriteTimeout", ErrInvalid)
+	if c.ReleaseTimeout < 0 {
+		return fmt.Errorf("%w: ReleaseTimeout %v must not be negative", ErrInvalid, c.ReleaseTimeout)
 	}
-	return c, nil
+	if err := c.Keepalive.WithDefaults(c.TTL).Validate(c.TTL); err != nil {
+		// A renewal interval that reaches the margin would never renew in
+		// time, and every lease would run out under the work.
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// schedule is the renewal loop of every attempt.
+func (c LeasedConfig) schedule() renew.Config {
+	k := c.Keepalive.WithDefaults(c.TTL)
+	return renew.Config{TTL: c.TTL, Interval: k.Interval, Margin: k.Margin, MaxRenewals: k.MaxRenewals,
+		Expiring:  fmt.Errorf("%w: not renewed within its safety margin", ErrLeaseLost),
+		Exhausted: fmt.Errorf("%w: renewed %d times, as often as Keepalive.MaxRenewals allows", ErrLeaseLost, k.MaxRenewals)}
 }
 
 // Leased runs work whose effect lies outside the database — a call to a
 // payment provider — at most once per key as far as the store can tell: it
 // claims the key with a lease and a fencing token, renews the lease while
-// the work runs, and stores the result with a compare-and-set on the token.
-// It implements Executor. It is safe for concurrent use.
+// the work runs (with lockfree's one renewal loop, as fencedlock's
+// keepalive does), and stores the result with a compare-and-set on the
+// token. It implements Executor. It is safe for concurrent use; the zero
+// value is not usable: call NewLeased.
 //
 // A Leased attempt whose lease is lost (a pause, a partition) has its
 // context cancelled with a cause matching ErrLeaseLost; once a retry has
@@ -72,24 +87,23 @@ func (c LeasedConfig) withDefaults() (LeasedConfig, error) {
 // Whether the external effect itself ran twice is up to the downstream
 // service: give it Attempt.DeriveKey.
 type Leased struct {
-	store LeaseStore
-	cfg   LeasedConfig
+	store    LeaseStore
+	cfg      LeasedConfig
+	schedule renew.Config
 }
 
-// NewLeased returns a Leased executor on store. A nil cfg means defaults.
+// NewLeased returns a Leased executor on store. A nil cfg means the
+// defaults. A nil store or a bad cfg (a TTL outside [MinTTL, MaxTTL], a
+// Keepalive that cannot keep the lease) give an error matching ErrInvalid.
 func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
-	var c LeasedConfig
-	if cfg != nil {
-		c = *cfg
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil LeaseStore", ErrInvalid)
 	}
-	c, err := c.withDefaults()
-	if err != nil {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	if store == nil {
-		return nil, fmt.Errorf("%w: invalid config: nil LeaseStore", ErrInvalid)
-	}
-	return &Leased{store: store, cfg: c}, nil
+	return &Leased{store: store, cfg: c, schedule: c.schedule()}, nil
 }
 
 var errStopped = errors.New("idempotency: attempt finished")
@@ -114,10 +128,7 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return *replay, nil
 	}
 	a := &Attempt{store: l.store, lease: lease, skipping: lease.RecoveryPoint != ""}
-	actx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go a.keep(actx, cancel, l.cfg, done)
-	stop := func() { cancel(errStopped); <-done }
+	loop := renew.Start(ctx, l.schedule, lease.sent, a.renew)
 	returned := false
 	defer func() {
 		if returned {
@@ -126,38 +137,37 @@ func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		// fn panicked (or called runtime.Goexit): stop the renewals and
 		// give the key up as a failed attempt does, so that a retry need
 		// not wait for the lease to run out. The panic goes on.
-		stop()
-		wctx, wcancel := l.writeContext(ctx)
-		defer wcancel()
+		loop.Stop(errStopped)
+		wctx, cancel := l.writeContext(ctx)
+		defer cancel()
 		_ = l.store.Release(wctx, a.Lease()) // if it fails, the lease runs out
 	}()
-	res, ferr := fn(context.WithValue(actx, attemptKey{}, a))
+	res, ferr := fn(context.WithValue(loop.Context(), attemptKey{}, a))
 	returned = true
-	stop()
+	loop.Stop(errStopped)
 	if ferr == nil {
 		ferr = a.unreached()
 	}
-
-	wctx, wcancel := l.writeContext(ctx)
-	defer wcancel()
-	final := a.Lease()
+	wctx, cancel := l.writeContext(ctx)
+	defer cancel()
 	if ferr != nil {
-		if rerr := l.store.Release(wctx, final); rerr != nil {
+		if rerr := l.store.Release(wctx, a.Lease()); rerr != nil {
 			return Result{}, errors.Join(ferr, rerr)
 		}
 		return Result{}, ferr
 	}
 	res.Replayed = false
-	if err := l.store.Complete(wctx, final, res); err != nil {
+	failpoint.Inject(ctx, "idempotency.leased.before-write")
+	if err := l.store.Complete(wctx, a.Lease(), res); err != nil {
 		return Result{}, err
 	}
 	return res, nil
 }
 
 // writeContext is the context of a write after the work: it survives the
-// end of ctx, and its WriteTimeout starts now.
+// end of ctx, and its ReleaseTimeout starts now.
 func (l *Leased) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ReleaseTimeout)
 }
 
 type attemptKey struct{}
@@ -170,7 +180,8 @@ func AttemptFrom(ctx context.Context) (*Attempt, bool) {
 }
 
 // Attempt is one execution of a key in leased mode (or under the fenced
-// twin's lock). Its methods are safe for concurrent use.
+// twin's lock). Its methods are safe for concurrent use. Leased.Do and
+// Fenced.Do make it; the zero value is not usable.
 type Attempt struct {
 	store LeaseStore // nil under the fenced twin
 
@@ -178,6 +189,25 @@ type Attempt struct {
 	lease    Lease
 	skipping bool // Step is still passing steps done by earlier attempts
 	skipped  bool // Step skipped at least one step
+}
+
+// renew renews the attempt's lease once, for its renewal loop: a lease that
+// expired or was taken over is lost for good.
+func (a *Attempt) renew(ctx context.Context) error {
+	renewed, err := a.store.Renew(ctx, a.Lease())
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		return renew.Lost(err)
+	case errors.Is(err, ErrSuperseded):
+		return renew.Lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+	case err != nil:
+		return err
+	}
+	a.mu.Lock()
+	renewed.RecoveryPoint = a.lease.RecoveryPoint
+	a.lease = renewed
+	a.mu.Unlock()
+	return nil
 }
 
 // unreached returns an error matching ErrRecoveryPointNotReached when the
@@ -263,66 +293,4 @@ func (a *Attempt) Step(ctx context.Context, name string, fn func(ctx context.Con
 		return nil
 	}
 	return a.Checkpoint(ctx, name)
-}
-
-// keep renews the attempt's lease until ctx ends, and cancels ctx with a
-// cause matching ErrLeaseLost when the lease is lost or about to run out.
-func (a *Attempt) keep(ctx context.Context, cancel context.CancelCauseFunc, cfg LeasedConfig, done chan struct{}) {
-	defer close(done)
-	for {
-		lease := a.Lease()
-		deadline := lease.sent.Add(lease.TTL - cfg.Margin)
-		next := time.Now().Add(cfg.RenewInterval)
-		if next.After(deadline) {
-			next = deadline
-		}
-		if !sleepUntil(ctx, next) {
-			return
-		}
-		for {
-			if !time.Now().Before(deadline) {
-				cancel(fmt.Errorf("%w: not renewed within its safety margin", ErrLeaseLost))
-				return
-			}
-			rctx, rcancel := context.WithDeadline(ctx, deadline)
-			renewed, err := a.store.Renew(rctx, lease)
-			rcancel()
-			if err == nil {
-				a.mu.Lock()
-				renewed.RecoveryPoint = a.lease.RecoveryPoint
-				a.lease = renewed
-				a.mu.Unlock()
-				break
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				cancel(err)
-				return
-			}
-			if errors.Is(err, ErrSuperseded) {
-				cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			retry := time.Now().Add(cfg.RenewInterval / 4)
-			if retry.After(deadline) {
-				retry = deadline
-			}
-			if !sleepUntil(ctx, retry) {
-				return
-			}
-		}
-	}
-}
-
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 )
 
@@ -13,23 +14,28 @@ import (
 // renew in time: NewLeased refuses it, and other impossible settings.
 func TestNewLeasedRejectsUnsafeTimings(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	const ttl = 10 * time.Second
+	keep := func(margin, interval time.Duration) *fencedlock.KeepaliveConfig {
+		return &fencedlock.KeepaliveConfig{Margin: margin, Interval: interval}
+	}
 	for _, tc := range []struct {
 		name string
 		cfg  idempotency.LeasedConfig
 		ok   bool
 	}{
 		{"defaults", idempotency.LeasedConfig{}, true},
-		{"renew before the margin", idempotency.LeasedConfig{TTL: ttl, Margin: 2 * time.Second, RenewInterval: 7 * time.Second}, true},
-		{"wide margin, default renewal", idempotency.LeasedConfig{TTL: ttl, Margin: 9 * time.Second}, true},
-		{"renew at TTL - margin", idempotency.LeasedConfig{TTL: ttl, Margin: 2 * time.Second, RenewInterval: 8 * time.Second}, false},
-		{"renew at TTL", idempotency.LeasedConfig{TTL: ttl, RenewInterval: ttl}, false},
-		{"renew past TTL - default margin", idempotency.LeasedConfig{TTL: ttl, RenewInterval: 9 * time.Second}, false},
-		{"negative renewal", idempotency.LeasedConfig{TTL: ttl, RenewInterval: -time.Second}, false},
-		{"margin of the whole TTL", idempotency.LeasedConfig{TTL: ttl, Margin: ttl}, false},
-		{"negative margin", idempotency.LeasedConfig{TTL: ttl, Margin: -time.Second}, false},
-		{"negative write timeout", idempotency.LeasedConfig{WriteTimeout: -time.Second}, false},
+		{"renew before the margin", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(2*time.Second, 7*time.Second)}, true},
+		{"wide margin, renewal within it", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(9*time.Second, 500*time.Millisecond)}, true},
+		{"wide margin, default renewal (TTL/3) past it", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(9*time.Second, 0)}, false},
+		{"renew at TTL - margin", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(2*time.Second, 8*time.Second)}, false},
+		{"renew at TTL", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(0, ttl)}, false},
+		{"renew past TTL - default margin", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(0, 9*time.Second)}, false},
+		{"negative renewal", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(0, -time.Second)}, false},
+		{"margin of the whole TTL", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(ttl, 0)}, false},
+		{"negative margin", idempotency.LeasedConfig{TTL: ttl, Keepalive: keep(-time.Second, 0)}, false},
+		{"negative release timeout", idempotency.LeasedConfig{ReleaseTimeout: -time.Second}, false},
+		{"TTL over MaxTTL", idempotency.LeasedConfig{TTL: idempotency.MaxTTL + 1}, false},
 	} {
 		_, err := idempotency.NewLeased(store, &tc.cfg)
 		if tc.ok && err != nil || !tc.ok && !errors.Is(err, idempotency.ErrInvalid) {
@@ -43,7 +49,7 @@ func TestNewLeasedRejectsUnsafeTimings(t *testing.T) {
 // nothing, and keeps the recovery point for an operator to see.
 func TestLeasedUnreachedRecoveryPointFails(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, err := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +96,7 @@ func TestLeasedUnreachedRecoveryPointFails(t *testing.T) {
 // Step, is not mistaken for an attempt stuck skipping.
 func TestLeasedCheckpointWithoutSteps(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Minute})
 	key := idempotency.Key{ID: "manual"}
 	down := errors.New("down")
@@ -120,7 +126,7 @@ func TestLeasedCheckpointWithoutSteps(t *testing.T) {
 // the retry runs at once instead of waiting out the lease.
 func TestLeasedPanicReleasesTheKey(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Hour})
 	key := idempotency.Key{ID: "panics"}
 	func() {

@@ -7,27 +7,59 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
-// Clock tells the time. Memory takes one so that tests can move time
-// forward instead of sleeping; time.Now is the default.
-type Clock interface {
-	Now() time.Time
+// MemoryConfig configures a Memory store. A nil *MemoryConfig means the
+// defaults.
+type MemoryConfig struct {
+	// Clock decides expiry; tests pass a *clock.Manual and move it instead
+	// of sleeping. Leases are still timed locally on the monotonic clock,
+	// and the bounded wait of Do on real time. Defaults to clock.System().
+	Clock clock.Clock
+	// Retention is how long a key is remembered and its result replayed,
+	// counted from its completion; at least 1ms. Defaults to 24h.
+	Retention time.Duration
+	// TombstoneRetention is how long a purged key stays spent after its
+	// retention ended. Defaults to 7 days.
+	TombstoneRetention time.Duration
+	// InFlightWait bounds how long a duplicate of an execution in flight
+	// waits for it in Do before it gets ErrInFlight; at least 1ms. Defaults
+	// to 2s.
+	InFlightWait time.Duration
+	// RetryAfter is the retry hint of Do's InFlightError. Defaults to 1s.
+	RetryAfter time.Duration
 }
 
-type systemClock struct{}
+func (c *MemoryConfig) withDefaults() MemoryConfig {
+	var d MemoryConfig
+	if c != nil {
+		d = *c
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System()
+	}
+	k := d.keeping().withDefaults()
+	d.Retention, d.TombstoneRetention, d.InFlightWait, d.RetryAfter = k.Retention, k.TombstoneRetention, k.InFlightWait, k.RetryAfter
+	return d
+}
 
-func (systemClock) Now() time.Time { return time.Now() }
+func (c MemoryConfig) keeping() keeping {
+	return keeping{c.Retention, c.TombstoneRetention, c.InFlightWait, c.RetryAfter}
+}
+
+func (c MemoryConfig) validate() error { return c.keeping().validate() }
 
 // Memory keeps idempotency records in this process's memory: the same
-// contract as Postgres — transactional-mode Do, leased mode (LeaseStore) and
-// the twin's records (FencedStore) — for tests and single-process programs.
-// Expiry follows its Clock; the bounded wait of Do uses real time. It is safe
-// for concurrent use. The zero value is not usable; call NewMemory.
+// contract as Postgres — transactional-mode Do, leased mode (LeaseStore),
+// the twin's records (FencedStore), Lookup and Purge — for tests and
+// single-process programs. Expiry follows its Clock. It is safe for
+// concurrent use; the zero value is not usable: call NewMemory.
 type Memory struct {
-	clock Clock
-	cfg   Config
+	clock clock.Clock
+	cfg   MemoryConfig
 
 	mu   sync.Mutex
 	recs map[Key]*memRecord
@@ -43,31 +75,23 @@ type memRecord struct {
 	result       Result
 	expires      time.Time
 	// done is set while a Do (transactional mode) runs the key, and closed
-	// when it commits or rolls back: the memory twin of waiting on the
-	// unique index.
+	// when it commits or rolls back: the memory twin of waiting for the
+	// key's lock.
 	done chan struct{}
 }
 
-// NewMemory returns an empty store. A nil clock means the system clock; a
-// nil cfg means the zero Config.
-func NewMemory(clock Clock, cfg *Config) (*Memory, error) {
-	if clock == nil {
-		clock = systemClock{}
-	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	c, err := c.withDefaults()
-	if err != nil {
+// NewMemory returns an empty store. A nil cfg means the defaults; a bad one
+// gives an error matching ErrInvalid.
+func NewMemory(cfg *MemoryConfig) (*Memory, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Memory{clock: clock, cfg: c, recs: map[Key]*memRecord{}}, nil
+	return &Memory{clock: c.Clock, cfg: c, recs: map[Key]*memRecord{}}, nil
 }
 
 func copyResult(r Result) Result {
-	out := Result{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
-	return out
+	return Result{Status: r.Status, Header: r.Header.Clone(), Body: bytes.Clone(r.Body)}
 }
 
 // record returns key's record as the outside sees it. The caller holds m.mu.
@@ -95,57 +119,24 @@ func (m *Memory) record(key Key, r *memRecord) Record {
 }
 
 // Do implements Executor in transactional mode: the key is claimed for the
-// duration of fn, a duplicate waits up to Config.InFlightWait for it, and an
-// error (or panic) from fn removes the claim so that a retry runs again.
+// duration of fn, a duplicate waits up to InFlightWait for it, and an error
+// (or panic) from fn removes the claim so that a retry runs again.
 func (m *Memory) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}
-	var timeout <-chan time.Time
-	var r *memRecord
-	for {
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
+	r, replay, err := m.claimDo(ctx, key, fp)
+	if err != nil || replay != nil {
+		if replay != nil {
+			return *replay, nil
 		}
-		m.mu.Lock()
-		cur := m.recs[key]
-		if cur == nil {
-			r = &memRecord{fp: fp, state: "running", expires: m.clock.Now().Add(m.cfg.Retention), done: make(chan struct{})}
-			m.recs[key] = r
-			m.mu.Unlock()
-			break
-		}
-		if cur.done != nil && cur.fp == fp {
-			wait := cur.done
-			m.mu.Unlock()
-			if timeout == nil {
-				t := time.NewTimer(m.cfg.InFlightWait)
-				defer t.Stop()
-				timeout = t.C
-			}
-			select {
-			case <-wait:
-				continue
-			case <-timeout:
-				return Result{}, &InFlightError{Key: key, RetryAfter: m.cfg.RetryAfter}
-			case <-ctx.Done():
-				return Result{}, context.Cause(ctx)
-			}
-		}
-		rec := m.record(key, cur)
-		m.mu.Unlock()
-		res, err := classify(rec, fp, m.cfg.RetryAfter)
-		if err != nil {
-			return Result{}, err
-		}
-		return *res, nil
+		return Result{}, err
 	}
-
 	committed := false
 	defer func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if !committed {
+		if !committed && m.recs[key] == r {
 			delete(m.recs, key) // the rollback: no trace
 		}
 		close(r.done)
@@ -156,11 +147,52 @@ func (m *Memory) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 		return Result{}, err
 	}
 	res.Replayed = false
+	failpoint.Inject(ctx, "idempotency.memory.before-write")
 	m.mu.Lock()
 	r.state, r.result, r.expires = "done", copyResult(res), m.clock.Now().Add(m.cfg.Retention)
 	committed = true
 	m.mu.Unlock()
 	return res, nil
+}
+
+// claimDo claims key for Do, waiting (bounded) while another Do runs it: a
+// new record, or the stored result, or an error.
+func (m *Memory) claimDo(ctx context.Context, key Key, fp Fingerprint) (*memRecord, *Result, error) {
+	var timeout <-chan time.Time
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		m.mu.Lock()
+		cur := m.recs[key]
+		if cur == nil || failpoint.Mutant("idempotency.claim.conflict") ||
+			(cur.done != nil && failpoint.Mutant("idempotency.claim.in-flight")) {
+			r := &memRecord{fp: fp, state: "running", expires: m.clock.Now().Add(m.cfg.Retention), done: make(chan struct{})}
+			m.recs[key] = r
+			m.mu.Unlock()
+			return r, nil, nil
+		}
+		if cur.done == nil || cur.fp != fp {
+			rec := m.record(key, cur)
+			m.mu.Unlock()
+			res, err := classify(rec, fp, m.cfg.RetryAfter)
+			return nil, res, err
+		}
+		wait := cur.done
+		m.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(m.cfg.InFlightWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-wait:
+		case <-timeout:
+			return nil, nil, &InFlightError{Key: key, RetryAfter: m.cfg.RetryAfter}
+		case <-ctx.Done():
+			return nil, nil, context.Cause(ctx)
+		}
+	}
 }
 
 // Claim implements LeaseStore.
@@ -179,11 +211,8 @@ func (m *Memory) Claim(ctx context.Context, key Key, fp Fingerprint, ttl time.Du
 	if cur == nil {
 		cur = &memRecord{fp: fp, state: "running", expires: now.Add(m.cfg.Retention)}
 		m.recs[key] = cur
-	} else if rec := m.record(key, cur); rec.State == Running && cur.done == nil && !now.Before(cur.leaseExpires) && cur.fp == fp {
-		// Take over an attempt whose lease expired, keeping its recovery
-		// point.
-	} else {
-		res, err := classify(rec, fp, m.cfg.RetryAfter)
+	} else if !m.takeable(key, cur, fp, now) {
+		res, err := classify(m.record(key, cur), fp, m.cfg.RetryAfter)
 		return Lease{}, res, err
 	}
 	m.next++
@@ -191,15 +220,27 @@ func (m *Memory) Claim(ctx context.Context, key Key, fp Fingerprint, ttl time.Du
 	return Lease{Key: key, Token: cur.token, TTL: ttl, Expires: cur.leaseExpires, RecoveryPoint: cur.recovery, sent: sent}, nil, nil
 }
 
+// takeable reports whether a leased attempt may take cur over: a running
+// record of the same request, not Do's, whose lease and retention have not
+// ended. The caller holds m.mu.
+func (m *Memory) takeable(key Key, cur *memRecord, fp Fingerprint, now time.Time) bool {
+	rec := m.record(key, cur)
+	running := cur.state == "running" && cur.done == nil
+	sameRequest := cur.fp == fp || failpoint.Mutant("idempotency.fingerprint")
+	notInFlight := !now.Before(cur.leaseExpires) || failpoint.Mutant("idempotency.claim.in-flight")
+	notExpired := rec.State != Expired || failpoint.Mutant("idempotency.expired")
+	return running && sameRequest && notInFlight && notExpired
+}
+
 // current returns key's running record if l's token is still its token, or
 // a *SupersededError. The caller holds m.mu.
-func (m *Memory) current(l Lease) (*memRecord, error) {
+func (m *Memory) current(l Lease, anyToken bool) (*memRecord, error) {
 	cur := m.recs[l.Key]
 	if cur == nil {
 		return nil, &SupersededError{Key: l.Key, Presented: l.Token}
 	}
-	if cur.token != l.Token || cur.state != "running" {
-		return nil, &SupersededError{Key: l.Key, Presented: l.Token, Current: cur.token}
+	if (cur.token != l.Token && !anyToken) || cur.state != "running" {
+		return nil, &SupersededError{Key: l.Key, Presented: l.Token, Required: cur.token}
 	}
 	return cur, nil
 }
@@ -215,7 +256,7 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 	sent := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, err := m.current(l)
+	cur, err := m.current(l, false)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -241,7 +282,7 @@ func (m *Memory) Checkpoint(ctx context.Context, l Lease, step string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, err := m.current(l)
+	cur, err := m.current(l, false)
 	if err != nil {
 		return err
 	}
@@ -259,7 +300,7 @@ func (m *Memory) Complete(ctx context.Context, l Lease, r Result) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, err := m.current(l)
+	cur, err := m.current(l, failpoint.Mutant("idempotency.leased.complete.token"))
 	if err != nil {
 		return err
 	}
@@ -278,7 +319,7 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, err := m.current(l)
+	cur, err := m.current(l, failpoint.Mutant("idempotency.leased.release.token"))
 	if err != nil {
 		return err
 	}
@@ -290,7 +331,7 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	return nil
 }
 
-// Lookup implements FencedStore.
+// Lookup returns key's record; found is false when there is none.
 func (m *Memory) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err := key.Validate(); err != nil {
 		return Record{}, false, err
@@ -307,13 +348,37 @@ func (m *Memory) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	return m.record(key, cur), true, nil
 }
 
+// ReadFenced implements FencedStore.
+func (m *Memory) ReadFenced(ctx context.Context, key Key, fp Fingerprint, token int64) (Record, error) {
+	if err := validToken(key, token); err != nil {
+		return Record{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.recs[key]
+	if cur == nil {
+		cur = &memRecord{fp: fp, state: "running", expires: m.clock.Now().Add(m.cfg.Retention)}
+		m.recs[key] = cur
+	}
+	if cur.token > token {
+		return Record{}, &fencedlock.FencedError{Presented: token, Required: cur.token}
+	}
+	if !failpoint.Mutant("idempotency.fenced.read.stamp") {
+		cur.token = token
+	}
+	if cur.state == "running" {
+		cur.fp = fp
+	}
+	return m.record(key, cur), nil
+}
+
 // PutFenced implements FencedStore.
 func (m *Memory) PutFenced(ctx context.Context, key Key, fp Fingerprint, token int64, r Result) error {
-	if err := key.Validate(); err != nil {
+	if err := validToken(key, token); err != nil {
 		return err
-	}
-	if token <= 0 {
-		return fmt.Errorf("%w: fencing token %d", ErrInvalid, token)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -321,7 +386,7 @@ func (m *Memory) PutFenced(ctx context.Context, key Key, fp Fingerprint, token i
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cur := m.recs[key]
-	if cur != nil && cur.token > token {
+	if cur != nil && cur.token > token && !failpoint.Mutant("idempotency.fenced.put.token") {
 		return &fencedlock.FencedError{Presented: token, Required: cur.token}
 	}
 	m.recs[key] = &memRecord{fp: fp, state: "done", token: token, result: copyResult(r),
@@ -329,13 +394,35 @@ func (m *Memory) PutFenced(ctx context.Context, key Key, fp Fingerprint, token i
 	return nil
 }
 
+// DropFenced implements FencedStore.
+func (m *Memory) DropFenced(ctx context.Context, key Key, token int64) error {
+	if err := validToken(key, token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.recs[key]
+	switch {
+	case cur == nil:
+		return nil
+	case cur.token > token:
+		return &fencedlock.FencedError{Presented: token, Required: cur.token}
+	case cur.token == token && cur.state == "running":
+		delete(m.recs, key)
+	}
+	return nil
+}
+
 // Purge turns up to limit expired records into tombstones (dropping their
-// results) and then deletes tombstones older than Config.TombstoneRetention,
-// up to limit records in all, and returns how many it changed. Call it in a
-// loop until it returns less than limit.
+// results) and then deletes tombstones older than TombstoneRetention, up to
+// limit records in all, and returns how many it changed. Call it in a loop
+// until it returns less than limit.
 func (m *Memory) Purge(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
-		return 0, fmt.Errorf("%w: purge limit %d", ErrInvalid, limit)
+		return 0, fmt.Errorf("%w: purge limit %d must be positive", ErrInvalid, limit)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -56,7 +56,7 @@ func TestMiddlewareReplayIsTheFirstAnswer(t *testing.T) {
 		w.Write(gz.Bytes())
 	})
 	backends := map[string]func(t *testing.T) idempotency.Executor{
-		"memory": func(t *testing.T) idempotency.Executor { s, _ := idempotency.NewMemory(nil, nil); return s },
+		"memory": func(t *testing.T) idempotency.Executor { s, _ := idempotency.NewMemory(nil); return s },
 		"postgres": func(t *testing.T) idempotency.Executor {
 			return newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil)
 		},

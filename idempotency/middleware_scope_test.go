@@ -11,29 +11,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 func TestMiddlewareConfigIsChecked(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	tenant := func(*http.Request) (string, error) { return "t", nil }
+	handler := http.NotFoundHandler()
+	global := &idempotency.MiddlewareConfig{GlobalScope: true}
 	for _, tc := range []struct {
 		name string
 		exec idempotency.Executor
-		cfg  idempotency.MiddlewareConfig
+		next http.Handler
+		cfg  *idempotency.MiddlewareConfig
 	}{
-		{"no scope", store, idempotency.MiddlewareConfig{}},
-		{"two scopes", store, idempotency.MiddlewareConfig{Tenant: tenant, GlobalScope: true}},
-		{"nil executor", nil, idempotency.MiddlewareConfig{GlobalScope: true}},
-		{"Set-Cookie replayed", store, idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"ETag", "set-cookie"}}},
-		{"Content-Length replayed", store, idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"Content-Length"}}},
-		{"bad header name", store, idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"X Bad"}}},
-		{"negative body limit", store, idempotency.MiddlewareConfig{GlobalScope: true, MaxRequestBody: -1}},
+		{"no config", store, handler, nil},
+		{"no scope", store, handler, &idempotency.MiddlewareConfig{}},
+		{"two scopes", store, handler, &idempotency.MiddlewareConfig{Tenant: tenant, GlobalScope: true}},
+		{"nil executor", nil, handler, global},
+		{"nil handler", store, nil, global},
+		{"Set-Cookie replayed", store, handler, &idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"ETag", "set-cookie"}}},
+		{"Content-Length replayed", store, handler, &idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"Content-Length"}}},
+		{"bad header name", store, handler, &idempotency.MiddlewareConfig{GlobalScope: true, ReplayHeaders: []string{"X Bad"}}},
+		{"negative body limit", store, handler, &idempotency.MiddlewareConfig{GlobalScope: true, MaxRequestBody: -1}},
 	} {
-		if _, err := idempotency.Middleware(tc.exec, tc.cfg); !errors.Is(err, idempotency.ErrInvalid) {
-			t.Errorf("%s: Middleware = %v, want ErrInvalid", tc.name, err)
+		if _, err := idempotency.NewMiddleware(tc.exec, tc.next, tc.cfg); !errors.Is(err, idempotency.ErrInvalid) {
+			t.Errorf("%s: NewMiddleware = %v, want ErrInvalid", tc.name, err)
 		}
 	}
 }
@@ -68,7 +74,7 @@ func TestMiddlewareScopesKeysByCaller(t *testing.T) {
 	t.Parallel()
 	backends := map[string]func(t *testing.T) idempotency.Executor{
 		"memory": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+			s, _ := idempotency.NewMemory(&idempotency.MemoryConfig{InFlightWait: 50 * time.Millisecond})
 			return s
 		},
 		"postgres": func(t *testing.T) idempotency.Executor {
@@ -76,15 +82,15 @@ func TestMiddlewareScopesKeysByCaller(t *testing.T) {
 			if _, err := db.Pool.Exec(ctx, `CREATE TABLE charges (id serial PRIMARY KEY, body text)`); err != nil {
 				t.Fatal(err)
 			}
-			return newPostgres(t, db, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+			return newPostgres(t, db, &idempotency.PostgresConfig{InFlightWait: 50 * time.Millisecond})
 		},
 		"leased": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, nil)
+			s, _ := idempotency.NewMemory(nil)
 			l, _ := idempotency.NewLeased(s, nil)
 			return l
 		},
 		"fenced": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, nil)
+			s, _ := idempotency.NewMemory(nil)
 			f, _ := idempotency.NewFenced(memoryLocks(nil), s, nil)
 			return f
 		},
@@ -139,7 +145,7 @@ func TestMiddlewareScopesKeysByCaller(t *testing.T) {
 // session of the request that ran, not even from a record that holds one.
 func TestMiddlewareNeverReplaysSetCookie(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: "session", Value: "secret"})
 		w.Header().Set("Content-Type", "text/plain")
@@ -175,18 +181,18 @@ func TestMiddlewareNeverReplaysSetCookie(t *testing.T) {
 func TestMiddlewareHandlerPanicLeavesKeyFree(t *testing.T) {
 	t.Parallel()
 	backends := map[string]func(t *testing.T) idempotency.Executor{
-		"memory": func(t *testing.T) idempotency.Executor { s, _ := idempotency.NewMemory(nil, nil); return s },
+		"memory": func(t *testing.T) idempotency.Executor { s, _ := idempotency.NewMemory(nil); return s },
 		"postgres": func(t *testing.T) idempotency.Executor {
 			return newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil)
 		},
 		"leased": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, nil)
+			s, _ := idempotency.NewMemory(nil)
 			l, _ := idempotency.NewLeased(s, &idempotency.LeasedConfig{TTL: time.Hour})
 			return l
 		},
 		"fenced": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, nil)
-			f, _ := idempotency.NewFenced(memoryLocks(nil), s, &idempotency.FencedConfig{TTL: time.Hour})
+			s, _ := idempotency.NewMemory(nil)
+			f, _ := idempotency.NewFenced(memoryLocks(nil), s, &idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Hour}})
 			return f
 		},
 	}

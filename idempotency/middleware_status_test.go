@@ -61,7 +61,7 @@ func TestMiddlewareStoresOnlyFinishedAnswers(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			store, _ := idempotency.NewMemory(nil, nil)
+			store, _ := idempotency.NewMemory(nil)
 			srv := httptest.NewServer(newMiddleware(t, store, cfg)(&statusOnce{runs: map[string]int{}}))
 			defer srv.Close()
 			for _, status := range []int{200, 201, 204, 303, 400, 401, 403, 404, 408, 409, 410, 422, 425, 429, 500, 503} {
@@ -88,7 +88,7 @@ func TestMiddlewareStoresOnlyFinishedAnswers(t *testing.T) {
 // final answer is what is stored and replayed.
 func TestMiddlewareInformationalStatusPassesThrough(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Link", "</style.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
@@ -130,7 +130,7 @@ func TestMiddlewareRefusesInvalidStatus(t *testing.T) {
 	for _, bad := range []int{42, 101, 600, 999} {
 		t.Run(fmt.Sprint(bad), func(t *testing.T) {
 			t.Parallel()
-			store, _ := idempotency.NewMemory(nil, nil)
+			store, _ := idempotency.NewMemory(nil)
 			var runs atomic.Int64
 			var reported atomic.Int64
 			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -156,7 +156,7 @@ func TestMiddlewareRefusesInvalidStatus(t *testing.T) {
 // code through the store) is answered with 500, never a panic.
 func TestMiddlewareReplayOfInvalidStatus(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	for _, status := range []int{0, 42, 103, 1000} {
 		key := idempotency.Key{ID: fmt.Sprint("k-", status)}
 		if _, err := store.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {

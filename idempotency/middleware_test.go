@@ -20,11 +20,14 @@ import (
 // newMiddleware builds the middleware or fails the test.
 func newMiddleware(t testing.TB, exec idempotency.Executor, cfg idempotency.MiddlewareConfig) func(http.Handler) http.Handler {
 	t.Helper()
-	mw, err := idempotency.Middleware(exec, cfg)
-	if err != nil {
-		t.Fatal(err)
+	return func(next http.Handler) http.Handler {
+		t.Helper()
+		mw, err := idempotency.NewMiddleware(exec, next, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw
 	}
-	return mw
 }
 
 // global is the configuration of tests with a single caller.
@@ -114,7 +117,7 @@ func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	backends := map[string]func(t *testing.T) idempotency.Executor{
 		"memory": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+			s, _ := idempotency.NewMemory(&idempotency.MemoryConfig{InFlightWait: 50 * time.Millisecond})
 			return s
 		},
 		"postgres": func(t *testing.T) idempotency.Executor {
@@ -122,10 +125,10 @@ func TestMiddleware(t *testing.T) {
 			if _, err := db.Pool.Exec(ctx, `CREATE TABLE charges (id serial PRIMARY KEY, body text)`); err != nil {
 				t.Fatal(err)
 			}
-			return newPostgres(t, db, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+			return newPostgres(t, db, &idempotency.PostgresConfig{InFlightWait: 50 * time.Millisecond})
 		},
 		"leased": func(t *testing.T) idempotency.Executor {
-			s, _ := idempotency.NewMemory(nil, nil)
+			s, _ := idempotency.NewMemory(nil)
 			l, err := idempotency.NewLeased(s, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -236,7 +239,7 @@ func TestMiddlewareDuplicatesInParallel(t *testing.T) {
 func TestMiddlewareExpiredKey(t *testing.T) {
 	t.Parallel()
 	c := &clock.Manual{}
-	store, _ := idempotency.NewMemory(c, &idempotency.Config{Retention: time.Hour})
+	store, _ := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c, Retention: time.Hour})
 	h := &chargeHandler{}
 	srv := httptest.NewServer(newMiddleware(t, store, global)(h))
 	defer srv.Close()
@@ -257,7 +260,7 @@ func TestMiddlewareExpiredKey(t *testing.T) {
 // free for a retry.
 func TestMiddlewareUnstoredResponses(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	var calls atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch calls.Add(1) {
@@ -316,7 +319,7 @@ func TestParseKeyHeader(t *testing.T) {
 // that stays the same across attempts.
 func TestMiddlewareLeasedAttempt(t *testing.T) {
 	t.Parallel()
-	store, _ := idempotency.NewMemory(nil, nil)
+	store, _ := idempotency.NewMemory(nil)
 	leased, _ := idempotency.NewLeased(store, nil)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, ok := idempotency.AttemptFrom(r.Context())

@@ -14,7 +14,7 @@ import (
 
 var ctx = context.Background()
 
-func newPostgres(t testing.TB, db *testdb.DB, cfg *idempotency.Config) *idempotency.Postgres {
+func newPostgres(t testing.TB, db *testdb.DB, cfg *idempotency.PostgresConfig) *idempotency.Postgres {
 	t.Helper()
 	s, err := idempotency.NewPostgres(db.Pool, cfg)
 	if err != nil {
@@ -28,7 +28,7 @@ func newPostgres(t testing.TB, db *testdb.DB, cfg *idempotency.Config) *idempote
 func TestInFlightKeepsCallerTransaction(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t, idempotency.Migrations()...)
-	store := newPostgres(t, db, &idempotency.Config{InFlightWait: 100 * time.Millisecond})
+	store := newPostgres(t, db, &idempotency.PostgresConfig{InFlightWait: 100 * time.Millisecond})
 	key := idempotency.Key{ID: "charge-1"}
 	fp := idempotency.NewFingerprint([]byte("charge-1"))
 
@@ -37,7 +37,7 @@ func TestInFlightKeepsCallerTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Rollback(ctx)
-	if _, err := store.DoTx(ctx, first, key, fp, func(context.Context) (idempotency.Result, error) {
+	if _, err := store.WithDB(first).Do(ctx, key, fp, func(context.Context) (idempotency.Result, error) {
 		return idempotency.Result{Status: 201, Body: []byte("first")}, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestInFlightKeepsCallerTransaction(t *testing.T) {
 	if _, err := dup.Exec(ctx, `SET LOCAL lock_timeout = '42s'`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = store.DoTx(ctx, dup, key, fp, func(context.Context) (idempotency.Result, error) {
+	_, err = store.WithDB(dup).Do(ctx, key, fp, func(context.Context) (idempotency.Result, error) {
 		t.Error("the duplicate ran")
 		return idempotency.Result{}, nil
 	})
@@ -68,7 +68,7 @@ func TestInFlightKeepsCallerTransaction(t *testing.T) {
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res, err := store.DoTx(ctx, dup, key, fp, func(context.Context) (idempotency.Result, error) {
+	res, err := store.WithDB(dup).Do(ctx, key, fp, func(context.Context) (idempotency.Result, error) {
 		t.Error("ran after the first committed")
 		return idempotency.Result{}, nil
 	})
@@ -95,7 +95,7 @@ func TestRollbackLeavesNoTrace(t *testing.T) {
 		return idempotency.Result{Status: 201}, err
 	}
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := store.DoTx(ctx, tx, key, idempotency.Fingerprint{}, charge); err != nil {
+		if _, err := store.WithDB(tx).Do(ctx, key, idempotency.Fingerprint{}, charge); err != nil {
 			return err
 		}
 		return errors.New("the caller's later step fails")
@@ -127,8 +127,14 @@ func TestDoFailedStoreDoesNotCommit(t *testing.T) {
 		name string
 		fn   func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error)
 	}{
-		{"claim removed", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
-			_, err := tx.Exec(ctx, `DELETE FROM lockfree_idempotency_keys WHERE key = $1`, key.ID)
+		{"record replaced", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
+			// fn removes the claim (in the caller's transaction) and writes a
+			// record of the key that is not Do's (in every mode).
+			if _, err := tx.Exec(ctx, `DELETE FROM lockfree_idempotency_keys WHERE key = $1`, key.ID); err != nil {
+				return idempotency.Result{}, err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO lockfree_idempotency_keys (tenant, key, fingerprint, state, token, created_at, expires_at)
+				VALUES ('', $1, '', 'done', 1, now(), now() + interval '1 hour')`, key.ID)
 			return idempotency.Result{Status: 201}, err
 		}},
 		{"result not encodable", func(ctx context.Context, tx pgx.Tx, key idempotency.Key) (idempotency.Result, error) {
@@ -153,7 +159,7 @@ func TestDoFailedStoreDoesNotCommit(t *testing.T) {
 			if _, err := tdb.Pool.Exec(ctx, `CREATE TABLE charges (key text NOT NULL, amount int NOT NULL)`); err != nil {
 				t.Fatal(err)
 			}
-			var db idempotency.DB = tdb.Pool
+			var db idempotency.TxDB = tdb.Pool
 			switch kind {
 			case "conn":
 				conn, err := pgx.Connect(ctx, tdb.URL)
@@ -229,7 +235,7 @@ func TestDoFailedStoreDoesNotCommit(t *testing.T) {
 func TestDoInFlightReleasesConnection(t *testing.T) {
 	t.Parallel()
 	tdb := testdb.New(t, idempotency.Migrations()...)
-	store := newPostgres(t, tdb, &idempotency.Config{InFlightWait: 50 * time.Millisecond})
+	store := newPostgres(t, tdb, &idempotency.PostgresConfig{InFlightWait: 50 * time.Millisecond})
 	key := idempotency.Key{ID: "busy"}
 	started, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -313,14 +319,14 @@ func TestClaimRestoresLockTimeout(t *testing.T) {
 		}
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := store.DoTx(ctx, tx, idempotency.Key{ID: "in-tx"}, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
+		_, err := store.WithDB(tx).Do(ctx, idempotency.Key{ID: "in-tx"}, idempotency.Fingerprint{}, func(ctx context.Context) (idempotency.Result, error) {
 			if v := show(tx); v != "42s" {
 				t.Errorf("fn in the caller's transaction sees lock_timeout %q", v)
 			}
 			return idempotency.Result{}, nil
 		})
 		if v := show(tx); v != "42s" {
-			t.Errorf("after DoTx lock_timeout = %q", v)
+			t.Errorf("after WithDB(tx).Do lock_timeout = %q", v)
 		}
 		return err
 	})

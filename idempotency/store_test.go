@@ -12,9 +12,10 @@ import (
 
 func TestMemoryStore(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Run(t, func(t *testing.T, cfg idempotency.Config) idempotencytest.Harness {
+	idempotencytest.Run(t, func(t *testing.T, cfg idempotencytest.Config) idempotencytest.Harness {
 		c := &clock.Manual{}
-		s, err := idempotency.NewMemory(c, &cfg)
+		s, err := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c, Retention: cfg.Retention,
+			TombstoneRetention: cfg.TombstoneRetention, InFlightWait: cfg.InFlightWait})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,9 +25,10 @@ func TestMemoryStore(t *testing.T) {
 
 func TestPostgresStore(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Run(t, func(t *testing.T, cfg idempotency.Config) idempotencytest.Harness {
+	idempotencytest.Run(t, func(t *testing.T, cfg idempotencytest.Config) idempotencytest.Harness {
 		db := testdb.New(t, idempotency.Migrations()...)
-		s, err := idempotency.NewPostgres(db.Pool, &cfg)
+		s, err := idempotency.NewPostgres(db.Pool, &idempotency.PostgresConfig{Retention: cfg.Retention,
+			TombstoneRetention: cfg.TombstoneRetention, InFlightWait: cfg.InFlightWait})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -411,7 +411,7 @@ func (s *stalling) Renew(ctx context.Context, l idempotency.Lease) (idempotency.
 
 // --- After (c): the HTTP middleware ---------------------------------------------
 
-// handler captures a payment. Behind idempotency.Middleware with a
+// handler captures a payment. Behind idempotency.NewMiddleware with a
 // transactional executor it runs in the claim's transaction, and its
 // response is stored and sent after the commit.
 func handler(l ledger) http.Handler {
@@ -465,11 +465,11 @@ func runHTTP(ctx context.Context, cfg config, w io.Writer) error {
 	if err := l.reset(ctx); err != nil {
 		return err
 	}
-	idem, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{Tenant: apiClient})
+	idem, err := idempotency.NewMiddleware(exec, handler(l), &idempotency.MiddlewareConfig{Tenant: apiClient})
 	if err != nil {
 		return err
 	}
-	srv := httptest.NewServer(authenticate(idem(handler(l))))
+	srv := httptest.NewServer(authenticate(idem))
 	defer srv.Close()
 	steps := []struct{ what, key, body string }{
 		{`POST /payments/pay-1/capture, Idempotency-Key "c-1", {"amount":4200}`, `"c-1"`, `{"amount":4200}`},
@@ -684,12 +684,12 @@ func newLockSetup(db *pgxpool.Pool) (ledger, fencedlock.Store, func(context.Cont
 // newTxSetup returns a transactional-mode executor and the ledger its work
 // writes to. A duplicate waits at most 200ms for the execution in flight.
 func newTxSetup(db *pgxpool.Pool) (idempotency.Executor, ledger, error) {
-	cfg := &idempotency.Config{InFlightWait: 200 * time.Millisecond}
+	const wait = 200 * time.Millisecond
 	if db == nil {
-		m, err := idempotency.NewMemory(nil, cfg)
+		m, err := idempotency.NewMemory(&idempotency.MemoryConfig{InFlightWait: wait})
 		return m, &memLedger{}, err
 	}
-	p, err := idempotency.NewPostgres(db, cfg)
+	p, err := idempotency.NewPostgres(db, &idempotency.PostgresConfig{InFlightWait: wait})
 	return p, pgLedger{db}, err
 }
 
@@ -700,7 +700,7 @@ func newTxSetup(db *pgxpool.Pool) (idempotency.Executor, ledger, error) {
 func newLeasedSetup(db *pgxpool.Pool) (idempotency.LeaseStore, func(), error) {
 	if db == nil {
 		c := &clock.Manual{}
-		m, err := idempotency.NewMemory(c, nil)
+		m, err := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c})
 		return m, func() { c.Advance(ttl) }, err
 	}
 	p, err := idempotency.NewPostgres(db, nil)
