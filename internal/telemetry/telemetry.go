@@ -58,6 +58,9 @@ const (
 	// Cause is why something ended that was not asked to end ("lost",
 	// "expiring", "max_renewals").
 	Cause = "lockfree.cause"
+	// Mode is a package's mode of operation (idempotency: "transactional",
+	// "leased", "fenced").
+	Mode = "lockfree.mode"
 	// Operation is the store operation ("load", "insert", "update", …).
 	Operation = "lockfree.operation"
 	// Member is a partition member's name.
