@@ -80,6 +80,11 @@ const (
 	Topic = "lockfree.topic"
 	// Offset is a Kafka offset. Spans and logs only.
 	Offset = "lockfree.offset"
+	// Generation is a Kafka consumer group's generation. Logs only.
+	Generation = "lockfree.generation"
+	// Count is how many items one operation handled (messages in a batch).
+	// Spans and logs only.
+	Count = "lockfree.count"
 	// Panic is the value a user's function panicked with, and PanicStack
 	// its goroutine's stack. Logs only.
 	Panic      = "lockfree.panic"
