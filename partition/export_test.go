@@ -14,3 +14,14 @@ func Crash(m *Member) {
 	m.wg.Wait()
 	close(m.stopped)
 }
+
+// Queued returns how many calls wait in the queue of key's partition on m.
+func Queued(m *Member, key string) int {
+	m.mu.RLock()
+	x := m.execs[m.Partition(key)]
+	m.mu.RUnlock()
+	if x == nil {
+		return 0
+	}
+	return len(x.jobs)
+}

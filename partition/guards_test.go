@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -173,6 +174,20 @@ func checkJoin(t *testing.T, e storeEnv) error {
 	return nil
 }
 
+// checkPaused guards the pause of a member whose heartbeats are late: its
+// executors run no call until a heartbeat succeeds again.
+func checkPaused(t *testing.T) error {
+	st := &stall{Membership: newMemory(&clock.Manual{})}
+	m, _ := startMember(t, st, lateConfig(&events{}))
+	if err := doOwned(m, "k", func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	st.hold()
+	defer st.release()
+	st.waitLate(t)
+	return runsWhileLate(m, "k")
+}
+
 // guard is one check and the mutant that breaks it.
 type guard struct {
 	mutant string
@@ -199,7 +214,7 @@ func guards() []guard {
 			g = append(g, guard{c.mutant + "/" + env.name, func(t *testing.T) error { return c.check(t, env.new(t)) }})
 		}
 	}
-	return append(g, guard{"partition.condition.epoch", checkCondition})
+	return append(g, guard{"partition.condition.epoch", checkCondition}, guard{"partition.member.paused", checkPaused})
 }
 
 func TestGuards(t *testing.T) {

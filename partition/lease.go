@@ -19,12 +19,21 @@ type lease struct {
 }
 
 // leaseSafe reports whether the member's lease is held safely: live, and
-// within TTL − Margin of the last heartbeat sent.
-func (m *Member) leaseSafe() bool {
+// within TTL − Margin of the last heartbeat sent. Calls run only while it
+// holds: this is what pauses the executors when heartbeats are late.
+func (m *Member) leaseSafe() bool { return m.leaseSafeFor(0) }
+
+// leaseSafeFor is leaseSafe for the lease of incarnation (any when 0). An
+// executor asks for the incarnation that claimed its epoch: a later one,
+// joined after that lease was lost, says nothing about that epoch.
+func (m *Member) leaseSafeFor(incarnation int64) bool {
 	m.mu.RLock()
 	l := m.lease
 	m.mu.RUnlock()
-	return l != nil && l.loop.HeldSafely()
+	if l == nil || (incarnation != 0 && l.info.Incarnation != incarnation) {
+		return false
+	}
+	return l.loop.HeldSafely() || failpoint.Mutant("partition.member.paused")
 }
 
 // join starts a new lease (retrying while the name is in use when wait is
@@ -82,11 +91,23 @@ func (m *Member) heartbeat(ctx context.Context, info MemberInfo) error {
 }
 
 // leaseEnded runs when l's loop ends. Unless the member ended it (run is
-// done, or the loop was stopped), the lease can no longer be trusted: the
-// executors stop at once, and the next step joins again.
+// done, or the loop was stopped), the lease can no longer be trusted. When
+// no heartbeat answered in time, the store may still hold it: the executors
+// only pause (the lease is not safely held, so they start no call) while the
+// next step heartbeats that lease again, and they are stopped if the lease
+// lapses first — TTL after the last heartbeat sent, when the store may let
+// another member claim their partitions. When the store refused the lease,
+// they stop at once. The next step then joins again.
 func (m *Member) leaseEnded(run context.Context, l *lease) {
 	cause := context.Cause(l.loop.Context())
 	if run.Err() != nil || errors.Is(cause, renew.ErrStopped) {
+		return
+	}
+	if errors.Is(cause, errLeaseExpiring) {
+		m.warn("partition: heartbeat late, executors paused", "incarnation", l.info.Incarnation)
+		lapse := l.loop.SafeUntil().Add(m.cfg.Margin)
+		time.AfterFunc(time.Until(lapse), func() { m.lapse(run, l) })
+		m.poke()
 		return
 	}
 	m.warn("partition: membership lease lost", "incarnation", l.info.Incarnation, "cause", cause)
@@ -94,11 +115,36 @@ func (m *Member) leaseEnded(run context.Context, l *lease) {
 	m.poke()
 }
 
-// ensureLease returns the member's live lease. When the last one was lost
-// it stops every executor, then renews that lease if only this member gave
-// up on it (no heartbeat in time: the store may still hold it), or joins
-// again as a new incarnation — unless the member is leaving, when it
-// returns a zero MemberInfo: there is nothing to rejoin.
+// lapse stops the executors paused under l unless a heartbeat of l's
+// incarnation has resumed them (or a new lease replaced l) by now: the store
+// may have let l expire, and another member may claim their partitions.
+func (m *Member) lapse(run context.Context, l *lease) {
+	if run.Err() != nil {
+		return
+	}
+	m.mu.Lock()
+	if m.lease != l {
+		m.mu.Unlock()
+		return
+	}
+	execs := m.execs
+	m.execs = map[int]*executor{}
+	m.mu.Unlock()
+	if len(execs) > 0 {
+		m.warn("partition: membership lease lost: no heartbeat answered before it could expire", "incarnation", l.info.Incarnation)
+	}
+	for _, x := range execs {
+		m.stopExec(x, ReasonLeaseLost, true)
+	}
+}
+
+// ensureLease returns the member's live lease. When no heartbeat answered
+// in time, it heartbeats that lease again: a heartbeat never revives an
+// expired lease, so its success proves that no other member could have
+// claimed this member's partitions, and the paused executors resume with
+// their epochs. Otherwise — the store refused the lease — it stops every
+// executor and joins again as a new incarnation, unless the member is
+// leaving, when it returns a zero MemberInfo: there is nothing to rejoin.
 func (m *Member) ensureLease(ctx context.Context) (MemberInfo, error) {
 	m.mu.RLock()
 	l, leaving := m.lease, !m.leavingFrom.IsZero()
@@ -106,11 +152,7 @@ func (m *Member) ensureLease(ctx context.Context) (MemberInfo, error) {
 	if l != nil && l.loop.Context().Err() == nil {
 		return l.info, nil
 	}
-	m.abortAll(ReasonLeaseLost)
-	if leaving {
-		return MemberInfo{}, nil
-	}
-	if l != nil && !errors.Is(context.Cause(l.loop.Context()), ErrExpired) {
+	if l != nil && errors.Is(context.Cause(l.loop.Context()), errLeaseExpiring) {
 		sent := time.Now()
 		err := m.store.Heartbeat(ctx, l.info.Name, l.info.Incarnation, m.cfg.TTL)
 		if err == nil {
@@ -120,6 +162,10 @@ func (m *Member) ensureLease(ctx context.Context) (MemberInfo, error) {
 		if !errors.Is(err, ErrExpired) {
 			return MemberInfo{}, fmt.Errorf("partition: heartbeat: %w", err)
 		}
+	}
+	m.abortAll(ReasonLeaseLost)
+	if leaving {
+		return MemberInfo{}, nil
 	}
 	return m.join(ctx, false)
 }

@@ -10,15 +10,24 @@ import (
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
-// Start joins the fleet as Config.Name and claims the partitions the ring
-// places on the member that are free, then returns: the member is running
-// until Stop. If a lease of the same name is still live (a previous
-// incarnation), Start retries until that lease expires or ctx ends. It fails
-// with ErrRingMismatch when a live member places partitions with another
-// ring, and leaves no lease behind when it fails; a failed Start may be
-// called again. ctx bounds Start itself; the member's background work
-// (heartbeats, polls, handoffs) keeps ctx's values but not its cancellation.
-// Start on a running member returns nil, and on a stopped one ErrStopped.
+// Start joins the fleet as Config.Name, checks that the live members place
+// partitions with the same ring, and takes the member's first step: it
+// claims the partitions the ring places on the member that are free. It
+// then returns: the member is running until Stop. A first step that fails
+// (a store error, a claim that timed out) does not fail Start: the member
+// has joined, and its background loop takes the step again every
+// MoveInterval. Until the member has claimed a partition, Do answers
+// ErrMoving for its keys (retry shortly), and a NotOwnerError for keys the
+// ring places on other members.
+//
+// If a lease of the same name is still live (a previous incarnation), Start
+// retries until that lease expires or ctx ends. Start fails when it cannot
+// join, when ctx ends, with ErrRingMismatch when a live member places
+// partitions with another ring, and with an error matching ErrInvalid for a
+// ring it cannot build; it then leaves no lease behind, and may be called
+// again. ctx bounds Start itself; the member's background work (heartbeats,
+// polls, handoffs) keeps ctx's values but not its cancellation. Start on a
+// running member returns nil, and on a stopped one ErrStopped.
 func (m *Member) Start(ctx context.Context) error {
 	if err := m.hold(ctx); err != nil {
 		return err
@@ -32,7 +41,8 @@ func (m *Member) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	m.runCtx, m.cancel, m.loopDone = runCtx, cancel, make(chan struct{})
-	if err := m.start(ctx); err != nil {
+	settled, err := m.start(ctx)
+	if err != nil {
 		m.abandon(ctx, err)
 		return err
 	}
@@ -40,28 +50,39 @@ func (m *Member) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.running = true
 	m.mu.Unlock()
-	go m.loop(runCtx)
+	go m.loop(runCtx, settled)
 	return nil
 }
 
 // start joins, checks that the fleet uses this member's ring, and takes the
-// member's first step.
-func (m *Member) start(ctx context.Context) error {
+// member's first step. It reports whether that step left nothing moving; a
+// step that failed for any reason but the ring is left to the loop.
+func (m *Member) start(ctx context.Context) (settled bool, err error) {
 	if _, err := m.join(ctx, true); err != nil {
-		return err
+		return false, err
 	}
 	live, err := m.store.Live(ctx)
 	if err != nil {
-		return fmt.Errorf("partition: live members: %w", err)
+		return false, fmt.Errorf("partition: live members: %w", err)
 	}
 	for _, o := range live {
 		if o.Ring != m.ringID && o.Name != m.cfg.Name {
-			return fmt.Errorf("%w: member %s uses %s, this member %s",
+			return false, fmt.Errorf("%w: member %s uses %s, this member %s",
 				ErrRingMismatch, short.Quote(o.Name), short.Quote(o.Ring), short.Quote(m.ringID))
 		}
 	}
-	_, err = m.step(ctx)
-	return err
+	moving, err := m.step(ctx)
+	switch {
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrRingMismatch):
+		return false, err
+	case ctx.Err() != nil:
+		return false, context.Cause(ctx) // the caller gave up on Start
+	case err != nil:
+		// A claim that timed out on a loaded store is no reason to
+		// give up the lease: the loop claims at its next step.
+		m.warn("partition: first step failed, left to the background loop", telemetry.Err(err))
+	}
+	return err == nil && !moving, nil
 }
 
 // abandon undoes a failed Start: it stops what the start began and ends the
@@ -81,9 +102,11 @@ func (m *Member) abandon(ctx context.Context, cause error) {
 
 // Stop leaves the fleet: it marks the member leaving, keeps serving for one
 // Interval so that the other members see it go and get ready, then hands off
-// every partition (stop accepting, drain, release) and ends its lease. If
-// ctx ends first, it stops the executors without releasing (the partitions
-// move when the lease is gone, which Stop ends too) and returns ctx's cause.
+// every partition (stop accepting, drain, release) and ends its lease. A
+// lease that has already run out (the member paused) leaves nothing to hand
+// off: Stop just stops, and returns nil. If ctx ends first, it stops the
+// executors without releasing (the partitions move when the lease is gone,
+// which Stop ends too) and returns ctx's cause.
 // Stop waits for the member's goroutines until ctx ends: a function that
 // ignores its context is then left to finish in the background (its writes
 // are fenced once another member claims the partition), and Stopped closes
@@ -127,9 +150,16 @@ func (m *Member) leave(ctx context.Context) error {
 	var err error
 	if l != nil && l.loop.Context().Err() == nil {
 		err = m.store.SetLeaving(ctx, l.info.Name, l.info.Incarnation)
-		if err == nil {
+		switch {
+		case err == nil:
 			m.poke()
 			err = m.waitHandedOff(ctx)
+		case errors.Is(err, ErrExpired):
+			// The lease ran out before Stop (a pause, a late heartbeat):
+			// there is nothing to hand off, the partitions move by expiry,
+			// and stopping is all that is left to do.
+			m.warn("partition: stopping without handoff: membership lease expired", "incarnation", l.info.Incarnation)
+			err = nil
 		}
 	}
 	m.cancel(ErrStopped)
@@ -231,10 +261,13 @@ func (m *Member) poke() {
 }
 
 // loop steps every Interval, or every MoveInterval while partitions move or
-// a step failed, until ctx ends.
-func (m *Member) loop(ctx context.Context) {
+// a step failed (also the first, when settled is false), until ctx ends.
+func (m *Member) loop(ctx context.Context, settled bool) {
 	defer close(m.loopDone)
 	delay := m.cfg.Interval
+	if !settled {
+		delay = m.cfg.MoveInterval
+	}
 	for {
 		t := time.NewTimer(delay)
 		select {

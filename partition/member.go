@@ -44,7 +44,10 @@ type Config struct {
 	MoveInterval time.Duration
 	// Margin is how long before its lease could expire (on the local
 	// monotonic clock, from when the last heartbeat was sent) the member
-	// stops accepting work. Defaults to TTL/5.
+	// stops accepting work when no heartbeat has answered: its executors
+	// pause, and resume with their epochs if a heartbeat then succeeds;
+	// they stop when the lease could have expired (TTL after that last
+	// heartbeat was sent) or the store refuses it. Defaults to TTL/5.
 	Margin time.Duration
 	// DrainTimeout bounds the wait for a partition's queued and running
 	// functions at handover; after it their contexts are cancelled and the
@@ -128,8 +131,8 @@ func (c Config) schedule() renew.Config {
 }
 
 // errLeaseExpiring ends a lease that no heartbeat renewed in time: the
-// store may still hold it, so the member tries to renew it before joining
-// anew.
+// store may still hold it, so the member pauses its executors and
+// heartbeats it again before giving it up.
 var errLeaseExpiring = errors.New("partition: membership lease about to expire without a heartbeat")
 
 // EventKind says what happened to a partition on a member.
@@ -166,8 +169,9 @@ const (
 	// ReasonSuperseded: another member claimed the partition (this member's
 	// lease had expired in the store's eyes).
 	ReasonSuperseded = "superseded"
-	// ReasonLeaseLost: this member's lease expired or could not be renewed
-	// in time.
+	// ReasonLeaseLost: this member's lease expired, or no heartbeat
+	// answered before it could expire. (A heartbeat that is merely late
+	// pauses the partition without an event.)
 	ReasonLeaseLost = "lease lost"
 	// ReasonStopped: the member was stopped before it could hand off.
 	ReasonStopped = "stopped"

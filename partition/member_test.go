@@ -800,10 +800,11 @@ func (b *blackhole) Live(ctx context.Context) ([]partition.MemberInfo, error) {
 	return b.Membership.Live(ctx)
 }
 
-// A member whose store stops answering gives its lease up on its own clock
-// (TTL − Margin after the last heartbeat it sent): it cancels the function
-// it runs and refuses calls — it does not wait for a heartbeat that hangs.
-// When the store answers again, it joins again and serves.
+// A member whose store stops answering refuses calls on its own clock
+// (TTL − Margin after the last heartbeat it sent), and gives its lease up
+// when the lease could have expired (TTL after it): it cancels the function
+// it runs — it does not wait for a heartbeat that hangs. When the store
+// answers again, it claims its partitions anew and serves.
 func TestUnreachableStoreStopsTheMember(t *testing.T) {
 	t.Parallel()
 	bh := &blackhole{Membership: newMemory(nil)}

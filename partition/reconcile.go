@@ -211,7 +211,7 @@ func (m *Member) claim(ctx context.Context, info MemberInfo, ps []int) error {
 		return nil
 	}
 	for _, e := range epochs {
-		x := newExecutor(e, m.cfg.QueueSize, m.leaseSafe)
+		x := newExecutor(e, m.cfg.QueueSize, func() bool { return m.leaseSafeFor(info.Incarnation) })
 		m.execs[e.Partition] = x
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); x.run() }()

@@ -74,6 +74,7 @@ var registry = []Point{
 	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
 	{"partition.member.before-write", InjectPoint, "Member.Do on the partition executor, after the lease check, before fn writes with the epoch"},
 	{"partition.member.heartbeat", InjectPoint, "a Member heartbeat, before it renews the membership lease"},
+	{"partition.member.paused", MutantSite, "a Member runs calls while its membership lease is not safely held (its heartbeats are late)"},
 	{"partition.member.reconcile", InjectPoint, "a Member step, before it checks its lease, reads the fleet and claims or hands off"},
 	{"partition.release.epoch", MutantSite, "Release frees a partition whatever its current owner and epoch"},
 	{"partition.verify.epoch", MutantSite, "Verify (Postgres and Memory) accepts a stale epoch"},
