@@ -158,7 +158,7 @@ func (m *Member) leave(ctx context.Context) error {
 			// The lease ran out before Stop (a pause, a late heartbeat):
 			// there is nothing to hand off, the partitions move by expiry,
 			// and stopping is all that is left to do.
-			m.warn("partition: stopping without handoff: membership lease expired", "incarnation", l.info.Incarnation)
+			m.warn("partition: stopping without handoff: membership lease expired", telemetry.Incarnation, l.info.Incarnation)
 			err = nil
 		}
 	}
