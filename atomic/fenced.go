@@ -106,6 +106,7 @@ type Fenced struct {
 	fence  fencedlock.Fence
 	prefix string
 	sql    fencedStatements
+	tel    *storeTelemetry
 }
 
 // NewFenced returns the twin working on table through db, taking its locks
@@ -129,7 +130,7 @@ func NewFenced(locks fencedlock.Store, db TxDB, table Table, cfg *FencedConfig) 
 	}
 	value := pgx.Identifier{table.Value}.Sanitize()
 	return &Fenced{
-		locker: locker, db: db, table: table, prefix: c.LockPrefix,
+		locker: locker, db: db, table: table, prefix: c.LockPrefix, tel: newTelemetry(table.MeterProvider, table.TracerProvider),
 		fence: fencedlock.Fence{Schema: table.Schema, Table: table.Name, Key: table.Key, TokenColumn: c.TokenColumn},
 		sql: fencedStatements{
 			value: table.render(sqlValue), column: value, set: value + " = $1",
@@ -240,7 +241,9 @@ func (f *Fenced) update(ctx context.Context, key string, decide decision) (int64
 }
 
 // Decrement implements Store.
-func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
+func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (_ int64, err error) {
+	ctx, op := f.tel.start(ctx, opDecrement)
+	defer func() { op.end(ctx, err) }()
 	d, err := decrement(key, amount, f.table.Floor)
 	if err != nil {
 		return 0, err
@@ -249,7 +252,9 @@ func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (int64
 }
 
 // Increment implements Store.
-func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
+func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64) (_ int64, err error) {
+	ctx, op := f.tel.start(ctx, opIncrement)
+	defer func() { op.end(ctx, err) }()
 	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
@@ -258,7 +263,9 @@ func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64)
 }
 
 // CompareAndSet implements Store.
-func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64) error {
+func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64) (err error) {
+	ctx, op := f.tel.start(ctx, opCompareAndSet)
+	defer func() { op.end(ctx, err) }()
 	d, err := compareAndSet(key, old, next)
 	if err != nil {
 		return err
@@ -268,7 +275,9 @@ func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64)
 }
 
 // SetIfGreater implements Store.
-func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) error {
+func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := f.tel.start(ctx, opSetIfGreater)
+	defer func() { op.end(ctx, err) }()
 	d, err := setIfGreater(key, value)
 	if err != nil {
 		return err
@@ -280,7 +289,9 @@ func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) erro
 // Claim implements Store: lock, look, insert with the token, release. The
 // insert still relies on the key's unique index: a row that does not exist
 // yet has no token to fence with.
-func (f *Fenced) Claim(ctx context.Context, key string, value int64) error {
+func (f *Fenced) Claim(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := f.tel.start(ctx, opClaim)
+	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -313,7 +324,9 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64) error {
 // batches cannot wait on each other in a cycle), then in one transaction
 // stamps and reads every row, checks them all, and writes them all; a
 // refusal or a fencing rejection rolls everything back.
-func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64) (map[string]int64, error) {
+func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
+	ctx, op := f.tel.start(ctx, opDecrementMany)
+	defer func() { op.end(ctx, err) }()
 	b, err := newBatch(amounts, f.table.Floor)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
@@ -13,6 +16,11 @@ type MemoryConfig struct {
 	// Floor is the lowest value Decrement and DecrementMany leave behind (a
 	// negative floor allows credit). Defaults to 0.
 	Floor int64
+	// MeterProvider receives the store's metrics (docs/atomic.md,
+	// "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per operation. Defaults to none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *MemoryConfig) withDefaults() MemoryConfig {
@@ -28,6 +36,7 @@ func (c *MemoryConfig) withDefaults() MemoryConfig {
 // is not usable — call NewMemory.
 type Memory struct {
 	floor int64
+	tel   *storeTelemetry
 
 	mu     sync.Mutex
 	values map[string]int64
@@ -38,7 +47,7 @@ type Memory struct {
 // without another API change.
 func NewMemory(cfg *MemoryConfig) (*Memory, error) {
 	c := cfg.withDefaults()
-	return &Memory{floor: c.Floor, values: map[string]int64{}}, nil
+	return &Memory{floor: c.Floor, values: map[string]int64{}, tel: newTelemetry(c.MeterProvider, c.TracerProvider)}, nil
 }
 
 // update applies decide to key's value under the mutex and stores the
@@ -62,7 +71,9 @@ func (m *Memory) update(ctx context.Context, key string, decide decision) (int64
 }
 
 // Decrement implements Store.
-func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
+func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (_ int64, err error) {
+	ctx, op := m.tel.start(ctx, opDecrement)
+	defer func() { op.end(ctx, err) }()
 	d, err := decrement(key, amount, m.floor)
 	if err != nil {
 		return 0, err
@@ -71,7 +82,9 @@ func (m *Memory) Decrement(ctx context.Context, key string, amount int64) (int64
 }
 
 // Increment implements Store.
-func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
+func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64) (_ int64, err error) {
+	ctx, op := m.tel.start(ctx, opIncrement)
+	defer func() { op.end(ctx, err) }()
 	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
@@ -80,7 +93,9 @@ func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64)
 }
 
 // CompareAndSet implements Store.
-func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64) error {
+func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64) (err error) {
+	ctx, op := m.tel.start(ctx, opCompareAndSet)
+	defer func() { op.end(ctx, err) }()
 	d, err := compareAndSet(key, old, next)
 	if err != nil {
 		return err
@@ -90,7 +105,9 @@ func (m *Memory) CompareAndSet(ctx context.Context, key string, old, next int64)
 }
 
 // SetIfGreater implements Store.
-func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) error {
+func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := m.tel.start(ctx, opSetIfGreater)
+	defer func() { op.end(ctx, err) }()
 	d, err := setIfGreater(key, value)
 	if err != nil {
 		return err
@@ -100,7 +117,9 @@ func (m *Memory) SetIfGreater(ctx context.Context, key string, value int64) erro
 }
 
 // Claim implements Store.
-func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
+func (m *Memory) Claim(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := m.tel.start(ctx, opClaim)
+	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -118,7 +137,9 @@ func (m *Memory) Claim(ctx context.Context, key string, value int64) error {
 
 // DecrementMany implements Store. One mutex covers the whole batch, so it
 // cannot deadlock either.
-func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (map[string]int64, error) {
+func (m *Memory) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
+	ctx, op := m.tel.start(ctx, opDecrementMany)
+	defer func() { op.end(ctx, err) }()
 	b, err := newBatch(amounts, m.floor)
 	if err != nil {
 		return nil, err

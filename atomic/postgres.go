@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
@@ -53,6 +55,13 @@ type Table struct {
 	// Floor is the lowest value Decrement and DecrementMany leave behind
 	// (a negative floor allows credit). Defaults to 0.
 	Floor int64
+	// MeterProvider receives the metrics of the stores on this table
+	// (Postgres, Fenced; docs/atomic.md, "Metrics"). Defaults to none:
+	// nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per operation of the stores on this
+	// table. Defaults to none: no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // maxIdentifier is PostgreSQL's NAMEDATALEN-1: longer names are truncated
@@ -163,6 +172,7 @@ type Postgres struct {
 	db    DB
 	table Table
 	sql   pgStatements
+	tel   *storeTelemetry
 }
 
 // pgStatements are the statements of one table, rendered once per store.
@@ -188,7 +198,7 @@ func NewPostgres(db DB, table Table) (*Postgres, error) {
 	if err := table.validate(); err != nil {
 		return nil, err
 	}
-	return &Postgres{db: db, table: table, sql: renderStatements(table)}, nil
+	return &Postgres{db: db, table: table, sql: renderStatements(table), tel: newTelemetry(table.MeterProvider, table.TracerProvider)}, nil
 }
 
 // WithDB returns a store that runs its statements on db — typically the
@@ -224,7 +234,9 @@ func (p *Postgres) miss(ctx context.Context, op, key string, err error) (int64, 
 
 // Decrement implements Store with one
 // UPDATE … SET value = value - amount WHERE key = $1 AND value >= floor + amount RETURNING value.
-func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
+func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (_ int64, err error) {
+	ctx, op := p.tel.start(ctx, opDecrement)
+	defer func() { op.end(ctx, err) }()
 	threshold, err := decrementThreshold(key, amount, p.table.Floor)
 	if err != nil {
 		return 0, err
@@ -251,7 +263,9 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (int
 
 // Increment implements Store with one
 // UPDATE … SET value = value + amount WHERE key = $1 AND value <= limit - amount RETURNING value.
-func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
+func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int64) (_ int64, err error) {
+	ctx, op := p.tel.start(ctx, opIncrement)
+	defer func() { op.end(ctx, err) }()
 	ceiling, err := incrementCeiling(key, amount, limit)
 	if err != nil {
 		return 0, err
@@ -277,7 +291,9 @@ func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int6
 }
 
 // CompareAndSet implements Store with one UPDATE … WHERE key = $1 AND value = old.
-func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int64) error {
+func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int64) (err error) {
+	ctx, op := p.tel.start(ctx, opCompareAndSet)
+	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -301,7 +317,9 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 }
 
 // SetIfGreater implements Store with one UPDATE … WHERE key = $1 AND value < new.
-func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) error {
+func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := p.tel.start(ctx, opSetIfGreater)
+	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -326,7 +344,9 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) er
 
 // Claim implements Store with one INSERT … ON CONFLICT (key) DO NOTHING. A
 // concurrent claim of the same key waits on the unique index and then loses.
-func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
+func (p *Postgres) Claim(ctx context.Context, key string, value int64) (err error) {
+	ctx, op := p.tel.start(ctx, opClaim)
+	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -354,7 +374,9 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) error {
 
 // DecrementMany implements Store in one statement that locks the batch's
 // rows in key order, checks them all, and updates them all or none.
-func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) (map[string]int64, error) {
+func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
+	ctx, op := p.tel.start(ctx, opDecrementMany)
+	defer func() { op.end(ctx, err) }()
 	b, err := newBatch(amounts, p.table.Floor)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -147,5 +148,38 @@ func BenchmarkMemoryAcquireRelease(b *testing.B) {
 		if err := store.Release(ctx, l); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkLockerDoTelemetry measures what the instrumentation costs one
+// Locker.Do on the memory store: without providers (the default), with the
+// OpenTelemetry SDK's meter (a ManualReader: aggregation without export),
+// and with the SDK's meter and tracer. Compare allocs/op:
+//
+//	go test -run '^$' -bench LockerDoTelemetry -benchmem ./fencedlock/
+func BenchmarkLockerDoTelemetry(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		meter  bool
+		tracer bool
+	}{{"none", false, false}, {"sdk-meter", true, false}, {"sdk-meter+tracer", true, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := &fencedlock.LockerConfig{Holder: "bench", TTL: time.Minute, LockPrefix: "bench/"}
+			tel := telemetrytest.New(b)
+			if bc.meter {
+				cfg.MeterProvider = tel.Meters
+			}
+			if bc.tracer {
+				cfg.TracerProvider = tel.Tracers
+			}
+			locker := newLocker(b, newMemory(b, nil), cfg)
+			work := func(context.Context, fencedlock.Lease) error { return nil }
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := locker.Do(ctx, "hot", work); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -100,6 +100,7 @@ func (c KeepaliveConfig) Validate(ttl time.Duration) error {
 type Keepalive struct {
 	store Store
 	loop  *renew.Loop
+	tel   *lockerTelemetry // nil when started by Keep
 
 	mu    sync.Mutex
 	lease Lease
@@ -112,6 +113,11 @@ type Keepalive struct {
 // that fails Validate for lease.TTL give an error matching ErrInvalid and no
 // Keepalive.
 func Keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig) (*Keepalive, error) {
+	return keep(ctx, store, lease, cfg, nil)
+}
+
+// keep is Keep, counting renewals on tel when it is not nil.
+func keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig, tel *lockerTelemetry) (*Keepalive, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
@@ -122,13 +128,16 @@ func Keep(ctx context.Context, store Store, lease Lease, cfg *KeepaliveConfig) (
 	if err := c.Validate(lease.TTL); err != nil {
 		return nil, err
 	}
-	k := &Keepalive{store: store, lease: lease}
+	k := &Keepalive{store: store, lease: lease, tel: tel}
 	k.loop = renew.Start(ctx, c.schedule(lease.TTL), lease.sent, k.renew)
 	return k, nil
 }
 
 func (k *Keepalive) renew(ctx context.Context) error {
 	renewed, err := k.store.Renew(ctx, k.Lease())
+	if k.tel != nil {
+		k.tel.renewal(ctx, err)
+	}
 	if errors.Is(err, ErrNotHeld) {
 		return renew.Lost(ErrLost)
 	}

@@ -9,8 +9,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // LockerConfig configures a Locker. A nil *LockerConfig means the defaults.
@@ -37,6 +41,13 @@ type LockerConfig struct {
 	// ReleaseTimeout bounds the release after fn returns; the release runs
 	// even when the caller's context has ended. Defaults to 5s.
 	ReleaseTimeout time.Duration
+	// MeterProvider receives the Locker's metrics (docs/fencedlock.md,
+	// "Metrics"), and those of the fenced twin that embeds this config.
+	// Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each Do and TryDo, with the lock
+	// name, holder and token. Defaults to none: no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultTTL is a Locker's lease when LockerConfig.TTL is zero.
@@ -88,6 +99,7 @@ type Locker struct {
 	store Store
 	cfg   LockerConfig
 	wait  WaitConfig
+	tel   *lockerTelemetry
 }
 
 // NewLocker returns a Locker on store. A nil cfg means the defaults. A nil
@@ -101,7 +113,7 @@ func NewLocker(store Store, cfg *LockerConfig) (*Locker, error) {
 	if err := c.validate(store); err != nil {
 		return nil, err
 	}
-	return &Locker{store: store, cfg: c, wait: c.Wait.withDefaults(store)}, nil
+	return &Locker{store: store, cfg: c, wait: c.Wait.withDefaults(store), tel: newLockerTelemetry(c)}, nil
 }
 
 // Holder returns the holder identity the Locker acquires with.
@@ -133,20 +145,24 @@ func (l *Locker) do(ctx context.Context, name string, wait bool, fn func(ctx con
 	if err := validName("lock name", full); err != nil {
 		return err
 	}
-	var lease Lease
-	if wait {
-		lease, err = l.wait.acquire(ctx, l.store, full, l.cfg.Holder, l.cfg.TTL)
-	} else {
-		lease, err = l.store.Acquire(ctx, full, l.cfg.Holder, l.cfg.TTL)
+	ctx, span := l.tel.tracer.Start(ctx, "fencedlock.Do")
+	defer func() { span.End(err) }()
+	if span.Recording() {
+		span.Set(attribute.String(telemetry.LockName, full), attribute.String(telemetry.Holder, l.cfg.Holder))
 	}
+	lease, err := l.acquire(ctx, full, wait)
 	if err != nil {
 		return err
 	}
-	k, err := Keep(ctx, l.store, lease, l.cfg.Keepalive)
+	if span.Recording() {
+		span.Set(attribute.Int64(telemetry.LockToken, lease.Token))
+	}
+	k, err := keep(ctx, l.store, lease, l.cfg.Keepalive, l.tel)
 	if err != nil {
 		return errors.Join(err, l.release(ctx, lease, nil))
 	}
 	defer func() {
+		l.tel.finished(ctx, context.Cause(k.Context()), err)
 		failpoint.Inject(ctx, "fencedlock.locker.before-release")
 		if rerr := l.release(ctx, lease, k); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -154,6 +170,18 @@ func (l *Locker) do(ctx context.Context, name string, wait bool, fn func(ctx con
 	}()
 	failpoint.Inject(k.Context(), "fencedlock.locker.acquired")
 	return fn(k.Context(), lease)
+}
+
+// acquire gets the lease of full: one attempt, or a wait.
+func (l *Locker) acquire(ctx context.Context, full string, wait bool) (Lease, error) {
+	try := func() (Lease, error) { return l.tel.tryAcquire(ctx, l.store, full, l.cfg.Holder, l.cfg.TTL) }
+	if !wait {
+		return try()
+	}
+	start := time.Now()
+	lease, err := l.wait.acquire(ctx, full, try)
+	l.tel.waited(ctx, start, err)
+	return lease, err
 }
 
 // release stops k (when set) and releases its lease, bounded by

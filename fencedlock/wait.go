@@ -79,14 +79,15 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 	if err := c.validate(); err != nil {
 		return Lease{}, err
 	}
-	return c.acquire(ctx, store, name, holder, ttl)
+	return c.acquire(ctx, name, func() (Lease, error) { return store.Acquire(ctx, name, holder, ttl) })
 }
 
-func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder string, ttl time.Duration) (Lease, error) {
+// acquire waits for name, calling try for each attempt.
+func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease, error)) (Lease, error) {
 	// The first attempt goes without wake-ups: most find the lock free, and
 	// for a store that listens only while someone waits a subscription is a
 	// LISTEN on a connection of its own.
-	if lease, err := store.Acquire(ctx, name, holder, ttl); !errors.Is(err, ErrHeld) {
+	if lease, err := try(); !errors.Is(err, ErrHeld) {
 		return lease, err
 	}
 	// Refused: subscribe before each further attempt (the first at once),
@@ -98,7 +99,7 @@ func (c WaitConfig) acquire(ctx context.Context, store Store, name, holder strin
 	delay := c.MinDelay
 	var held error // the last contention seen, reported with ctx's end
 	for {
-		lease, err := store.Acquire(ctx, name, holder, ttl)
+		lease, err := try()
 		if err != nil && held != nil && ctx.Err() != nil {
 			// ctx ended during an attempt: report it as the end of the wait.
 			return Lease{}, errors.Join(context.Cause(ctx), held)

@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 )
@@ -423,22 +426,25 @@ func blockingFn(effects *atomic.Int64, body string, started chan<- struct{}, rel
 
 // The slow-first race in one process, with a test hook: the first
 // execution blocks inside its work while the clock moves past its lease and
-// a retry arrives.
+// a retry arrives. The executors' metrics count what each mode did with the
+// two executions.
 func TestSlowFirstHook(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"tx", "leased", "fenced", "unguarded"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			c := &clock.Manual{}
-			store, _ := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c, InFlightWait: 20 * time.Millisecond})
+			tel := telemetrytest.New(t)
+			store, _ := idempotency.NewMemory(&idempotency.MemoryConfig{Clock: c, InFlightWait: 20 * time.Millisecond, MeterProvider: tel.Meters})
 			var exec idempotency.Executor
 			switch mode {
 			case "tx":
 				exec = store
 			case "leased":
-				exec, _ = idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Second})
+				exec, _ = idempotency.NewLeased(store, &idempotency.LeasedConfig{TTL: time.Second, MeterProvider: tel.Meters})
 			case "fenced":
-				exec, _ = idempotency.NewFenced(memoryLocks(c), store, &idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Second}})
+				exec, _ = idempotency.NewFenced(memoryLocks(c), store, &idempotency.FencedConfig{
+					LockerConfig: fencedlock.LockerConfig{TTL: time.Second, MeterProvider: tel.Meters}})
 			case "unguarded":
 				exec = unguarded{store}
 			}
@@ -478,6 +484,34 @@ func TestSlowFirstHook(t *testing.T) {
 					t.Fatalf("effects %d, stored %q: the unguarded twin should run twice and let the stale write land", effects.Load(), rec.Result.Body)
 				}
 			}
+			checkSlowFirstMetrics(t, tel, mode)
 		})
+	}
+}
+
+// checkSlowFirstMetrics checks the outcomes TestSlowFirstHook's executor
+// counted: the mode's refusal of one execution, the other executed; the
+// unguarded twin is not instrumented.
+func checkSlowFirstMetrics(t *testing.T, tel *telemetrytest.Telemetry, mode string) {
+	t.Helper()
+	refused := map[string]string{"tx": "in_flight", "leased": "superseded", "fenced": "superseded"}[mode]
+	want := map[string]int64{"executed": 1, refused: 1}
+	if mode == "unguarded" {
+		want = map[string]int64{}
+	}
+	var total int64
+	for outcome, n := range want {
+		if got := tel.Sum(t, "lockfree.idempotency.requests", attribute.String(telemetry.Outcome, outcome)); got != n {
+			t.Errorf("%s: %s = %d, want %d\n%s", mode, outcome, got, n, tel.Describe(t))
+		}
+		total += n
+	}
+	if got := tel.Sum(t, "lockfree.idempotency.requests"); got != total {
+		t.Errorf("%s: %d executions counted, want %d\n%s", mode, got, total, tel.Describe(t))
+	}
+	if mode == "fenced" {
+		if n := tel.Sum(t, "lockfree.fencedlock.fenced.rejections"); n != 1 {
+			t.Errorf("fencedlock rejections = %d, want the stale holder's\n%s", n, tel.Describe(t))
+		}
 	}
 }

@@ -72,6 +72,7 @@ func (c FencedConfig) validate() error {
 // The work itself runs twice in that case unless it, too, presents the token
 // (Attempt.Token) to its resource — the transactional mode has no such gap.
 type Fenced struct {
+	tel     *execTelemetry
 	locker  *fencedlock.Locker
 	records FencedStore
 	cfg     FencedConfig
@@ -93,7 +94,7 @@ func NewFenced(locks fencedlock.Store, records FencedStore, cfg *FencedConfig) (
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return &Fenced{locker: locker, records: records, cfg: c}, nil
+	return &Fenced{locker: locker, records: records, cfg: c, tel: newTelemetry(c.MeterProvider, c.TracerProvider, "fenced")}, nil
 }
 
 // LockName returns the full name of the lock under which the twin runs key:
@@ -114,14 +115,16 @@ var errWaitOver = errors.New("idempotency: waited InFlightWait for the lock")
 // gets an error matching fencedlock.ErrFenced, and fn's result is not
 // returned. When fn fails or panics, the record's placeholder is removed, so
 // that a retry runs again.
-func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
+	ctx, exec := f.tel.start(ctx)
+	defer func() { exec.end(ctx, done, err) }()
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}
 	wait := startWait(ctx, f.cfg.InFlightWait)
 	defer wait.stop()
 	var res Result
-	err := f.locker.Do(wait.ctx, lockName(key), func(ctx context.Context, lease fencedlock.Lease) error {
+	err = f.locker.Do(wait.ctx, lockName(key), func(ctx context.Context, lease fencedlock.Lease) error {
 		if !wait.acquired() {
 			return errWaitOver // acquired as the wait ended: give it back
 		}

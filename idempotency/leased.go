@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/renew"
@@ -30,6 +33,11 @@ type LeasedConfig struct {
 	// returns; they run even when the caller's context has ended, and the
 	// bound starts when the work returns. Defaults to 5s.
 	ReleaseTimeout time.Duration
+	// MeterProvider receives the metrics of Do (docs/idempotency.md,
+	// "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each Do. Defaults to none.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultLeasedTTL is a leased attempt's lease when LeasedConfig.TTL is zero.
@@ -87,6 +95,7 @@ func (c LeasedConfig) schedule() renew.Config {
 // Whether the external effect itself ran twice is up to the downstream
 // service: give it Attempt.DeriveKey.
 type Leased struct {
+	tel      *execTelemetry
 	store    LeaseStore
 	cfg      LeasedConfig
 	schedule renew.Config
@@ -103,7 +112,7 @@ func NewLeased(store LeaseStore, cfg *LeasedConfig) (*Leased, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Leased{store: store, cfg: c, schedule: c.schedule()}, nil
+	return &Leased{store: store, cfg: c, schedule: c.schedule(), tel: newTelemetry(c.MeterProvider, c.TracerProvider, "leased")}, nil
 }
 
 var errStopped = errors.New("idempotency: attempt finished")
@@ -119,7 +128,9 @@ var errStopped = errors.New("idempotency: attempt finished")
 // matching ErrRecoveryPointNotReached, when fn's steps skipped and never
 // reached the recovery point the attempt resumed after (see Attempt.Step).
 // When fn panics, Do releases the key too, and the panic continues.
-func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+func (l *Leased) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
+	ctx, exec := l.tel.start(ctx)
+	defer func() { exec.end(ctx, done, err) }()
 	lease, replay, err := l.store.Claim(ctx, key, fp, l.cfg.TTL)
 	if err != nil {
 		return Result{}, err

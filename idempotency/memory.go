@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/failpoint"
@@ -31,6 +34,11 @@ type MemoryConfig struct {
 	InFlightWait time.Duration
 	// RetryAfter is the retry hint of Do's InFlightError. Defaults to 1s.
 	RetryAfter time.Duration
+	// MeterProvider receives the metrics of Do (docs/idempotency.md,
+	// "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each Do. Defaults to none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *MemoryConfig) withDefaults() MemoryConfig {
@@ -61,6 +69,7 @@ func (c MemoryConfig) validate() error { return c.keeping().validate() }
 type Memory struct {
 	clock clock.Clock
 	cfg   MemoryConfig
+	tel   *execTelemetry
 
 	mu   sync.Mutex
 	recs map[Key]*memRecord
@@ -88,7 +97,7 @@ func NewMemory(cfg *MemoryConfig) (*Memory, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Memory{clock: c.Clock, cfg: c, recs: map[Key]*memRecord{}}, nil
+	return &Memory{clock: c.Clock, cfg: c, recs: map[Key]*memRecord{}, tel: newTelemetry(c.MeterProvider, c.TracerProvider, "transactional")}, nil
 }
 
 func copyResult(r Result) Result {
@@ -122,7 +131,9 @@ func (m *Memory) record(key Key, r *memRecord) Record {
 // Do implements Executor in transactional mode: the key is claimed for the
 // duration of fn, a duplicate waits up to InFlightWait for it, and an error
 // (or panic) from fn removes the claim so that a retry runs again.
-func (m *Memory) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+func (m *Memory) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
+	ctx, exec := m.tel.start(ctx)
+	defer func() { exec.end(ctx, done, err) }()
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}

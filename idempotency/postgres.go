@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/short"
@@ -73,6 +75,12 @@ type PostgresConfig struct {
 	// RetryAfter is the retry hint of the InFlightError of transactional
 	// mode. Defaults to 1s.
 	RetryAfter time.Duration
+	// MeterProvider receives the metrics of Do, in this store and in the
+	// copies WithDB makes (docs/idempotency.md, "Metrics"). Defaults to
+	// none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each Do. Defaults to none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *PostgresConfig) withDefaults() PostgresConfig {
@@ -109,6 +117,7 @@ type Postgres struct {
 	cfg    PostgresConfig
 	tables migrate.Names
 	sql    *pgStatements // shared by the copies WithDB makes
+	tel    *execTelemetry
 }
 
 // pgStatements are a store's statements, rendered once for its Tables.
@@ -135,7 +144,7 @@ func NewPostgres(db TxDB, cfg *PostgresConfig) (*Postgres, error) {
 	r := func(s string) string { return migrate.Render(s, c.Tables) }
 	sql := &pgStatements{tx: renderTx(r), leased: renderLeased(r), fenced: renderFenced(r),
 		purge: renderPurge(r), lookup: r(sqlLookup)}
-	return &Postgres{db: db, cfg: c, tables: c.Tables, sql: sql}, nil
+	return &Postgres{db: db, cfg: c, tables: c.Tables, sql: sql, tel: newTelemetry(c.MeterProvider, c.TracerProvider, "transactional")}, nil
 }
 
 // nilDB reports a nil db, including the nil pointers of the usual

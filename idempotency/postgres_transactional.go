@@ -137,7 +137,9 @@ func TxFrom(ctx context.Context) (pgx.Tx, bool) {
 // ErrInvalid without running fn. Under REPEATABLE READ or SERIALIZABLE a
 // concurrent completion can surface as a serialization failure (SQLSTATE
 // 40001): roll back and retry, and the retry replays.
-func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (Result, error) {
+func (p *Postgres) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
+	ctx, exec := p.tel.start(ctx)
+	defer func() { exec.end(ctx, done, err) }()
 	if err := key.Validate(); err != nil {
 		return Result{}, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 	"github.com/lockfree-go/lockfree/occ"
 	"github.com/lockfree-go/lockfree/occ/occtest"
@@ -39,7 +40,9 @@ func pausedTwin(in *bufio.Scanner, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	twin, err := occ.NewFenced(locks, store, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{Holder: "child", TTL: time.Second}})
+	tel := telemetrytest.Start()
+	twin, err := occ.NewFenced(locks, store, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{Holder: "child", TTL: time.Second,
+		MeterProvider: tel.Meters}})
 	if err != nil {
 		return err
 	}
@@ -54,7 +57,11 @@ func pausedTwin(in *bufio.Scanner, out io.Writer) error {
 	case !told:
 		return errors.New("expected a write command")
 	case errors.As(err, &fenced):
-		fmt.Fprintf(out, "result fenced %d > %d\n", fenced.Required, fenced.Presented)
+		n, err := tel.Total("lockfree.fencedlock.fenced.rejections")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "result fenced %d > %d, %d counted\n", fenced.Required, fenced.Presented, n)
 	case err != nil:
 		return err
 	default:
@@ -66,7 +73,8 @@ func pausedTwin(in *bufio.Scanner, out io.Writer) error {
 // A process stopped with SIGSTOP between the twin's fenced read and its
 // write — keepalive and all — loses its lease; another holder reads and
 // writes; the stopped process is resumed and writes: the fence rejects it,
-// and the other holder's increment stays.
+// and the other holder's increment stays. The child's metrics count the
+// rejection (lockfree.fencedlock.fenced.rejections).
 func TestPausedProcessIsFenced(t *testing.T) {
 	t.Parallel()
 	db := newDocs(t)
@@ -90,7 +98,7 @@ func TestPausedProcessIsFenced(t *testing.T) {
 	child.Send("write")
 	child.Continue()
 	result := child.Expect("result", 60*time.Second)
-	if d, v := loadDoc(t, store, "row"); !strings.HasPrefix(result, "fenced") || d.Counter != 1 || v != 2 {
+	if d, v := loadDoc(t, store, "row"); !strings.HasPrefix(result, "fenced") || !strings.HasSuffix(result, ", 1 counted") || d.Counter != 1 || v != 2 {
 		t.Fatalf("the resumed process's write: %q; counter %d at version %d, want fenced and 1 at 2", result, d.Counter, v)
 	}
 	if err := child.Wait(60 * time.Second); err != nil {

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -27,6 +30,12 @@ type TableConfig struct {
 	// starting at 1); its field must be an int, int32 or int64. Defaults to
 	// "version".
 	Version string
+	// MeterProvider receives the metrics of Update on this store
+	// (docs/occ.md, "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each Update on this store.
+	// Defaults to none: no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *TableConfig) withDefaults() TableConfig {
@@ -90,6 +99,7 @@ type mapping[K comparable] struct {
 	key     int      // index into cols
 	version int      // index into cols
 	keyKind reflect.Kind
+	tel     *occTelemetry // the store's, from cfg's providers
 }
 
 // newMapping checks cfg and lays T out as it says.
@@ -102,7 +112,10 @@ func newMapping[K comparable, T any](cfg *TableConfig) (*mapping[K], error) {
 	if typ.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("%w: row type %v is not a struct", ErrInvalid, typ)
 	}
-	m := &mapping[K]{cfg: c, typ: typ, key: -1, version: -1}
+	m := &mapping[K]{cfg: c, typ: typ, key: -1, version: -1, tel: noTelemetry}
+	if c.MeterProvider != nil || c.TracerProvider != nil {
+		m.tel = newTelemetry(c.MeterProvider, c.TracerProvider)
+	}
 	if err := m.collect(typ, nil, map[string]bool{}); err != nil {
 		return nil, err
 	}

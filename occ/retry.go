@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // Backoff says how often and how patiently to retry, with the meaning of
@@ -70,36 +72,46 @@ func IsRetryable(err error) bool {
 // transaction a serialization failure aborts the whole transaction, so fn
 // must begin and commit it.
 func RetryOnConflict(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
-	return retry(ctx, newOptions(opts), fn)
+	o := newOptions(opts)
+	if o.tel == nil {
+		o.tel = noTelemetry
+	}
+	_, err := retry(ctx, o, fn)
+	return err
 }
 
-func retry(ctx context.Context, o options, fn func(ctx context.Context) error) error {
+// retry runs the loop of RetryOnConflict and Update, and returns how many
+// attempts it made.
+func retry(ctx context.Context, o options, fn func(ctx context.Context) error) (attempts int, err error) {
 	steps := max(o.backoff.Steps, 1)
 	sched := newSchedule(o.backoff)
 	var last error
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if last == nil {
-				return context.Cause(ctx)
+				return attempt - 1, context.Cause(ctx)
 			}
-			return fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
+			return attempt - 1, fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
 		}
 		last = fn(ctx)
+		o.tel.attempted(ctx, last)
 		if last == nil || !IsRetryable(last) {
-			return last
+			return attempt, last
 		}
 		if attempt >= steps {
-			return fmt.Errorf("occ: gave up after %d attempts: %w", attempt, last)
+			o.tel.giveUps.Add(ctx, 1)
+			return attempt, fmt.Errorf("occ: gave up after %d attempts: %w", attempt, last)
 		}
 		if o.onRetry != nil {
 			o.onRetry(attempt, last)
 		}
 		if d := sched.next(); d > 0 {
+			o.tel.retried(ctx, d)
 			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
+				return attempt, fmt.Errorf("occ: %w (last error: %w)", context.Cause(ctx), last)
 			case <-t.C:
 			}
 		}
@@ -159,6 +171,7 @@ type Option func(*options)
 type options struct {
 	backoff Backoff
 	onRetry func(int, error)
+	tel     *occTelemetry // nil: the store's, or none
 }
 
 func newOptions(opts []Option) options {
@@ -201,8 +214,17 @@ func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, muta
 		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
 	}
 	m := layoutOf(s)
+	o := newOptions(opts)
+	tracer := noTelemetry
+	if m != nil {
+		tracer = m.tel
+	}
+	if o.tel == nil {
+		o.tel = tracer
+	}
+	ctx, span := tracer.spanStart(ctx, "occ.Update")
 	var version int64
-	err := retry(ctx, newOptions(opts), func(ctx context.Context) error {
+	attempts, err := retry(ctx, o, func(ctx context.Context) error {
 		row, v, err := s.Load(ctx, key)
 		if err != nil {
 			return err
@@ -217,9 +239,13 @@ func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, muta
 		version, err = s.Update(ctx, row, v)
 		return err
 	})
-	if me := (mutateError{}); errors.As(err, &me) {
-		return 0, me.err
+	if span.Recording() {
+		span.Set(attribute.Int(telemetry.Attempt, attempts))
 	}
+	if me := (mutateError{}); errors.As(err, &me) {
+		err = me.err
+	}
+	span.End(err)
 	if err != nil {
 		return 0, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 	"github.com/lockfree-go/lockfree/partition"
@@ -156,7 +157,23 @@ func checkAccount(t *testing.T, pool *pgxpool.Pool, result string, fenced bool, 
 	}
 }
 
-// The same sequence with the in-process pause hook, on both backends.
+// checkHandoverMetrics checks what the members of TestPausedMemberIsFenced
+// counted: b took a's partitions over, each with its unowned time, and a's
+// write was rejected by epoch when it was fenced.
+func checkHandoverMetrics(t *testing.T, tel *telemetrytest.Telemetry, fenced bool) {
+	t.Helper()
+	handovers := tel.Sum(t, "lockfree.partition.handovers")
+	if n, _ := tel.Count(t, "lockfree.partition.handover.duration"); handovers < 1 || int64(n) != handovers {
+		t.Errorf("%d handovers, %d durations; want at least the paused member's partitions\n%s", handovers, n, tel.Describe(t))
+	}
+	want := map[bool]int64{true: 1, false: 0}[fenced]
+	if n := tel.Sum(t, "lockfree.partition.stale_epochs"); n != want {
+		t.Errorf("stale epochs = %d, want %d\n%s", n, want, tel.Describe(t))
+	}
+}
+
+// The same sequence with the in-process pause hook, on both backends. The
+// members' metrics count the handover and the rejected write.
 func TestPausedMemberIsFenced(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends {
@@ -187,7 +204,10 @@ func TestPausedMemberIsFenced(t *testing.T) {
 					}
 				}
 
-				f := newFleet(t, store, testConfig)
+				tel := telemetrytest.New(t)
+				cfg := testConfig
+				cfg.MeterProvider = tel.Meters
+				f := newFleet(t, store, cfg)
 				a := f.start("a")
 				epochs, wake, done := make(chan partition.Epoch, 1), make(chan struct{}), make(chan error, 1)
 				go func() {
@@ -208,6 +228,7 @@ func TestPausedMemberIsFenced(t *testing.T) {
 				err := <-done
 				resume()
 				owner, seq := result()
+				checkHandoverMetrics(t, tel, fenced)
 				var se *partition.StaleEpochError
 				if fenced {
 					want := partition.StaleEpochError{Partition: stale.Partition, Presented: stale.Token, Required: e.Token, Owner: "b"}

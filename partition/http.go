@@ -9,6 +9,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // ForwardedHeader marks a request that Forward proxied to the owner; its
@@ -46,6 +48,7 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 		case errors.As(err, &panicked):
 			m.servePanic(w, panicked)
 		case errors.As(err, &notOwner) && notOwner.Addr != "" && r.Header.Get(ForwardedHeader) == "":
+			m.tel.forwards.Add(r.Context(), 1)
 			proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(&url.URL{Scheme: "http", Host: notOwner.Addr})
 				pr.Out.Host = r.Host
@@ -71,7 +74,7 @@ func (m *Member) servePanic(w http.ResponseWriter, p *PanicError) {
 		panic(http.ErrAbortHandler)
 	}
 	if m.cfg.Logger != nil {
-		m.cfg.Logger.Error("partition: handler panicked", "member", m.cfg.Name, "panic", p.Value, "stack", string(p.Stack))
+		m.cfg.Logger.Error("partition: handler panicked", telemetry.Member, m.cfg.Name, telemetry.Panic, p.Value, telemetry.PanicStack, string(p.Stack))
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(http.StatusInternalServerError)

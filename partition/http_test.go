@@ -14,14 +14,20 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/lockfree-go/lockfree/internal/telemetry"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/partition"
 )
 
 // A request for a key that another member owns is proxied to it once; the
-// owner serves it on the key's executor.
+// owner serves it on the key's executor. Member a's metrics count each
+// forward and the not-owner refusal behind it.
 func TestForward(t *testing.T) {
 	t.Parallel()
 	store := newMemory(nil)
+	telA := telemetrytest.New(t)
 	names := []string{"a", "b"}
 	members := map[string]*partition.Member{}
 	servers := map[string]*httptest.Server{}
@@ -31,6 +37,9 @@ func TestForward(t *testing.T) {
 		t.Cleanup(srv.Close)
 		cfg := testConfig
 		cfg.Name, cfg.Addr = n, strings.TrimPrefix(srv.URL, "http://")
+		if n == "a" {
+			cfg.MeterProvider = telA.Meters
+		}
 		m, _ := startMember(t, store, cfg)
 		handler := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
 			func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
@@ -56,9 +65,13 @@ func TestForward(t *testing.T) {
 		}
 		return true
 	})
+	var forwarded int64
 	for i := range 20 {
 		key := fmt.Sprintf("k%d", i)
 		owner, _ := members["a"].Owner(key)
+		if owner == "b" {
+			forwarded++
+		}
 		resp, err := http.Get(servers["a"].URL + "/?key=" + key)
 		if err != nil {
 			t.Fatal(err)
@@ -72,6 +85,10 @@ func TestForward(t *testing.T) {
 		if !strings.HasSuffix(string(body), wantFwd) {
 			t.Fatalf("%s: %s, want %s", key, body, wantFwd)
 		}
+	}
+	notOwner := attribute.String(telemetry.Cause, "not_owner")
+	if f, r := telA.Sum(t, "lockfree.partition.forwards"), telA.Sum(t, "lockfree.partition.calls.refused", notOwner); forwarded == 0 || f != forwarded || r != forwarded {
+		t.Errorf("a forwarded %d requests; counted %d forwards and %d not-owner refusals\n%s", forwarded, f, r, telA.Describe(t))
 	}
 	// A forwarded request that reaches a non-owner is not forwarded again.
 	var key string

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/renew"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // lease is one incarnation of the member's membership lease and the loop
@@ -84,7 +85,7 @@ func (m *Member) heartbeat(ctx context.Context, info MemberInfo) error {
 	case errors.Is(err, ErrExpired):
 		return renew.Lost(err)
 	case err != nil && ctx.Err() == nil:
-		m.warn("partition: heartbeat failed", "incarnation", info.Incarnation, "err", err)
+		m.warn("partition: heartbeat failed", telemetry.Incarnation, info.Incarnation, telemetry.Err(err))
 	}
 	return err
 }
@@ -103,13 +104,13 @@ func (m *Member) leaseEnded(run context.Context, l *lease) {
 		return
 	}
 	if errors.Is(cause, errLeaseExpiring) {
-		m.warn("partition: heartbeat late, executors paused", "incarnation", l.info.Incarnation)
+		m.warn("partition: heartbeat late, executors paused", telemetry.Incarnation, l.info.Incarnation)
 		lapse := l.loop.SafeUntil().Add(m.cfg.Margin)
 		time.AfterFunc(time.Until(lapse), func() { m.lapse(run, l) })
 		m.poke()
 		return
 	}
-	m.warn("partition: membership lease lost", "incarnation", l.info.Incarnation, "cause", cause)
+	m.warn("partition: membership lease lost", telemetry.Incarnation, l.info.Incarnation, telemetry.Cause, cause)
 	m.abortAll(ReasonLeaseLost)
 	m.poke()
 }
@@ -130,7 +131,7 @@ func (m *Member) lapse(run context.Context, l *lease) {
 	m.execs = map[int]*executor{}
 	m.mu.Unlock()
 	if len(execs) > 0 {
-		m.warn("partition: membership lease lost: no heartbeat answered before it could expire", "incarnation", l.info.Incarnation)
+		m.warn("partition: membership lease lost: no heartbeat answered before it could expire", telemetry.Incarnation, l.info.Incarnation)
 	}
 	for _, x := range execs {
 		m.stopExec(x, ReasonLeaseLost, true)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/short"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // Start joins the fleet as Config.Name, checks that the live members place
@@ -79,7 +80,7 @@ func (m *Member) start(ctx context.Context) (settled bool, err error) {
 	case err != nil:
 		// A claim that timed out on a loaded store is no reason to
 		// give up the lease: the loop claims at its next step.
-		m.warn("partition: first step failed, left to the background loop", "err", err)
+		m.warn("partition: first step failed, left to the background loop", telemetry.Err(err))
 	}
 	return err == nil && !moving, nil
 }
@@ -157,7 +158,7 @@ func (m *Member) leave(ctx context.Context) error {
 			// The lease ran out before Stop (a pause, a late heartbeat):
 			// there is nothing to hand off, the partitions move by expiry,
 			// and stopping is all that is left to do.
-			m.warn("partition: stopping without handoff: membership lease expired", "incarnation", l.info.Incarnation)
+			m.warn("partition: stopping without handoff: membership lease expired", telemetry.Incarnation, l.info.Incarnation)
 			err = nil
 		}
 	}
@@ -279,7 +280,7 @@ func (m *Member) loop(ctx context.Context, settled bool) {
 		}
 		moving, err := m.step(ctx)
 		if err != nil && ctx.Err() == nil {
-			m.warn("partition: member step failed", "err", err)
+			m.warn("partition: member step failed", telemetry.Err(err))
 		}
 		delay = m.cfg.Interval
 		if moving || err != nil {

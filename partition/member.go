@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/renew"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // Config configures a Member. A nil *Config means the defaults.
@@ -60,6 +64,12 @@ type Config struct {
 	// Logger receives diagnostics (failed heartbeats, lost leases, store
 	// errors). Defaults to none.
 	Logger *slog.Logger
+	// MeterProvider receives the member's metrics (docs/partition.md,
+	// "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span for each call of Do, with the
+	// partition and its epoch. Defaults to none: no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) withDefaults() Config {
@@ -193,6 +203,7 @@ type Member struct {
 	ringCfg RingConfig
 	store   Membership
 	ringID  string
+	tel     *memberTelemetry
 
 	life     chan struct{} // held by Start and Stop: one at a time
 	state    memberState   // guarded by life
@@ -210,8 +221,9 @@ type Member struct {
 	ring        *Ring
 	addrs       map[string]string
 	execs       map[int]*executor
-	handing     map[int]bool // partitions being drained and released
-	leavingFrom time.Time    // when Stop marked the member leaving
+	handing     map[int]bool      // partitions being drained and released
+	incoming    map[int]time.Time // handovers to this member: since when seen
+	leavingFrom time.Time         // when Stop marked the member leaving
 }
 
 // NewMember returns a member of the fleet kept in store; Start makes it
@@ -231,9 +243,9 @@ func NewMember(store Membership, cfg *Config) (*Member, error) {
 		return nil, err
 	}
 	return &Member{
-		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring,
+		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, tel: newMemberTelemetry(c),
 		life: make(chan struct{}, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
-		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{},
+		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
 	}, nil
 }
 
@@ -279,14 +291,22 @@ func (m *Member) Partition(key string) int { return partitionOf(key, m.ringCfg.P
 // next call. If ctx ends while fn is queued, Do returns ctx's cause and fn
 // does not run; if it ends while fn runs, Do returns at once and fn's result
 // is lost.
-func (m *Member) Do(ctx context.Context, key string, fn func(ctx context.Context, e Epoch) error) error {
+func (m *Member) Do(ctx context.Context, key string, fn func(ctx context.Context, e Epoch) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
 	}
 	p := m.Partition(key)
+	ctx, span := m.tel.tracer.Start(ctx, "partition.Do")
+	defer func() { m.tel.called(ctx, err); span.End(err) }()
 	m.mu.RLock()
 	run, x := m.running, m.execs[p]
 	m.mu.RUnlock()
+	if span.Recording() {
+		span.Set(attribute.Int(telemetry.Partition, p), attribute.String(telemetry.Member, m.cfg.Name))
+		if x != nil {
+			span.Set(attribute.Int64(telemetry.Epoch, x.epoch.Token))
+		}
+	}
 	switch {
 	case !run:
 		return ErrStopped
@@ -295,7 +315,7 @@ func (m *Member) Do(ctx context.Context, key string, fn func(ctx context.Context
 	case !m.leaseSafe():
 		return fmt.Errorf("%w: partition %d: membership lease not safely held", ErrMoving, p)
 	}
-	err := x.do(ctx, fn)
+	err = x.do(ctx, fn)
 	if errors.Is(err, errNotAccepting) {
 		return m.elsewhere(key, p)
 	}
@@ -330,6 +350,7 @@ func (m *Member) Owner(key string) (name, addr string) {
 }
 
 func (m *Member) event(e Event) {
+	m.tel.event(e)
 	if m.cfg.OnEvent != nil {
 		m.cfg.OnEvent(e)
 	}
@@ -337,6 +358,6 @@ func (m *Member) event(e Event) {
 
 func (m *Member) warn(msg string, args ...any) {
 	if m.cfg.Logger != nil {
-		m.cfg.Logger.Warn(msg, append([]any{"member", m.cfg.Name}, args...)...)
+		m.cfg.Logger.Warn(msg, append([]any{telemetry.Member, m.cfg.Name}, args...)...)
 	}
 }

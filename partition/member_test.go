@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/partition"
 )
@@ -836,5 +839,54 @@ func TestUnreachableStoreStopsTheMember(t *testing.T) {
 	}
 	if after.Token <= before.Token {
 		t.Fatalf("epoch %d after %d: the partition was not claimed anew", after.Token, before.Token)
+	}
+}
+
+// A member's owned partitions go up as it claims and back to zero as it
+// stops, each stop counted with its cause; a call after Stop is refused as
+// stopped; with a TracerProvider each call is a span with its partition and
+// epoch.
+func TestMemberOwnershipIsCounted(t *testing.T) {
+	t.Parallel()
+	tel := telemetrytest.New(t)
+	cfg := testConfig
+	cfg.MeterProvider, cfg.TracerProvider = tel.Meters, tel.Tracers
+	m, _ := startMember(t, newMemory(nil), cfg)
+	parts := int64(m.Ring().Partitions())
+	if n := tel.Sum(t, "lockfree.partition.owned"); n != parts {
+		t.Fatalf("owned = %d after start, want %d\n%s", n, parts, tel.Describe(t))
+	}
+	var epoch partition.Epoch
+	if err := doOwned(m, "k", func(_ context.Context, e partition.Epoch) error { epoch = e; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+		t.Fatalf("Do after Stop: %v", err)
+	}
+	if n := tel.Sum(t, "lockfree.partition.owned"); n != 0 {
+		t.Errorf("owned = %d after stop, want 0\n%s", n, tel.Describe(t))
+	}
+	if n := tel.Sum(t, "lockfree.partition.stops"); n != parts {
+		t.Errorf("stops = %d, want %d\n%s", n, parts, tel.Describe(t))
+	}
+	if n := tel.Sum(t, "lockfree.partition.calls.refused", attribute.String(telemetry.Cause, "stopped")); n != 1 {
+		t.Errorf("refused as stopped = %d, want 1\n%s", n, tel.Describe(t))
+	}
+	if n := tel.Sum(t, "lockfree.partition.handovers"); n != 0 {
+		t.Errorf("handovers = %d on a fleet of one", n)
+	}
+	var served int
+	for _, s := range tel.SpansNamed("partition.Do") {
+		p, _ := telemetrytest.Attr(s, telemetry.Partition)
+		ep, ok := telemetrytest.Attr(s, telemetry.Epoch)
+		if ok && int(p.AsInt64()) == epoch.Partition && ep.AsInt64() == epoch.Token {
+			served++
+		}
+	}
+	if served == 0 {
+		t.Errorf("no partition.Do span with partition %d epoch %d", epoch.Partition, epoch.Token)
 	}
 }

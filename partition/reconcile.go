@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // step makes sure the member holds a lease, reads the fleet and the
@@ -96,6 +97,7 @@ type plan struct {
 	superseded []int // running partitions whose epoch is no longer current: abort
 	handoff    []int // running partitions the ring placed elsewhere: drain, release
 	claim      []int // partitions to claim, increasing
+	incoming   []int // partitions moving here from another member
 	moving     bool  // partitions are still moving to or from the member
 }
 
@@ -128,6 +130,9 @@ func reconcile(self string, owners []Epoch, ring *Ring, alive map[string]bool, r
 			continue
 		}
 		pl.moving = true
+		if row.Token > 0 && row.Owner != self {
+			pl.incoming = append(pl.incoming, p)
+		}
 		if row.Owner == "" || row.Owner == self || !alive[row.Owner] {
 			pl.claim = append(pl.claim, p)
 		}
@@ -147,6 +152,7 @@ func (m *Member) apply(v view) (claim []int, moving bool) {
 		running[p] = x.epoch
 	}
 	pl := reconcile(m.cfg.Name, v.owners, v.ring, v.alive, running, m.handing)
+	m.track(pl.incoming)
 	superseded, handoff := m.take(pl.superseded), m.take(pl.handoff)
 	for _, x := range handoff {
 		m.handing[x.epoch.Partition] = true
@@ -161,6 +167,24 @@ func (m *Member) apply(v view) (claim []int, moving bool) {
 		m.handOff(handoff)
 	}
 	return pl.claim, moving
+}
+
+// track notes since when each partition in incoming has been moving here
+// from another member, for the handover metrics; a partition no longer
+// moving here is forgotten. The caller holds mu.
+func (m *Member) track(incoming []int) {
+	if len(incoming) == 0 && len(m.incoming) == 0 {
+		return
+	}
+	now, next := time.Now(), make(map[int]time.Time, len(incoming))
+	for _, p := range incoming {
+		if t, ok := m.incoming[p]; ok {
+			next[p] = t
+		} else {
+			next[p] = now
+		}
+	}
+	m.incoming = next
 }
 
 // take removes the executors of ps and returns them. The caller holds mu.
@@ -191,6 +215,10 @@ func (m *Member) claim(ctx context.Context, info MemberInfo, ps []int) error {
 		m.execs[e.Partition] = x
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); x.run() }()
+		if since, ok := m.incoming[e.Partition]; ok {
+			delete(m.incoming, e.Partition)
+			m.tel.claimed(since)
+		}
 		m.event(Event{Kind: Started, Epoch: e})
 	}
 	return nil
@@ -232,7 +260,7 @@ func (m *Member) handOff(xs []*executor) {
 		err := m.store.Release(ctx, epochs)
 		cancel()
 		if err != nil {
-			m.warn("partition: release failed", "err", err)
+			m.warn("partition: release failed", telemetry.Err(err))
 		}
 		m.mu.Lock()
 		for _, e := range epochs {

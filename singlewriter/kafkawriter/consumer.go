@@ -11,8 +11,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -76,6 +80,12 @@ type ConsumerConfig struct {
 	Dialer *kafka.Dialer
 	// Logger receives diagnostics. Defaults to none.
 	Logger *slog.Logger
+	// MeterProvider receives the consumer's metrics (docs/singlewriter.md,
+	// "Metrics"). Defaults to none: nothing is recorded.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span per transaction, with the partition,
+	// its epoch and the offsets applied. Defaults to none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *ConsumerConfig) settings() settings {
@@ -131,6 +141,7 @@ type Consumer struct {
 	inbox   *Inbox
 	dlq     *deadLetters // nil without a dead-letter topic
 	life    lifecycle
+	tel     *consumerTelemetry
 
 	stats struct {
 		claims, applied, txs, fenced, failed, dead, mirrored atomic.Int64
@@ -164,7 +175,7 @@ func NewConsumer(db TxDB, src Source, handler Handler, cfg *ConsumerConfig) (*Co
 		return nil, err
 	}
 	return &Consumer{db: db, src: src, handler: handler, cfg: c, set: set, inbox: inbox,
-		life: newLifecycle(), assigned: map[int]int64{}}, nil
+		life: newLifecycle(), assigned: map[int]int64{}, tel: newConsumerTelemetry(c, src)}, nil
 }
 
 // Stats returns the consumer's counters. It is safe to call at any time.
@@ -244,7 +255,7 @@ func (c *Consumer) run(stopping, work context.Context, ready func()) error {
 		}
 		if err != nil {
 			// kafka-go rejoins by itself after an error; Next reports it.
-			log.Warn("kafkawriter: joining the group", "err", err)
+			log.Warn("kafkawriter: joining the group", telemetry.Err(err))
 			if !joined {
 				joinErr = err
 			}
@@ -252,7 +263,7 @@ func (c *Consumer) run(stopping, work context.Context, ready func()) error {
 		}
 		joined, joinErr = true, nil
 		ready()
-		log.Debug("kafkawriter: generation", "generation", gen.ID, "member", gen.MemberID, "assignments", gen.Assignments[c.src.Topic])
+		log.Debug("kafkawriter: generation", telemetry.Generation, gen.ID, telemetry.Member, gen.MemberID, "assignments", gen.Assignments[c.src.Topic])
 		for _, pa := range gen.Assignments[c.src.Topic] {
 			gen.Start(func(gctx context.Context) {
 				if err := c.partition(stopping, work, gctx, gen, pa.ID); err != nil {
@@ -271,14 +282,14 @@ func (c *Consumer) partition(stopping, work, gctx context.Context, gen *kafka.Ge
 	ctx, cancel := context.WithCancel(stopping)
 	defer cancel()
 	defer context.AfterFunc(gctx, cancel)()
-	log := c.set.logger.With("group", c.src.GroupID, "topic", c.src.Topic, "partition", p, "generation", gen.ID)
+	log := c.set.logger.With(telemetry.Group, c.src.GroupID, telemetry.Topic, c.src.Topic, telemetry.Partition, p, telemetry.Generation, gen.ID)
 	claim, ok := c.claim(ctx, log, p)
 	if !ok {
 		return nil
 	}
 	defer c.unassign(claim)
-	log = log.With("epoch", claim.Epoch)
-	log.Debug("kafkawriter: claimed", "next", claim.Next)
+	log = log.With(telemetry.Epoch, claim.Epoch)
+	log.Debug("kafkawriter: claimed", telemetry.Offset, claim.Next)
 
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: c.src.Brokers, Topic: c.src.Topic, Partition: p, Dialer: c.set.dialer,
@@ -293,7 +304,7 @@ func (c *Consumer) partition(stopping, work, gctx context.Context, gen *kafka.Ge
 		batch, err := c.set.fetchBatch(ctx, r)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn("kafkawriter: fetch", "err", err)
+				log.Warn("kafkawriter: fetch", telemetry.Err(err))
 				sleep(ctx, c.set.retryBackoff)
 			}
 			continue
@@ -302,7 +313,8 @@ func (c *Consumer) partition(stopping, work, gctx context.Context, gen *kafka.Ge
 			switch {
 			case errors.Is(err, ErrFenced):
 				c.stats.fenced.Add(1)
-				log.Info("kafkawriter: fenced by a newer owner; giving up the partition", "err", err)
+				c.tel.rejections.Add(ctx, 1, c.tel.zombie.Add()...)
+				log.Info("kafkawriter: fenced by a newer owner; giving up the partition", telemetry.Err(err))
 				return nil
 			case errors.Is(err, ErrPoison):
 				return err
@@ -326,6 +338,7 @@ func (c *Consumer) claim(ctx context.Context, log *slog.Logger, p int) (Claim, b
 		return Claim{}, false
 	}
 	c.stats.claims.Add(1)
+	c.tel.claims.Add(ctx, 1, c.tel.source.Add()...)
 	c.mu.Lock()
 	c.assigned[p] = claim.Epoch
 	c.mu.Unlock()
@@ -366,14 +379,14 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 		if err == nil || !isHandlerError(err) {
 			return err
 		}
-		pp.c.stats.failed.Add(1)
-		pp.log.Debug("kafkawriter: batch failed; retrying one by one", "err", err)
+		pp.failed()
+		pp.log.Debug("kafkawriter: batch failed; retrying one by one", telemetry.Err(err))
 	}
 	for _, m := range batch {
 		if pp.expected >= 0 && m.Offset < pp.expected {
 			continue // applied by the batch before its failure was reported
 		}
-		err := pp.c.set.attempt(ctx, pp.log, pp.c.dlq, m, &pp.c.stats.failed, func() error {
+		err := pp.c.set.attempt(ctx, pp.log, pp.c.dlq, m, pp.failed, func() error {
 			return pp.tx(ctx, []kafka.Message{m})
 		})
 		if errors.Is(err, errDeadLettered) {
@@ -384,6 +397,12 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 		}
 	}
 	return nil
+}
+
+// failed counts a failed attempt of the handler.
+func (pp *partitionRun) failed() {
+	pp.c.stats.failed.Add(1)
+	pp.c.tel.failures.Add(context.Background(), 1, pp.c.tel.source.Add()...)
 }
 
 // tx runs the handler over msgs and advances the inbox in one transaction.
@@ -399,6 +418,7 @@ func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 		case errors.As(err, &stale):
 			// Only this epoch can move the offset: an earlier commit whose
 			// outcome we missed (connection lost during COMMIT) went through.
+			pp.c.tel.rejections.Add(ctx, 1, pp.c.tel.staleOffset.Add()...)
 			pp.log.Info("kafkawriter: stored offset ahead; resuming from it", "expected", stale.Expected, "stored", stale.Actual)
 			return pp.resync(stale.Actual)
 		case ctx.Err() != nil:
@@ -406,14 +426,20 @@ func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 		case isHandlerError(err):
 			return err
 		}
-		pp.log.Warn("kafkawriter: transaction failed; retrying", "err", err)
+		pp.log.Warn("kafkawriter: transaction failed; retrying", telemetry.Err(err))
 		if !sleep(ctx, pp.c.set.retryBackoff) {
 			return ctx.Err()
 		}
 	}
 }
 
-func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) error {
+func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err error) {
+	ctx, span := pp.c.tel.tracer.Start(ctx, "kafkawriter.apply")
+	defer func() { span.End(err) }()
+	if span.Recording() {
+		span.Set(attribute.Int(telemetry.Partition, pp.claim.Partition), attribute.Int64(telemetry.Epoch, pp.claim.Epoch),
+			attribute.Int64(telemetry.Offset, msgs[0].Offset), attribute.Int(telemetry.Count, len(msgs)))
+	}
 	tx, err := pp.c.db.Begin(ctx)
 	if err != nil {
 		return err
@@ -437,6 +463,7 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) error {
 	pp.expected = next
 	pp.c.stats.txs.Add(1)
 	pp.c.stats.applied.Add(int64(len(msgs)))
+	pp.c.tel.committed(ctx, int64(len(msgs)), msgs[len(msgs)-1].HighWaterMark-next)
 	return nil
 }
 
@@ -449,7 +476,7 @@ func (pp *partitionRun) resync(stored int64) error {
 // ends).
 func (pp *partitionRun) skip(ctx context.Context, m kafka.Message) error {
 	var err error
-	if !pp.c.set.retry(ctx, pp.log.With("offset", m.Offset), "skip", func() error {
+	if !pp.c.set.retry(ctx, pp.log.With(telemetry.Offset, m.Offset), "skip", func() error {
 		err = pp.c.inbox.Advance(pp.work, pp.claim, pp.expected, m.Offset+1)
 		if errors.Is(err, ErrFenced) || errors.Is(err, ErrStaleOffset) {
 			return nil // not retried; handled below
@@ -467,6 +494,7 @@ func (pp *partitionRun) skip(ctx context.Context, m kafka.Message) error {
 	}
 	pp.expected = m.Offset + 1
 	pp.c.stats.dead.Add(1)
+	pp.c.tel.deadLettered.Add(ctx, 1, pp.c.tel.source.Add()...)
 	return nil
 }
 
@@ -486,8 +514,8 @@ func (pp *partitionRun) mirror() {
 	case errors.Is(err, kafka.IllegalGeneration), errors.Is(err, kafka.UnknownMemberId), errors.Is(err, kafka.RebalanceInProgress):
 		// The generation is over: never retry; the next owner mirrors.
 		pp.mirrorFailed = true
-		pp.log.Debug("kafkawriter: offset mirror rejected; not retrying", "err", err)
+		pp.log.Debug("kafkawriter: offset mirror rejected; not retrying", telemetry.Err(err))
 	default:
-		pp.log.Debug("kafkawriter: offset mirror failed", "err", err)
+		pp.log.Debug("kafkawriter: offset mirror failed", telemetry.Err(err))
 	}
 }

@@ -18,7 +18,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/lockfree-go/lockfree/internal/telemetry"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testkafka"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
@@ -145,7 +148,10 @@ func checkPausedConsumer(t *testing.T) error {
 		}
 		return nil
 	}
-	a, _ := e.start(t, hA, consumerConfig("A"))
+	telA, telB := telemetrytest.New(t), telemetrytest.New(t)
+	cfgA, cfgB := consumerConfig("A"), consumerConfig("B")
+	cfgA.MeterProvider, cfgB.MeterProvider = telA.Meters, telB.Meters
+	a, _ := e.start(t, hA, cfgA)
 	var once sync.Once
 	wake := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(wake) // runs before the consumer's own cleanup
@@ -153,14 +159,39 @@ func checkPausedConsumer(t *testing.T) error {
 
 	// B joins; A cannot rejoin while paused, is evicted after the
 	// rebalance timeout, and B takes over every partition.
-	b, _ := e.start(t, recordHandler("B"), consumerConfig("B"))
+	b, _ := e.start(t, recordHandler("B"), cfgB)
 	waitFor(t, 120*time.Second, func() bool { return e.appliedBy(at.p, at.off, "B") == 1 })
 	wake() // A wakes up and finishes its message
 	waitFor(t, 60*time.Second, func() bool { return a.Stats().Fenced > 0 || e.appliedBy(at.p, at.off, "") >= 2 })
 	e.produce(t, 60, 30, 6) // the partitions keep flowing
 	e.waitConsumed(t, 90)
 	t.Logf("paused at %d/%d; A %+v; B %+v", at.p, at.off, a.Stats(), b.Stats())
+	checkConsumerMetrics(t, telA, a)
+	checkConsumerMetrics(t, telB, b)
 	return e.audit(t, 90).err()
+}
+
+// checkConsumerMetrics checks that c's metrics agree with its Stats: the
+// zombie's rejected transaction among them.
+func checkConsumerMetrics(t *testing.T, tel *telemetrytest.Telemetry, c *kafkawriter.Consumer) {
+	t.Helper()
+	s := c.Stats()
+	got := map[string]int64{
+		"applied":  tel.Sum(t, "lockfree.kafkawriter.events.applied"),
+		"batches":  tel.Sum(t, "lockfree.kafkawriter.batches"),
+		"fenced":   tel.Sum(t, "lockfree.kafkawriter.inbox.rejections", attribute.String(telemetry.Cause, "fenced")),
+		"claims":   tel.Sum(t, "lockfree.kafkawriter.claims"),
+		"failures": tel.Sum(t, "lockfree.kafkawriter.handler.failures"),
+	}
+	want := map[string]int64{"applied": s.Applied, "batches": s.Transactions, "fenced": s.Fenced, "claims": s.Claims, "failures": s.Failed}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: metric %d, stats %d\n%s", k, got[k], n, tel.Describe(t))
+		}
+	}
+	if n, _ := tel.Count(t, "lockfree.kafkawriter.lag"); int64(n) != s.Transactions {
+		t.Errorf("%d lag values recorded for %d transactions", n, s.Transactions)
+	}
 }
 
 // The same with a real pause: the child-process consumer is stopped with
@@ -266,6 +297,8 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	cfg.MaxAttempts = 3
 	cfg.DeadLetterTopic = dlq
 	cfg.BatchSize = 8
+	tel := telemetrytest.New(t)
+	cfg.MeterProvider = tel.Meters
 	c, _ := e.start(t, h, cfg)
 	e.produce(t, 40, 20, 4)
 
@@ -295,6 +328,10 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	if s := c.Stats(); s.DeadLettered != 1 || s.Failed < 3 {
 		t.Fatalf("stats %+v", s)
 	}
+	if n := tel.Sum(t, "lockfree.kafkawriter.dead_lettered"); n != 1 {
+		t.Errorf("dead-lettered metric %d, want 1\n%s", n, tel.Describe(t))
+	}
+	checkConsumerMetrics(t, tel, c)
 
 	// Without a dead-letter topic, the consumer stops by itself, and Stop
 	// returns the poison error.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/short"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -187,7 +188,7 @@ func (c *FencedConsumer) run(stopping, work context.Context, ready func()) error
 		batch, err := c.set.fetchBatch(stopping, r)
 		if err != nil {
 			if stopping.Err() == nil {
-				c.set.logger.Warn("kafkawriter: fetch", "err", err)
+				c.set.logger.Warn("kafkawriter: fetch", telemetry.Err(err))
 				sleep(stopping, c.set.retryBackoff)
 			}
 			continue
@@ -201,7 +202,7 @@ func (c *FencedConsumer) run(stopping, work context.Context, ready func()) error
 		if err := r.CommitMessages(work, batch...); err != nil && stopping.Err() == nil {
 			// A later batch's commit covers this one; a redelivery meanwhile
 			// is dropped (fresh).
-			c.set.logger.Warn("kafkawriter: commit", "err", err)
+			c.set.logger.Warn("kafkawriter: commit", telemetry.Err(err))
 		}
 	}
 	return stopCause(stopping)
@@ -292,10 +293,10 @@ func (c *FencedConsumer) handle(stopping, work context.Context, batch []kafka.Me
 		}
 		if len(run.msgs) > 1 {
 			c.failed.Add(1)
-			log.Debug("kafkawriter: entity's batch failed; retrying one by one", "err", err)
+			log.Debug("kafkawriter: entity's batch failed; retrying one by one", telemetry.Err(err))
 		}
 		for _, m := range run.msgs {
-			err := c.set.attempt(stopping, log, c.dlq, m, &c.failed, func() error {
+			err := c.set.attempt(stopping, log, c.dlq, m, func() { c.failed.Add(1) }, func() error {
 				return c.apply(stopping, work, log, run.entity, []kafka.Message{m})
 			})
 			switch {
@@ -347,10 +348,10 @@ func (c *FencedConsumer) apply(stopping, work context.Context, log *slog.Logger,
 			return stopping.Err()
 		case errors.Is(err, fencedlock.ErrFenced):
 			c.rejects.Add(1)
-			log.Info("kafkawriter: fenced by a newer lock tenure; trying again", "err", err)
+			log.Info("kafkawriter: fenced by a newer lock tenure; trying again", telemetry.Err(err))
 			continue // the lock waits for the newer tenure
 		}
-		log.Warn("kafkawriter: apply failed; retrying", "err", err)
+		log.Warn("kafkawriter: apply failed; retrying", telemetry.Err(err))
 		if !sleep(stopping, delay) {
 			return stopping.Err()
 		}

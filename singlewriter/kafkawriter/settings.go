@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // settings are what both consumers share of their configuration, with the
@@ -123,18 +124,18 @@ func (s settings) fetchBatch(ctx context.Context, r *kafka.Reader) ([]kafka.Mess
 // with doubling backoff and counting each in failed. After maxAttempts
 // failures it sends m to the dead-letter topic and returns nil, or, without
 // one, returns a *PoisonError; errDeadLettered tells the caller which.
-func (s settings) attempt(ctx context.Context, log *slog.Logger, dlq *deadLetters, m kafka.Message, failed *atomic.Int64, try func() error) error {
+func (s settings) attempt(ctx context.Context, log *slog.Logger, dlq *deadLetters, m kafka.Message, failed func(), try func() error) error {
 	delay := s.retryBackoff
 	for n := 1; ; n++ {
 		err := try()
 		if err == nil || !isHandlerError(err) {
 			return err
 		}
-		failed.Add(1)
+		failed()
 		if n >= s.maxAttempts {
 			return s.deadLetter(ctx, log, dlq, m, n, unwrapHandler(err))
 		}
-		log.Debug("kafkawriter: handler failed", "offset", m.Offset, "attempt", n, "err", err)
+		log.Debug("kafkawriter: handler failed", telemetry.Offset, m.Offset, telemetry.Attempt, n, telemetry.Err(err))
 		if !sleep(ctx, delay) {
 			return ctx.Err()
 		}
@@ -152,11 +153,11 @@ func (s settings) deadLetter(ctx context.Context, log *slog.Logger, dlq *deadLet
 	if dlq == nil {
 		return &PoisonError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempts: attempts, Err: cause}
 	}
-	log = log.With("offset", m.Offset)
+	log = log.With(telemetry.Offset, m.Offset)
 	if !s.retry(ctx, log, "dead-letter", func() error { return dlq.send(ctx, m, attempts, cause) }) {
 		return ctx.Err()
 	}
-	log.Warn("kafkawriter: dead-lettered a poison message", "attempts", attempts, "err", cause)
+	log.Warn("kafkawriter: dead-lettered a poison message", telemetry.Attempt, attempts, telemetry.Err(cause))
 	return errDeadLettered
 }
 
@@ -172,7 +173,7 @@ func (s settings) retry(ctx context.Context, log *slog.Logger, what string, op f
 		if ctx.Err() != nil {
 			return false
 		}
-		log.Warn("kafkawriter: "+what+" failed; retrying", "err", err)
+		log.Warn("kafkawriter: "+what+" failed; retrying", telemetry.Err(err))
 		if !sleep(ctx, delay) {
 			return false
 		}
