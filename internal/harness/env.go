@@ -59,6 +59,9 @@ func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.
 		return ctx, nil, err
 	}
 	op := &Op{call: call, key: key}
+	if e.w != nil {
+		e.w.invoked.Add(1)
+	}
 	return context.WithValue(ctx, opKey{}, op), op, nil
 }
 

@@ -61,6 +61,14 @@ func TestRoundTripsPerOp(t *testing.T) {
 			})
 		}
 	}
+	// With two members and one key, one member owns the key and the other
+	// has nothing to do: its idle calls are not operations, and the
+	// figures per operation stay the owner's.
+	two := cfg
+	two.Clients = 2
+	sc, _ := Lookup("accounts")
+	def, _ := lookupApproach("accounts", Alternative)
+	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, url, 1) })
 }
 
 func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w int64) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,6 +64,11 @@ type worker struct {
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
 	haltOnce     sync.Once
+
+	// invoked counts the operations the client invoked (Env.Invoke): a
+	// call of Op that found nothing to do (a member owning no key) is
+	// not an operation, and must not dilute the figures per operation.
+	invoked atomic.Int64
 }
 
 // serve is WorkerMain on in and out.
@@ -222,13 +228,13 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.out.event(event{Ev: evGo, T: history.Now()}); err != nil {
 		return err
 	}
-	var ops int64
+	from := w.invoked.Load()
 	for !w.halted() {
 		if err := w.op(ctx, client); err != nil {
 			return err
 		}
-		ops++
 	}
+	ops := w.invoked.Load() - from
 	end := tr.counts()
 	if d, ok := client.(Drainer); ok {
 		if err := d.Drain(ctx); err != nil {
