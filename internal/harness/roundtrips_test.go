@@ -68,7 +68,7 @@ func TestRoundTripsPerOp(t *testing.T) {
 	two.Clients = 2
 	sc, _ := Lookup("accounts")
 	def, _ := lookupApproach("accounts", Alternative)
-	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, url, 1) })
+	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, infra, 1) })
 }
 
 func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w int64) {
