@@ -42,6 +42,7 @@ func TestCompareJSONShape(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "chart.svg")
 	md := filepath.Join(t.TempDir(), "report.md")
 	code, out, errs := run(t, "compare", "--postgres", db.URL, "--scenario", "inventory", "--duration", "300ms",
+		"--approaches", "alternative,fenced-lock,naive-lock,raw",
 		"--clients", "2", "--faults", "none", "--json", "--chart", chart, "--markdown", md)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

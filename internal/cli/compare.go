@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/internal/harness"
 	"github.com/lockfree-go/lockfree/internal/localpg"
+	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/short"
@@ -36,6 +37,10 @@ const (
 	defaultClients   = "6"
 	defaultDuration  = 2 * time.Second
 	defaultFaults    = "pause"
+	// The default run shows the Redis lock most teams run today beside ours;
+	// redsync-lock, its variant, runs on request (the default stays near a
+	// minute).
+	defaultApproaches = "alternative,fenced-lock,naive-lock,redis-lock,raw"
 )
 
 // compareFlags are the parsed flags of `lockfree compare`.
@@ -48,6 +53,7 @@ type compareFlags struct {
 	faults            []harness.Fault
 	pgURL, restartCmd string
 	kafka             string
+	redis             string
 	asJSON, list      bool
 	markdown, chart   string
 	html              string
@@ -58,7 +64,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(harness.Names(), ",")+"), or all")
-	approaches := fs.String("approaches", "all", "approaches, comma-separated: alternative,fenced-lock,naive-lock,raw, or all")
+	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,fenced-lock,naive-lock,redis-lock,redsync-lock,raw, or all")
 	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
@@ -67,6 +73,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	backend := fs.String("backend", "auto", "auto|postgres: the harness always runs on PostgreSQL (--postgres, $DATABASE_URL, or an embedded server)")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
+	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port) for redis-lock and redsync-lock; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated), handed to the workers")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
@@ -131,18 +138,24 @@ func parseScenarios(list string) ([]string, error) {
 	return names, nil
 }
 
+// wantsRedis reports whether the chosen approaches (nil: all) include a
+// lock held in Redis.
+func wantsRedis(as []harness.Approach) bool {
+	return as == nil || slices.Contains(as, harness.RedisLock) || slices.Contains(as, harness.RedsyncLock)
+}
+
 // parseApproaches parses "all" (nil: every approach of each scenario) or a
 // comma-separated list of approaches.
 func parseApproaches(list string) ([]harness.Approach, error) {
 	if list == "all" || list == "" {
 		return nil, nil
 	}
-	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.Raw}
+	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw}
 	var out []harness.Approach
 	for _, n := range strings.Split(list, ",") {
 		a := harness.Approach(strings.TrimSpace(n))
 		if !slices.Contains(known, a) {
-			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, raw, or all)", short.Quote(string(a)))}
+			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, redsync-lock, raw, or all)", short.Quote(string(a)))}
 		}
 		out = append(out, a)
 	}
@@ -188,6 +201,11 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer cleanup()
 	if f.kafka != "" {
 		infra.Kafka = strings.Split(f.kafka, ",")
+	}
+	if wantsRedis(f.approaches) {
+		addr, stop := localredis.Resolve(ctx, f.redis, stderr)
+		defer stop()
+		infra.Redis = addr
 	}
 	var reports []report.Report
 	var missed []error

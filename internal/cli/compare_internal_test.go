@@ -22,7 +22,8 @@ func TestCompareDefaults(t *testing.T) {
 	if !slices.Equal(f.names, []string{"inventory", "documents", "payments", "accounts"}) {
 		t.Errorf("scenarios = %v", f.names)
 	}
-	if f.approaches != nil || !slices.Equal(f.clients, []int{6}) || f.rounds != 1 {
+	want := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.Raw}
+	if !slices.Equal(f.approaches, want) || !slices.Equal(f.clients, []int{6}) || f.rounds != 1 {
 		t.Errorf("approaches %v, clients %v, rounds %d", f.approaches, f.clients, f.rounds)
 	}
 	all, err := parseCompare([]string{"--scenario", "all"}, io.Discard)
