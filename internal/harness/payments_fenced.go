@@ -58,12 +58,22 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	charged := false
 	err = retryInFlight(ctx, op, func() error {
 		_, err := c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
-			return c.charge(ctx, actx, op, amount)
+			res, err := c.charge(ctx, actx, op, amount)
+			charged = charged || err == nil && res.Status == 201
+			return res, err
 		})
 		return err
 	})
+	if charged && errors.Is(err, errFenced) {
+		// The charge committed under a token that was still current; only
+		// storing its record was fenced (a newer holder had stamped it), and
+		// that holder finds the payment charged and records it. The
+		// operation took effect: it is not a refusal.
+		err = nil
+	}
 	return op.Finish(nil, err, idempotency.ErrInFlight, errFenced)
 }
 
