@@ -11,12 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 )
-
-// eraSize is 2^40: a token minted in era e is at least e·eraSize.
-const eraSize = int64(1) << 40
 
 // migrationsUpTo returns the migrations of fencedlock up to version v, with
 // the fence functions when with is true.
@@ -50,7 +48,7 @@ func TestUpgradeToFenceEras(t *testing.T) {
 	if err := old.QueryRow(ctx, plainAcquire, "held").Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Exec(ctx, `SELECT setval('lockfree_lock_tokens', $1)`, 3*eraSize); err != nil {
+	if _, err := old.Exec(ctx, `SELECT setval('lockfree_lock_tokens', $1)`, 3*fence.EraSize); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.QueryRow(ctx, plainAcquire, "last").Scan(&before); err != nil {
@@ -69,7 +67,7 @@ func TestUpgradeToFenceEras(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Token <= before || l.Token < eraSize {
+	if l.Token <= before || l.Token < fence.EraSize {
 		t.Errorf("the first token after the migration is %d: not an era token above %d, the last before it", l.Token, before)
 	}
 	held, ok, err := store.Holder(ctx, "held")
@@ -93,7 +91,7 @@ func TestAcquireFenceEraWentBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	era := first.Token / eraSize
+	era := first.Token / fence.EraSize
 	// As if era+5 had been minted in before the database moved.
 	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, era+5); err != nil {
 		t.Fatal(err)
@@ -119,8 +117,8 @@ func TestAcquireFenceEraWentBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Token/eraSize != era+6 {
-		t.Errorf("after fence_advance: token %d in era %d, want era %d", l.Token, l.Token/eraSize, era+6)
+	if l.Token/fence.EraSize != era+6 {
+		t.Errorf("after fence_advance: token %d in era %d, want era %d", l.Token, l.Token/fence.EraSize, era+6)
 	}
 }
 

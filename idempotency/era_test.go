@@ -11,12 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 )
-
-// eraSize is 2^40: a token minted in era e is at least e·eraSize.
-const eraSize = int64(1) << 40
 
 // An installation of idempotency 001, which minted plain leased-mode tokens
 // (past 2^40), carried over to fence eras: the first token after the
@@ -38,7 +36,7 @@ func TestLeasedTokensInFenceEras(t *testing.T) {
 	}
 	defer old.Close(context.Background())
 	const plainMint = `SELECT nextval('lockfree_idempotency_tokens')`
-	if _, err := old.Exec(ctx, `SELECT setval('lockfree_idempotency_tokens', $1)`, 3*eraSize); err != nil {
+	if _, err := old.Exec(ctx, `SELECT setval('lockfree_idempotency_tokens', $1)`, 3*fence.EraSize); err != nil {
 		t.Fatal(err)
 	}
 	var before int64
@@ -58,11 +56,11 @@ func TestLeasedTokensInFenceEras(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Token <= before || l.Token < 4*eraSize {
+	if l.Token <= before || l.Token < 4*fence.EraSize {
 		t.Errorf("the first token after the migration is %d: not an era token above %d", l.Token, before)
 	}
 
-	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, l.Token/eraSize+5); err != nil {
+	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, l.Token/fence.EraSize+5); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = store.Claim(ctx, idempotency.Key{ID: "b"}, fp, time.Minute)

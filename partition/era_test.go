@@ -10,13 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 )
-
-// eraSize is 2^40: a fence minted in era e is at least e·eraSize.
-const eraSize = int64(1) << 40
 
 // An installation of partition 001, which minted plain incarnations and
 // epochs (incarnations past 2^40), carried over to fence eras: the first
@@ -40,7 +38,7 @@ func TestUpgradeToFenceEras(t *testing.T) {
 	const plainJoin = `INSERT INTO lockfree_partition_members (name, addr, ring, incarnation, joined_at, expires_at)
 		VALUES ($1, '', 'r', nextval('lockfree_partition_incarnations'), now(), now() + interval '1 hour') RETURNING incarnation`
 	var incarnation int64
-	if _, err := old.Exec(ctx, `SELECT setval('lockfree_partition_incarnations', $1)`, 3*eraSize); err != nil {
+	if _, err := old.Exec(ctx, `SELECT setval('lockfree_partition_incarnations', $1)`, 3*fence.EraSize); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.QueryRow(ctx, plainJoin, "old").Scan(&incarnation); err != nil {
@@ -62,7 +60,7 @@ func TestUpgradeToFenceEras(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Incarnation <= incarnation || m.Incarnation < eraSize {
+	if m.Incarnation <= incarnation || m.Incarnation < fence.EraSize {
 		t.Errorf("the first incarnation after the migration is %d: not an era fence above %d", m.Incarnation, incarnation)
 	}
 	store := newPostgres(t, db)
@@ -70,7 +68,7 @@ func TestUpgradeToFenceEras(t *testing.T) {
 	if err != nil || len(again) != 1 {
 		t.Fatalf("claim after the migration: %v, %v", again, err)
 	}
-	if again[0].Token <= before || again[0].Token < eraSize {
+	if again[0].Token <= before || again[0].Token < fence.EraSize {
 		t.Errorf("the first epoch after the migration is %d: not an era fence above %d", again[0].Token, before)
 	}
 }
@@ -96,7 +94,7 @@ func TestFenceErrors(t *testing.T) {
 		t.Errorf("Join on a read-only connection: %v, want ErrFenceReadOnly", err)
 	}
 
-	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, m.Incarnation/eraSize+5); err != nil {
+	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, m.Incarnation/fence.EraSize+5); err != nil {
 		t.Fatal(err)
 	}
 	_, joinErr := store.Join(ctx, partition.MemberInfo{Name: "b", Ring: "r"}, time.Hour)

@@ -37,6 +37,10 @@ import (
 // is at least e << EraShift. Eras range over [0, 2^(63-EraShift)).
 const EraShift = 40
 
+// EraSize is 2^EraShift: a fence minted in era e is at least e·EraSize,
+// and an era holds EraSize fences.
+const EraSize = int64(1) << EraShift
+
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 

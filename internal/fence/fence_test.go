@@ -17,8 +17,6 @@ import (
 // functions, what they do when the era goes back, and the errors Check makes
 // of their refusals. internal/failover runs them across real failovers.
 
-const eraSize = int64(1) << fence.EraShift
-
 // era returns the era a fence belongs to.
 func era(v int64) int64 { return v >> fence.EraShift }
 
@@ -64,14 +62,14 @@ func newFenceDB(t *testing.T) *pgxpool.Pool {
 func TestMintLimits(t *testing.T) {
 	pool := newFenceDB(t)
 	e := one(t, pool, `SELECT {{fence_era}}()`)
-	one(t, pool, `SELECT setval('s', $1)`, eraSize-2)
+	one(t, pool, `SELECT setval('s', $1)`, fence.EraSize-2)
 	a := one(t, pool, `SELECT {{fence_mint}}('s')`)
 	b := one(t, pool, `SELECT {{fence_mint}}('s')`)
-	if a != e*eraSize+eraSize-1 || b != a+1 {
-		t.Errorf("across 2^40: minted %d then %d, want %d then %d", a, b, e*eraSize+eraSize-1, e*eraSize+eraSize)
+	if a != e*fence.EraSize+fence.EraSize-1 || b != a+1 {
+		t.Errorf("across 2^40: minted %d then %d, want %d then %d", a, b, e*fence.EraSize+fence.EraSize-1, e*fence.EraSize+fence.EraSize)
 	}
 
-	one(t, pool, `SELECT setval('s', $1)`, int64(1<<63-1)-e*eraSize)
+	one(t, pool, `SELECT setval('s', $1)`, int64(1<<63-1)-e*fence.EraSize)
 	if code := sqlState(t, pool, `SELECT {{fence_mint}}('s')`); code != "22003" {
 		t.Errorf("a token past 2^63 - 1: SQLSTATE %q, want 22003", code)
 	}
@@ -90,19 +88,19 @@ func TestNextWithinEra(t *testing.T) {
 	pool := newFenceDB(t)
 	e := one(t, pool, `SELECT {{fence_era}}()`)
 	for _, c := range []struct{ prev, want int64 }{
-		{0, e * eraSize},
-		{(e-1)*eraSize + 12345, e * eraSize},
-		{e*eraSize + 7, e*eraSize + 8},
-		{e*eraSize + eraSize - 2, e*eraSize + eraSize - 1},
+		{0, e * fence.EraSize},
+		{(e-1)*fence.EraSize + 12345, e * fence.EraSize},
+		{e*fence.EraSize + 7, e*fence.EraSize + 8},
+		{e*fence.EraSize + fence.EraSize - 2, e*fence.EraSize + fence.EraSize - 1},
 	} {
 		if got := one(t, pool, `SELECT {{fence_next}}($1)`, c.prev); got != c.want {
 			t.Errorf("fence_next(%d) = %d, want %d", c.prev, got, c.want)
 		}
 	}
-	if got := one(t, pool, `SELECT {{fence_next}}(NULL)`); got != e*eraSize {
-		t.Errorf("fence_next(NULL) = %d, want %d", got, e*eraSize)
+	if got := one(t, pool, `SELECT {{fence_next}}(NULL)`); got != e*fence.EraSize {
+		t.Errorf("fence_next(NULL) = %d, want %d", got, e*fence.EraSize)
 	}
-	if code := sqlState(t, pool, `SELECT {{fence_next}}($1)`, e*eraSize+eraSize-1); code != "55000" {
+	if code := sqlState(t, pool, `SELECT {{fence_next}}($1)`, e*fence.EraSize+fence.EraSize-1); code != "55000" {
 		t.Errorf("fence_next of the era's last epoch: SQLSTATE %q, want 55000", code)
 	}
 }
@@ -125,14 +123,14 @@ func TestAdvance(t *testing.T) {
 	if got := one(t, pool, `SELECT {{fence_advance}}()`); got != e+6 {
 		t.Errorf("fence_advance() = %d, want era %d", got, e+6)
 	}
-	if got := one(t, pool, `SELECT {{fence_mint}}('s')`); got <= (e+5)*eraSize+high || era(got) != e+6 {
+	if got := one(t, pool, `SELECT {{fence_mint}}('s')`); got <= (e+5)*fence.EraSize+high || era(got) != e+6 {
 		t.Errorf("after fence_advance minted %d (era %d), want era %d", got, era(got), e+6)
 	}
 	if got := one(t, pool, `SELECT {{fence_advance}}($1)`, e+100); got != e+101 {
 		t.Errorf("fence_advance(%d) = %d, want %d", e+100, got, e+101)
 	}
-	if got := one(t, pool, `SELECT {{fence_next}}(5)`); got != (e+101)*eraSize {
-		t.Errorf("fence_next after fence_advance(%d) = %d, want %d", e+100, got, (e+101)*eraSize)
+	if got := one(t, pool, `SELECT {{fence_next}}(5)`); got != (e+101)*fence.EraSize {
+		t.Errorf("fence_next after fence_advance(%d) = %d, want %d", e+100, got, (e+101)*fence.EraSize)
 	}
 }
 
@@ -206,7 +204,7 @@ func TestCheck(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"an epoch at the end of its era", run(`SELECT {{fence_next}}($1)`, e*eraSize+eraSize-1), fence.ErrEra},
+		{"an epoch at the end of its era", run(`SELECT {{fence_next}}($1)`, e*fence.EraSize+fence.EraSize-1), fence.ErrEra},
 		{"a read-only transaction", run(`BEGIN READ ONLY; SELECT {{fence_mint}}('s'); COMMIT`), fence.ErrReadOnly},
 		{"currval before nextval (55000, not a fence function's)", run(`SELECT currval('s')`), nil},
 		{"no error", run(`SELECT 1`), nil},

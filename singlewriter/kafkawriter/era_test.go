@@ -9,12 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
-
-// eraSize is 2^40: an epoch minted in era e is at least e·eraSize.
-const eraSize = int64(1) << 40
 
 // Inbox epochs are minted in fence eras: a partition's first claim is at
 // least its era's first epoch, and a partition claimed with plain epochs
@@ -29,7 +27,7 @@ func TestInboxEpochsInFenceEras(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, err := inbox.Claim(ctx, "g", "t", 0, "a", kafka.FirstOffset)
-	if err != nil || first.Epoch < eraSize {
+	if err != nil || first.Epoch < fence.EraSize {
 		t.Fatalf("first claim = %+v, %v: want an epoch of a fence era (≥ 2^40)", first, err)
 	}
 	const before = 41 // a row an earlier version claimed with epoch + 1
@@ -38,7 +36,7 @@ func TestInboxEpochsInFenceEras(t *testing.T) {
 		VALUES ('g', 't', 1, 0, 'old', $1, now(), now())`, before); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := inbox.Claim(ctx, "g", "t", 1, "a", kafka.FirstOffset); err != nil || c.Epoch <= before || c.Epoch < eraSize {
+	if c, err := inbox.Claim(ctx, "g", "t", 1, "a", kafka.FirstOffset); err != nil || c.Epoch <= before || c.Epoch < fence.EraSize {
 		t.Errorf("claim of a partition with a plain epoch %d = %+v, %v", before, c, err)
 	}
 
@@ -50,7 +48,7 @@ func TestInboxEpochsInFenceEras(t *testing.T) {
 	if _, err := inbox.WithDB(ro).Claim(ctx, "g", "t", 2, "a", kafka.FirstOffset); !errors.Is(err, kafkawriter.ErrFenceReadOnly) {
 		t.Errorf("Claim on a read-only connection: %v, want ErrFenceReadOnly", err)
 	}
-	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, first.Epoch/eraSize+5); err != nil {
+	if _, err := db.Pool.Exec(ctx, `SELECT setval('lockfree_fence_eras', $1)`, first.Epoch/fence.EraSize+5); err != nil {
 		t.Fatal(err)
 	}
 	_, err = inbox.Claim(ctx, "g", "t", 0, "b", kafka.FirstOffset)
