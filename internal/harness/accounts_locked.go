@@ -38,7 +38,7 @@ func (accountsFenced) Label() string {
 	return "fencedlock.Locker: lock entity → fenced read (stamps the token) → one statement: fenced write + event → release"
 }
 func (accountsFenced) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (accountsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
@@ -58,7 +58,7 @@ func (accountsNaive) Label() string {
 	return "lease lock (fencedlock.Locker): lock entity → SELECT → one statement: write + event, no token → release"
 }
 func (accountsNaive) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (accountsNaive) NewClient(_ context.Context, env *Env) (Client, error) {

@@ -23,7 +23,7 @@ func (documentsFenced) Label() string {
 	return "occ.Fenced: lock document → fenced read → change → fenced write → release"
 }
 func (documentsFenced) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (documentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {

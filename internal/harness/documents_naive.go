@@ -30,7 +30,7 @@ func (documentsNaive) Label() string {
 	return "lease lock (fencedlock.Locker): lock document → SELECT → change → UPDATE without the token → release"
 }
 func (documentsNaive) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (documentsNaive) NewClient(_ context.Context, env *Env) (Client, error) {

@@ -40,7 +40,7 @@ func (eventsFenced) Label() string {
 	return "competing consumers on fencedlock.Locker: per event lock entity → fenced read → skip if applied → fenced write + log row → release"
 }
 func (eventsFenced) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (eventsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
@@ -60,7 +60,7 @@ func (eventsNaive) Label() string {
 	return "the same competing consumers on the lease lock, plain read and write (no token)"
 }
 func (eventsNaive) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (eventsNaive) NewClient(_ context.Context, env *Env) (Client, error) {

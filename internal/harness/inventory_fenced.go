@@ -24,7 +24,7 @@ func (inventoryFenced) Label() string {
 	return "atomic.Fenced: lock SKU → fenced read → check → fenced write → release"
 }
 func (inventoryFenced) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (inventoryFenced) NewClient(_ context.Context, env *Env) (Client, error) {

@@ -29,7 +29,7 @@ func (inventoryNaive) Label() string {
 	return "lease lock (fencedlock.Locker): lock SKU → SELECT → check → UPDATE without the token → release"
 }
 func (inventoryNaive) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (inventoryNaive) NewClient(_ context.Context, env *Env) (Client, error) {

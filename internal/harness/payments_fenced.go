@@ -31,7 +31,7 @@ func (paymentsFenced) Label() string {
 	return "idempotency.Fenced: lock key → check record → fenced read → charge with fenced write → record → release"
 }
 func (paymentsFenced) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (paymentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {

@@ -25,7 +25,7 @@ func (paymentsNaive) Label() string {
 	return "lease lock (fencedlock.Locker): lock key → charged? (plain read) → charge → record → release"
 }
 func (paymentsNaive) Protection(p Params) Protection {
-	return Protection{Lease: p.LeaseTTL, What: "the lock TTL"}
+	return lockTTL(p)
 }
 
 func (paymentsNaive) NewClient(_ context.Context, env *Env) (Client, error) {

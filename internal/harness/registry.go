@@ -78,6 +78,10 @@ type Protection struct {
 	What string
 }
 
+// lockTTL is the protection of every approach whose clients hold a lease
+// lock on PostgreSQL: the lock's TTL.
+func lockTTL(p Params) Protection { return Protection{Lease: p.LeaseTTL, What: "the lock TTL"} }
+
 // Params are the settings of a run that an approach's protection and
 // clients depend on.
 type Params struct {
