@@ -84,6 +84,17 @@ func TestFencedReleaseTimeoutStartsAfterTheWork(t *testing.T) {
 	}
 }
 
+// fencedTwin returns a fenced twin on memory stores, and its record store.
+func fencedTwin(t *testing.T) (*idempotency.Memory, *idempotency.Fenced) {
+	t.Helper()
+	records, _ := idempotency.NewMemory(nil)
+	f, err := idempotency.NewFenced(memoryLocks(nil), records, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return records, f
+}
+
 // takeOver is work that, before it ends, lets a newer holder of the key
 // stamp the record with a higher token (as a holder that took the key over
 // after this one's lease expired does), then reports what it did: the work
@@ -107,14 +118,10 @@ func takeOver(records *idempotency.Memory, key idempotency.Key, fp idempotency.F
 // yours happened), or its caller retries the charge.
 func TestFencedWorkDoneRecordFenced(t *testing.T) {
 	t.Parallel()
-	records, _ := idempotency.NewMemory(nil)
-	f, err := idempotency.NewFenced(memoryLocks(nil), records, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	records, f := fencedTwin(t)
 	key := idempotency.Key{ID: "charge-1"}
 	runs := 0
-	_, err = f.Do(ctx, key, payFP, takeOver(records, key, payFP, &runs))
+	_, err := f.Do(ctx, key, payFP, takeOver(records, key, payFP, &runs))
 	if runs != 1 || err == nil {
 		t.Fatalf("runs %d, err %v: want the work run once and the record's put refused", runs, err)
 	}
@@ -141,17 +148,13 @@ func TestFencedWorkDoneRecordFenced(t *testing.T) {
 // fencedlock.ErrFenced, and its work does not run.
 func TestFencedRefusedBeforeWork(t *testing.T) {
 	t.Parallel()
-	records, _ := idempotency.NewMemory(nil)
-	f, err := idempotency.NewFenced(memoryLocks(nil), records, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	records, f := fencedTwin(t)
 	key := idempotency.Key{ID: "charge-2"}
 	if _, err := records.ReadFenced(ctx, key, payFP, 1<<60); err != nil {
 		t.Fatal(err)
 	}
 	runs := 0
-	_, err = f.Do(ctx, key, payFP, takeOver(records, key, payFP, &runs))
+	_, err := f.Do(ctx, key, payFP, takeOver(records, key, payFP, &runs))
 	if runs != 0 || !errors.Is(err, fencedlock.ErrFenced) {
 		t.Fatalf("runs %d, err %v: want the holder refused before its work, with fencedlock.ErrFenced", runs, err)
 	}
@@ -161,11 +164,7 @@ func TestFencedRefusedBeforeWork(t *testing.T) {
 // the handler's response, not a problem that invites a retry.
 func TestFencedMiddlewareWorkDoneRecordFenced(t *testing.T) {
 	t.Parallel()
-	records, _ := idempotency.NewMemory(nil)
-	f, err := idempotency.NewFenced(memoryLocks(nil), records, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	records, f := fencedTwin(t)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, ok := idempotency.AttemptFrom(r.Context())
 		if !ok {
