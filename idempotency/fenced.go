@@ -123,16 +123,16 @@ type UnrecordedError struct {
 	Key Key
 	// Result is what the work returned.
 	Result Result
-	// Cause is why the result was not stored: a *fencedlock.FencedError
+	// Err is why the result was not stored: a *fencedlock.FencedError
 	// when a newer holder had stamped the record with a higher token, else
 	// the store's error, after which the record may or may not hold Result.
 	// It is not unwrapped, so that an UnrecordedError never passes for a
 	// refusal (fencedlock.ErrFenced) or a failure of the work.
-	Cause error
+	Err error
 }
 
 func (e *UnrecordedError) Error() string {
-	return fmt.Sprintf("idempotency: work of %s done (status %d), result not recorded: %v", e.Key, e.Result.Status, e.Cause)
+	return fmt.Sprintf("idempotency: work of %s done (status %d), result not recorded: %v", e.Key, e.Result.Status, e.Err)
 }
 
 // Is reports whether target is ErrUnrecorded.
@@ -172,7 +172,7 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 			// The lock sees the store's answer, a fenced put counted as
 			// the rejection it is; the caller sees that the work was done.
 			unrecorded = u
-			return u.Cause
+			return u.Err
 		}
 		return err
 	})
@@ -224,7 +224,7 @@ func (f *Fenced) run(ctx context.Context, key Key, fp Fingerprint, lease fencedl
 	res.Replayed = false
 	failpoint.Inject(ctx, "idempotency.fenced.before-write")
 	if err := f.records.PutFenced(wctx, key, fp, lease.Token, res); err != nil {
-		return Result{}, &UnrecordedError{Key: key, Result: res, Cause: err}
+		return Result{}, &UnrecordedError{Key: key, Result: res, Err: err}
 	}
 	return res, nil
 }

@@ -135,8 +135,8 @@ func TestFencedWorkDoneRecordFenced(t *testing.T) {
 	if unrecorded.Key != key || unrecorded.Result.Status != 201 || string(unrecorded.Result.Body) != "charged" {
 		t.Fatalf("UnrecordedError %+v: want the key and the work's result", unrecorded)
 	}
-	if fenced, ok := errors.AsType[*fencedlock.FencedError](unrecorded.Cause); !ok || fenced.Presented != fenced.Required-1 {
-		t.Fatalf("Cause = %v: want the put's *fencedlock.FencedError", unrecorded.Cause)
+	if fenced, ok := errors.AsType[*fencedlock.FencedError](unrecorded.Err); !ok || fenced.Presented != fenced.Required-1 {
+		t.Fatalf("Err = %v: want the put's *fencedlock.FencedError", unrecorded.Err)
 	}
 	// The newer holder's record is untouched: it still runs, under its token.
 	if rec, _, _ := records.Lookup(ctx, key); rec.State != idempotency.Running {
