@@ -31,6 +31,13 @@ func exists(t *testing.T, base, name string) bool {
 	return ok
 }
 
+// dropBounded drops a schema a failed test left, for at most a minute.
+func dropBounded(base, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = pgschema.Drop(ctx, base, name)
+}
+
 // TestNewAndClose checks the whole life of a schema: created, the pool's
 // unqualified tables land in it, the URL reaches it too, and Close drops it
 // with its tables.
@@ -45,7 +52,7 @@ func TestNewAndClose(t *testing.T) {
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
-			s.Close(context.Background())
+			dropBounded(base, s.Name)
 		}
 	})
 	if !strings.HasPrefix(s.Name, "pgschema_test_") || !exists(t, base, s.Name) {
@@ -82,11 +89,14 @@ func TestQuoting(t *testing.T) {
 	base := testdb.URL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := pgschema.Name("quoting") + `"; DROP SCHEMA public; --`
+	// A double quote, upper case and a space: as an unquoted or naively
+	// quoted identifier it is a syntax error or another name. Nothing in it
+	// may do harm if the quoting breaks: the server is shared.
+	name := pgschema.Name("quoting") + ` We"ird Name`
 	if err := pgschema.Create(ctx, base, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pgschema.Drop(context.Background(), base, name) })
+	t.Cleanup(func() { dropBounded(base, name) })
 	if !exists(t, base, name) {
 		t.Fatalf("schema %q not created under its own name", name)
 	}
