@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -71,7 +72,10 @@ func TestChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 			proxies = append(proxies, proxy)
-			u, _ := faultproxy.RewriteURL(db.URL, proxy.Addr())
+			u, err := pgaddr.WithHostPort(db.URL, proxy.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
 			cfg, err := pgxpool.ParseConfig(u)
 			if err != nil {
 				t.Fatal(err)

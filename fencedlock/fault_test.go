@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 )
@@ -223,7 +223,10 @@ func TestKeepaliveCancelsBeforeTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	u, _ := faultproxy.RewriteURL(db.URL, proxy.Addr())
+	u, err := pgaddr.WithHostPort(db.URL, proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool, err := pgxpool.New(ctx, u)
 	if err != nil {
 		t.Fatal(err)
@@ -506,8 +509,12 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 	}
 }
 
+// hostPort is the TCP address of the server u connects to.
 func hostPort(t testing.TB, u string) string {
 	t.Helper()
-	rest := u[strings.Index(u, "@")+1:]
-	return rest[:strings.IndexAny(rest, "/?")]
+	addr, err := pgaddr.HostPort(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

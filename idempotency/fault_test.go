@@ -184,11 +184,14 @@ func payer(in *bufio.Scanner, out io.Writer) error {
 		return nil
 	}))
 	var s *idempotency.SupersededError
+	var u *idempotency.UnrecordedError
 	switch {
 	case errors.As(err, &s):
 		fmt.Fprintf(out, "result superseded %d\n", s.Required)
 	case errors.Is(err, fencedlock.ErrFenced):
 		fmt.Fprintln(out, "result fenced")
+	case errors.As(err, &u):
+		fmt.Fprintf(out, "result unrecorded %s\n", u.Result.Body)
 	case err != nil:
 		return err
 	default:
@@ -314,8 +317,9 @@ func TestSlowFirstPausedProcess(t *testing.T) {
 		}},
 		{"fenced", func(t *testing.T, db *testdb.DB, store *idempotency.Postgres, key idempotency.Key, child string, parentErr error) {
 			// The lock did not stop the second execution; the fenced
-			// record write rejected the stale one.
-			if parentErr != nil || child != "fenced" || storedBody(t, store, key) != "parent" {
+			// record write rejected the stale one, whose holder is told
+			// that its work was done (it charged) but not recorded.
+			if parentErr != nil || child != "unrecorded child" || storedBody(t, store, key) != "parent" {
 				t.Fatalf("child %q, parent %v, stored %q", child, parentErr, storedBody(t, store, key))
 			}
 		}},
@@ -476,7 +480,10 @@ func TestSlowFirstHook(t *testing.T) {
 					t.Fatalf("second %+v %v, first %+v, stored %q", second, secondErr, o, rec.Result.Body)
 				}
 			case "fenced":
-				if secondErr != nil || !errors.Is(o.err, fencedlock.ErrFenced) || string(rec.Result.Body) != "second" {
+				// The first's work was done; only its record was refused.
+				unrecorded, _ := errors.AsType[*idempotency.UnrecordedError](o.err)
+				if secondErr != nil || unrecorded == nil || string(unrecorded.Result.Body) != "first" ||
+					errors.Is(o.err, fencedlock.ErrFenced) || string(rec.Result.Body) != "second" {
 					t.Fatalf("second %+v %v, first %+v, stored %q", second, secondErr, o, rec.Result.Body)
 				}
 			case "unguarded":
@@ -490,11 +497,12 @@ func TestSlowFirstHook(t *testing.T) {
 }
 
 // checkSlowFirstMetrics checks the outcomes TestSlowFirstHook's executor
-// counted: the mode's refusal of one execution, the other executed; the
-// unguarded twin is not instrumented.
+// counted: the mode's refusal of one execution (the fenced twin's first
+// execution is done but unrecorded), the other executed; the unguarded twin
+// is not instrumented.
 func checkSlowFirstMetrics(t *testing.T, tel *telemetrytest.Telemetry, mode string) {
 	t.Helper()
-	refused := map[string]string{"tx": "in_flight", "leased": "superseded", "fenced": "superseded"}[mode]
+	refused := map[string]string{"tx": "in_flight", "leased": "superseded", "fenced": "unrecorded"}[mode]
 	want := map[string]int64{"executed": 1, refused: 1}
 	if mode == "unguarded" {
 		want = map[string]int64{}

@@ -104,6 +104,40 @@ func (f *Fenced) LockName(key Key) string { return f.cfg.LockPrefix + lockName(k
 
 func lockName(key Key) string { return DeriveKey(key, "lock") }
 
+// ErrUnrecorded reports that the fenced twin ran the work to the end (fn
+// returned a Result and no error: its effects happened) but could not store
+// that result: a newer holder had taken the key over after this holder's
+// lease expired, or the store failed. The error is an *UnrecordedError
+// carrying the Result, which is the request's outcome: report it, and do
+// not redo the work under another key. It does not match
+// fencedlock.ErrFenced, which tells a holder that nothing of its own
+// happened.
+var ErrUnrecorded = errors.New("idempotency: work done, result not recorded")
+
+// UnrecordedError is the outcome of a fenced execution whose work was done
+// and whose result was not stored. A later request with the same key is
+// answered by the holder that took the key over, which runs the work again
+// unless the work presents its token (Attempt.Token) to the resource it
+// changes and so finds it done.
+type UnrecordedError struct {
+	Key Key
+	// Result is what the work returned.
+	Result Result
+	// Err is why the result was not stored: a *fencedlock.FencedError
+	// when a newer holder had stamped the record with a higher token, else
+	// the store's error, after which the record may or may not hold Result.
+	// It is not unwrapped, so that an UnrecordedError never passes for a
+	// refusal (fencedlock.ErrFenced) or a failure of the work.
+	Err error
+}
+
+func (e *UnrecordedError) Error() string {
+	return fmt.Sprintf("idempotency: work of %s done (status %d), result not recorded: %v", e.Key, e.Result.Status, e.Err)
+}
+
+// Is reports whether target is ErrUnrecorded.
+func (e *UnrecordedError) Is(target error) bool { return target == ErrUnrecorded }
+
 // errWaitOver ends the wait for a busy lock after InFlightWait.
 var errWaitOver = errors.New("idempotency: waited InFlightWait for the lock")
 
@@ -112,9 +146,12 @@ var errWaitOver = errors.New("idempotency: waited InFlightWait for the lock")
 // gets an *InFlightError. fn's context carries an *Attempt (AttemptFrom)
 // whose Token is the lock's fencing token, and is cancelled when the lease
 // can no longer be trusted. A holder whose token is no longer the record's
-// gets an error matching fencedlock.ErrFenced, and fn's result is not
-// returned. When fn fails or panics, the record's placeholder is removed, so
-// that a retry runs again.
+// when it reads it gets an error matching fencedlock.ErrFenced, and fn does
+// not run: nothing of its own happened. When fn returned a result that
+// could not be stored (a newer holder took the key over meanwhile, or the
+// store failed), Do returns an *UnrecordedError (ErrUnrecorded) carrying
+// it: the work was done. When fn fails or panics, the record's placeholder
+// is removed, so that a retry runs again.
 func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
 	ctx, exec := f.tel.start(ctx)
 	defer func() { exec.end(ctx, done, err) }()
@@ -124,15 +161,24 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	wait := startWait(ctx, f.cfg.InFlightWait)
 	defer wait.stop()
 	var res Result
+	var unrecorded *UnrecordedError
 	err = f.locker.Do(wait.ctx, lockName(key), func(ctx context.Context, lease fencedlock.Lease) error {
 		if !wait.acquired() {
 			return errWaitOver // acquired as the wait ended: give it back
 		}
 		var err error
 		res, err = f.run(ctx, key, fp, lease, fn)
+		if u, ok := errors.AsType[*UnrecordedError](err); ok {
+			// The lock sees the store's answer, a fenced put counted as
+			// the rejection it is; the caller sees that the work was done.
+			unrecorded = u
+			return u.Err
+		}
 		return err
 	})
 	switch {
+	case unrecorded != nil:
+		return Result{}, unrecorded
 	case errors.Is(err, errWaitOver) && ctx.Err() == nil:
 		return Result{}, &InFlightError{Key: key, RetryAfter: f.cfg.RetryAfter}
 	case err != nil:
@@ -178,7 +224,7 @@ func (f *Fenced) run(ctx context.Context, key Key, fp Fingerprint, lease fencedl
 	res.Replayed = false
 	failpoint.Inject(ctx, "idempotency.fenced.before-write")
 	if err := f.records.PutFenced(wctx, key, fp, lease.Token, res); err != nil {
-		return Result{}, err
+		return Result{}, &UnrecordedError{Key: key, Result: res, Err: err}
 	}
 	return res, nil
 }

@@ -245,6 +245,10 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if unstored, ok := errors.AsType[*unstoredError](err); ok {
 		res, err = unstored.res, nil
 	}
+	if unrecorded, ok := errors.AsType[*UnrecordedError](err); ok {
+		// The handler's work was done: its response is the answer.
+		res, err = unrecorded.Result, nil
+	}
 	if err != nil {
 		m.fail(w, r, err)
 		return

@@ -27,12 +27,13 @@ const (
 	outKeyReused
 	outExpired
 	outSuperseded
+	outUnrecorded
 	outInvalid
 	outError
 	nOutcomes
 )
 
-var outcomeNames = [nOutcomes]string{"executed", "replayed", "in_flight", "key_reused", "expired", "superseded", "invalid", "error"}
+var outcomeNames = [nOutcomes]string{"executed", "replayed", "in_flight", "key_reused", "expired", "superseded", "unrecorded", "invalid", "error"}
 
 // execTelemetry is an executor's instruments, with an attribute set per
 // outcome built once.
@@ -52,7 +53,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, mode string)
 		tracer: telemetry.NewTracer(tp, "idempotency"),
 		span:   "idempotency.Do",
 		requests: in.Counter(metricRequests, "{request}",
-			"Executions asked of an executor, by outcome (executed, replayed, in_flight, key_reused, expired, superseded, invalid, error)."),
+			"Executions asked of an executor, by outcome (executed, replayed, in_flight, key_reused, expired, superseded, unrecorded, invalid, error)."),
 		stored: in.Histogram(metricStored, "By", "Size of each result stored by a first execution (body and headers).",
 			256, 1024, 4096, 16384, 65536, 262144, 1048576),
 		mode: telemetry.NewAttrs(m),
@@ -77,7 +78,8 @@ func (t *execTelemetry) start(ctx context.Context) (context.Context, started) {
 
 // end counts the execution with the outcome res and err say, records the
 // size of a result a first execution stored, and ends the span: a refusal
-// (in flight, reused, expired, superseded) is an outcome, not a failure.
+// (in flight, reused, expired, superseded) is an outcome, not a failure; an
+// unrecorded result is both.
 func (s started) end(ctx context.Context, res Result, err error) {
 	o := outcomeOf(res, err)
 	s.t.requests.Add(ctx, 1, s.t.outcomes[o].Add()...)
@@ -87,7 +89,7 @@ func (s started) end(ctx context.Context, res Result, err error) {
 	if s.span.Recording() {
 		s.span.Set(attribute.String(telemetry.Outcome, outcomeNames[o]))
 	}
-	if o != outError {
+	if o != outError && o != outUnrecorded {
 		err = nil
 	}
 	s.span.End(err)
@@ -107,6 +109,8 @@ func outcomeOf(res Result, err error) int {
 		return outExpired
 	case errors.Is(err, ErrSuperseded), errors.Is(err, fencedlock.ErrFenced):
 		return outSuperseded
+	case errors.Is(err, ErrUnrecorded):
+		return outUnrecorded
 	case errors.Is(err, ErrInvalid):
 		return outInvalid
 	}

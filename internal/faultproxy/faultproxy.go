@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
@@ -315,19 +314,6 @@ func (p *Proxy) admit(client *net.TCPConn) {
 	p.wg.Add(1)
 	p.mu.Unlock()
 	go c.serve()
-}
-
-// RewriteURL returns the database URL u pointing at addr (host:port) instead
-// of its own host and port. u must be a URL (postgres://…), not a
-// keyword/value string.
-func RewriteURL(u, addr string) (string, error) {
-	parsed, err := url.Parse(u)
-	if err != nil || parsed.Scheme == "" || parsed.Host == "" {
-		// The error would repeat u, which may hold a password.
-		return "", fmt.Errorf("%w: not a URL with a host", ErrInvalid)
-	}
-	parsed.Host = addr
-	return parsed.String(), nil
 }
 
 // Redirect returns a dial function that dials routes[address] (a proxy's

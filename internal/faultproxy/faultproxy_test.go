@@ -560,15 +560,6 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("Start(%q) = %v, want ErrInvalid", target, err)
 		}
 	}
-	for _, u := range []string{"host=db port=5432 user=me", "postgres:///db?host=/tmp", "://x"} {
-		if _, err := RewriteURL(u, "127.0.0.1:1"); !errors.Is(err, ErrInvalid) {
-			t.Errorf("RewriteURL(%q) = %v, want ErrInvalid", u, err)
-		}
-	}
-	got, err := RewriteURL("postgres://u:pw@db:5432/x?sslmode=disable", "127.0.0.1:1")
-	if err != nil || got != "postgres://u:pw@127.0.0.1:1/x?sslmode=disable" {
-		t.Fatalf("RewriteURL = %q, %v", got, err)
-	}
 	defer func() {
 		if recover() == nil {
 			t.Fatal("Set with an unknown mode did not panic")

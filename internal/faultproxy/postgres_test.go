@@ -2,11 +2,11 @@ package faultproxy
 
 import (
 	"context"
-	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -15,12 +15,12 @@ import (
 func startPostgres(t *testing.T) (*Proxy, string) {
 	t.Helper()
 	u := testdb.URL(t)
-	parsed, err := url.Parse(u)
+	target, err := pgaddr.HostPort(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, parsed.Host)
-	through, err := RewriteURL(u, p.Addr())
+	p := start(t, target)
+	through, err := pgaddr.WithHostPort(u, p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,20 +58,16 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	charged := false
 	err = retryInFlight(ctx, op, func() error {
 		_, err := c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
-			res, err := c.charge(ctx, actx, op, amount)
-			charged = charged || err == nil && res.Status == 201
-			return res, err
+			return c.charge(ctx, actx, op, amount)
 		})
 		return err
 	})
-	if charged && errors.Is(err, errFenced) {
-		// The charge committed under a token that was still current; only
-		// storing its record was fenced (a newer holder had stamped it), and
-		// that holder finds the payment charged and records it. The
-		// operation took effect: it is not a refusal.
+	if errors.Is(err, idempotency.ErrUnrecorded) {
+		// The charge's work returned (it committed, or found the key
+		// charged); only storing its record was not done. The operation
+		// took effect, as the library's typed outcome says.
 		err = nil
 	}
 	return op.Finish(nil, err, idempotency.ErrInFlight, errFenced)

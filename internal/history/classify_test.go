@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -85,7 +85,7 @@ func connectPG(t *testing.T, ctx context.Context, proxy *faultproxy.Proxy) *pgx.
 	u := testdb.URL(t)
 	if proxy != nil {
 		var err error
-		if u, err = faultproxy.RewriteURL(u, proxy.Addr()); err != nil {
+		if u, err = pgaddr.WithHostPort(u, proxy.Addr()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,11 +198,11 @@ func TestClassifyPostgres(t *testing.T) {
 func TestClassifyProxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	parsed, err := url.Parse(testdb.URL(t))
+	target, err := pgaddr.HostPort(testdb.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.Start(parsed.Host)
+	proxy, err := faultproxy.Start(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestClassifyProxy(t *testing.T) {
 	proxy.Set(faultproxy.Reset, 0)
 	requireOutcome(t, "reset while held", <-held, Unknown)
 
-	u, err := faultproxy.RewriteURL(testdb.URL(t), proxy.Addr())
+	u, err := pgaddr.WithHostPort(testdb.URL(t), proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

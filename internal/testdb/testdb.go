@@ -13,13 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +26,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/pgschema"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -53,76 +50,38 @@ func New(t testing.TB, ms ...migrate.Migration) *DB {
 
 func newSchema(t testing.TB, base string, ms []migrate.Migration) *DB {
 	t.Helper()
-	schema := schemaName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-
-	admin, err := pgxpool.New(ctx, base)
+	s, err := pgschema.New(ctx, base, "t_"+t.Name())
 	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+quote(schema)); err != nil {
-		t.Fatalf("testdb: create schema: %v", err)
+		t.Fatalf("testdb: %v", err)
 	}
 	t.Cleanup(func() {
+		// The server may have been stopped or restarted by the test:
+		// Close retries the drop for a minute.
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		// The server may have been stopped or restarted by the test: retry.
-		for attempt := 0; ; attempt++ {
-			pool, err := pgxpool.New(ctx, base)
-			if err == nil {
-				_, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+quote(schema)+" CASCADE")
-				pool.Close()
-			}
-			if err == nil || attempt == 20 {
-				if err != nil {
-					t.Logf("testdb: drop schema %s: %v", schema, err)
-				}
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
+		if err := s.Close(ctx); err != nil {
+			t.Logf("testdb: %v", err)
 		}
 	})
-
-	u := WithSearchPath(base, schema)
-	pool, err := pgxpool.New(ctx, u)
-	if err != nil {
-		t.Fatalf("testdb: connect: %v", err)
-	}
-	t.Cleanup(pool.Close)
 	if len(ms) > 0 {
-		if err := migrate.Up(ctx, pool, migrate.Names{}, ms); err != nil {
+		if err := migrate.Up(ctx, s.Pool, migrate.Names{}, ms); err != nil {
 			t.Fatalf("testdb: %v", err)
 		}
 	}
-	return &DB{Pool: pool, Schema: schema, URL: u}
+	return &DB{Pool: s.Pool, Schema: s.Name, URL: s.URL}
 }
 
-// WithSearchPath returns the connection URL u with search_path set to schema.
+// WithSearchPath returns the connection string u with search_path set to
+// schema. It panics when u does not parse: a test's own server URL does.
 func WithSearchPath(u, schema string) string {
-	parsed, err := url.Parse(u)
-	if err != nil || parsed.Scheme == "" {
-		// Keyword/value form.
-		return u + " search_path=" + schema
+	out, err := pgaddr.WithParam(u, "search_path", schema)
+	if err != nil {
+		panic("testdb: " + err.Error())
 	}
-	q := parsed.Query()
-	q.Set("search_path", schema)
-	parsed.RawQuery = q.Encode()
-	return parsed.String()
+	return out
 }
-
-var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
-
-func schemaName(t testing.TB) string {
-	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
-}
-
-func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
 
 // URL returns the server's connection URL, or skips (fails under CI=true)
 // when there is none.

@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockfree-go/lockfree/internal/pgschema"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -78,7 +78,7 @@ func Get(t testing.TB) *Pair {
 	}
 	c.mu.Lock()
 	c.t = t
-	p := &Pair{t: t, c: c, schema: schemaName(t)}
+	p := &Pair{t: t, c: c, schema: pgschema.Name("t_" + t.Name())}
 	t.Cleanup(func() {
 		p.dropSchema()
 		c.t = nil // t may no longer log
@@ -90,7 +90,11 @@ func Get(t testing.TB) *Pair {
 			t.Fatalf("testrepl: %v", err)
 		}
 	}
-	p.Exec(p.Primary(), "CREATE SCHEMA "+pgx.Identifier{p.schema}.Sanitize())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pgschema.Create(ctx, p.URL(p.Primary()), p.schema); err != nil {
+		t.Fatalf("testrepl: on %v: %v", p.Primary(), err)
+	}
 	p.WaitReplayed()
 	return p
 }
@@ -105,12 +109,9 @@ func (p *Pair) dropSchema() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, p.URL(p.Primary()))
-	if err != nil {
-		return
+	if err := pgschema.Drop(ctx, p.URL(p.Primary()), p.schema); err != nil {
+		p.t.Logf("testrepl: %v", err)
 	}
-	defer conn.Close(ctx)
-	conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.schema}.Sanitize()+" CASCADE")
 }
 
 // Schema is the test's own schema: the URLs set it as search_path.
@@ -198,16 +199,6 @@ func (p *Pair) queryRow(n Node, sql string, dest ...any) {
 	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
 		p.t.Fatalf("testrepl: on %v: %v", n, err)
 	}
-}
-
-var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
-
-func schemaName(t testing.TB) string {
-	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
 }
 
 var password = regexp.MustCompile(`//[^@/]*@`)

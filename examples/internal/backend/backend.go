@@ -11,15 +11,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/internal/localpg"
+	"github.com/lockfree-go/lockfree/internal/pgschema"
 )
 
 // Memory is the -postgres value that asks for the memory backends even when
@@ -32,8 +30,8 @@ type Backend struct {
 	// means the memory backends.
 	Pool *pgxpool.Pool
 
-	schema, base string
-	server       *localpg.Server
+	schema *pgschema.Schema
+	server *localpg.Server
 }
 
 // Open picks the backend for pgURL and says which on w: pgURL itself
@@ -66,39 +64,19 @@ func Open(ctx context.Context, pgURL string, w io.Writer) (*Backend, error) {
 }
 
 func (b *Backend) openSchema(ctx context.Context, base string) error {
-	b.base = base
-	name := fmt.Sprintf("lockfree_example_%08x", rand.Uint32())
-	admin, err := pgx.Connect(ctx, base)
+	s, err := pgschema.New(ctx, base, "lockfree_example")
 	if err != nil {
-		return err
+		return fmt.Errorf("backend: %w", err)
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return err
-	}
-	b.schema = name
-	u, err := url.Parse(base)
-	if err != nil || u.Scheme == "" {
-		return fmt.Errorf("backend: %q is not a postgres:// URL", redact(base))
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	b.Pool, err = pgxpool.New(ctx, u.String())
-	return err
+	b.schema, b.Pool = s, s.Pool
+	return nil
 }
 
 // Close drops the example's schema and stops the throwaway server, if any.
 func (b *Backend) Close() {
-	if b.Pool != nil {
-		b.Pool.Close()
-	}
-	if b.schema != "" {
+	if b.schema != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if conn, err := pgx.Connect(ctx, b.base); err == nil {
-			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{b.schema}.Sanitize()+" CASCADE")
-			conn.Close(ctx)
-		}
+		_ = b.schema.Close(ctx)
 		cancel()
 	}
 	if b.server != nil {
