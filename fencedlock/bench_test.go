@@ -34,12 +34,15 @@ const (
 )
 
 // BenchmarkAcquireRelease measures one acquire+release cycle of lockfree and
-// of the bare-SQL lease: on a fresh name per cycle with 1 and 8 clients, and
-// 8 clients on one hot name (an op is then one attempt, released when it
-// succeeds: most attempts find the lock held). The machine is shared and its
-// load drifts, so each benchmark interleaves the two in short rounds
-// (lockfree, bare, bare, lockfree, …) and reports both times and their ratio,
-// bare-time/lockfree-time (above 1: lockfree is faster).
+// of the bare-SQL lease: on a fresh name per cycle (the row is inserted) and
+// on a free name acquired and released before (the row is updated), with 1
+// and 8 clients, and 8 clients on one hot name (an op is then one attempt,
+// released when it succeeds: most attempts find the lock held). The machine
+// is shared and its load drifts, so each benchmark interleaves the two in
+// short rounds (lockfree, bare, bare, lockfree, …) and reports both times
+// and their ratio, bare-time/lockfree-time (above 1: lockfree is faster).
+// At the end it logs the lock table's updates and how many of them were
+// heap-only (HOT), from pg_stat_user_tables.
 //
 //	go test -run '^$' -bench AcquireRelease -count 5 ./fencedlock/
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -53,7 +56,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pool.Close()
+	defer logHeapOnlyUpdates(b, db, pool)
 	store, err := fencedlock.NewPostgres(pool, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -84,12 +87,26 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		name    string
 		clients int
 		hot     bool
-	}{{"fresh/1", 1, false}, {"fresh/8", 8, false}, {"hot/8", 8, true}} {
+		free    bool // names from a set of freeNames, each acquired before
+	}{{"fresh/1", 1, false, false}, {"fresh/8", 8, false, false}, {"free/1", 1, false, true}, {"free/8", 8, false, true}, {"hot/8", 8, true, false}} {
 		b.Run(load.name, func(b *testing.B) {
+			if load.free {
+				// Every free name has a released row, as after its first cycle.
+				_, err := pool.Exec(ctx, `INSERT INTO lockfree_locks
+					SELECT $1 || impl || '/' || i, 'bench', nextval('lockfree_lock_fences'), now(), now()
+					FROM unnest(array['lockfree', 'bare']) impl, generate_series(0, $2 - 1) i
+					ON CONFLICT (name) DO NOTHING`, load.name+"/", freeNames)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
 			var n atomic.Int64
 			lockName := func(impl string) string {
-				if load.hot {
+				switch {
+				case load.hot:
 					return "hot/" + impl
+				case load.free:
+					return fmt.Sprintf("%s/%s/%d", load.name, impl, n.Add(1)%freeNames)
 				}
 				return fmt.Sprintf("%s/%s/%d", load.name, impl, n.Add(1))
 			}
@@ -115,6 +132,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "bare/lockfree")
 		})
 	}
+}
+
+// freeNames is how many names the free loads cycle through: enough that 8
+// clients rarely meet on one.
+const freeNames = 64
+
+// logHeapOnlyUpdates closes pool and logs the lock table's updates and how
+// many were heap-only, once the server has counted them: a backend reports
+// its counts when it exits, a little after its connection closes.
+func logHeapOnlyUpdates(b *testing.B, db *testdb.DB, pool *pgxpool.Pool) {
+	pool.Close()
+	var upd, hot, last int64 = 0, 0, -1
+	for range 50 {
+		err := db.Pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relid = 'lockfree_locks'::regclass`).Scan(&upd, &hot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if upd > 0 && upd == last {
+			break
+		}
+		last = upd
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.Logf("lockfree_locks: %d updates, %d heap-only (HOT): %.1f%%", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
 }
 
 // runClients runs ops calls of cycle on clients goroutines and returns the
