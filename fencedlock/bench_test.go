@@ -21,11 +21,19 @@ import (
 // INSERT … ON CONFLICT DO UPDATE … WHERE expired to acquire and one UPDATE
 // to release, on the same table, with plain tokens (nextval, no fence era).
 // The ratio of lockfree's time to this one's is the library's overhead,
-// fence eras included (below 1: lockfree is faster).
+// fence eras included (below 1: lockfree is faster). bareEraAcquire is the
+// same lease minting its tokens in fence eras, as lockfree does: the ratio
+// to it is the cost of lockfree's statement alone.
 const (
 	bareAcquire = `INSERT INTO lockfree_locks AS l (name, holder, token, acquired_at, expires_at)
 		VALUES ($1, $2, nextval('lockfree_lock_fences'), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
 		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = nextval('lockfree_lock_fences'),
+			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+		WHERE l.expires_at <= clock_timestamp()
+		RETURNING token`
+	bareEraAcquire = `INSERT INTO lockfree_locks AS l (name, holder, token, acquired_at, expires_at)
+		VALUES ($1, $2, lockfree_fence_mint('lockfree_lock_fences'), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = lockfree_fence_mint('lockfree_lock_fences'),
 			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 		WHERE l.expires_at <= clock_timestamp()
 		RETURNING token`
@@ -34,14 +42,19 @@ const (
 )
 
 // BenchmarkAcquireRelease measures one acquire+release cycle of lockfree and
-// of the bare-SQL lease: on a fresh name per cycle with 1 and 8 clients, and
-// 8 clients on one hot name (an op is then one attempt, released when it
-// succeeds: most attempts find the lock held). The machine is shared and its
-// load drifts, so each benchmark interleaves the two in short rounds
-// (lockfree, bare, bare, lockfree, …) and reports both times and their ratio,
-// bare-time/lockfree-time (above 1: lockfree is faster).
+// of the bare-SQL lease, with plain and with era tokens: on a fresh name per
+// cycle (the row is inserted) and on a free name acquired and released
+// before (the row is updated), with 1 and 8 clients, and 8 clients on one
+// hot name (an op is then one attempt, released when it succeeds: most
+// attempts find the lock held). The machine is shared and its load drifts,
+// so each benchmark interleaves the three in short rounds, each led by
+// another (lockfree, bare, bare-era; bare, bare-era, lockfree; …), and
+// reports their times and the ratios bare-time/lockfree-time (above 1:
+// lockfree is faster). At the end it logs the lock table's updates and how
+// many of them were heap-only (HOT), from pg_stat_user_tables (shown with
+// -v):
 //
-//	go test -run '^$' -bench AcquireRelease -count 5 ./fencedlock/
+//	go test -v -run '^$' -bench 'AcquireRelease$' -count 3 ./fencedlock/
 func BenchmarkAcquireRelease(b *testing.B) {
 	db := testdb.New(b, fencedlock.Migrations()...)
 	cfg, err := pgxpool.ParseConfig(db.URL)
@@ -53,7 +66,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pool.Close()
+	defer logHeapOnlyUpdates(b, db, pool)
 	store, err := fencedlock.NewPostgres(pool, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -68,53 +81,94 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 		return store.Release(ctx, l)
 	}
-	bare := func(ctx context.Context, lock string) error {
-		var token int64
-		err := pool.QueryRow(ctx, bareAcquire, lock, "bench", time.Minute.Microseconds()).Scan(&token)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+	bare := func(acquire string) func(ctx context.Context, lock string) error {
+		return func(ctx context.Context, lock string) error {
+			var token int64
+			err := pool.QueryRow(ctx, acquire, lock, "bench", time.Minute.Microseconds()).Scan(&token)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			_, err = pool.Exec(ctx, bareRelease, lock, "bench", token)
 			return err
 		}
-		_, err = pool.Exec(ctx, bareRelease, lock, "bench", token)
-		return err
 	}
+	impls := []struct {
+		name  string
+		cycle func(ctx context.Context, lock string) error
+	}{{"lockfree", lockfree}, {"bare", bare(bareAcquire)}, {"bare-era", bare(bareEraAcquire)}}
 	for _, load := range []struct {
 		name    string
 		clients int
 		hot     bool
-	}{{"fresh/1", 1, false}, {"fresh/8", 8, false}, {"hot/8", 8, true}} {
+		free    bool // names from a set of freeNames, each acquired before
+	}{{"fresh/1", 1, false, false}, {"fresh/8", 8, false, false}, {"free/1", 1, false, true}, {"free/8", 8, false, true}, {"hot/8", 8, true, false}} {
 		b.Run(load.name, func(b *testing.B) {
+			if load.free {
+				// Every free name has a released row, as after its first cycle.
+				_, err := pool.Exec(ctx, `INSERT INTO lockfree_locks
+					SELECT $1 || impl || '/' || i, 'bench', nextval('lockfree_lock_fences'), now(), now()
+					FROM unnest(array['lockfree', 'bare', 'bare-era']) impl, generate_series(0, $2 - 1) i
+					ON CONFLICT (name) DO NOTHING`, load.name+"/", freeNames)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
 			var n atomic.Int64
 			lockName := func(impl string) string {
-				if load.hot {
+				switch {
+				case load.hot:
 					return "hot/" + impl
+				case load.free:
+					return fmt.Sprintf("%s/%s/%d", load.name, impl, n.Add(1)%freeNames)
 				}
 				return fmt.Sprintf("%s/%s/%d", load.name, impl, n.Add(1))
 			}
-			var spent [2]time.Duration
+			spent := make([]time.Duration, len(impls))
 			const round = 100 // cycles per impl per round
 			for done, r := 0, 0; done < b.N; r++ {
 				ops := min(round, b.N-done)
-				order := []int{0, 1}
-				if r%2 == 1 {
-					order = []int{1, 0}
-				}
-				for _, i := range order {
-					impl, cycle := "lockfree", lockfree
-					if i == 1 {
-						impl, cycle = "bare", bare
-					}
-					spent[i] += runClients(b, load.clients, ops, func() error { return cycle(ctx, lockName(impl)) })
+				for k := range impls {
+					i := (k + r) % len(impls) // each impl leads every third round
+					spent[i] += runClients(b, load.clients, ops, func() error { return impls[i].cycle(ctx, lockName(impls[i].name)) })
 				}
 				done += ops
 			}
-			b.ReportMetric(float64(spent[0].Nanoseconds())/float64(b.N), "lockfree-ns/op")
-			b.ReportMetric(float64(spent[1].Nanoseconds())/float64(b.N), "bare-ns/op")
-			b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "bare/lockfree")
+			for i, impl := range impls {
+				b.ReportMetric(float64(spent[i].Nanoseconds())/float64(b.N), impl.name+"-ns/op")
+				if i > 0 {
+					b.ReportMetric(spent[i].Seconds()/spent[0].Seconds(), impl.name+"/lockfree")
+				}
+			}
 		})
 	}
+}
+
+// freeNames is how many names the free loads cycle through: enough that 8
+// clients rarely meet on one.
+const freeNames = 64
+
+// logHeapOnlyUpdates closes pool and logs the lock table's updates and how
+// many were heap-only, once the server has counted them: a backend reports
+// its counts when it exits, a little after its connection closes.
+func logHeapOnlyUpdates(b *testing.B, db *testdb.DB, pool *pgxpool.Pool) {
+	pool.Close()
+	var upd, hot, last int64 = 0, 0, -1
+	for range 50 {
+		err := db.Pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relid = 'lockfree_locks'::regclass`).Scan(&upd, &hot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if upd > 0 && upd == last {
+			break
+		}
+		last = upd
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.Logf("lockfree_locks: %d updates, %d heap-only (HOT): %.1f%%", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
 }
 
 // runClients runs ops calls of cycle on clients goroutines and returns the

@@ -181,6 +181,7 @@ func guards() []guard {
 	}
 	return append(g,
 		guard{"fencedlock.verify.check", func(t *testing.T) error { return checkVerify(t, postgresEnv(t)) }},
+		guard{"fencedlock.acquire.purge-fence", checkPurgeFence},
 		guard{"fencedlock.fence.update.token", func(t *testing.T) error { return checkFencedUpdate(t, resourceDB(t)) }},
 		guard{"fencedlock.fence.read.stamp", func(t *testing.T) error { return checkStampedRead(t, resourceDB(t)) }},
 		guard{"fencedlock.gate.compare", checkGate},

@@ -90,7 +90,10 @@ const (
 	// purgeFence is the advisory lock that orders mints and purges of one
 	// lock table.
 	purgeFence = `hashtext('lockfree.fencedlock.purge'), {{regclass locks}}::regclass::oid::int`
-	sqlAcquire = `WITH upd AS (
+	// purgeFenceFrom is the source of the fresh-row branch's single row:
+	// it takes purgeFence shared before the row's token is minted.
+	purgeFenceFrom = `FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence`
+	sqlAcquire     = `WITH upd AS (
 		UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
 			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND expires_at <= clock_timestamp()
@@ -98,7 +101,7 @@ const (
 	), ins AS (
 		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
 		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
-		FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence
+		` + purgeFenceFrom + `
 		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
 		RETURNING token, expires_at
@@ -239,6 +242,10 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 	if failpoint.Mutant("fencedlock.acquire.expired") {
 		// The update branch without its expiry condition.
 		acquire = migrate.Render(strings.Replace(sqlAcquire, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+	}
+	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
+		// The fresh-row branch mints without waiting for a purge in flight.
+		acquire = migrate.Render(strings.Replace(sqlAcquire, purgeFenceFrom, "", 1), p.tables)
 	}
 	sent := time.Now()
 	var acquired bool

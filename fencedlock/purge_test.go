@@ -1,6 +1,7 @@
 package fencedlock_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,18 +9,18 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
-// A later tenure never gets a smaller token, even across a Purge. A fresh
+// checkPurgeFence guards the purge fence of Acquire's fresh-row branch: a
+// later tenure never gets a smaller token, even across a Purge. A fresh
 // row's token is minted before the row exists; were a Purge of the same name
 // to commit between that mint and the insert, the fresh row would carry a
-// smaller token than the purged tenure. The test builds exactly that
+// smaller token than the purged tenure. The check builds exactly that
 // interleaving: session P holds the purge lock (as Purge does) while it
 // creates a tenure of "fresh"; the acquire of "fresh" starts and blocks; P
 // then gives its tenure a newer token, purges the row and commits. The
 // acquire must come out with a token above P's: it waited for the purge
-// before minting. (Without the purge lock it mints first, blocks on P's
-// row, and inserts the smaller token once P's row is gone.)
-func TestPurgeCannotSendATokenBack(t *testing.T) {
-	t.Parallel()
+// before minting. (Without the purge lock — the mutant — it mints first,
+// blocks on P's row, and inserts the smaller token once P's row is gone.)
+func checkPurgeFence(t *testing.T) error {
 	db := testdb.New(t, fencedlock.Migrations()...)
 	store := newPostgres(t, db, false)
 	tx, err := db.Pool.Begin(ctx)
@@ -68,8 +69,9 @@ func TestPurgeCannotSendATokenBack(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	if r.lease.Token <= purged {
-		t.Fatalf("the tenure after the purge has token %d, not above the purged tenure's %d", r.lease.Token, purged)
+		return fmt.Errorf("the tenure after the purge has token %d, not above the purged tenure's %d", r.lease.Token, purged)
 	}
+	return nil
 }
 
 // Purge itself takes the lock: an acquire minting a fresh row's token holds

@@ -14,11 +14,13 @@ import (
 )
 
 // roundTrips counts what a connection sends: each statement outside a
-// batch and each batch is one round trip.
-type roundTrips struct{ n atomic.Int64 }
+// batch and each batch is one round trip (n); every statement, in a batch
+// or not, is one statement (stmts).
+type roundTrips struct{ n, stmts atomic.Int64 }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	r.n.Add(1)
+	r.stmts.Add(1)
 	return ctx
 }
 
@@ -29,8 +31,10 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	return ctx
 }
 
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	r.stmts.Add(1)
+}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // Do costs the bare transaction's round trips: with one statement of work,
 // a first execution is three (BEGIN + claim, the work, record + COMMIT) and
@@ -64,10 +68,13 @@ func TestDoRoundTrips(t *testing.T) {
 			return result, err
 		}
 	}
-	count := func(what string, want int64, op func(i int) error) {
+	// count checks the round trips and (unless wantStmts is 0) the
+	// statements of op's last run.
+	count := func(what string, want, wantStmts int64, op func(i int) error) {
 		t.Helper()
 		for i := range 3 { // the first runs prepare the statements
 			trips.n.Store(0)
+			trips.stmts.Store(0)
 			if err := op(i); err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -75,13 +82,17 @@ func TestDoRoundTrips(t *testing.T) {
 		if got := trips.n.Load(); got != want {
 			t.Errorf("%s: %d round trips, want %d", what, got, want)
 		}
+		if got := trips.stmts.Load(); wantStmts != 0 && got != wantStmts {
+			t.Errorf("%s: %d statements, want %d", what, got, wantStmts)
+		}
 	}
 	result := idempotency.Result{Status: 201, Body: []byte("charged")}
-	count("first execution", 3, func(i int) error {
+	// BEGIN, the lock, the read, the work, the record, COMMIT.
+	count("first execution", 3, 6, func(i int) error {
 		_, err := store.Do(ctx, idempotency.Key{ID: "first-" + string(rune('a'+i))}, fpA, work(result))
 		return err
 	})
-	count("replay", 2, func(int) error {
+	count("replay", 2, 4, func(int) error {
 		_, err := store.Do(ctx, idempotency.Key{ID: "first-a"}, fpA, work(result))
 		return err
 	})
@@ -89,8 +100,9 @@ func TestDoRoundTrips(t *testing.T) {
 		name   string
 		result idempotency.Result
 		want   int64 // BEGIN, the claim, the work, [the result], COMMIT
-	}{{"effect-only", idempotency.Result{}, 4}, {"with-result", result, 5}} {
-		count("in the caller's transaction, "+c.name, c.want, func(i int) error {
+		stmts  int64 // BEGIN, SAVEPOINT, the claim, the work, [the result, RELEASE], COMMIT
+	}{{"effect-only", idempotency.Result{}, 4, 5}, {"with-result", result, 5, 7}} {
+		count("in the caller's transaction, "+c.name, c.want, c.stmts, func(i int) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				key := idempotency.Key{ID: c.name + "-" + string(rune('a'+i))}
 				_, err := store.WithDB(tx).Do(ctx, key, fpA, work(c.result))
@@ -110,11 +122,11 @@ func TestDoRoundTrips(t *testing.T) {
 		_, err := pool.Exec(ctx, `INSERT INTO charges VALUES ('k')`)
 		return result, err
 	}
-	count("fenced twin, first execution", 5, func(i int) error {
+	count("fenced twin, first execution", 5, 0, func(i int) error {
 		_, err := fenced.Do(ctx, idempotency.Key{ID: "fenced-" + string(rune('a'+i))}, fpA, fencedWork)
 		return err
 	})
-	count("fenced twin, replay", 3, func(int) error {
+	count("fenced twin, replay", 3, 0, func(int) error {
 		_, err := fenced.Do(ctx, idempotency.Key{ID: "fenced-a"}, fpA, fencedWork)
 		return err
 	})

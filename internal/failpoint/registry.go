@@ -30,6 +30,7 @@ var registry = []Point{
 	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
 	{"atomic.setifgreater.compare", MutantSite, "SetIfGreater (every backend) sets the value even when it is not greater"},
 	{"fencedlock.acquire.expired", MutantSite, "Acquire grants a lock that is still held, not only a free or expired one"},
+	{"fencedlock.acquire.purge-fence", MutantSite, "Postgres.Acquire mints a fresh row's token without the shared purge lock, so a purge can commit between the mint and the insert"},
 	{"fencedlock.fence.read.stamp", MutantSite, "Fence.Read checks the token but does not raise the row's token to it"},
 	{"fencedlock.fence.update.token", MutantSite, "Fence.Update writes without its token condition"},
 	{"fencedlock.gate.compare", MutantSite, "Gate.Do admits a token lower than the highest it admitted"},
