@@ -135,7 +135,7 @@ func (c ConsumerConfig) validate() error {
 type Consumer struct {
 	db      TxDB
 	src     Source
-	handler Handler
+	handler BatchHandler
 	cfg     ConsumerConfig
 	set     settings
 	inbox   *Inbox
@@ -156,6 +156,18 @@ type Consumer struct {
 // means the defaults. A nil db or handler, a bad src or cfg give an error
 // matching ErrInvalid. It does no I/O: Start joins the group.
 func NewConsumer(db TxDB, src Source, handler Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	if handler == nil {
+		return nil, fmt.Errorf("%w: a consumer needs a DB and a handler", ErrInvalid)
+	}
+	return NewBatchConsumer(db, src, eachMessage(handler), cfg)
+}
+
+// NewBatchConsumer is NewConsumer with a handler that receives each
+// transaction's messages at once (up to BatchSize; see BatchHandler), so
+// that it can send their statements in one round trip instead of one or
+// more per message. The guarantee is the same: the inbox advances past the
+// batch in the transaction that applies it.
+func NewBatchConsumer(db TxDB, src Source, handler BatchHandler, cfg *ConsumerConfig) (*Consumer, error) {
 	if isNil(db) || handler == nil {
 		return nil, fmt.Errorf("%w: a consumer needs a DB and a handler", ErrInvalid)
 	}
@@ -445,10 +457,8 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	defer tx.Rollback(ctx)
-	for _, m := range msgs {
-		if err := callHandler(ctx, pp.c.handler, tx, m); err != nil {
-			return err
-		}
+	if err := callBatch(ctx, pp.c.handler, tx, msgs); err != nil {
+		return err
 	}
 	// Between the handler's writes and the compare-and-set that decides
 	// whether they commit: where a pause lets another member take over.

@@ -54,15 +54,17 @@ func (r *roundTrips) reset() (int64, []string) {
 }
 
 // tracedPool connects to db's schema through a pool whose round trips r
-// counts.
-func tracedPool(t testing.TB, db *testdb.DB, r *roundTrips) *pgxpool.Pool {
+// counts, of at most conns connections (0: pgxpool's default).
+func tracedPool(t testing.TB, db *testdb.DB, r *roundTrips, conns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.Tracer = r
-	cfg.MaxConns = 1 // one connection: every statement is prepared once
+	if conns > 0 {
+		cfg.MaxConns = conns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +82,7 @@ func TestFencedApplyRoundTrips(t *testing.T) {
 	t.Parallel()
 	db, _ := fencedEnv(t)
 	var r roundTrips
-	pool := tracedPool(t, db, &r)
+	pool := tracedPool(t, db, &r, 1) // one connection: every statement is prepared once
 	locks, err := fencedlock.NewPostgres(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +135,7 @@ func TestConsumerRoundTrips(t *testing.T) {
 	e := newEnv(t, 1)
 	e.produce(t, 0, 200, 10)
 	var r roundTrips
-	pool := tracedPool(t, e.db, &r)
+	pool := tracedPool(t, e.db, &r, 1) // one connection: every statement is prepared once
 	cfg := consumerConfig("c")
 	cfg.BatchSize = 50
 	cfg.BatchWait = time.Second // full batches: the topic is filled already
