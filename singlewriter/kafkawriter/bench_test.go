@@ -3,6 +3,8 @@ package kafkawriter_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,6 +148,27 @@ const (
 		INSERT INTO entity_log (entity, off, prev) SELECT $1, $2, last FROM old`
 )
 
+// sqlRatioSet applies a whole batch in one statement: each event's previous
+// number is the entity's event before it in the batch, or the stored one.
+const sqlRatioSet = `WITH ev AS (
+		SELECT entity, off, lag(off) OVER (PARTITION BY entity ORDER BY off) AS prev
+		FROM unnest($1::text[], $2::bigint[]) AS e(entity, off)),
+	u AS (UPDATE entity_state s SET last = m.off
+		FROM (SELECT entity, max(off) AS off FROM ev GROUP BY entity) m WHERE s.entity = m.entity)
+	INSERT INTO entity_log (entity, off, prev)
+	SELECT ev.entity, ev.off, coalesce(ev.prev, s.last) FROM ev JOIN entity_state s USING (entity)`
+
+// ratioSetHandler is the same application of a batch of events in one
+// set-based statement.
+func ratioSetHandler(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	entities, offsets := make([]string, len(msgs)), make([]int64, len(msgs))
+	for i, m := range msgs {
+		entities[i], offsets[i] = string(m.Key), m.Offset
+	}
+	_, err := tx.Exec(ctx, sqlRatioSet, entities, offsets)
+	return err
+}
+
 // ratioBatchHandler is the same application of a batch of events, their
 // statements sent in one pipeline (pgx.Batch): one round trip per batch.
 func ratioBatchHandler(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
@@ -189,25 +212,29 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 	}{
 		{"handler=event/batch=100", 100, eachEvent(ratioHandler)},
 		{"handler=batch/batch=100", 100, ratioBatchHandler},
-		{"handler=batch/batch=500", 500, ratioBatchHandler},
+		{"handler=set/batch=100", 100, ratioSetHandler},
+		{"handler=set/batch=1000", 1000, ratioSetHandler},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			var r roundTrips
-			pool := tracedPool(b, db, &r, 0)
+			var st stages
+			pool := stagedPool(b, db, &st)
 			var bare, applied time.Duration
 			for i := 0; i < b.N; i++ {
 				group := e.topic + "-" + strconv.Itoa(i) + "-" + c.name
 				bare += bareRead(b, e, group+"-bare")
-				r.reset()
+				st.reset()
 				applied += consumerApply(b, e, pool, group, c.batch, c.handler)
 			}
-			n, _ := r.reset()
-			bareRate := float64(ratioEvents*b.N) / bare.Seconds()
-			rate := float64(ratioEvents*b.N) / applied.Seconds()
+			events := float64(ratioEvents * b.N)
+			bareRate, rate := events/bare.Seconds(), events/applied.Seconds()
 			b.ReportMetric(bareRate, "bare-events/s")
 			b.ReportMetric(rate, "events/s")
 			b.ReportMetric(rate/bareRate, "ratio")
-			b.ReportMetric(float64(n)/float64(ratioEvents*b.N), "round-trips/event")
+			n, spent := st.reset()
+			b.ReportMetric(float64(n)/events, "round-trips/event")
+			for i, name := range stageNames {
+				b.ReportMetric(float64(spent[i].Microseconds())/events, name+"-µs/event")
+			}
 		})
 	}
 }
@@ -271,4 +298,91 @@ func consumerApply(b *testing.B, e *env, pool *pgxpool.Pool, group string, batch
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// The stages of the consumer's transactions, as the statements' time is
+// split among them.
+var stageNames = [...]string{"begin", "handler", "inbox", "commit"}
+
+// stages counts the round trips to PostgreSQL (statements and batches, as
+// roundTrips does) and sums the time spent waiting on each stage's
+// statements, from sending to the end of the result, over every connection.
+type stages struct {
+	mu    sync.Mutex
+	n     int64
+	spent [len(stageNames)]time.Duration
+}
+
+type stageKey struct{}
+
+type stageStart struct {
+	at    time.Time
+	stage int
+}
+
+func stageOf(sql string) int {
+	switch {
+	case strings.EqualFold(sql, "begin"):
+		return 0
+	case strings.Contains(sql, "inbox_offsets"):
+		return 2
+	case strings.EqualFold(sql, "commit"):
+		return 3
+	}
+	return 1
+}
+
+func (s *stages) start(ctx context.Context, stage int) context.Context {
+	return context.WithValue(ctx, stageKey{}, stageStart{time.Now(), stage})
+}
+
+func (s *stages) end(ctx context.Context) {
+	st, ok := ctx.Value(stageKey{}).(stageStart)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.n++
+	s.spent[st.stage] += time.Since(st.at)
+	s.mu.Unlock()
+}
+
+func (s *stages) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return s.start(ctx, stageOf(d.SQL))
+}
+
+func (s *stages) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) { s.end(ctx) }
+
+func (s *stages) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return s.start(ctx, 1) // only the handlers send batches
+}
+
+func (s *stages) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData)     {}
+func (s *stages) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) { s.end(ctx) }
+
+// reset returns the round trips and the time per stage since the last
+// reset.
+func (s *stages) reset() (int64, [len(stageNames)]time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, spent := s.n, s.spent
+	s.n, s.spent = 0, [len(stageNames)]time.Duration{}
+	return n, spent
+}
+
+// stagedPool connects to db's schema through a pool (pgxpool's default
+// size) whose statements st times.
+func stagedPool(b *testing.B, db *testdb.DB, st *stages) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = st
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
 }

@@ -303,10 +303,7 @@ func (c *Consumer) partition(stopping, work, gctx context.Context, gen *kafka.Ge
 	log = log.With(telemetry.Epoch, claim.Epoch)
 	log.Debug("kafkawriter: claimed", telemetry.Offset, claim.Next)
 
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: c.src.Brokers, Topic: c.src.Topic, Partition: p, Dialer: c.set.dialer,
-		MaxWait: 500 * time.Millisecond, ErrorLogger: kafkaLogger(log),
-	})
+	r := kafka.NewReader(c.set.readerConfig(c.src, p, log))
 	defer r.Close()
 	if err := r.SetOffset(claim.Next); err != nil {
 		return fmt.Errorf("kafkawriter: seek %s/%d to %d: %w", c.src.Topic, p, claim.Next, err)

@@ -54,17 +54,15 @@ func (r *roundTrips) reset() (int64, []string) {
 }
 
 // tracedPool connects to db's schema through a pool whose round trips r
-// counts, of at most conns connections (0: pgxpool's default).
-func tracedPool(t testing.TB, db *testdb.DB, r *roundTrips, conns int32) *pgxpool.Pool {
+// counts.
+func tracedPool(t testing.TB, db *testdb.DB, r *roundTrips) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.Tracer = r
-	if conns > 0 {
-		cfg.MaxConns = conns
-	}
+	cfg.MaxConns = 1 // one connection: every statement is prepared once
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +80,7 @@ func TestFencedApplyRoundTrips(t *testing.T) {
 	t.Parallel()
 	db, _ := fencedEnv(t)
 	var r roundTrips
-	pool := tracedPool(t, db, &r, 1) // one connection: every statement is prepared once
+	pool := tracedPool(t, db, &r)
 	locks, err := fencedlock.NewPostgres(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +133,7 @@ func TestConsumerRoundTrips(t *testing.T) {
 	e := newEnv(t, 1)
 	e.produce(t, 0, 200, 10)
 	var r roundTrips
-	pool := tracedPool(t, e.db, &r, 1) // one connection: every statement is prepared once
+	pool := tracedPool(t, e.db, &r)
 	cfg := consumerConfig("c")
 	cfg.BatchSize = 50
 	cfg.BatchWait = time.Second // full batches: the topic is filled already

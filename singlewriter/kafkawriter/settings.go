@@ -96,6 +96,20 @@ func kafkaLogger(log *slog.Logger) kafka.Logger {
 	return kafka.LoggerFunc(func(msg string, args ...any) { log.Debug(fmt.Sprintf(msg, args...)) })
 }
 
+// readerConfig configures the reader of partition p. The reader prefetches
+// in the background into a queue that holds a whole batch, so that a batch
+// is gathered from memory while the previous one is applied; a fetch
+// returns as soon as the broker has anything (MinBytes 1) or after MaxWait.
+// The reader's lag reports are off: nothing reads them, and each costs a
+// request.
+func (s settings) readerConfig(src Source, p int, log *slog.Logger) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers: src.Brokers, Topic: src.Topic, Partition: p, Dialer: s.dialer,
+		MaxWait: 500 * time.Millisecond, QueueCapacity: max(100, s.batchSize), ReadLagInterval: -1,
+		ErrorLogger: kafkaLogger(log),
+	}
+}
+
 // fetchBatch returns the next messages of r: one, waited for until ctx
 // ends; then, for batches, what arrives within s.batchWait, up to
 // s.batchSize.
