@@ -73,7 +73,10 @@ type ConsumerConfig struct {
 	// RebalanceTimeout is how long the broker waits for members to rejoin
 	// during a rebalance. Defaults to 10s.
 	RebalanceTimeout time.Duration
-	// HeartbeatInterval must be below SessionTimeout. Defaults to 1s.
+	// HeartbeatInterval is how often the member checks in with the broker,
+	// and so how late it may learn that a rebalance began: every partition
+	// of the group waits for the last member to learn it. It must be below
+	// SessionTimeout. Defaults to 250ms.
 	HeartbeatInterval time.Duration
 	// Dialer connects to the brokers (TLS, SASL). Defaults to
 	// kafka.DefaultDialer.

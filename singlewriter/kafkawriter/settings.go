@@ -35,7 +35,7 @@ const (
 	DefaultMaxRetryBackoff   = 5 * time.Second
 	DefaultSessionTimeout    = 10 * time.Second
 	DefaultRebalanceTimeout  = 10 * time.Second
-	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatInterval = 250 * time.Millisecond
 )
 
 func (s settings) withDefaults() settings {
