@@ -1,10 +1,15 @@
 package kafkawriter_test
 
 import (
+	"context"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -118,4 +123,271 @@ func BenchmarkFencedConsumerThroughput(b *testing.B) {
 			b.ReportMetric(float64(benchEvents*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// The events scenario's shape: a topic of 8 partitions, 1000 entities, and
+// a handler that reads the entity's state, then writes it and appends a log
+// row (two statements per event).
+const (
+	ratioEvents     = 40000
+	ratioPartitions = 8
+	ratioEntities   = 1000
+	bareReads       = 5 // reads of the topic by a bare reader per iteration
+)
+
+const (
+	sqlRatioTables = `CREATE TABLE entity_state (entity text PRIMARY KEY, last bigint NOT NULL DEFAULT -1);
+		CREATE TABLE entity_log (entity text NOT NULL, off bigint NOT NULL, prev bigint NOT NULL);
+		INSERT INTO entity_state (entity) SELECT 'entity-' || i FROM generate_series(0, 999) i`
+	sqlRatioState = `SELECT last FROM entity_state WHERE entity = $1`
+	sqlRatioApply = `WITH u AS (UPDATE entity_state SET last = $2 WHERE entity = $1)
+		INSERT INTO entity_log (entity, off, prev) VALUES ($1, $2, $3)`
+	// sqlRatioReadApply is both in one statement, for a pipeline: the
+	// read sees the state before the update (one snapshot per statement).
+	sqlRatioReadApply = `WITH old AS (SELECT last FROM entity_state WHERE entity = $1),
+		u AS (UPDATE entity_state SET last = $2 WHERE entity = $1)
+		INSERT INTO entity_log (entity, off, prev) SELECT $1, $2, last FROM old`
+)
+
+// sqlRatioSet applies a whole batch in one statement: each event's previous
+// number is the entity's event before it in the batch, or the stored one.
+const sqlRatioSet = `WITH ev AS (
+		SELECT entity, off, lag(off) OVER (PARTITION BY entity ORDER BY off) AS prev
+		FROM unnest($1::text[], $2::bigint[]) AS e(entity, off)),
+	u AS (UPDATE entity_state s SET last = m.off
+		FROM (SELECT entity, max(off) AS off FROM ev GROUP BY entity) m WHERE s.entity = m.entity)
+	INSERT INTO entity_log (entity, off, prev)
+	SELECT ev.entity, ev.off, coalesce(ev.prev, s.last) FROM ev JOIN entity_state s USING (entity)`
+
+// ratioSetHandler is the same application of a batch of events in one
+// set-based statement.
+func ratioSetHandler(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	entities, offsets := make([]string, len(msgs)), make([]int64, len(msgs))
+	for i, m := range msgs {
+		entities[i], offsets[i] = string(m.Key), m.Offset
+	}
+	_, err := tx.Exec(ctx, sqlRatioSet, entities, offsets)
+	return err
+}
+
+// ratioBatchHandler is the same application of a batch of events, their
+// statements sent in one pipeline (pgx.Batch): one round trip per batch.
+func ratioBatchHandler(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	var batch pgx.Batch
+	for _, m := range msgs {
+		batch.Queue(sqlRatioReadApply, string(m.Key), m.Offset)
+	}
+	return tx.SendBatch(ctx, &batch).Close()
+}
+
+// ratioHandler is the events scenario's application of one event.
+func ratioHandler(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+	var last int64
+	if err := tx.QueryRow(ctx, sqlRatioState, string(m.Key)).Scan(&last); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlRatioApply, string(m.Key), m.Offset, last)
+	return err
+}
+
+// The consumer against its limit, within one run: a bare kafka-go group
+// Reader that only fetches (five times), and the Consumer applying every event with the
+// inbox compare-and-set, each in a fresh group reading the same pre-filled
+// topic. Each rate is timed from the first event read (or applied) to the
+// last, so joining the group is left out (rebalances are measured by
+// BenchmarkRebalance); ratio is the consumer's rate over the reader's, and
+// round-trips/event the consumer's statements and batches per event.
+func BenchmarkConsumerVsBareReader(b *testing.B) {
+	brokers := testkafka.Brokers(b)
+	db := testdb.New(b, kafkawriter.Migrations()...)
+	if _, err := db.Pool.Exec(ctx, sqlRatioTables); err != nil {
+		b.Fatal(err)
+	}
+	topic := testkafka.Topic(b, brokers, ratioPartitions)
+	e := &env{brokers: brokers, topic: topic, partitions: ratioPartitions, group: topic, db: db}
+	e.produce(b, 0, ratioEvents, ratioEntities)
+	for _, c := range []struct {
+		name    string
+		batch   int
+		handler kafkawriter.BatchHandler
+	}{
+		{"handler=event/batch=100", 100, eachEvent(ratioHandler)},
+		{"handler=batch/batch=100", 100, ratioBatchHandler},
+		{"handler=set/batch=100", 100, ratioSetHandler},
+		{"handler=set/batch=1000", 1000, ratioSetHandler},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var st stages
+			pool := stagedPool(b, db, &st)
+			var bare, applied time.Duration
+			for i := 0; i < b.N; i++ {
+				group := e.topic + "-" + strconv.Itoa(i) + "-" + c.name
+				// The reader takes well under a second: five reads, so that
+				// one stalled fetch moves its rate less.
+				for j := range bareReads {
+					bare += bareRead(b, e, group+"-bare-"+strconv.Itoa(j))
+				}
+				st.reset()
+				applied += consumerApply(b, e, pool, group, c.batch, c.handler)
+			}
+			events := float64(ratioEvents * b.N)
+			bareRate, rate := bareReads*events/bare.Seconds(), events/applied.Seconds()
+			b.ReportMetric(bareRate, "bare-events/s")
+			b.ReportMetric(rate, "events/s")
+			b.ReportMetric(rate/bareRate, "ratio")
+			n, spent := st.reset()
+			b.ReportMetric(float64(n)/events, "round-trips/event")
+			for i, name := range stageNames {
+				b.ReportMetric(float64(spent[i].Microseconds())/events, name+"-µs/event")
+			}
+		})
+	}
+}
+
+// eachEvent runs h on each message of a batch: what NewConsumer does with a
+// Handler.
+func eachEvent(h kafkawriter.Handler) kafkawriter.BatchHandler {
+	return func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if err := h(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// bareRead reads the whole topic with a group Reader and returns the time
+// from its first message to its last.
+func bareRead(b *testing.B, e *env, group string) time.Duration {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, GroupID: group,
+		Topic: e.topic, MaxWait: 500 * time.Millisecond, HeartbeatInterval: heartbeat,
+		SessionTimeout: sessionTimeout, RebalanceTimeout: rebalanceTimeout})
+	defer r.Close()
+	var first time.Time
+	for n := 0; n < ratioEvents; n++ {
+		if _, err := r.FetchMessage(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if n == 0 {
+			first = time.Now()
+		}
+	}
+	return time.Since(first)
+}
+
+// consumerApply applies the whole topic with a Consumer on pool and returns
+// the time from its first application to its last (polled every
+// millisecond).
+func consumerApply(b *testing.B, e *env, pool *pgxpool.Pool, group string, batch int, h kafkawriter.BatchHandler) time.Duration {
+	cfg := consumerConfig("bench")
+	cfg.BatchSize = batch
+	src := e.source()
+	src.GroupID = group
+	c, err := kafkawriter.NewBatchConsumer(pool, src, h, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	var first time.Time
+	for {
+		n := c.Stats().Applied
+		if n > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if n >= ratioEvents {
+			return time.Since(first)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The stages of the consumer's transactions, as the statements' time is
+// split among them.
+var stageNames = [...]string{"begin", "handler", "inbox", "commit"}
+
+// stages counts the round trips to PostgreSQL (statements and batches, as
+// roundTrips does) and sums the time spent waiting on each stage's
+// statements, from sending to the end of the result, over every connection.
+type stages struct {
+	mu    sync.Mutex
+	n     int64
+	spent [len(stageNames)]time.Duration
+}
+
+type stageKey struct{}
+
+type stageStart struct {
+	at    time.Time
+	stage int
+}
+
+func stageOf(sql string) int {
+	switch {
+	case strings.EqualFold(sql, "begin"):
+		return 0
+	case strings.Contains(sql, "inbox_offsets"):
+		return 2
+	case strings.EqualFold(sql, "commit"):
+		return 3
+	}
+	return 1
+}
+
+func (s *stages) start(ctx context.Context, stage int) context.Context {
+	return context.WithValue(ctx, stageKey{}, stageStart{time.Now(), stage})
+}
+
+func (s *stages) end(ctx context.Context) {
+	st, ok := ctx.Value(stageKey{}).(stageStart)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.n++
+	s.spent[st.stage] += time.Since(st.at)
+	s.mu.Unlock()
+}
+
+func (s *stages) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return s.start(ctx, stageOf(d.SQL))
+}
+
+func (s *stages) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) { s.end(ctx) }
+
+func (s *stages) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return s.start(ctx, 1) // only the handlers send batches
+}
+
+func (s *stages) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData)     {}
+func (s *stages) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) { s.end(ctx) }
+
+// reset returns the round trips and the time per stage since the last
+// reset.
+func (s *stages) reset() (int64, [len(stageNames)]time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, spent := s.n, s.spent
+	s.n, s.spent = 0, [len(stageNames)]time.Duration{}
+	return n, spent
+}
+
+// stagedPool connects to db's schema through a pool (pgxpool's default
+// size) whose statements st times.
+func stagedPool(b *testing.B, db *testdb.DB, st *stages) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = st
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
 }

@@ -73,7 +73,10 @@ type ConsumerConfig struct {
 	// RebalanceTimeout is how long the broker waits for members to rejoin
 	// during a rebalance. Defaults to 10s.
 	RebalanceTimeout time.Duration
-	// HeartbeatInterval must be below SessionTimeout. Defaults to 1s.
+	// HeartbeatInterval is how often the member checks in with the broker,
+	// and so how late it may learn that a rebalance began: every partition
+	// of the group waits for the last member to learn it. It must be below
+	// SessionTimeout. Defaults to 250ms.
 	HeartbeatInterval time.Duration
 	// Dialer connects to the brokers (TLS, SASL). Defaults to
 	// kafka.DefaultDialer.
@@ -135,7 +138,7 @@ func (c ConsumerConfig) validate() error {
 type Consumer struct {
 	db      TxDB
 	src     Source
-	handler Handler
+	handler BatchHandler
 	cfg     ConsumerConfig
 	set     settings
 	inbox   *Inbox
@@ -156,6 +159,18 @@ type Consumer struct {
 // means the defaults. A nil db or handler, a bad src or cfg give an error
 // matching ErrInvalid. It does no I/O: Start joins the group.
 func NewConsumer(db TxDB, src Source, handler Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	if handler == nil {
+		return nil, fmt.Errorf("%w: a consumer needs a DB and a handler", ErrInvalid)
+	}
+	return NewBatchConsumer(db, src, eachMessage(handler), cfg)
+}
+
+// NewBatchConsumer is NewConsumer with a handler that receives each
+// transaction's messages at once (up to BatchSize; see BatchHandler), so
+// that it can send their statements in one round trip instead of one or
+// more per message. The guarantee is the same: the inbox advances past the
+// batch in the transaction that applies it.
+func NewBatchConsumer(db TxDB, src Source, handler BatchHandler, cfg *ConsumerConfig) (*Consumer, error) {
 	if isNil(db) || handler == nil {
 		return nil, fmt.Errorf("%w: a consumer needs a DB and a handler", ErrInvalid)
 	}
@@ -291,10 +306,7 @@ func (c *Consumer) partition(stopping, work, gctx context.Context, gen *kafka.Ge
 	log = log.With(telemetry.Epoch, claim.Epoch)
 	log.Debug("kafkawriter: claimed", telemetry.Offset, claim.Next)
 
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: c.src.Brokers, Topic: c.src.Topic, Partition: p, Dialer: c.set.dialer,
-		MaxWait: 500 * time.Millisecond, ErrorLogger: kafkaLogger(log),
-	})
+	r := kafka.NewReader(c.set.readerConfig(c.src, p, log))
 	defer r.Close()
 	if err := r.SetOffset(claim.Next); err != nil {
 		return fmt.Errorf("kafkawriter: seek %s/%d to %d: %w", c.src.Topic, p, claim.Next, err)
@@ -445,10 +457,8 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	defer tx.Rollback(ctx)
-	for _, m := range msgs {
-		if err := callHandler(ctx, pp.c.handler, tx, m); err != nil {
-			return err
-		}
+	if err := callBatch(ctx, pp.c.handler, tx, msgs); err != nil {
+		return err
 	}
 	// Between the handler's writes and the compare-and-set that decides
 	// whether they commit: where a pause lets another member take over.

@@ -60,7 +60,7 @@ type FencedConsumerConfig struct {
 	// rather than being dropped.
 	DeadLetterTopic string
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval are the group
-	// timing, as in ConsumerConfig. Default to 10s, 10s and 1s.
+	// timing, as in ConsumerConfig. Default to 10s, 10s and 250ms.
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration

@@ -190,6 +190,17 @@ func validText(what, s string) error {
 // contains.
 type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 
+// BatchHandler applies a batch of messages of one partition, in offset
+// order, inside tx, the transaction that also advances the inbox past the
+// last of them: what a Handler does for one message, for up to
+// ConsumerConfig.BatchSize at once, so that it can apply them in fewer round
+// trips (one pgx.Batch for all their statements, or one set-based
+// statement). The same rules hold: all its writes on tx; a returned error, a
+// panic or runtime.Goexit rolls the whole batch back. A batch that fails is
+// retried one message at a time (msgs of length one), so that a poison
+// message is isolated and dead-lettered alone.
+type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
+
 // Stats counts what a consumer did since it was created. Each message is
 // counted once, in one of Applied, Skipped and DeadLettered, however often
 // Kafka delivered it to this consumer.
@@ -243,6 +254,27 @@ func callHandler(ctx context.Context, h Handler, tx pgx.Tx, m kafka.Message) err
 		return &handlerError{err}
 	}
 	return nil
+}
+
+// callBatch runs h on msgs, contained, and marks its failure as the
+// handler's.
+func callBatch(ctx context.Context, h BatchHandler, tx pgx.Tx, msgs []kafka.Message) error {
+	if err := contain(func() error { return h(ctx, tx, msgs) }); err != nil {
+		return &handlerError{err}
+	}
+	return nil
+}
+
+// eachMessage is h as a BatchHandler: h on each message in turn.
+func eachMessage(h Handler) BatchHandler {
+	return func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if err := h(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // contain runs fn, the user's code, and returns its error, a

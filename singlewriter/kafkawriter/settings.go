@@ -35,7 +35,7 @@ const (
 	DefaultMaxRetryBackoff   = 5 * time.Second
 	DefaultSessionTimeout    = 10 * time.Second
 	DefaultRebalanceTimeout  = 10 * time.Second
-	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatInterval = 250 * time.Millisecond
 )
 
 func (s settings) withDefaults() settings {
@@ -94,6 +94,20 @@ func (s settings) validate() error {
 // kafkaLogger sends kafka-go's messages to log at debug level.
 func kafkaLogger(log *slog.Logger) kafka.Logger {
 	return kafka.LoggerFunc(func(msg string, args ...any) { log.Debug(fmt.Sprintf(msg, args...)) })
+}
+
+// readerConfig configures the reader of partition p. The reader prefetches
+// in the background into a queue that holds a whole batch, so that a batch
+// is gathered from memory while the previous one is applied; a fetch
+// returns as soon as the broker has anything (MinBytes 1) or after MaxWait.
+// The reader's lag reports are off: nothing reads them, and each costs a
+// request.
+func (s settings) readerConfig(src Source, p int, log *slog.Logger) kafka.ReaderConfig {
+	return kafka.ReaderConfig{
+		Brokers: src.Brokers, Topic: src.Topic, Partition: p, Dialer: s.dialer,
+		MaxWait: 500 * time.Millisecond, QueueCapacity: max(100, s.batchSize), ReadLagInterval: -1,
+		ErrorLogger: kafkaLogger(log),
+	}
 }
 
 // fetchBatch returns the next messages of r: one, waited for until ctx
