@@ -21,7 +21,7 @@ func TestLeaderKilled(t *testing.T) {
 	e.join(t, "A")
 	e.join(t, "B")
 	e.stream(t)
-	e.waitApplied(t, 200)
+	e.waitApplied(t, 100)
 
 	leader := e.cl.Leader(t, e.topic, 0)
 	f := e.mark()
@@ -29,7 +29,7 @@ func TestLeaderKilled(t *testing.T) {
 	e.waitFlowing(t, f)
 	e.cl.Start(t, leader)
 	e.cl.WaitInSync(t, e.topic)
-	e.waitApplied(t, 200)
+	e.waitApplied(t, 100)
 	check(t, "leader of a partition killed (SIGKILL), restarted", e.finish(t))
 }
 
@@ -41,7 +41,7 @@ func TestRollingRestart(t *testing.T) {
 	e.join(t, "A")
 	e.join(t, "B")
 	e.stream(t)
-	e.waitApplied(t, 200)
+	e.waitApplied(t, 100)
 	for id := 1; id <= len(e.cl.Brokers); id++ {
 		f := e.mark()
 		e.cl.Stop(t, id)
@@ -49,7 +49,7 @@ func TestRollingRestart(t *testing.T) {
 		e.cl.WaitInSync(t, e.topic)
 		e.waitFlowing(t, f)
 	}
-	e.waitApplied(t, 200)
+	e.waitApplied(t, 100)
 	check(t, "rolling restart of the three brokers", e.finish(t))
 }
 

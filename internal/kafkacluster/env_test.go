@@ -212,8 +212,9 @@ func startProxy(t *testing.T, target string) *faultproxy.Proxy {
 	return p
 }
 
-// stream sends events to the topic until stopped: chunks of ten, one chunk
-// per tick (about 400 events/s), each chunk retried until acknowledged
+// stream sends events to the topic until stopped: chunks of twenty, one
+// chunk at a time, at most one per 25 ms (800 events/s; acks=all takes
+// longer on a loaded machine), each chunk retried until acknowledged
 // (acks=all) — only its unacknowledged records: a retried record that the
 // cluster had written after all is a duplicate in the log, which the audit
 // counts apart. Event seq is about entity seq % entities.
@@ -248,11 +249,11 @@ func (e *env) stream(t *testing.T) {
 	t.Cleanup(e.stopGen)
 }
 
-// sendChunk sends ten new events, retrying those the cluster did not
+// sendChunk sends twenty new events, retrying those the cluster did not
 // acknowledge until it does or ctx ends.
 func (e *env) sendChunk(t *testing.T, ctx context.Context, p *kafkawriter.Producer) {
 	var msgs []kafka.Message
-	for range 10 {
+	for range 20 {
 		s := e.seq.Add(1)
 		msgs = append(msgs, kafka.Message{Key: []byte("entity-" + strconv.FormatInt(s%entities, 10)), Value: []byte(strconv.FormatInt(s, 10))})
 	}
@@ -348,13 +349,14 @@ func (e *env) rejected() int64 {
 // waitFor polls cond until it holds, failing t after patience.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
+	start := time.Now()
 	for !cond() {
-		if time.Now().After(deadline) {
+		if time.Since(start) > patience {
 			t.Fatalf("not within %v: %s", patience, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("%s: after %v", what, time.Since(start).Round(10*time.Millisecond))
 }
 
 // writeRow appends the test's row to the -faults-table file.

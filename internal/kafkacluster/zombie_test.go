@@ -124,7 +124,7 @@ func runZombie(t *testing.T, mutants []string) result {
 	} else {
 		waitFor(t, "the zombie's commit", func() bool { return e.appliedBy(p, off, "zombie") == 1 })
 	}
-	e.waitApplied(t, 200)
+	e.waitApplied(t, 100)
 	return e.finish(t)
 }
 
