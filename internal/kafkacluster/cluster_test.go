@@ -24,8 +24,8 @@ func TestLeaderKilled(t *testing.T) {
 	e.waitApplied(t, 100)
 
 	leader := e.cl.Leader(t, e.topic, 0)
-	f := e.mark()
 	e.cl.Kill(t, leader)
+	f := e.mark() // the node is gone: what is sent now needs a new leader
 	e.waitFlowing(t, f)
 	e.cl.Start(t, leader)
 	e.cl.WaitInSync(t, e.topic)
@@ -43,8 +43,8 @@ func TestRollingRestart(t *testing.T) {
 	e.stream(t)
 	e.waitApplied(t, 100)
 	for id := 1; id <= len(e.cl.Brokers); id++ {
-		f := e.mark()
 		e.cl.Stop(t, id)
+		f := e.mark()
 		e.cl.Start(t, id)
 		e.cl.WaitInSync(t, e.topic)
 		e.waitFlowing(t, f)

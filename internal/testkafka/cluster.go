@@ -126,12 +126,13 @@ func (c *Cluster) Start(t testing.TB, id int) { c.run(t, "start", id) }
 
 func (c *Cluster) run(t testing.TB, verb string, id int) {
 	t.Helper()
+	start := time.Now()
 	cmd := exec.Command("bash", "-c", fmt.Sprintf("%s %s %d", c.ctl, verb, id))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("testkafka: %s %s %d: %v\n%s", c.ctl, verb, id, err, out)
 	}
-	t.Logf("testkafka: node %d: %s", id, verb)
+	t.Logf("testkafka: node %d: %s (%v)", id, verb, time.Since(start).Round(10*time.Millisecond))
 }
 
 // Topic creates a topic with the given partitions, each replicated on every node, as
