@@ -26,6 +26,10 @@ const (
 // of one with replication factor 3 and min.insync.replicas 2.
 const ClusterSize = 3
 
+// startTimeout bounds the restart of a node: on a loaded 2-core machine a
+// broker's JVM takes minutes to answer.
+const startTimeout = 5 * time.Minute
+
 // Cluster is a KRaft cluster of ClusterSize nodes run by scripts/kafka.sh, whose nodes a test
 // can crash, stop and start. Node IDs are the brokers' IDs in metadata (1…ClusterSize).
 type Cluster struct {
@@ -121,13 +125,15 @@ func (c *Cluster) Kill(t testing.TB, id int) { c.run(t, "kill", id) }
 // Stop stops node id (SIGTERM: a controlled shutdown that moves its leaderships first).
 func (c *Cluster) Stop(t testing.TB, id int) { c.run(t, "stop", id) }
 
-// Start starts node id again and returns once it answers.
+// Start starts node id again and returns once it answers (at most startTimeout).
 func (c *Cluster) Start(t testing.TB, id int) { c.run(t, "start", id) }
 
 func (c *Cluster) run(t testing.TB, verb string, id int) {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.Command("bash", "-c", fmt.Sprintf("%s %s %d", c.ctl, verb, id))
+	// A node restarting beside other work takes minutes to load its JVM.
+	cmd.Env = append(os.Environ(), fmt.Sprintf("KAFKA_START_TIMEOUT=%d", int(startTimeout.Seconds())))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("testkafka: %s %s %d: %v\n%s", c.ctl, verb, id, err, out)
