@@ -231,7 +231,7 @@ func (e *env) stream(t *testing.T) {
 		tick := time.NewTicker(25 * time.Millisecond)
 		defer tick.Stop()
 		for sctx.Err() == nil {
-			e.sendChunk(t, sctx, p)
+			e.sendChunk(sctx, t, p)
 			select {
 			case <-sctx.Done():
 			case <-tick.C:
@@ -251,7 +251,7 @@ func (e *env) stream(t *testing.T) {
 
 // sendChunk sends twenty new events, retrying those the cluster did not
 // acknowledge until it does or ctx ends.
-func (e *env) sendChunk(t *testing.T, ctx context.Context, p *kafkawriter.Producer) {
+func (e *env) sendChunk(ctx context.Context, t *testing.T, p *kafkawriter.Producer) {
 	var msgs []kafka.Message
 	for range 20 {
 		s := e.seq.Add(1)
