@@ -126,19 +126,43 @@ func (c *Cluster) Kill(t testing.TB, id int) { c.run(t, "kill", id) }
 func (c *Cluster) Stop(t testing.TB, id int) { c.run(t, "stop", id) }
 
 // Start starts node id again and returns once it answers (at most startTimeout).
-func (c *Cluster) Start(t testing.TB, id int) { c.run(t, "start", id) }
+// The nodes' ports lie in Linux's ephemeral range: while a node is down, a
+// client's connection may hold its port for a moment, and the node then
+// exits, unable to bind; Start tries again, up to three times.
+func (c *Cluster) Start(t testing.TB, id int) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, err := c.try(t, "start", id)
+		if err == nil {
+			return
+		}
+		if attempt == 3 || !strings.Contains(out, "Address already in use") {
+			t.Fatalf("testkafka: %s start %d: %v\n%s", c.ctl, id, err, out)
+		}
+		t.Logf("testkafka: node %d: its port was taken by another socket; starting it again", id)
+		time.Sleep(time.Second)
+	}
+}
 
 func (c *Cluster) run(t testing.TB, verb string, id int) {
+	t.Helper()
+	if out, err := c.try(t, verb, id); err != nil {
+		t.Fatalf("testkafka: %s %s %d: %v\n%s", c.ctl, verb, id, err, out)
+	}
+}
+
+// try runs the cluster's script with verb for node id.
+func (c *Cluster) try(t testing.TB, verb string, id int) (string, error) {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.Command("bash", "-c", fmt.Sprintf("%s %s %d", c.ctl, verb, id))
 	// A node restarting beside other work takes minutes to load its JVM.
 	cmd.Env = append(os.Environ(), fmt.Sprintf("KAFKA_START_TIMEOUT=%d", int(startTimeout.Seconds())))
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("testkafka: %s %s %d: %v\n%s", c.ctl, verb, id, err, out)
+	if err == nil {
+		t.Logf("testkafka: node %d: %s (%v)", id, verb, time.Since(start).Round(10*time.Millisecond))
 	}
-	t.Logf("testkafka: node %d: %s (%v)", id, verb, time.Since(start).Round(10*time.Millisecond))
+	return string(out), err
 }
 
 // Topic creates a topic with the given partitions, each replicated on every node, as
