@@ -1,14 +1,15 @@
 # lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the failover tests
-# last (`make test-failover`), then the mutant builds (`make test-mutants`).
+# last (`make test-failover`), then the mutant builds (`make test-mutants`),
+# then the Kafka cluster's fault tests (`make test-kafka-cluster`).
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test test-failover test-mutants services services-down browser lint bench compare screenshot
+.PHONY: test test-failover test-mutants test-kafka-cluster services services-down browser lint bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
@@ -17,12 +18,28 @@ FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/...
 
 test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) \
-		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl)$$')
+		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl|kafkacluster)$$')
 	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory test-mutants
+	@$(MAKE) --no-print-directory test-kafka-cluster
 
 test-failover: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $(FAILOVER_PKGS)
+
+# The fault tests of the Kafka consumer on a three-broker cluster
+# (internal/kafkacluster): they kill, stop and isolate brokers, so they run
+# alone, one at a time, then the zombie's foil in the mutant build. The
+# cluster (KAFKA_BROKERS=3 scripts/kafka.sh, 512 MiB of heap per broker) is
+# stopped afterwards, to give its memory back. scripts/kafka-faults.sh runs
+# the same tests for the table of docs/singlewriter.md.
+CLUSTER_ENV = eval "$$(KAFKA_BROKERS=3 scripts/kafka.sh env)"
+
+test-kafka-cluster: services
+	@KAFKA_BROKERS=3 scripts/kafka.sh up
+	@status=0; $(SERVICES_ENV) && $(CLUSTER_ENV) && \
+		$(GO) test $(GOTESTFLAGS) ./internal/kafkacluster/ && \
+		$(GO) test $(GOTESTFLAGS) -tags lockfree_mutants -run '^TestZombieConsumerFoil$$' ./internal/kafkacluster/ \
+		|| status=$$?; KAFKA_BROKERS=3 scripts/kafka.sh down; exit $$status
 
 browser:
 	@scripts/chromium.sh >/dev/null

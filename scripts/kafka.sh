@@ -27,6 +27,8 @@
 #   KAFKA_PORT             single node: PLAINTEXT listener on 127.0.0.1 (default: see Ports)
 #   KAFKA_CONTROLLER_PORT  single node: KRaft controller listener on 127.0.0.1 (default: see Ports)
 #   KAFKA_PORT_<ID>, KAFKA_CONTROLLER_PORT_<ID>   the same for cluster node ID
+#   KAFKA_START_TIMEOUT    seconds up and start wait for a node to answer (default 120; a node
+#                          restarted on a loaded 2-core machine can take longer)
 #   LOCKFREE_CACHE         where the jars are kept (default ~/.cache/lockfree)
 #   JAVA_HOME              optional; otherwise `java` from PATH (Java 17+)
 #
@@ -46,7 +48,7 @@ set -euo pipefail
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
 KAFKA_BROKERS="${KAFKA_BROKERS:-1}"
 LOG4J_VERSION="2.26.1"
-START_TIMEOUT=120 # seconds to wait for a node to answer
+START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}" # seconds to wait for a node to answer
 STOP_TIMEOUT=30   # seconds between SIGTERM and SIGKILL
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +61,7 @@ LIBS="$CACHE/libs"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 [[ $KAFKA_BROKERS =~ ^[1-8]$ ]] || die "KAFKA_BROKERS=$KAFKA_BROKERS: 1 to 8"
+[[ $START_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "KAFKA_START_TIMEOUT=$START_TIMEOUT: a number of seconds"
 N=$KAFKA_BROKERS
 if ((N == 1)); then
   SERVICE=kafka

@@ -80,6 +80,12 @@ func Brokers(t testing.TB) []string {
 // cannot be created or does not become ready within 30 s.
 func Topic(t testing.TB, brokers []string, partitions int) string {
 	t.Helper()
+	return topic(t, brokers, partitions, 1)
+}
+
+// topic creates a topic with the given partitions and replicas, as Topic describes.
+func topic(t testing.TB, brokers []string, partitions, replicas int) string {
+	t.Helper()
 	if partitions < 1 {
 		t.Fatalf("testkafka.Topic: partitions = %d, want ≥ 1", partitions)
 	}
@@ -97,7 +103,7 @@ func Topic(t testing.TB, brokers []string, partitions int) string {
 	err = ctrl.CreateTopics(kafka.TopicConfig{
 		Topic:             topic,
 		NumPartitions:     partitions,
-		ReplicationFactor: 1,
+		ReplicationFactor: replicas,
 	})
 	if err != nil {
 		t.Fatalf("testkafka.Topic: create %s: %v", topic, err)
