@@ -165,11 +165,11 @@ func (m Metric) text() string {
 	if m.Count == 0 {
 		return "n 0"
 	}
-	unit, scale := m.Unit, 1.0
-	if unit == "s" {
+	unit, scale := " "+m.Unit, 1.0
+	if m.Unit == "s" {
 		unit, scale = "ms", 1000
 	}
-	v := func(x float64) string { return trimFloat(x*scale) + unit }
+	v := func(x float64) string { return strings.TrimSpace(trimFloat(x*scale) + unit) }
 	s := fmt.Sprintf("n %d, mean %s", m.Count, v(m.Sum/float64(m.Count)))
 	if p, ok := m.Quantile(0.99); ok {
 		s += ", p99 ≤ " + v(p)
