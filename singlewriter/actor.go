@@ -7,6 +7,13 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
 // ActorConfig configures an Actor or a Group. A nil *ActorConfig means the
@@ -16,6 +23,14 @@ type ActorConfig struct {
 	// submitter beyond that blocks until there is room or its context ends
 	// (backpressure). It must not be negative. Defaults to 64.
 	Mailbox int
+	// MeterProvider receives the commands by outcome, their wait in the
+	// mailbox and the mailbox depth (docs/singlewriter.md, "Metrics"); the
+	// shards of a Group share its instruments. Defaults to none: nothing
+	// is recorded, and no clock is read.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span singlewriter.Do per command, with its
+	// outcome. Defaults to none: no span.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMailbox is an actor's mailbox when ActorConfig.Mailbox is zero.
@@ -48,9 +63,10 @@ const (
 )
 
 type command[S any] struct {
-	fn    func(*S) error
-	state atomic.Int32
-	done  chan error
+	fn       func(*S) error
+	state    atomic.Int32
+	done     chan error
+	accepted time.Time // when it entered the mailbox, if measured
 }
 
 // Actor owns a value of type S and applies commands to it one at a time on
@@ -63,6 +79,7 @@ type command[S any] struct {
 // goroutine.
 type Actor[S any] struct {
 	state S
+	tel   *actorTelemetry
 
 	slots chan struct{} // one token per mailbox place
 	mu    sync.Mutex
@@ -85,12 +102,13 @@ func NewActor[S any](initial S, cfg *ActorConfig) (*Actor[S], error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return newActor(initial, c), nil
+	return newActor(initial, c, newActorTelemetry(c)), nil
 }
 
-func newActor[S any](initial S, c ActorConfig) *Actor[S] {
+func newActor[S any](initial S, c ActorConfig, tel *actorTelemetry) *Actor[S] {
 	a := &Actor[S]{
 		state: initial,
+		tel:   tel,
 		slots: make(chan struct{}, c.Mailbox),
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
@@ -114,36 +132,60 @@ func (a *Actor[S]) Do(ctx context.Context, fn func(state *S) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil command", ErrInvalid)
 	}
+	ctx, span := a.tel.tracer.Start(ctx, spanDo)
+	outcome, err := a.do(ctx, fn)
+	if span.Recording() {
+		span.Set(attribute.String(telemetry.Outcome, outcome))
+	}
+	if failed(outcome) {
+		span.End(err)
+	} else {
+		span.End(nil)
+	}
+	return err
+}
+
+// do is Do past its argument check: fn's outcome and result. It counts the
+// outcome of a command that did not start; the actor counts those that did.
+func (a *Actor[S]) do(ctx context.Context, fn func(*S) error) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return a.notRun(outcomeCancelled, err)
 	}
 	select {
 	case a.slots <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return a.notRun(outcomeCancelled, ctx.Err())
 	case <-a.done:
-		return ErrStopped
+		return a.notRun(outcomeStopped, ErrStopped)
 	}
-	c := &command[S]{fn: fn, done: make(chan error, 1)}
+	c := &command[S]{fn: fn, done: make(chan error, 1), accepted: a.tel.now()}
 	a.mu.Lock()
 	if a.stop {
 		a.mu.Unlock()
 		<-a.slots
-		return ErrStopped
+		return a.notRun(outcomeStopped, ErrStopped)
 	}
 	a.queue = append(a.queue, c)
+	a.tel.accepted() // under the lock: before the actor can take it
 	a.mu.Unlock()
 	a.signal()
 
 	select {
 	case err := <-c.done:
-		return err
+		return ranOutcome(err), err
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(cmdWaiting, cmdCancelled) {
-			return ctx.Err()
+			return a.notRun(outcomeCancelled, ctx.Err())
 		}
-		return <-c.done // already running: its result is the truth
+		err := <-c.done // already running: its result is the truth
+		return ranOutcome(err), err
 	}
+}
+
+// notRun counts a command that did not run, and returns why.
+func (a *Actor[S]) notRun(outcome string, err error) (string, error) {
+	a.tel.outcome(outcome)
+	return outcome, err
 }
 
 // Ask submits fn to a and returns its result; it is Do for commands that
@@ -200,8 +242,10 @@ func (a *Actor[S]) run() {
 			a.batch = a.batch[1:]
 			<-a.slots
 			if !c.state.CompareAndSwap(cmdWaiting, cmdStarted) {
+				a.tel.skipped()
 				continue // its submitter gave up before it started
 			}
+			a.tel.started(c.accepted)
 			a.runCommand(c)
 		}
 		a.mu.Lock()
@@ -228,12 +272,14 @@ func (a *Actor[S]) runCommand(c *command[S]) {
 	returned := false
 	defer func() {
 		if !returned {
+			a.tel.outcome(outcomeGoexit)
 			c.done <- ErrGoexit
 			go a.run()
 		}
 	}()
 	err := a.apply(c.fn)
 	returned = true
+	a.tel.outcome(ranOutcome(err))
 	c.done <- err
 }
 
@@ -271,8 +317,9 @@ func NewGroup[S any](shards int, newState func(shard int) S, cfg *ActorConfig) (
 		return nil, err
 	}
 	g := &Group[S]{actors: make([]*Actor[S], shards), done: make(chan struct{})}
+	tel := newActorTelemetry(c)
 	for i := range g.actors {
-		g.actors[i] = newActor(newState(i), c)
+		g.actors[i] = newActor(newState(i), c, tel)
 	}
 	go func() {
 		for _, a := range g.actors {

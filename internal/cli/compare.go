@@ -55,6 +55,7 @@ type compareFlags struct {
 	kafka             string
 	redis             string
 	asJSON, list      bool
+	metrics           bool
 	markdown, chart   string
 	html              string
 }
@@ -76,6 +77,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port) for redis-lock and redsync-lock; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated), handed to the workers")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
+	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
 	fs.StringVar(&f.markdown, "markdown", "", "also write a Markdown report to this file")
 	fs.StringVar(&f.markdown, "out", "", "same as --markdown")
@@ -173,8 +175,12 @@ func (f compareFlags) command() string {
 		}
 		approaches = strings.Join(s, ",")
 	}
-	return fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
+	s := fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
 		strings.Join(f.names, ","), approaches, joinInts(f.clients), joinInts(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
+	if f.metrics {
+		s += " --metrics"
+	}
+	return s
 }
 
 func joinInts(xs []int) string {
@@ -213,7 +219,8 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		s, _ := harness.Lookup(n)
 		for _, c := range f.clients {
 			for _, k := range f.keys {
-				cfg := harness.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches}
+				cfg := harness.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
+					Metrics: f.metrics}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !errors.Is(err, harness.ErrNotInjected) {
 					return err
@@ -254,6 +261,7 @@ func writeList(w io.Writer) {
 func printReport(w io.Writer, rep report.Report, asJSON bool) error {
 	if !asJSON {
 		report.WriteTable(w, rep)
+		report.WriteMetrics(w, rep)
 		return nil
 	}
 	b, err := json.Marshal(rep)

@@ -3,6 +3,7 @@ package cli
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/internal/harness"
@@ -29,5 +30,18 @@ func TestCompareDefaults(t *testing.T) {
 	all, err := parseCompare([]string{"--scenario", "all"}, io.Discard)
 	if err != nil || !slices.Equal(all.names, harness.Names()) {
 		t.Errorf("--scenario all = %v (%v), want %v", all.names, err, harness.Names())
+	}
+}
+
+// --metrics is off by default and, given, shows in the command line the
+// HTML report quotes.
+func TestCompareMetricsFlag(t *testing.T) {
+	f, err := parseCompare(nil, io.Discard)
+	if err != nil || f.metrics || strings.Contains(f.command(), "--metrics") {
+		t.Errorf("default: metrics %v, command %q (%v)", f.metrics, f.command(), err)
+	}
+	f, err = parseCompare([]string{"--metrics"}, io.Discard)
+	if err != nil || !f.metrics || !strings.HasSuffix(f.command(), " --metrics") {
+		t.Errorf("--metrics: metrics %v, command %q (%v)", f.metrics, f.command(), err)
 	}
 }

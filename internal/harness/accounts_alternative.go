@@ -57,6 +57,7 @@ func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, err
 	m, err := partition.NewMember(store, &partition.Config{
 		Name: "worker-" + strconv.Itoa(env.Client), TTL: accountsMemberTTL,
 		Interval: accountsMemberInterval, MoveInterval: 10 * time.Millisecond,
+		MeterProvider: env.MeterProvider,
 	})
 	if err != nil {
 		return nil, err

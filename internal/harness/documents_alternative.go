@@ -24,7 +24,7 @@ func (documentsAlternative) Label() string {
 func (documentsAlternative) Protection(Params) Protection { return Protection{} }
 
 func (documentsAlternative) NewClient(_ context.Context, env *Env) (Client, error) {
-	s, err := occ.NewPostgres[string, document](env.DB, "documents", nil)
+	s, err := occ.NewPostgres[string, document](env.DB, "documents", &occ.TableConfig{MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}

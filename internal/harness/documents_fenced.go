@@ -32,9 +32,10 @@ func (documentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 		return nil, err
 	}
 	f, err := occ.NewFenced(env.Locks, s, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{
-		TTL:    env.LeaseTTL,
-		Holder: "worker-" + strconv.Itoa(env.Client),
-		Wait:   &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		TTL:           env.LeaseTTL,
+		Holder:        "worker-" + strconv.Itoa(env.Client),
+		Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		MeterProvider: env.MeterProvider,
 	}})
 	if err != nil {
 		return nil, err

@@ -44,10 +44,11 @@ func (documentsNaive) NewClient(_ context.Context, env *Env) (Client, error) {
 // newNaiveLocker is the lock of a naive twin: the fenced twins' settings.
 func newNaiveLocker(env *Env, prefix string) (*fencedlock.Locker, error) {
 	return fencedlock.NewLocker(env.Locks, &fencedlock.LockerConfig{
-		TTL:        env.LeaseTTL,
-		Holder:     "worker-" + strconv.Itoa(env.Client),
-		LockPrefix: prefix,
-		Wait:       &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		TTL:           env.LeaseTTL,
+		Holder:        "worker-" + strconv.Itoa(env.Client),
+		LockPrefix:    prefix,
+		Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		MeterProvider: env.MeterProvider,
 	})
 }
 

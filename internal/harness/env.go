@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/history"
@@ -35,6 +36,11 @@ type Env struct {
 	// Rand is the client's random source; only the client's operations
 	// (which run one at a time) may use it.
 	Rand *rand.Rand
+	// MeterProvider is what the client passes to the configs of the
+	// lockfree components it uses (and their fenced twins' LockerConfig),
+	// when the run collects metrics (Config.Metrics); nil otherwise, so
+	// that nothing is recorded.
+	MeterProvider metric.MeterProvider
 
 	rec *history.Recorder
 	w   *worker

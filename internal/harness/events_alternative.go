@@ -28,7 +28,8 @@ func (eventsAlternative) Label() string {
 func (eventsAlternative) Protection(Params) Protection { return Protection{} }
 
 func (eventsAlternative) NewClient(_ context.Context, env *Env) (Client, error) {
-	g, err := singlewriter.NewGroup(eventsShards, func(int) struct{} { return struct{}{} }, nil)
+	g, err := singlewriter.NewGroup(eventsShards, func(int) struct{} { return struct{}{} },
+		&singlewriter.ActorConfig{MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,8 @@ func newEventsLocked(env *Env, naive bool) (Client, error) {
 	}
 	l, err := fencedlock.NewLocker(env.recording(locks), &fencedlock.LockerConfig{
 		TTL: env.LeaseTTL, Holder: "worker-" + strconv.Itoa(env.Client), LockPrefix: "events/",
-		Wait: &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+		MeterProvider: env.MeterProvider,
 	})
 	if err != nil {
 		return nil, err

@@ -22,7 +22,8 @@ func (inventoryAlternative) Label() string {
 func (inventoryAlternative) Protection(Params) Protection { return Protection{} }
 
 func (inventoryAlternative) NewClient(_ context.Context, env *Env) (Client, error) {
-	s, err := atomic.NewPostgres(env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity"})
+	s, err := atomic.NewPostgres(env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity",
+		MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -28,11 +28,13 @@ func (inventoryFenced) Protection(p Params) Protection {
 }
 
 func (inventoryFenced) NewClient(_ context.Context, env *Env) (Client, error) {
-	f, err := atomic.NewFenced(env.Locks, env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity"}, &atomic.FencedConfig{
+	table := atomic.Table{Name: "inventory", Key: "sku", Value: "quantity", MeterProvider: env.MeterProvider}
+	f, err := atomic.NewFenced(env.Locks, env.DB, table, &atomic.FencedConfig{
 		LockerConfig: fencedlock.LockerConfig{
-			TTL:    env.LeaseTTL,
-			Holder: "worker-" + strconv.Itoa(env.Client),
-			Wait:   &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+			TTL:           env.LeaseTTL,
+			Holder:        "worker-" + strconv.Itoa(env.Client),
+			Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
+			MeterProvider: env.MeterProvider,
 		},
 	})
 	if err != nil {

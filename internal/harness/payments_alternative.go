@@ -24,7 +24,7 @@ func (paymentsAlternative) Label() string {
 func (paymentsAlternative) Protection(Params) Protection { return Protection{} }
 
 func (paymentsAlternative) NewClient(_ context.Context, env *Env) (Client, error) {
-	s, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{InFlightWait: inFlightPatience})
+	s, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{InFlightWait: inFlightPatience, MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}

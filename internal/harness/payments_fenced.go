@@ -40,7 +40,8 @@ func (paymentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 		return nil, err
 	}
 	f, err := idempotency.NewFenced(env.Locks, records, &idempotency.FencedConfig{
-		LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: "worker-" + strconv.Itoa(env.Client)},
+		LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: "worker-" + strconv.Itoa(env.Client),
+			MeterProvider: env.MeterProvider},
 	})
 	if err != nil {
 		return nil, err

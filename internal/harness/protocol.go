@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/report"
 )
 
 // The coordinator and its workers talk in lines. The coordinator writes a
@@ -48,6 +49,9 @@ type workerConfig struct {
 	// ready; they are recorded, and not measured.
 	Warmup time.Duration `json:"warmup"`
 	Seed   uint64        `json:"seed"`
+	// Metrics: the worker gives its client a MeterProvider (Env) and
+	// reports what it recorded with its stats.
+	Metrics bool `json:"metrics,omitempty"`
 }
 
 // command is a line the coordinator sends a worker after its config.
@@ -145,6 +149,9 @@ type workerStats struct {
 	// Extra counts what the approach sent besides PostgreSQL
 	// (redis_round_trips), by name.
 	Extra map[string]int64 `json:"extra,omitempty"`
+	// Metrics are what the client's lockfree components recorded, warm-up
+	// included, when the run collects them (workerConfig.Metrics).
+	Metrics []report.Metric `json:"metrics,omitempty"`
 }
 
 // emitter writes a worker's lines, one write each.

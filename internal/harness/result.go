@@ -38,6 +38,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 	}
 	res.Pauses = res.FaultsInjected[Pause]
 	res.Timeline = r.timeline(ops, rep)
+	res.Metrics = r.metrics()
 	if r.task != nil {
 		r.task.Done(res)
 	}

@@ -71,6 +71,11 @@ type Config struct {
 	Progress io.Writer
 	// Live, when set, follows each approach's run instead of Progress.
 	Live report.Progress
+	// Metrics, when set, has each worker give its client an SDK
+	// MeterProvider, which the approach passes to every lockfree component
+	// it uses; each Result then holds what they recorded, merged over the
+	// workers (report.Result.Metrics).
+	Metrics bool
 	// Hits, when set, is called after each approach's run with how often
 	// its workers reached each failpoint site (summed), so that a mutant
 	// run can prove it exercised its mutant. Optional.
@@ -269,7 +274,8 @@ func (r *run) start(ctx context.Context, url string) error {
 	r.base = history.Now()
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
-			Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed}
+			Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
+			Metrics: r.cfg.Metrics}
 		var proxy *faultproxy.Proxy
 		if network {
 			var err error

@@ -198,10 +198,12 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
+	meter := newWorkerMeter(w.cfg.Metrics)
 	env, err := w.env(pool)
 	if err != nil {
 		return err
 	}
+	env.MeterProvider = meter.meterProvider()
 	restore := failpoint.Handle(w.point)
 	defer restore()
 	client, err := def.NewClient(ctx, env)
@@ -241,7 +243,11 @@ func (w *worker) run(ctx context.Context) error {
 			return fmt.Errorf("%s/%s: draining: %w", w.cfg.Scenario, w.cfg.Approach, err)
 		}
 	}
-	st := &workerStats{Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
+	metrics, err := meter.collect(ctx)
+	if err != nil {
+		return err
+	}
+	st := &workerStats{Metrics: metrics, Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
 		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})

@@ -88,6 +88,31 @@ type scenarioView struct {
 	Charts            []template.HTML
 	Timelines         []timelineView
 	Ratios            []string
+	Metrics           []metricRow
+}
+
+// metricRow is one series of an approach's metrics (--metrics).
+type metricRow struct{ Approach, Color, Name, Attrs, Value string }
+
+// metricRows lists the series of every approach, and says which approach
+// recorded none; nothing when the run collected no metrics.
+func metricRows(rep Report) []metricRow {
+	if !rep.HasMetrics() {
+		return nil
+	}
+	var rows []metricRow
+	for _, r := range rep.Results {
+		if r.Skipped != "" {
+			continue
+		}
+		if len(r.Metrics) == 0 {
+			rows = append(rows, metricRow{Approach: string(r.Approach), Color: Color(r.Approach), Name: "(none: no lockfree component)"})
+		}
+		for _, m := range r.Metrics {
+			rows = append(rows, metricRow{Approach: string(r.Approach), Color: Color(r.Approach), Name: m.Name, Attrs: attrsText(m.Attrs), Value: m.text()})
+		}
+	}
+	return rows
 }
 
 type headView struct{ Head, Title string }
@@ -149,6 +174,7 @@ func htmlScenario(rep Report, i int, inSweep bool) scenarioView {
 		sv.Charts = []template.HTML{barSVG(rep, throughputMetric), barSVG(rep, p99Metric)}
 	}
 	sv.Timelines = timelines(rep, sv.ID)
+	sv.Metrics = metricRows(rep)
 	return sv
 }
 

@@ -115,6 +115,18 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{range .Ratios}}<p class="note">{{.}}</p>{{end}}
 <ul class="labels">{{range .Rows}}<li><b>{{.Approach}}</b>: {{.Label}}</li>{{end}}{{range .Notes}}<li>note: {{.}}</li>{{end}}</ul>
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
+{{if .Metrics}}
+<h3>Metrics</h3>
+<p class="how-to-read">What each approach's lockfree components recorded through their MeterProvider (<code>--metrics</code>), summed over its workers, warm-up included: what an operator would see in production.</p>
+<div class="table-wrap"><table class="results metrics">
+<thead><tr><th>approach</th><th>metric</th><th>attributes</th><th>value</th></tr></thead>
+<tbody>
+{{- range .Metrics}}
+<tr><td class="approach"><i style="background:{{.Color}}"></i>{{.Approach}}</td><td>{{.Name}}</td><td>{{.Attrs}}</td><td>{{.Value}}</td></tr>
+{{- end}}
+</tbody>
+</table></div>
+{{end}}
 {{if .Timelines}}
 <h3>Timeline</h3>
 <p class="how-to-read">Read a close-up left to right: a worker takes the lease (a bar with its token) and pauses past it (hatched);

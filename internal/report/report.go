@@ -85,6 +85,11 @@ type Result struct {
 	RoundsOpsPerSec []float64 `json:"rounds_ops_per_sec,omitempty"`
 	// Timeline is what each worker did over time, when recorded.
 	Timeline *Timeline `json:"timeline,omitempty"`
+	// Metrics are what the approach's lockfree components recorded through
+	// their MeterProvider, merged over its workers, when the run collected
+	// them (`lockfree compare --metrics`); none for an approach that uses
+	// no lockfree component.
+	Metrics []Metric `json:"metrics,omitempty"`
 }
 
 // Report is one scenario's run: every approach under the same load and

@@ -88,7 +88,7 @@ func mergeResults(rs []Result) Result {
 	m := rs[0]
 	m.Checked = true
 	m.Ops, m.Retries, m.Rejected, m.Violations, m.Errors, m.Uncertain, m.Pauses, m.Submitted = 0, 0, 0, 0, 0, 0, 0, 0
-	m.FaultsInjected, m.Extra, m.Timeline = nil, nil, nil
+	m.FaultsInjected, m.Extra, m.Timeline, m.Metrics = nil, nil, nil, nil
 	var ops, p50, p99 []float64
 	for _, r := range rs {
 		if r.Skipped != "" {
@@ -106,6 +106,7 @@ func mergeResults(rs []Result) Result {
 		m.Submitted += r.Submitted
 		m.FaultsInjected = addCounts(m.FaultsInjected, r.FaultsInjected)
 		m.Extra = addCounts(m.Extra, r.Extra)
+		m.Metrics = MergeMetrics(m.Metrics, r.Metrics)
 		if r.Timeline != nil && (m.Timeline == nil || r.Violations > 0) {
 			m.Timeline = r.Timeline // the round that shows the most
 		}
