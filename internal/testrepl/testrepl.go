@@ -97,6 +97,11 @@ func (p *Pair) dropSchema() {
 	conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.schema}.Sanitize()+" CASCADE")
 }
 
+// Shared is the binary's pair itself, for code that takes steps of its own
+// on it (the harness's failover fault); the next Get restores whatever they
+// did.
+func (p *Pair) Shared() *replpair.Pair { return p.c.pair }
+
 // Schema is the test's own schema: the URLs set it as search_path.
 func (p *Pair) Schema() string { return p.schema }
 
