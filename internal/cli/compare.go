@@ -19,6 +19,7 @@ import (
 	"github.com/lockfree-go/lockfree/internal/localpg"
 	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/short"
 
@@ -65,7 +66,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(harness.Names(), ",")+"), or all")
-	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,fenced-lock,naive-lock,redis-lock,redsync-lock,raw, or all")
+	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,fenced-lock,naive-lock,redis-lock,redsync-lock,raw,plain-token-lock (under --faults failover only; added to the default list there), or all")
 	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
@@ -111,6 +112,11 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	if f.approaches, err = parseApproaches(*approaches); err != nil {
 		return f, err
 	}
+	// The failover fault's foil runs beside the default approaches: it is
+	// what shows the fault bit.
+	if slices.Contains(f.faults, harness.Failover) && *approaches == defaultApproaches {
+		f.approaches = append(f.approaches, harness.PlainTokenLock)
+	}
 	return f, nil
 }
 
@@ -152,12 +158,12 @@ func parseApproaches(list string) ([]harness.Approach, error) {
 	if list == "all" || list == "" {
 		return nil, nil
 	}
-	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw}
+	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw, harness.PlainTokenLock}
 	var out []harness.Approach
 	for _, n := range strings.Split(list, ",") {
 		a := harness.Approach(strings.TrimSpace(n))
 		if !slices.Contains(known, a) {
-			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, redsync-lock, raw, or all)", short.Quote(string(a)))}
+			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, redsync-lock, raw, plain-token-lock, or all)", short.Quote(string(a)))}
 		}
 		out = append(out, a)
 	}
@@ -205,6 +211,14 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer cleanup()
+	if slices.Contains(f.faults, harness.Failover) {
+		pair, stop, err := startPair(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		infra.Failover = pair
+	}
 	if f.kafka != "" {
 		infra.Kafka = strings.Split(f.kafka, ",")
 	}
@@ -363,6 +377,24 @@ func resolveBackend(ctx context.Context, url, restartCmd string, stderr io.Write
 		return harness.Infra{}, nothing, err
 	}
 	return harness.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
+}
+
+// startPair starts the primary and standby that --faults failover fails
+// over: the lock service's database, beside the one the rows live in.
+func startPair(ctx context.Context, stderr io.Writer) (*replpair.Pair, func(), error) {
+	fmt.Fprintln(stderr, "lockfree: --faults failover: starting a PostgreSQL primary with a streaming standby for the lock service (scripts/pg-replication.sh)")
+	pair, err := replpair.Start(ctx)
+	if err != nil {
+		if pair != nil {
+			pair.Remove(context.WithoutCancel(ctx))
+		}
+		return nil, nil, fmt.Errorf("--faults failover: %w", err)
+	}
+	return pair, func() {
+		if err := pair.Remove(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(stderr, "lockfree: removing the replication pair: %v\n", err)
+		}
+	}, nil
 }
 
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

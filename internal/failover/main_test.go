@@ -1,9 +1,18 @@
 package failover_test
 
 import (
+	"os"
 	"testing"
 
+	"github.com/lockfree-go/lockfree/internal/harness"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 )
 
-func TestMain(m *testing.M) { testrepl.Main(m) }
+// TestMain lets the harness re-execute this test binary as its workers
+// (TestCompareFailover), and removes the binary's replication pair.
+func TestMain(m *testing.M) {
+	if harness.IsWorker() {
+		os.Exit(harness.WorkerMain())
+	}
+	testrepl.Main(m)
+}

@@ -25,7 +25,9 @@ type Env struct {
 	// run injects network faults. A tracer counts its statements and
 	// round trips: every statement of an approach must go through it.
 	DB *pgxpool.Pool
-	// Locks is the lock service on DB (with LISTEN/NOTIFY wake-ups); it
+	// Locks is the lock service on DB (with LISTEN/NOTIFY wake-ups) — on
+	// a database of its own under the failover fault, the one that fails
+	// over while DB, the resource, stays; it
 	// reports each lease it grants, renews and releases for the timeline
 	// and the fault injector. Lock-based approaches must use it.
 	Locks fencedlock.Store

@@ -39,6 +39,11 @@ const (
 	Delay Fault = "delay"
 	// Restart stops and starts the PostgreSQL server mid-run.
 	Restart Fault = "restart"
+	// Failover kills the lock service's primary mid-run, its standby held
+	// from receiving WAL, and promotes the standby, while a client that
+	// holds a lease whose WAL was lost is stopped at its before-write
+	// point (failover.go).
+	Failover Fault = "failover"
 	// RestartFailed counts, in a report, the restarts that failed; it is
 	// not a fault to ask for.
 	RestartFailed Fault = "restart-failed"
@@ -75,6 +80,8 @@ var faultKinds = []faultKind{
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
+	{name: Failover, bites: true, global: failoverFault,
+		how: "failovers of the lock service's database mid-run (its standby held from WAL while leases were granted, the primary killed, the standby promoted), a client stopped across each holding a lease whose WAL was lost, resumed after another took its key over on the promoted node"},
 }
 
 func faultByName(f Fault) (faultKind, bool) {

@@ -37,6 +37,10 @@ type workerConfig struct {
 	// DB connects to the run's schema, through the worker's own proxy
 	// when the run injects network faults.
 	DB string `json:"db"`
+	// LockDB, when set, is where the lock service lives instead of DB:
+	// the replicated pair of the failover fault, all of its nodes listed,
+	// target_session_attrs=read-write.
+	LockDB string `json:"lock_db,omitempty"`
 	// Kafka lists the brokers; KafkaRoutes maps each broker address to the
 	// worker's proxy of it, when the run injects network faults.
 	Kafka       []string          `json:"kafka,omitempty"`

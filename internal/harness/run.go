@@ -14,6 +14,7 @@ import (
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
 	"github.com/lockfree-go/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/report"
 )
 
@@ -94,6 +95,11 @@ type Infra struct {
 	// Redis is the address (host:port) of the Redis server the redis-lock
 	// approaches take their locks in; without one they are skipped.
 	Redis string
+	// Failover is a primary with a streaming standby that the failover
+	// fault fails over: the lock service's database, beside URL's, which
+	// keeps the rows. Required by that fault; each approach's run finds it
+	// healthy again.
+	Failover *replpair.Pair
 }
 
 func (c Config) withDefaults() Config {
@@ -151,6 +157,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	if infra.URL == "" {
 		return rep, fmt.Errorf("%w: the harness needs PostgreSQL (Infra.URL)", ErrInvalid)
 	}
+	if err := checkFailover(cfg, infra); err != nil {
+		return rep, err
+	}
 	for _, f := range cfg.Faults {
 		k, _ := faultByName(f)
 		rep.FaultHow[f] = k.how
@@ -160,7 +169,11 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, def.Approach()) {
 			continue
 		}
-		if why := skipReason(ctx, def, infra); why != "" {
+		why := failoverSkip(cfg, def)
+		if why == "" {
+			why = skipReason(ctx, def, infra)
+		}
+		if why != "" {
 			rep.Results = append(rep.Results, report.Result{Approach: def.Approach(), Label: def.Label(), Skipped: why})
 			continue
 		}
@@ -195,7 +208,9 @@ type run struct {
 	procs  []*proc
 	mon    *monitor
 	base   history.Time // when the workers were started: 0s on the timeline
-	task   report.Task  // the live progress of the run, when followed
+	// lockURL is the workers' lock service under the failover fault.
+	lockURL string
+	task    report.Task // the live progress of the run, when followed
 
 	mu       sync.Mutex
 	injected map[Fault]int64
@@ -243,11 +258,21 @@ func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, 
 	if r.params.OpTimeout == 0 {
 		r.params.OpTimeout = 2*time.Second + 2*r.prot.Lease
 	}
+	if cfg.OpTimeout == 0 && slices.Contains(cfg.Faults, Failover) {
+		r.params.OpTimeout += failoverOpTimeout
+	}
 	sch, err := newSchema(ctx, infra.URL, sc, def.Approach(), sizes)
 	if err != nil {
 		return r, report.Result{}, err
 	}
 	defer sch.drop()
+	if infra.Failover != nil && slices.Contains(cfg.Faults, Failover) {
+		var drop func()
+		if r.lockURL, drop, err = r.lockSchema(ctx, sch.Name); err != nil {
+			return r, report.Result{}, err
+		}
+		defer drop()
+	}
 	defer r.cleanup()
 	if err := r.start(ctx, sch.url); err != nil {
 		return r, report.Result{}, err
@@ -274,7 +299,7 @@ func (r *run) start(ctx context.Context, url string) error {
 	r.base = history.Now()
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
-			Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
+			LockDB: r.lockURL, Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
 			Metrics: r.cfg.Metrics}
 		var proxy *faultproxy.Proxy
 		if network {

@@ -199,7 +199,14 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	meter := newWorkerMeter(w.cfg.Metrics)
-	env, err := w.env(pool)
+	locks := pool
+	if w.cfg.LockDB != "" {
+		if locks, err = w.lockPool(ctx, tr); err != nil {
+			return err
+		}
+		defer locks.Close()
+	}
+	env, err := w.env(pool, locks)
 	if err != nil {
 		return err
 	}
@@ -280,9 +287,9 @@ func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 
-// env is the client's environment on pool.
-func (w *worker) env(pool *pgxpool.Pool) (*Env, error) {
-	locks, err := fencedlock.NewPostgres(pool, &fencedlock.PostgresConfig{Notify: true})
+// env is the client's environment on pool, its lock service on locksDB.
+func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
+	locks, err := fencedlock.NewPostgres(locksDB, &fencedlock.PostgresConfig{Notify: true})
 	if err != nil {
 		return nil, err
 	}

@@ -7,11 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// step runs one step of the script for the test, failing it when the step
+// step runs one step on the pair for the test, failing it when the step
 // fails.
-func (p *Pair) step(args ...string) {
+func (p *Pair) step(do func(ctx context.Context) error) {
 	p.t.Helper()
-	if err := p.c.run(nil, args...); err != nil {
+	if err := do(context.Background()); err != nil {
 		p.t.Fatalf("testrepl: %v", err)
 	}
 }
@@ -20,38 +20,33 @@ func (p *Pair) step(args ...string) {
 // commits do not reach it (and, with SetSync(true), they wait for it).
 func (p *Pair) HoldStandby() {
 	p.t.Helper()
-	p.step("receiver-stop", p.Standby().arg())
-	p.c.held = true
+	p.step(p.c.pair.HoldStandby)
 }
 
 // ReleaseStandby starts the standby's WAL receiver again and returns once
 // it streams.
 func (p *Pair) ReleaseStandby() {
 	p.t.Helper()
-	p.step("receiver-start", p.Standby().arg())
-	p.c.held = false
+	p.step(p.c.pair.ReleaseStandby)
 }
 
 // Kill crashes node n: SIGKILL to its postmaster, no shutdown checkpoint,
 // its open sessions gone. Whatever it had not sent to the standby is lost.
 func (p *Pair) Kill(n Node) {
 	p.t.Helper()
-	p.step("kill", n.arg())
-	p.c.down[n] = true
+	p.step(func(ctx context.Context) error { return p.c.pair.Kill(ctx, n) })
 }
 
 // Stop shuts node n down cleanly (fast mode).
 func (p *Pair) Stop(n Node) {
 	p.t.Helper()
-	p.step("stop", n.arg())
-	p.c.down[n] = true
+	p.step(func(ctx context.Context) error { return p.c.pair.Stop(ctx, n) })
 }
 
 // Start starts node n again, in the role its data gives it.
 func (p *Pair) Start(n Node) {
 	p.t.Helper()
-	p.step("start", n.arg())
-	p.c.down[n] = false
+	p.step(func(ctx context.Context) error { return p.c.pair.StartNode(ctx, n) })
 }
 
 // Isolate cuts node n off as a network partition would: new connections
@@ -59,15 +54,13 @@ func (p *Pair) Start(n Node) {
 // on its side of the partition).
 func (p *Pair) Isolate(n Node) {
 	p.t.Helper()
-	p.step("isolate", n.arg())
-	p.c.isolated[n] = true
+	p.step(func(ctx context.Context) error { return p.c.pair.Isolate(ctx, n) })
 }
 
 // Heal undoes Isolate.
 func (p *Pair) Heal(n Node) {
 	p.t.Helper()
-	p.step("heal", n.arg())
-	p.c.isolated[n] = false
+	p.step(func(ctx context.Context) error { return p.c.pair.Heal(ctx, n) })
 }
 
 // Promote promotes the standby and returns once it accepts writes; it
@@ -75,22 +68,14 @@ func (p *Pair) Heal(n Node) {
 // first, or have a split brain.
 func (p *Pair) Promote() {
 	p.t.Helper()
-	n := p.Standby()
-	p.step("promote", n.arg())
-	p.c.primary = n
-	p.c.promoted = true
+	p.step(p.c.pair.Promote)
 }
 
 // SetSync makes replication synchronous (the primary's commits wait until
 // the standby has flushed them) or asynchronous again.
 func (p *Pair) SetSync(on bool) {
 	p.t.Helper()
-	mode := "async"
-	if on {
-		mode = "sync"
-	}
-	p.step("mode", mode)
-	p.c.sync = on
+	p.step(func(ctx context.Context) error { return p.c.pair.SetSync(ctx, on) })
 }
 
 // WaitReplayed returns once the standby has replayed all the WAL the

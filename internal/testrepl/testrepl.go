@@ -22,35 +22,21 @@
 package testrepl
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/internal/pgschema"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 // Node names one server of the pair: 1 or 2. Which one is the primary
 // changes with every promotion.
-type Node int
-
-// Other returns the pair's other node.
-func (n Node) Other() Node { return 3 - n }
-
-func (n Node) String() string { return "node" + strconv.Itoa(int(n)) }
+type Node = replpair.Node
 
 // Pair is one test's hold on the binary's replication pair. Its methods fail
 // the test when a step fails, and are meant for the test's own goroutine.
@@ -60,18 +46,14 @@ type Pair struct {
 	schema string
 }
 
-// stepTimeout bounds one step of the script; its own waits give up after 60 s.
-const stepTimeout = 3 * time.Minute
-
 // Get returns the binary's pair for t, made on first use and handed over
 // healthy. It holds the pair until t ends.
 func Get(t testing.TB) *Pair {
 	t.Helper()
 	c, err := theCluster()
 	if err != nil {
-		var missing *missingError
-		if errors.As(err, &missing) {
-			testdb.Missing(t, "a PostgreSQL replication pair", missing.why)
+		if why, ok := replpair.IsMissing(err); ok {
+			testdb.Missing(t, "a PostgreSQL replication pair", why)
 			return nil
 		}
 		t.Fatalf("testrepl: %v", err)
@@ -104,7 +86,7 @@ func Get(t testing.TB) *Pair {
 // left down, isolated, or waiting for a held synchronous standby keeps it,
 // which costs only time.
 func (p *Pair) dropSchema() {
-	if c := p.c; c.down[c.primary] || c.isolated[c.primary] || c.sync && c.held {
+	if !p.c.pair.Writable() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -114,28 +96,31 @@ func (p *Pair) dropSchema() {
 	}
 }
 
+// Shared is the binary's pair itself, for code that takes steps of its own
+// on it (the harness's failover fault); the next Get restores whatever they
+// did.
+func (p *Pair) Shared() *replpair.Pair { return p.c.pair }
+
 // Schema is the test's own schema: the URLs set it as search_path.
 func (p *Pair) Schema() string { return p.schema }
 
 // Primary returns the node that accepts writes (after a promotion, the
 // promoted one; an isolated old primary does too, but is no longer this).
-func (p *Pair) Primary() Node { return p.c.primary }
+func (p *Pair) Primary() Node { return p.c.pair.Primary() }
 
 // Standby returns the node that is not Primary.
-func (p *Pair) Standby() Node { return p.c.primary.Other() }
+func (p *Pair) Standby() Node { return p.c.pair.Standby() }
 
 // URL connects to node n alone, in the test's schema.
 func (p *Pair) URL(n Node) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/lockfree?sslmode=disable&connect_timeout=10&search_path=%s",
-		p.c.port(n), p.schema)
+	return p.c.pair.URL(n, "search_path="+p.schema)
 }
 
 // MultiURL lists both nodes with target_session_attrs=read-write, as an
 // application configured for failover would: pgx connects to the first one
 // that accepts writes, in list order (node1 first).
 func (p *Pair) MultiURL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/lockfree?sslmode=disable"+
-		"&target_session_attrs=read-write&connect_timeout=10&search_path=%s", p.c.port(1), p.c.port(2), p.schema)
+	return p.c.pair.MultiURL("search_path=" + p.schema)
 }
 
 // Connect opens a connection to url (URL or MultiURL), closed when the test
@@ -204,58 +189,3 @@ func (p *Pair) queryRow(n Node, sql string, dest ...any) {
 var password = regexp.MustCompile(`//[^@/]*@`)
 
 func redact(url string) string { return password.ReplaceAllString(url, "//…@") }
-
-// freePorts returns n ports that nothing listened on a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// moduleRoot finds the folder of go.mod above the working directory (a
-// test runs in its package's folder).
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// alive reports whether process pid exists.
-func alive(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
-}
-
-// run runs the script with args and returns its combined output.
-func run(ctx context.Context, script, dir string, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
-	cmd.Env = append(append(os.Environ(), "REPL_DIR="+dir), env...)
-	cmd.WaitDelay = 10 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return strings.TrimSpace(out.String()), err
-}

@@ -1,0 +1,56 @@
+package failover_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/internal/testrepl"
+)
+
+// Test 4 of docs/failover.md, through the harness (`lockfree compare
+// --faults failover`, short): the lock service's primary is killed with
+// leases whose WAL its held standby never received, and the standby
+// promoted, while a client holding one of them is stopped at its write.
+// The fenced lock, its tokens minted in fence eras, and the alternative
+// lose nothing; the naive lock and the foil — the same fenced lock, its
+// tokens a plain nextval — let the stopped client's write through. The run
+// fails (harness.ErrNotInjected) when no WAL was lost or when the foil's
+// tokens did not go back.
+func TestCompareFailover(t *testing.T) {
+	pair := testrepl.Get(t).Shared()
+	sc, _ := harness.Lookup("inventory")
+	rep, err := harness.Run(context.Background(), sc, harness.Config{
+		Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []harness.Fault{harness.Failover},
+		Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock},
+	}, harness.Infra{URL: testdb.URL(t), Failover: pair})
+	for _, n := range rep.Notes {
+		t.Log(n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		t.Logf("%-16s ops=%d rejected=%d errors=%d uncertain=%d faults=%v violations=%d %s",
+			r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
+		switch {
+		case r.Skipped != "":
+			t.Errorf("%s skipped: %s", r.Approach, r.Skipped)
+		case !r.Checked:
+			t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
+		case r.FaultsInjected[harness.Failover] == 0:
+			t.Errorf("%s: failover not injected", r.Approach)
+		case r.Approach == harness.Alternative || r.Approach == harness.FencedLock:
+			if r.Violations != 0 || r.Ops == 0 {
+				t.Errorf("%s: %d violations, %d operations; want none and some", r.Approach, r.Violations, r.Ops)
+			}
+		case r.Violations == 0:
+			t.Errorf("%s: no violation across the failover: the fault did not bite, or the check missed it", r.Approach)
+		}
+	}
+	if len(rep.Results) != 4 {
+		t.Errorf("%d results, want 4", len(rep.Results))
+	}
+}
