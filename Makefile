@@ -1,14 +1,15 @@
 # lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the failover tests
-# last (`make test-failover`), then the mutant builds (`make test-mutants`).
+# last (`make test-failover`), then the mutant builds (`make test-mutants`)
+# and the harness's hunt of every mutant (`make mutants`).
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test test-failover test-mutants services services-down browser lint bench compare screenshot
+.PHONY: test test-failover test-mutants mutants services services-down browser lint bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
@@ -20,6 +21,7 @@ test: services browser
 		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl)$$')
 	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory test-mutants
+	@$(MAKE) --no-print-directory mutants
 
 test-failover: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $(FAILOVER_PKGS)
@@ -38,6 +40,18 @@ MUTANT_PACKAGES = ./fencedlock/ ./atomic/ ./idempotency/ ./internal/failpoint/ .
 
 test-mutants: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants $(MUTANT_PACKAGES)
+
+# The harness against every mutant site of failpoint's registry: one test
+# binary with all of them compiled in, the mutant of each run chosen by
+# $$LOCKFREE_MUTANTS in its workers, each run under the fault scenarios until
+# one catches it (TestMutants, internal/harness/mutants_test.go). It fails on
+# a mutant that no scenario catches. MUTANTS_TABLE=file also writes the
+# table mutant → scenario → violations there (scripts/results.sh does).
+MUTANTS_TABLE ?=
+
+mutants: services
+	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 20m -tags lockfree_mutants -run '^TestMutants$$' \
+		./internal/harness $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
 
 services:
 	@scripts/postgres.sh up
