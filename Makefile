@@ -45,8 +45,12 @@ test-mutants: services
 # binary with all of them compiled in, the mutant of each run chosen by
 # $$LOCKFREE_MUTANTS in its workers, each run under the fault scenarios until
 # one catches it (TestMutants, internal/harness/mutants_test.go). It fails on
-# a mutant that no scenario catches. MUTANTS_TABLE=file also writes the
-# table mutant → scenario → violations there (scripts/results.sh does).
+# a mutant that no scenario catches, unless the test's mutantHoles names it
+# with why. It prints the table mutant → scenario → violations;
+# MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
+# docs/results.md). No
+# -race: the hunt's short runs need the workers' speed, and the harness's
+# tests run under the race detector in `make test`. About 3 minutes.
 MUTANTS_TABLE ?=
 
 mutants: services
