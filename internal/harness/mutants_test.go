@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,10 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testkafka"
 )
 
-var mutantsTable = flag.String("mutants-table", "", "TestMutants writes its table (Markdown) to this file")
+var (
+	mutantsTable = flag.String("mutants-table", "", "TestMutants writes its table (Markdown) to this file")
+	mutantsOnly  = flag.String("mutants-only", "", "TestMutants hunts only the mutants whose names match this regexp")
+)
 
 // mutantTrials are the runs a mutant is tried in, in order, each an
 // approach under a fault it loses nothing under without a mutant (TestFaults,
@@ -86,9 +90,10 @@ func TestMutants(t *testing.T) {
 	base := harness.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond}
 	var notes []string
 	reached := reachedSites(t, infra, base, &notes)
+	only := regexp.MustCompile(*mutantsOnly)
 	var rows []mutantRun
 	for _, p := range failpoint.Registered() {
-		if p.Kind != failpoint.MutantSite {
+		if p.Kind != failpoint.MutantSite || !only.MatchString(p.Name) {
 			continue
 		}
 		row := huntMutant(t, infra, base, p.Name, reached[p.Name])
