@@ -46,7 +46,7 @@ CREATE TABLE account_events (
 // accounts is the scenario of entities whose event logs clients append the
 // next sequence number to: the logs found after the run are held to
 // Sequences — per entity no number twice, none missing, every number a
-// client was told in the log.
+// client was told in the log — and no append may carry a stale epoch.
 type accounts struct{}
 
 func init() { Register(accounts{}) }
@@ -54,7 +54,7 @@ func init() { Register(accounts{}) }
 func (accounts) Name() string { return "accounts" }
 func (accounts) Order() int   { return 4 }
 func (accounts) Description() string {
-	return "clients append the next sequence number to an entity's event log; per entity, no gap, no duplicate, every acknowledged number in the log"
+	return "clients append the next sequence number to an entity's event log; per entity, no gap, no duplicate, every acknowledged number in the log, no append by a stale owner"
 }
 func (accounts) Migrations() []migrate.Migration { return partition.Migrations() }
 
