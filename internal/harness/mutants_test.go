@@ -87,7 +87,7 @@ func TestMutants(t *testing.T) {
 		t.Fatal("built without the lockfree_mutants tag")
 	}
 	infra := harness.Infra{URL: testdb.New(t).URL, Kafka: testkafka.Brokers(t)}
-	base := harness.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond}
+	base := harness.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond, LeaseTTL: 250 * time.Millisecond}
 	var notes []string
 	reached := reachedSites(t, infra, base, &notes)
 	only := regexp.MustCompile(*mutantsOnly)
@@ -196,6 +196,12 @@ func runMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant st
 	}
 	cfg.Approaches = []harness.Approach{tg.approach}
 	cfg.Env = []string{"LOCKFREE_MUTANTS=" + mutant}
+	if f != "" {
+		// A fault waits out the lease that protects the approach: a run of
+		// a few leases has room for a few faults whatever the lease (the
+		// accounts members' 1.1 s as well as the locks' 250 ms).
+		cfg.Duration = max(cfg.Duration, 4*protection(tg, cfg))
+	}
 	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f}
 	cfg.Hits = func(_ harness.Approach, hits map[string]int64) { run.hits = hits[mutant] }
 	rep, err := harness.Run(context.Background(), sc, cfg, infra)
@@ -206,6 +212,16 @@ func runMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant st
 	t.Logf("%s on %s/%s under %s: %d violations (checked %v), site hit %d times, err %v; %s",
 		mutant, tg.scenario, tg.approach, run.faultName(), run.violations, run.checked, run.hits, err, run.detail)
 	return run
+}
+
+// protection is the lease that protects a stopped client of tg's approach.
+func protection(tg reach, cfg harness.Config) time.Duration {
+	for _, d := range harness.Approaches(tg.scenario) {
+		if d.Approach() == tg.approach {
+			return d.Protection(harness.Params{Sizes: harness.Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL}).Lease
+		}
+	}
+	return 0
 }
 
 func (m mutantRun) faultName() string {
