@@ -2,14 +2,15 @@
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the failover tests
 # last (`make test-failover`), then the mutant builds (`make test-mutants`),
-# then the Kafka cluster's fault tests (`make test-kafka-cluster`).
+# the harness's hunt of every mutant (`make mutants`) and the Kafka
+# cluster's fault tests (`make test-kafka-cluster`).
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: test test-failover test-mutants test-kafka-cluster services services-down browser lint bench compare screenshot
+.PHONY: test test-failover test-mutants test-kafka-cluster mutants services services-down browser lint bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
@@ -24,6 +25,7 @@ test: services browser
 		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl|kafkacluster)$$')
 	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory test-mutants
+	@$(MAKE) --no-print-directory mutants
 	@$(MAKE) --no-print-directory test-kafka-cluster
 
 test-failover: services
@@ -58,6 +60,22 @@ MUTANT_PACKAGES = ./fencedlock/ ./atomic/ ./idempotency/ ./internal/failpoint/ .
 
 test-mutants: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants $(MUTANT_PACKAGES)
+
+# The harness against every mutant site of failpoint's registry: one test
+# binary with all of them compiled in, the mutant of each run chosen by
+# $$LOCKFREE_MUTANTS in its workers, each run under the fault scenarios until
+# one catches it (TestMutants, internal/harness/mutants_test.go). It fails on
+# a mutant that no scenario catches, unless the test's mutantHoles names it
+# with why. It prints the table mutant → scenario → violations;
+# MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
+# docs/results.md). No
+# -race: the hunt's short runs need the workers' speed, and the harness's
+# tests run under the race detector in `make test`. About 3 minutes.
+MUTANTS_TABLE ?=
+
+mutants: services
+	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 20m -tags lockfree_mutants -run '^TestMutants$$' \
+		./internal/harness $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
 
 services:
 	@scripts/postgres.sh up

@@ -13,12 +13,17 @@ import (
 )
 
 // sqlAccountsPartitioned is the single writer's append: the next number and
-// its event in one statement, fenced by the epoch (Condition, from $5) and
-// by the number it read (so that a late write of an append whose fate was
-// unknown changes nothing rather than duplicate).
+// its event in one statement, fenced by the epoch (Condition, from $5: the
+// partition, owner and epoch) and by the number it read (so that a late
+// write of an append whose fate was unknown changes nothing rather than
+// duplicate). The event records the epoch presented and the partition's
+// epoch as the statement found it (the membership tables' default names),
+// for the check of stale owners: the number condition alone would hide a
+// stale owner's write that happens to follow the right number.
 const sqlAccountsPartitioned = `WITH u AS (
 	UPDATE accounts SET last_seq = $2 WHERE id = $1 AND last_seq = $3 AND %s RETURNING id)
-INSERT INTO account_events (account, seq, appended_by) SELECT id, $2, $4 FROM u`
+INSERT INTO account_events (account, seq, appended_by, epoch, owner_epoch)
+SELECT id, $2, $4, $7, (SELECT epoch FROM lockfree_partition_owners WHERE partition = $5) FROM u`
 
 // errStaleSeq is an append whose expected last number was not the table's:
 // it changed nothing.

@@ -90,6 +90,7 @@ type Op struct {
 	call   *history.Call
 	key    string
 	passed atomic.Bool  // it reached a before-write point
+	took   atomic.Bool  // its effect committed (Took)
 	token  atomic.Int64 // of the last lease it was granted
 }
 
@@ -125,6 +126,14 @@ func (o *Op) Token() int64 { return o.token.Load() }
 // Set attaches a note to the operation ("retries").
 func (o *Op) Set(key, value string) { o.call.Set(key, value) }
 
+// Took records that the operation's effect committed — the transaction
+// that made it returned from COMMIT — before the operation's other steps
+// (storing a record, releasing a lock) ran. Whatever error the operation
+// then ends with, nothing undoes the effect: Finish records it as of
+// unknown outcome, never as a failure, so that the check does not take the
+// effect for one made by a refused operation.
+func (o *Op) Took() { o.took.Store(true) }
+
 // Ok records that the operation completed with output.
 func (o *Op) Ok(output any) error { return o.call.Ok(output) }
 
@@ -133,7 +142,8 @@ func (o *Op) Ok(output any) error { return o.call.Ok(output) }
 const metaRefused = "refused"
 
 // Finish completes the operation from its result: Ok(output) when err is
-// nil; a certain failure, noted as refused, when err is one of refusals;
+// nil; unknown when its effect committed (Took) and a later step failed;
+// a certain failure, noted as refused, when err is one of refusals;
 // a certain failure when err came before the operation reached its
 // before-write point — every approach's effect is the write after it, so
 // nothing took effect; otherwise as history.Classify says.
@@ -141,6 +151,8 @@ func (o *Op) Finish(output any, err error, refusals ...error) error {
 	switch {
 	case err == nil:
 		return o.call.Ok(output)
+	case o.took.Load():
+		return o.call.Unknown(err)
 	case isAny(err, refusals):
 		o.call.Set(metaRefused, "true")
 		return o.call.Fail(err)

@@ -65,9 +65,15 @@ func (c *consumer) run(ctx context.Context) {
 		evs, full, err := c.poll(ctx)
 		c.full.Store(full)
 		if err != nil || len(evs) == 0 {
-			select {
-			case c.idle <- struct{}{}:
-			default:
+			// Only a poll that ran and found nothing says the stream is
+			// drained: a failed one (a connection refused under load)
+			// says nothing, and taking it for idle let Drain return with
+			// acknowledged events never applied.
+			if err == nil {
+				select {
+				case c.idle <- struct{}{}:
+				default:
+				}
 			}
 			sleep(ctx, 5*time.Millisecond)
 			continue

@@ -80,7 +80,12 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 // executions come often and a key is still retried by the others long after
 // a stopped holder's lease ran out. Every worker derives the round from the
 // history clock, one clock for the machine, so they all retry the same keys.
-const paymentRound = 100 * time.Millisecond
+// Only a first execution reaches the alternative's before-write point: with
+// 100 ms rounds an armed worker of eight reached one about once a second,
+// and a short run under load sometimes ended before it did (no pause
+// injected); 50 ms rounds double that, and a key is still retried a few
+// times a second.
+const paymentRound = 50 * time.Millisecond
 
 // paymentRounds is how many rounds' keys are retried: those of the last two
 // leases and two seconds.

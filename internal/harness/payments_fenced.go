@@ -102,6 +102,9 @@ func (c *paymentsFencedClient) charge(ctx, actx context.Context, op *Op, amount 
 		_, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID())
 		return err
 	})
+	if err == nil {
+		op.Took() // whatever happens to the record, the charge stands
+	}
 	return idempotency.Result{Status: 201}, err
 }
 

@@ -55,6 +55,7 @@ func (c *paymentsNaiveClient) Op(ctx context.Context) error {
 		if _, err := c.env.DB.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
 			return err
 		}
+		op.Took() // whatever happens to the record, the charge stands
 		_, err := c.env.DB.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID())
 		return err
 	})

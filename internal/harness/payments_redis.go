@@ -53,6 +53,7 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 		if _, err := c.env.DB.Exec(wctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
 			return err
 		}
+		op.Took() // whatever happens to the record, the charge stands
 		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID())
 		return err
 	})

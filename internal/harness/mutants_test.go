@@ -1,0 +1,312 @@
+//go:build lockfree_mutants
+
+package harness_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/internal/testkafka"
+)
+
+var (
+	mutantsTable = flag.String("mutants-table", "", "TestMutants writes its table (Markdown) to this file")
+	mutantsOnly  = flag.String("mutants-only", "", "TestMutants hunts only the mutants whose names match this regexp")
+)
+
+// mutantTrials are the runs a mutant is tried in, in order, each an
+// approach under a fault it loses nothing under without a mutant (TestFaults,
+// and the fault-free runs of reachedSites), so that a violation is the
+// mutant's: the naive lock without faults, where nothing but the lock keeps
+// two clients apart (the cheapest run: no fault to wait out); the
+// alternative and the fenced lock under a pause past the lease (it catches a
+// missing fence and, with the clients' contention, a missing condition);
+// then under the late delivery of a cut worker's write.
+var mutantTrials = []struct {
+	approach harness.Approach
+	fault    harness.Fault // "" for none
+}{
+	{harness.NaiveLock, ""},
+	{harness.Alternative, harness.Pause},
+	{harness.FencedLock, harness.Pause},
+	{harness.Alternative, harness.Delay},
+	{harness.FencedLock, harness.Delay},
+}
+
+// mutantTargets is how many of the scenarios whose approach reaches a
+// mutant's site (the most-hit first) each trial runs; a known hole
+// (mutantHoles) gets its first run only, which shows whether it is still
+// one. Both keep make mutants within its minutes.
+const mutantTargets = 2
+
+// mutantRun is one run of one mutant against one scenario's approach.
+type mutantRun struct {
+	mutant, doc string // doc: what the mutant does, from the registry
+	scenario    string
+	approach    harness.Approach
+	fault       harness.Fault
+	violations  int64
+	checked     bool
+	hits        int64  // how often the workers reached the mutant's site
+	detail      string // what the check found, from the report
+	err         error
+}
+
+func (m mutantRun) caught() bool { return m.checked && m.violations > 0 && m.hits > 0 }
+
+// reach is one scenario's approach that reaches a mutant site.
+type reach struct {
+	scenario string
+	approach harness.Approach
+	hits     int64
+}
+
+// TestMutants builds nothing of its own: this test binary, built with the
+// lockfree_mutants tag, has every mutant site of the module compiled in, and
+// the harness re-executes it as its workers with $LOCKFREE_MUTANTS naming
+// the one mutant of a run. It first runs every scenario's approaches of
+// mutantTrials once without a mutant and without faults, to learn which of
+// them reach which site (the workers' hit counts) — one that loses anything
+// there is left out, with a note under the table; then, for every mutant site in failpoint's registry, it tries the
+// approaches that reach it, under their trial faults, until one run shows a
+// violation. A mutant that no run catches is a hole in the proof: the test
+// fails on it, unless mutantHoles names it with the reason, and fails on a
+// hole listed there that a run now catches.
+func TestMutants(t *testing.T) {
+	if !failpoint.MutantsBuilt {
+		t.Fatal("built without the lockfree_mutants tag")
+	}
+	infra := harness.Infra{URL: testdb.New(t).URL, Kafka: testkafka.Brokers(t)}
+	base := harness.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond, LeaseTTL: 250 * time.Millisecond}
+	var notes []string
+	reached := reachedSites(t, infra, base, &notes)
+	only := regexp.MustCompile(*mutantsOnly)
+	var rows []mutantRun
+	for _, p := range failpoint.Registered() {
+		if p.Kind != failpoint.MutantSite || !only.MatchString(p.Name) {
+			continue
+		}
+		row := huntMutant(t, infra, base, p.Name, reached[p.Name])
+		row.doc = p.Doc
+		t.Logf("%s: %s", p.Name, row.verdict())
+		rows = append(rows, row)
+	}
+	table := mutantMarkdown(rows)
+	for _, n := range notes {
+		table += "\n" + n + "\n"
+	}
+	t.Log("\n" + table)
+	if *mutantsTable != "" {
+		if err := os.WriteFile(*mutantsTable, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rows {
+		_, known := mutantHoles[r.mutant]
+		switch {
+		case r.caught() && known:
+			t.Errorf("%s is caught now (%s/%s under %s): remove it from mutantHoles", r.mutant, r.scenario, r.approach, r.faultName())
+		case !r.caught() && !known:
+			t.Errorf("%s: no scenario catches it: a hole in the proof (%s)", r.mutant, r.verdict())
+		}
+	}
+}
+
+// reachedSites runs each scenario's trial approaches once, without a mutant
+// or a fault, and returns, per mutant site, the approaches whose workers
+// reached it, the most-hit first. One that loses anything there is left out,
+// with a note: its violations under a mutant would prove nothing.
+func reachedSites(t *testing.T, infra harness.Infra, base harness.Config, notes *[]string) map[string][]reach {
+	out := map[string][]reach{}
+	for _, sc := range harness.Scenarios() {
+		cfg := base
+		for _, tr := range mutantTrials {
+			if !slices.Contains(cfg.Approaches, tr.approach) {
+				cfg.Approaches = append(cfg.Approaches, tr.approach)
+			}
+		}
+		cfg.Hits = func(a harness.Approach, hits map[string]int64) {
+			for name, n := range hits {
+				out[name] = append(out[name], reach{scenario: sc.Name(), approach: a, hits: n})
+			}
+		}
+		rep, err := harness.Run(context.Background(), sc, cfg, infra)
+		if err != nil {
+			t.Fatalf("%s without a mutant: %v", sc.Name(), err)
+		}
+		for _, r := range rep.Results {
+			if !r.Checked || r.Violations > 0 {
+				// Its violations under a mutant would prove nothing: it is
+				// not tried in this hunt, and the table says so.
+				dirty := fmt.Sprintf("%s/%s lost something without a mutant or a fault (checked %v, %d violations: %s): not tried",
+					sc.Name(), r.Approach, r.Checked, r.Violations, r.Detail)
+				t.Log(dirty)
+				*notes = append(*notes, dirty)
+				for name, rs := range out {
+					out[name] = slices.DeleteFunc(rs, func(x reach) bool { return x.scenario == sc.Name() && x.approach == r.Approach })
+				}
+			}
+		}
+	}
+	for _, rs := range out {
+		slices.SortStableFunc(rs, func(a, b reach) int { return int(b.hits - a.hits) })
+	}
+	return out
+}
+
+// huntMutant tries mutant in each trial on the approaches that reach its
+// site, and returns the first run that catches it, or the last one tried.
+func huntMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant string, targets []reach) mutantRun {
+	last := mutantRun{mutant: mutant}
+	_, known := mutantHoles[mutant]
+	for _, tr := range mutantTrials {
+		n := 0
+		for _, tg := range targets {
+			if tg.approach != tr.approach || n == mutantTargets {
+				continue
+			}
+			n++
+			run := runMutant(t, infra, base, mutant, tg, tr.fault)
+			if run.caught() || known {
+				return run
+			}
+			last = run
+		}
+	}
+	return last
+}
+
+// runMutant runs tg's approach with mutant on in every worker, under f (none
+// when empty).
+func runMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant string, tg reach, f harness.Fault) mutantRun {
+	sc, _ := harness.Lookup(tg.scenario)
+	cfg := base
+	if f != "" {
+		cfg.Faults = []harness.Fault{f}
+	}
+	cfg.Approaches = []harness.Approach{tg.approach}
+	cfg.Env = []string{"LOCKFREE_MUTANTS=" + mutant}
+	if f != "" {
+		// A fault waits out the lease that protects the approach: a run of
+		// a few leases has room for a few faults whatever the lease (the
+		// accounts members' 1.1 s as well as the locks' 250 ms).
+		cfg.Duration = max(cfg.Duration, 4*protection(tg, cfg))
+	}
+	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f}
+	cfg.Hits = func(_ harness.Approach, hits map[string]int64) { run.hits = hits[mutant] }
+	rep, err := harness.Run(context.Background(), sc, cfg, infra)
+	run.err = err
+	for _, r := range rep.Results {
+		run.violations, run.checked, run.detail = r.Violations, r.Checked, r.Detail
+	}
+	t.Logf("%s on %s/%s under %s: %d violations (checked %v), site hit %d times, err %v; %s",
+		mutant, tg.scenario, tg.approach, run.faultName(), run.violations, run.checked, run.hits, err, run.detail)
+	return run
+}
+
+// protection is the lease that protects a stopped client of tg's approach.
+func protection(tg reach, cfg harness.Config) time.Duration {
+	for _, d := range harness.Approaches(tg.scenario) {
+		if d.Approach() == tg.approach {
+			return d.Protection(harness.Params{Sizes: harness.Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL}).Lease
+		}
+	}
+	return 0
+}
+
+func (m mutantRun) faultName() string {
+	if m.fault == "" {
+		return "none"
+	}
+	return string(m.fault)
+}
+
+func (m mutantRun) verdict() string {
+	if why, ok := mutantHoles[m.mutant]; ok && !m.caught() {
+		return "HOLE: " + why
+	}
+	switch {
+	case m.scenario == "":
+		return "HOLE: no approach of mutantTrials reaches its site"
+	case m.caught():
+		return "caught"
+	case m.hits == 0:
+		return "HOLE: reached without it, not with it on"
+	default:
+		return "HOLE: reached, never caught"
+	}
+}
+
+// mutantMarkdown is the table of the runs: one row per mutant.
+func mutantMarkdown(rows []mutantRun) string {
+	var b strings.Builder
+	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | verdict |\n")
+	b.WriteString("|---|---|---|---|---|--:|--:|---|\n")
+	for _, r := range rows {
+		v := "—"
+		if r.checked {
+			v = fmt.Sprint(r.violations)
+		}
+		if kinds, _, ok := strings.Cut(r.detail, "; first"); ok && r.violations > 0 {
+			v = kinds // "3 lost update, 1 phantom": what the check found
+		}
+		sc, ap, f := "—", "—", "—"
+		if r.scenario != "" {
+			sc, ap, f = r.scenario, string(r.approach), r.faultName()
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %d | %s |\n", r.mutant, r.doc, sc, ap, f, v, r.hits, r.verdict())
+	}
+	return b.String()
+}
+
+// mutantHoles are the mutants no scenario catches yet, each with why: the
+// holes in the proof that remain to be closed with a sharper scenario.
+// TestMutants fails on a hole missing here and on one listed here that a
+// run catches, so the list cannot drift from what the runs show.
+var mutantHoles = map[string]string{
+	"atomic.cas.compare":                "no scenario uses CompareAndSet",
+	"atomic.claim.conflict":             "no scenario uses Claim",
+	"atomic.decrementmany.all":          "no scenario uses DecrementMany",
+	"atomic.increment.cap":              "no scenario uses Increment",
+	"atomic.setifgreater.compare":       "no scenario uses SetIfGreater",
+	"atomic.decrement.floor":            "inventory's stock (10,000,000) never runs out in a run, so no sale meets the floor: a sell-out scenario would catch it",
+	"fencedlock.gate.compare":           "no scenario uses Gate",
+	"fencedlock.verify.check":           "no scenario uses Postgres.Verify",
+	"fencedlock.release.tenure":         "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
+	"fencedlock.renew.expired":          "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
+	"fencedlock.renew.tenure":           "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
+	"idempotency.claim.in-flight":       "payments charges in the claim's transaction: a second execution beside the first fails on the record's key at COMMIT, and its charge rolls back with it",
+	"idempotency.expired":               "no scenario lets a key expire",
+	"idempotency.fingerprint":           "no scenario reuses a key for another request",
+	"idempotency.fenced.put.token":      "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
+	"idempotency.fenced.read.stamp":     "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
+	"idempotency.leased.complete.token": "no scenario uses the leased mode",
+	"idempotency.leased.release.token":  "no scenario uses the leased mode",
+	"kafkawriter.fenced.read.stamp":     "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"kafkawriter.fenced.skip.seq":       "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"kafkawriter.fenced.write.token":    "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"kafkawriter.inbox.advance.epoch":   "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"kafkawriter.inbox.advance.offset":  "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"kafkawriter.inbox.claim.epoch":     "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
+	"occ.delete.version":                "no scenario deletes a document",
+	"occ.insert.conflict":               "no scenario inserts a document",
+	"occ.fenced.read.stamp":             "a site of the memory twin only; the scenarios run on PostgreSQL",
+	"occ.fenced.write.token":            "a site of the memory twin only; the scenarios run on PostgreSQL",
+	"partition.check.epoch":             "Check runs only after a write matched no row, and its answer is not the protection: the epoch condition is",
+	"partition.claim.owner":             "every write is fenced by the epoch condition: a second owner's claim raises the epoch and the other's writes are refused",
+	"partition.heartbeat.expired":       "every write is fenced by the epoch condition, which a revived membership does not change",
+	"partition.join.live":               "every write is fenced by the epoch condition: a second member of the same name claims with a new epoch",
+	"partition.member.paused":           "every write is fenced by the epoch condition, whatever the member believes of its lease",
+	"partition.release.epoch":           "every write is fenced by the epoch condition: a release by a stale owner leads to a claim with a new epoch",
+	"partition.verify.epoch":            "no scenario uses Verify: the accounts alternative fences with Condition",
+}
