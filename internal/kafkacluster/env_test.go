@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
+
 	"os"
 	"strconv"
 	"sync"
@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testkafka"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
@@ -140,12 +141,12 @@ func (e *env) join(t *testing.T, name string) *member {
 		routes[b] = p.Addr()
 		m.brokers = append(m.brokers, p)
 	}
-	u, err := url.Parse(e.db.URL)
+	host, err := pgaddr.HostPort(e.db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.pg = startProxy(t, u.Host)
-	via, err := faultproxy.RewriteURL(e.db.URL, m.pg.Addr())
+	m.pg = startProxy(t, host)
+	via, err := pgaddr.WithHostPort(e.db.URL, m.pg.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
