@@ -38,25 +38,15 @@ func (c *FencedConfig) withDefaults() FencedConfig {
 	if d.ReleaseTimeout == 0 {
 		d.ReleaseTimeout = 5 * time.Second
 	}
-	if d.InFlightWait == 0 {
-		d.InFlightWait = 2 * time.Second
-	}
-	if d.RetryAfter == 0 {
-		d.RetryAfter = time.Second
-	}
+	d.InFlightWait, d.RetryAfter = waitDefaults(d.InFlightWait, d.RetryAfter)
 	return d
 }
 
 func (c FencedConfig) validate() error {
-	switch {
-	case c.InFlightWait < time.Millisecond:
-		return fmt.Errorf("%w: InFlightWait %v must be ≥ 1ms", ErrInvalid, c.InFlightWait)
-	case c.RetryAfter < 0:
-		return fmt.Errorf("%w: RetryAfter %v must not be negative", ErrInvalid, c.RetryAfter)
-	case c.ReleaseTimeout < 0:
+	if c.ReleaseTimeout < 0 {
 		return fmt.Errorf("%w: ReleaseTimeout %v must not be negative", ErrInvalid, c.ReleaseTimeout)
 	}
-	return nil
+	return validateWait(c.InFlightWait, c.RetryAfter)
 }
 
 // Fenced is the fenced-lock twin of idempotency keys, for comparison: lock

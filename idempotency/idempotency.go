@@ -392,13 +392,32 @@ func (k keeping) withDefaults() keeping {
 	if k.TombstoneRetention == 0 {
 		k.TombstoneRetention = 7 * 24 * time.Hour
 	}
-	if k.InFlightWait == 0 {
-		k.InFlightWait = 2 * time.Second
-	}
-	if k.RetryAfter == 0 {
-		k.RetryAfter = time.Second
-	}
+	k.InFlightWait, k.RetryAfter = waitDefaults(k.InFlightWait, k.RetryAfter)
 	return k
+}
+
+// waitDefaults fills the two settings every mode shares on how a duplicate
+// waits for an execution in flight.
+func waitDefaults(inFlightWait, retryAfter time.Duration) (time.Duration, time.Duration) {
+	if inFlightWait == 0 {
+		inFlightWait = 2 * time.Second
+	}
+	if retryAfter == 0 {
+		retryAfter = time.Second
+	}
+	return inFlightWait, retryAfter
+}
+
+// validateWait checks what waitDefaults filled.
+func validateWait(inFlightWait, retryAfter time.Duration) error {
+	switch {
+	case inFlightWait < time.Millisecond:
+		// lock_timeout = 0 would mean "wait forever".
+		return fmt.Errorf("%w: InFlightWait %v must be ≥ 1ms", ErrInvalid, inFlightWait)
+	case retryAfter < 0:
+		return fmt.Errorf("%w: RetryAfter %v must not be negative", ErrInvalid, retryAfter)
+	}
+	return nil
 }
 
 func (k keeping) validate() error {
@@ -407,13 +426,8 @@ func (k keeping) validate() error {
 		return fmt.Errorf("%w: Retention %v must be ≥ 1ms", ErrInvalid, k.Retention)
 	case k.TombstoneRetention < 0:
 		return fmt.Errorf("%w: TombstoneRetention %v must not be negative", ErrInvalid, k.TombstoneRetention)
-	case k.InFlightWait < time.Millisecond:
-		// lock_timeout = 0 would mean "wait forever".
-		return fmt.Errorf("%w: InFlightWait %v must be ≥ 1ms", ErrInvalid, k.InFlightWait)
-	case k.RetryAfter < 0:
-		return fmt.Errorf("%w: RetryAfter %v must not be negative", ErrInvalid, k.RetryAfter)
 	}
-	return nil
+	return validateWait(k.InFlightWait, k.RetryAfter)
 }
 
 func validClaim(key Key, ttl time.Duration) error {

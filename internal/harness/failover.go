@@ -125,14 +125,7 @@ func dropSchema(url, name string) {
 // lockPool connects a worker to its lock service on the failover pair. Its
 // connections go to whichever node accepts writes.
 func (w *worker) lockPool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(w.cfg.LockDB)
-	if err != nil {
-		return nil, fmt.Errorf("lock database: %w", err)
-	}
-	pc.MaxConns = 8
-	pc.ConnConfig.Tracer = tr
-	pc.ConnConfig.ConnectTimeout = 2 * time.Second
-	return pgxpool.NewWithConfig(ctx, pc)
+	return dial(ctx, "lock database", w.cfg.LockDB, tr)
 }
 
 // failoverStep is one failover fault in progress.

@@ -277,9 +277,14 @@ func (w *worker) op(ctx context.Context, c Client) error {
 // for both would leave that transaction open, its row locks stalling every
 // other worker.
 func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(w.cfg.DB)
+	return dial(ctx, "database", w.cfg.DB, tr)
+}
+
+// dial is a worker's pool on url (what, in errors), sized as pool says.
+func dial(ctx context.Context, what, url string, tr *tracer) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pc.MaxConns = 8
 	pc.ConnConfig.Tracer = tr
