@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/internal/replpair"
+	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
 )
@@ -19,12 +21,53 @@ import (
 // tokens a plain nextval — let the stopped client's write through. The run
 // fails (harness.ErrNotInjected) when no WAL was lost or when the foil's
 // tokens did not go back.
+//
+// The foils' violation needs one interleaving the coordinator does not yet
+// force: once the taker has written it runs on, and its next lease's
+// stamped read may reach the row before the stopped client resumes, which
+// then sees a higher token and is refused. So a foil without a violation is
+// run again, up to foilRuns times in all; the fenced lock and the
+// alternative must show none in every run.
 func TestCompareFailover(t *testing.T) {
 	pair := testrepl.Get(t).Shared()
+	approaches := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock}
+	bitten := map[harness.Approach]bool{}
+	for run := 1; run <= foilRuns; run++ {
+		for _, r := range compareFailover(t, pair, approaches) {
+			if r.Violations > 0 {
+				bitten[r.Approach] = true
+			}
+		}
+		approaches = []harness.Approach{harness.Alternative, harness.FencedLock}
+		for _, a := range []harness.Approach{harness.NaiveLock, harness.PlainTokenLock} {
+			if !bitten[a] {
+				approaches = append(approaches, a)
+			}
+		}
+		if len(approaches) == 2 {
+			return
+		}
+		t.Logf("run %d: %v showed no violation yet", run, approaches[2:])
+	}
+	for _, a := range approaches[2:] {
+		t.Errorf("%s: no violation across the failover in %d runs: the fault did not bite, or the check missed it", a, foilRuns)
+	}
+}
+
+// foilRuns bounds how often TestCompareFailover runs a foil that has not
+// shown its violation yet.
+const foilRuns = 3
+
+// compareFailover runs inventory under the failover fault with approaches
+// and checks what every run must show: each approach checked with its
+// failover injected, and no violation for the alternative and the fenced
+// lock.
+func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.Approach) []report.Result {
+	t.Helper()
 	sc, _ := harness.Lookup("inventory")
 	rep, err := harness.Run(context.Background(), sc, harness.Config{
 		Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []harness.Fault{harness.Failover},
-		Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock},
+		Approaches: approaches,
 	}, harness.Infra{URL: testdb.URL(t), Failover: pair})
 	for _, n := range rep.Notes {
 		t.Log(n)
@@ -46,11 +89,10 @@ func TestCompareFailover(t *testing.T) {
 			if r.Violations != 0 || r.Ops == 0 {
 				t.Errorf("%s: %d violations, %d operations; want none and some", r.Approach, r.Violations, r.Ops)
 			}
-		case r.Violations == 0:
-			t.Errorf("%s: no violation across the failover: the fault did not bite, or the check missed it", r.Approach)
 		}
 	}
-	if len(rep.Results) != 4 {
-		t.Errorf("%d results, want 4", len(rep.Results))
+	if len(rep.Results) != len(approaches) {
+		t.Errorf("%d results, want %d", len(rep.Results), len(approaches))
 	}
+	return rep.Results
 }
