@@ -282,6 +282,7 @@ var mutantHoles = map[string]string{
 	"atomic.decrement.floor":            "inventory's stock (10,000,000) never runs out in a run, so no sale meets the floor: a sell-out scenario would catch it",
 	"fencedlock.gate.compare":           "no scenario uses Gate",
 	"fencedlock.verify.check":           "no scenario uses Postgres.Verify",
+	"fencedlock.acquire.purge-fence":    "it needs a Purge of the lock table between a fresh row's mint and its insert, and no scenario purges; fencedlock's guard checkPurgeFence catches it (TestMutantsAreCaught)",
 	"fencedlock.release.tenure":         "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
 	"fencedlock.renew.expired":          "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
 	"fencedlock.renew.tenure":           "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
