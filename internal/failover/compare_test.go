@@ -56,7 +56,7 @@ func TestCompareFailover(t *testing.T) {
 
 // foilRuns bounds how often TestCompareFailover runs a foil that has not
 // shown its violation yet.
-const foilRuns = 3
+const foilRuns = 6
 
 // compareFailover runs inventory under the failover fault with approaches
 // and checks what every run must show: each approach checked with its
