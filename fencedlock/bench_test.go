@@ -152,22 +152,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // BenchmarkAcquireServerTime measures what one acquire of a free name costs
 // the server: the execution time PostgreSQL reports (EXPLAIN ANALYZE of the
 // prepared statement, without planning, commit or the round trip, which are
-// the same for all), median per statement, of lockfree's acquire, the bare
+// the same for all), median per statement, of lockfree's acquire of a name
+// whose row the store has seen (lockfree) and of one whose row it has not
+// (lockfree-insert: the statement with the fresh-row branch), the bare
 // lease's with plain and with era tokens, and lockfree's with a plain
 // nextval in place of fence_mint (lockfree-nextval: the statement's shape
-// alone). Each op runs the four once, interleaved, each on its own
+// alone). Each op runs the five once, interleaved, each on its own
 // connection and names, and releases what it acquired. Server times are far
 // steadier than a cycle's wall time on a loaded machine:
 //
 //	go test -run '^$' -bench 'AcquireServerTime$' -benchtime 2000x -count 3 ./fencedlock/
 func BenchmarkAcquireServerTime(b *testing.B) {
 	db := testdb.New(b, fencedlock.Migrations()...)
-	lockfree := fencedlock.AcquireSQL(migrate.Names{})
+	lockfree := fencedlock.AcquireRowSQL(migrate.Names{})
 	impls := []struct{ name, acquire string }{
 		{"lockfree", lockfree},
 		{"bare", bareAcquire},
 		{"bare-era", bareEraAcquire},
 		{"lockfree-nextval", strings.ReplaceAll(lockfree, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)},
+		{"lockfree-insert", fencedlock.AcquireSQL(migrate.Names{})},
 	}
 	if impls[3].acquire == lockfree {
 		b.Fatal("lockfree-nextval: the acquire statement mints differently now")
