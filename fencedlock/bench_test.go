@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // The bare-SQL lease: the least a lease with fencing tokens can send, one
@@ -143,6 +146,74 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkAcquireServerTime measures what one acquire of a free name costs
+// the server: the execution time PostgreSQL reports (EXPLAIN ANALYZE of the
+// prepared statement, without planning, commit or the round trip, which are
+// the same for all), median per statement, of lockfree's acquire of a name
+// whose row the store has seen (lockfree) and of one whose row it has not
+// (lockfree-insert: the statement with the fresh-row branch), the bare
+// lease's with plain and with era tokens, and lockfree's with a plain
+// nextval in place of fence_mint (lockfree-nextval: the statement's shape
+// alone). Each op runs the five once, interleaved, each on its own
+// connection and names, and releases what it acquired. Server times are far
+// steadier than a cycle's wall time on a loaded machine:
+//
+//	go test -run '^$' -bench 'AcquireServerTime$' -benchtime 2000x -count 3 ./fencedlock/
+func BenchmarkAcquireServerTime(b *testing.B) {
+	db := testdb.New(b, fencedlock.Migrations()...)
+	lockfree := fencedlock.AcquireRowSQL(migrate.Names{})
+	impls := []struct{ name, acquire string }{
+		{"lockfree", lockfree},
+		{"bare", bareAcquire},
+		{"bare-era", bareEraAcquire},
+		{"lockfree-nextval", strings.ReplaceAll(lockfree, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)},
+		{"lockfree-insert", fencedlock.AcquireSQL(migrate.Names{})},
+	}
+	if impls[3].acquire == lockfree {
+		b.Fatal("lockfree-nextval: the acquire statement mints differently now")
+	}
+	conns := make([]*pgx.Conn, len(impls))
+	for i, impl := range impls {
+		c, err := pgx.Connect(ctx, db.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		typed := strings.NewReplacer("$1", "$1::text", "$2", "$2::text", "$3", "$3::bigint").Replace(impl.acquire)
+		if _, err := c.Exec(ctx, "PREPARE acquire AS "+typed); err != nil {
+			b.Fatal(impl.name, err)
+		}
+		_, err = c.Exec(ctx, `INSERT INTO lockfree_locks SELECT $1 || i, 'bench', 0, now(), now()
+			FROM generate_series(0, $2 - 1) i`, impl.name+"/", freeNames)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+	}
+	spent := make([][]float64, len(impls))
+	for n := 0; b.Loop(); n++ {
+		for k := range impls {
+			i := (k + n) % len(impls)
+			name := fmt.Sprintf("%s/%d", impls[i].name, n%freeNames)
+			var plan []struct {
+				Time float64 `json:"Execution Time"`
+			}
+			err := conns[i].QueryRow(ctx, `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE acquire('`+name+`', 'bench', 60000000)`).Scan(&plan)
+			if err != nil || len(plan) != 1 {
+				b.Fatal(impls[i].name, err)
+			}
+			spent[i] = append(spent[i], plan[0].Time*1000)
+			if _, err := conns[i].Exec(ctx, `UPDATE lockfree_locks SET expires_at = clock_timestamp() WHERE name = $1`, name); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for i, impl := range impls {
+		slices.Sort(spent[i])
+		b.ReportMetric(spent[i][len(spent[i])/2], impl.name+"-server-µs")
 	}
 }
 

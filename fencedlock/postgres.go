@@ -86,6 +86,13 @@ func (c PostgresConfig) validate() error {
 // waiting for it. A failed attempt writes nothing: a held row is not touched
 // (unlike INSERT … ON CONFLICT DO UPDATE … WHERE, which locks the row it
 // refuses), and the holder comes back in the same round trip.
+//
+// sqlAcquireRow is the same statement without the fresh-row branch, for a
+// name whose row the store has seen (knownRows): PostgreSQL sets up the
+// INSERT in every execution even when its guard skips it, which costs a
+// free name's acquire about as much server time as the UPDATE itself. When
+// the row is gone (purged) or changed hands while it ran, it returns no row
+// and the store sends sqlAcquire.
 const (
 	// purgeFence is the advisory lock that orders mints and purges of one
 	// lock table.
@@ -93,11 +100,13 @@ const (
 	// purgeFenceFrom is the source of the fresh-row branch's single row:
 	// it takes purgeFence shared before the row's token is minted.
 	purgeFenceFrom = `FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence`
-	sqlAcquire     = `WITH upd AS (
-		UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
+	// acquireUpdate takes an expired row and mints its token.
+	acquireUpdate = `UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
 			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND expires_at <= clock_timestamp()
-		RETURNING token, expires_at
+		RETURNING token, expires_at`
+	sqlAcquire = `WITH upd AS (
+		` + acquireUpdate + `
 	), ins AS (
 		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
 		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
@@ -112,6 +121,13 @@ const (
 	UNION ALL
 	SELECT false, holder, token, expires_at FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
+	sqlAcquireRow = `WITH upd AS (
+		` + acquireUpdate + `
+	)
+	SELECT true, $2::text, token, expires_at FROM upd
+	UNION ALL
+	SELECT false, holder, token, expires_at FROM {{locks}}
+	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM upd)`
 	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
@@ -147,13 +163,13 @@ const (
 )
 
 type pgStatements struct {
-	acquire, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	acquire, acquireRow, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return pgStatements{
-		acquire: r(sqlAcquire), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 	}
@@ -168,7 +184,8 @@ type Postgres struct {
 	notify   bool
 	channel  string // the NOTIFY channel, bound as an argument
 	sql      pgStatements
-	listener *listener // nil unless Notify and db is a pool
+	listener *listener  // nil unless Notify and db is a pool
+	known    *knownRows // shared by WithDB's copies
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -183,7 +200,8 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables)}
+	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables),
+		known: newKnownRows()}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
 		p.listener = &listener{pool: pool, channel: p.channel}
 	}
@@ -214,7 +232,8 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 }
 
 // Acquire implements Store. It is one statement, and one round trip unless
-// the lock was released or purged while the statement ran.
+// the lock was released or purged while the statement ran, or the row of a
+// name the store had seen was purged since.
 func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
@@ -237,16 +256,38 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 	}
 }
 
+// acquire runs one attempt: sqlAcquireRow when the name's row is known to
+// exist, and sqlAcquire when it is not, or when sqlAcquireRow found no row.
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
-	acquire := p.sql.acquire
+	acquire, acquireRow := p.sql.acquire, p.sql.acquireRow
 	if failpoint.Mutant("fencedlock.acquire.expired") {
 		// The update branch without its expiry condition.
-		acquire = migrate.Render(strings.Replace(sqlAcquire, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+		unexpired := func(sql string) string {
+			return migrate.Render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+		}
+		acquire, acquireRow = unexpired(sqlAcquire), unexpired(sqlAcquireRow)
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
 		acquire = migrate.Render(strings.Replace(sqlAcquire, purgeFenceFrom, "", 1), p.tables)
 	}
+	if p.known.has(name) {
+		l, err := p.attempt(ctx, acquireRow, name, holder, ttl)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return l, err
+		}
+		p.known.forget(name)
+	}
+	l, err := p.attempt(ctx, acquire, name, holder, ttl)
+	var held *HeldError
+	if err == nil || errors.As(err, &held) {
+		p.known.add(name) // the row exists now
+	}
+	return l, err
+}
+
+// attempt runs one acquire statement.
+func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, ttl time.Duration) (Lease, error) {
 	sent := time.Now()
 	var acquired bool
 	l := Lease{Name: name}

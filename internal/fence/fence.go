@@ -13,7 +13,12 @@
 // exceeds what the old primary minted, even the values whose WAL it never
 // received; fence_era fails rather than let the era go back when the
 // database moves to a cluster with a lower timeline, and fence_advance moves
-// on to a new era after a failover that creates no timeline. docs/failover.md
+// on to a new era after a failover that creates no timeline. fence_era is an
+// SQL function that PostgreSQL inlines into the minting statement: when the
+// era it reads is the one already recorded and the server is a primary, it
+// returns it without a call; everything else (a standby, a new era, one that
+// went back, one past 23 bits) goes to the PL/pgSQL fence_era_checked, which
+// checks, records and refuses as described. docs/failover.md
 // states the mechanism and its limits; internal/failover tests them on a
 // real primary and standby.
 //
@@ -46,7 +51,9 @@ var migrationFiles embed.FS
 
 // Migrations returns the schema of the fence functions (package "fence"):
 // the sequences fence_offset and fence_eras, and the functions fence_era,
-// fence_mint, fence_next and fence_advance.
+// fence_era_checked, fence_mint, fence_next and fence_advance. Migration 2
+// (the fast path of fence_era) changes no sequence: no fence goes back
+// across it or its down migration.
 func Migrations() []migrate.Migration {
 	return migrate.FromDir("fence", migrationFiles, "migrations")
 }

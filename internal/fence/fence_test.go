@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,6 +80,15 @@ func TestMintLimits(t *testing.T) {
 	}
 	if code := sqlState(t, pool, `SELECT {{fence_era}}()`); code != "22003" {
 		t.Errorf("era 2^23: SQLSTATE %q, want 22003", code)
+	}
+	// Only a hand-made setval records era 2^23 (every writer of fence_eras
+	// checks the limit first), and then the fast path returns it: the
+	// mints still fail, on the multiplication.
+	one(t, pool, `SELECT setval({{regclass fence_eras}}, $1)`, int64(1)<<23)
+	for _, q := range []string{`SELECT {{fence_mint}}('s')`, `SELECT {{fence_next}}(1)`} {
+		if code := sqlState(t, pool, q); code != "22003" {
+			t.Errorf("%s with era 2^23 recorded: SQLSTATE %q, want 22003", q, code)
+		}
 	}
 }
 
@@ -228,4 +238,108 @@ func TestCheck(t *testing.T) {
 		t.Errorf("the era gone back: %v, want ErrEra unwrapping to the server's 55000", err)
 	}
 	t.Logf("the era gone back: %v", err)
+}
+
+// migrationsBefore returns the fence migrations below version v: the schema
+// of an installation that predates migration v.
+func migrationsBefore(v int) []migrate.Migration {
+	var out []migrate.Migration
+	for _, m := range fence.Migrations() {
+		if m.Version < v {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// explainMint returns the expression PostgreSQL plans for a fence_mint call.
+func explainMint(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var plan string
+	if err := pool.QueryRow(t.Context(), r(`EXPLAIN (VERBOSE, COSTS OFF, FORMAT JSON) SELECT {{fence_mint}}('s')`)).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// fence_mint and fence_era are inlined into the statement that mints: the
+// plan evaluates the fast path's expression, and calls no function of ours
+// but the checked path, in its CASE. A PL/pgSQL fence_era (migration 1, the
+// foil) stays a call, which sets its expressions up again in every
+// transaction.
+func TestMintInlined(t *testing.T) {
+	pool := newFenceDB(t)
+	plan := explainMint(t, pool)
+	if !strings.Contains(plan, "pg_is_in_recovery()") || strings.Contains(plan, `lockfree_fence_era()`) {
+		t.Errorf("fence_mint is not inlined with the fast path of fence_era:\n%s", plan)
+	}
+	old := testdb.New(t, migrationsBefore(2)...)
+	if _, err := old.Pool.Exec(t.Context(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
+		t.Fatal(err)
+	}
+	if plan := explainMint(t, old.Pool); !strings.Contains(plan, `lockfree_fence_era()`) {
+		t.Errorf("the check does not see migration 1's call of fence_era:\n%s", plan)
+	}
+}
+
+// The fast path hands over to the checked path whenever the era it reads
+// is not the one recorded: the first mint records its era, and an era that
+// grows (here by the offset, as fence_advance raises it) is recorded again
+// before anything is minted in it.
+func TestEraRecorded(t *testing.T) {
+	pool := newFenceDB(t)
+	recorded := func() int64 {
+		t.Helper()
+		return one(t, pool, `SELECT coalesce(pg_sequence_last_value({{regclass fence_eras}}), -1)`)
+	}
+	if got := recorded(); got != -1 {
+		t.Fatalf("an era is recorded before any mint: %d", got)
+	}
+	e := one(t, pool, `SELECT {{fence_era}}()`)
+	if got := recorded(); got != e {
+		t.Fatalf("after the first mint the recorded era is %d, want %d", got, e)
+	}
+	if got := one(t, pool, `SELECT {{fence_era}}()`); got != e {
+		t.Fatalf("fence_era() = %d on the fast path, want %d", got, e)
+	}
+	one(t, pool, `SELECT setval({{regclass fence_offset}}, coalesce(pg_sequence_last_value({{regclass fence_offset}}), 0) + 3)`)
+	if got := one(t, pool, `SELECT {{fence_mint}}('s')`); era(got) != e+3 || recorded() != e+3 {
+		t.Errorf("after the offset grew by 3: minted in era %d, recorded %d, want %d", era(got), recorded(), e+3)
+	}
+}
+
+// An installation at migration 1 carried to the fast path and back: no
+// fence minted after either step is below one minted before it, and the
+// era is the same on both paths.
+func TestFastPathMigration(t *testing.T) {
+	db := testdb.New(t, migrationsBefore(2)...)
+	pool := db.Pool
+	if _, err := pool.Exec(t.Context(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
+		t.Fatal(err)
+	}
+	before := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	if err := migrate.Up(t.Context(), pool, migrate.Names{}, fence.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	fast := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	var down string
+	for _, m := range fence.Migrations() {
+		if m.Version == 2 {
+			down = m.Down
+		}
+	}
+	if down == "" {
+		t.Fatal("no down migration for version 2")
+	}
+	if _, err := pool.Exec(t.Context(), r(down)); err != nil {
+		t.Fatal(err)
+	}
+	after := one(t, pool, `SELECT {{fence_mint}}('s')`)
+	if !(before < fast && fast < after) || era(before) != era(fast) || era(fast) != era(after) {
+		t.Errorf("minted %d (era %d), %d (era %d) on the fast path, %d (era %d) after the down migration: want increasing, one era",
+			before, era(before), fast, era(fast), after, era(after))
+	}
+	if plan := explainMint(t, pool); !strings.Contains(plan, `lockfree_fence_era()`) {
+		t.Errorf("after the down migration fence_era is still the SQL function:\n%s", plan)
+	}
 }
