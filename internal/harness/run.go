@@ -266,6 +266,13 @@ func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, 
 		return r, report.Result{}, err
 	}
 	defer sch.drop()
+	if p, ok := def.(Preparer); ok {
+		undo, err := p.Prepare(ctx, infra, sch.Name, sizes)
+		if err != nil {
+			return r, report.Result{}, err
+		}
+		defer undo()
+	}
 	if infra.Failover != nil && slices.Contains(cfg.Faults, Failover) {
 		var drop func()
 		if r.lockURL, drop, err = r.lockSchema(ctx, sch.Name); err != nil {
