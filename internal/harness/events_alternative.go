@@ -50,7 +50,7 @@ func (eventsAlternative) NewClient(ctx context.Context, env *Env) (Client, error
 	c := &eventsAltClient{kafkaProducer: p, holder: "worker-" + strconv.Itoa(env.Client), group: topic, stop: make(chan struct{})}
 	c.consumer, err = kafkawriter.NewBatchConsumer(taskDB{env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat,
+			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
 			MeterProvider: env.MeterProvider})
 	if err != nil {
 		p.Close()

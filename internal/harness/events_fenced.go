@@ -65,7 +65,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
 				Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
 				MeterProvider: env.MeterProvider},
 			Stream: topic, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat,
+			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
 		})
 	if err != nil {
 		p.Close()

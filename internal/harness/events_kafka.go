@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,43 @@ func kafkaSkip(ctx context.Context, infra Infra) string {
 	return fmt.Sprintf("Kafka at %s does not answer: %v", strings.Join(infra.Kafka, ","), errors.Join(errs...))
 }
 
+// advertisedBrokers returns the addresses the cluster at bootstrap
+// advertises for its brokers: what a client dials once it has read the
+// metadata, and so what a worker's proxies must stand in for.
+func advertisedBrokers(ctx context.Context, bootstrap []string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, b := range bootstrap {
+		conn, err := kafka.DialContext(ctx, "tcp", b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		bs, err := conn.Brokers()
+		conn.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var out []string
+		for _, x := range bs {
+			out = append(out, net.JoinHostPort(x.Host, strconv.Itoa(x.Port)))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("harness: reading the Kafka brokers: %w", errors.Join(errs...))
+}
+
+// kafkaDialer is how env's consumers reach the brokers: through the
+// worker's proxies under network faults, directly otherwise (nil).
+func kafkaDialer(env *Env) *kafka.Dialer {
+	if env.KafkaDial == nil {
+		return nil
+	}
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial}
+}
+
 // eventsTopic is the topic of the run whose schema is named run.
 func eventsTopic(run string) string { return "lockfree-" + run }
 
@@ -104,6 +142,7 @@ func kafkaBrokers(env *Env) ([]string, error) {
 type kafkaProducer struct {
 	*producer
 	kp *kafkawriter.Producer
+	tr *kafka.Transport // the producer's, closed with it
 	// keys are the entities' message keys: the entity's name and a suffix
 	// chosen so that entity i of all lands on partition i mod partitions,
 	// and every partition has work (hashed as they are, a few names would
@@ -119,11 +158,12 @@ func newKafkaProducer(env *Env, topic string) (*kafkaProducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	kp, err := kafkawriter.NewProducer(brokers, topic, nil)
+	tr := &kafka.Transport{Dial: env.KafkaDial} // nil: dial directly
+	kp, err := kafkawriter.NewProducer(brokers, topic, &kafkawriter.ProducerConfig{Transport: tr})
 	if err != nil {
 		return nil, err
 	}
-	p := &kafkaProducer{producer: newProducer(env), kp: kp, acked: make([]int64, env.Keys)}
+	p := &kafkaProducer{producer: newProducer(env), kp: kp, tr: tr, acked: make([]int64, env.Keys)}
 	for k := range env.Keys {
 		p.keys = append(p.keys, spreadKey(entityName(env.Client, k), env.Client*env.Keys+k, env.Clients))
 	}
@@ -205,7 +245,11 @@ func (p *kafkaProducer) Drain(ctx context.Context) error {
 	return nil
 }
 
-func (p *kafkaProducer) Close() error { return p.kp.Close() }
+func (p *kafkaProducer) Close() error {
+	err := p.kp.Close()
+	p.tr.CloseIdleConnections()
+	return err
+}
 
 // encodeEvent is an event's message value: "entity seq produced_by".
 func encodeEvent(e pendingEvent) []byte {
