@@ -41,12 +41,18 @@ type kafkaEvents struct{}
 
 func (kafkaEvents) needsKafka() {}
 
-// Prepare creates the run's topic.
+// Prepare creates the run's topic, replicated on up to three brokers (a
+// cluster whose min.insync.replicas is 2 refuses an acks=all write to a
+// topic of one replica).
 func (kafkaEvents) Prepare(ctx context.Context, infra Infra, run string, s Sizes) (func(), error) {
 	topic := eventsTopic(run)
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := kafkawriter.CreateTopic(cctx, infra.Kafka, topic, s.Clients, 1); err != nil {
+	brokers, err := advertisedBrokers(cctx, infra.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	if err := kafkawriter.CreateTopic(cctx, infra.Kafka, topic, s.Clients, min(3, len(brokers))); err != nil {
 		return nil, fmt.Errorf("harness: events: %w", err)
 	}
 	return func() {
