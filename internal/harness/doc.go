@@ -42,9 +42,13 @@
 // the held worker go on once the stale operation has completed. Stall
 // blocks the operation's goroutine instead, the rest of the process
 // running. Isolate and Delay cut the worker off at the point: its own proxy
-// holds every byte, its write included, past the lease and a takeover, and
-// then resets the connections (Isolate) or delivers the bytes late
-// (Delay); they count only when the proxy held bytes. Restart restarts the
+// of the database (and, for an approach that consumes from Kafka, one of
+// each broker) holds every byte, its write included, past the lease and a
+// takeover, and then resets the connections (Isolate) or delivers the
+// bytes late (Delay); they count only when the proxies held bytes. A
+// consumer's background work that a fault may stop is a task (Env.Task):
+// the coordinator waits for its transaction to end before the worker held
+// behind it goes on. Restart restarts the
 // server. A run in which a requested fault never took effect fails with
 // ErrNotInjected.
 //

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,6 +93,7 @@ type Op struct {
 	passed atomic.Bool  // it reached a before-write point
 	took   atomic.Bool  // its effect committed (Took)
 	token  atomic.Int64 // of the last lease it was granted
+	task   string       // the ID of a task's background work (Env.Task)
 }
 
 type opKey struct{}
@@ -103,10 +105,11 @@ func opFrom(ctx context.Context) *Op {
 }
 
 // ID is the operation's ID in the history ("client/seq"): store it beside
-// the effects it makes. It is "" for background work (Env.Background).
+// the effects it makes. It is "" for background work (Env.Background), and
+// the task's own ID for a task (Env.Task).
 func (o *Op) ID() string {
 	if o.call == nil {
-		return ""
+		return o.task
 	}
 	return o.call.ID()
 }
@@ -117,6 +120,34 @@ func (o *Op) ID() string {
 // operation's, and the leases it takes are reported on key.
 func (e *Env) Background(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, opKey{}, &Op{key: key})
+}
+
+// Task returns the context of background work on key, like Background,
+// whose effect is decided later (a consumer's transaction, committed or
+// refused by the library after the harness's handler returned), with token
+// the lease or epoch it works under (0 for unknown): done, called once the
+// effect is decided, tells the fault injector, which waits for a stopped
+// task to end before it lets the worker that took its key over go on. The
+// worker reports the end as the task's completion; done may be called more
+// than once.
+func (e *Env) Task(ctx context.Context, key string, token int64) (context.Context, func()) {
+	op := &Op{key: key}
+	op.token.Store(token)
+	if e.w == nil {
+		return context.WithValue(ctx, opKey{}, op), func() {}
+	}
+	op.task = "task-" + strconv.Itoa(e.Client) + "-" + strconv.FormatInt(e.w.tasks.Add(1), 10)
+	var once sync.Once
+	return context.WithValue(ctx, opKey{}, op), func() {
+		once.Do(func() { _ = e.w.out.event(event{Ev: evDone, T: history.Now(), Key: key, Op: op.task}) })
+	}
+}
+
+// report sends ev, when the client runs in a worker.
+func (e *Env) report(ev event) {
+	if e.w != nil {
+		_ = e.w.out.event(ev) // evidence for the injector and the timeline only
+	}
 }
 
 // Token is the fencing token of the last lease the operation was granted

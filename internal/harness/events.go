@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,9 @@ const eventsPerOp = 5
 // producers' events, per entity in sequence order); entity_state is what
 // the consumers build from it; applied logs every application in the order
 // applied, with the event's producing operation, and has no unique
-// constraint on purpose: a duplicate must reach the check.
+// constraint on purpose: a duplicate must reach the check. The Kafka
+// consumers also log the worker that applied each event (applied_by) and,
+// for the inbox, the partition's owner as the write ran (owner).
 const (
 	sqlEventsTables = `CREATE TABLE entity_state (
 	entity        text   PRIMARY KEY,
@@ -37,11 +40,17 @@ CREATE TABLE applied (
 	entity      text   NOT NULL,
 	seq         bigint NOT NULL,
 	prev_seq    bigint NOT NULL,
-	produced_by text   NOT NULL
+	produced_by text   NOT NULL,
+	applied_by  text,
+	owner       text
 )`
 	sqlEventsSeed = `INSERT INTO entity_state (entity)
 	SELECT 'entity-' || c || '-' || k FROM generate_series(0, $1 - 1) AS c, generate_series(0, $2 - 1) AS k`
 	sqlEventsApplied = `SELECT entity, seq, prev_seq, produced_by FROM applied ORDER BY id`
+	// sqlEventsForeign lists the applications that committed while the
+	// inbox named another owner of their partition.
+	sqlEventsForeign = `SELECT entity, seq, applied_by, owner FROM applied
+	WHERE owner IS NOT NULL AND owner <> applied_by ORDER BY id`
 	sqlEventsProduce = `INSERT INTO event_queue (entity, seq, produced_by)
 	SELECT $1, s, $3 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s`
 	// sqlEventsState reads an entity's last applied number.
@@ -89,7 +98,41 @@ func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ S
 	}); err != nil {
 		return nil, err
 	}
-	return history.Delivery(ops, applied)
+	rep, err := history.Delivery(ops, applied)
+	if err != nil {
+		return nil, err
+	}
+	return rep, foreignWrites(ctx, db, rep)
+}
+
+// superseded is the anomaly of an application that committed while the
+// inbox named another owner of its partition: a zombie consumer's
+// transaction went through. Delivery may not see it — the event applied
+// once, in order — but a consumer that writes after another took its
+// partition over is what the inbox exists to refuse.
+const superseded history.Anomaly = "superseded owner's write"
+
+// foreignWrites adds to rep the applications that committed while another
+// consumer owned their partition.
+func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Report) error {
+	rows, err := db.Query(ctx, sqlEventsForeign)
+	if err != nil {
+		return err
+	}
+	var entity, by, owner string
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&entity, &seq, &by, &owner}, func() error {
+		k := rep.Key(entity)
+		if k == nil {
+			rep.Keys = append(rep.Keys, history.KeyReport{Key: entity})
+			k = &rep.Keys[len(rep.Keys)-1]
+		}
+		k.Status = history.Violated
+		k.Violations = append(k.Violations, history.Violation{Key: entity, Anomaly: superseded,
+			Text: fmt.Sprintf("event %d of key %s was applied by %s and committed while %s owned its partition", seq, entity, by, owner)})
+		return nil
+	})
+	return err
 }
 
 // producer is a worker's producing side: its own entities, and the next
@@ -104,18 +147,27 @@ func newProducer(env *Env) *producer {
 	return &producer{env: env, next: make([]int64, env.Keys)}
 }
 
+// entityName is the name of worker client's entity k.
+func entityName(client, k int) string {
+	return "entity-" + strconv.Itoa(client) + "-" + strconv.Itoa(k)
+}
+
 // start invokes the produce of the next events of a random entity of the
 // worker's and returns their sequence numbers.
 func (p *producer) start(ctx context.Context) (context.Context, *Op, int64, error) {
-	k := p.env.Rand.IntN(p.env.Keys)
+	return p.invoke(ctx, p.env.Rand.IntN(p.env.Keys))
+}
+
+// invoke invokes the produce of the next events of the worker's entity k
+// and returns their sequence numbers.
+func (p *producer) invoke(ctx context.Context, k int) (context.Context, *Op, int64, error) {
 	first := p.next[k] + 1
 	p.next[k] += eventsPerOp
 	in := history.ProduceInput{}
 	for s := first; s < first+eventsPerOp; s++ {
 		in.Seqs = append(in.Seqs, s)
 	}
-	key := "entity-" + strconv.Itoa(p.env.Client) + "-" + strconv.Itoa(k)
-	ctx, op, err := p.env.Invoke(ctx, key, history.KindProduce, in)
+	ctx, op, err := p.env.Invoke(ctx, entityName(p.env.Client, k), history.KindProduce, in)
 	return ctx, op, first, err
 }
 

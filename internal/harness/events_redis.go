@@ -33,7 +33,7 @@ func (d eventsRedis) NewClient(ctx context.Context, env *Env) (Client, error) {
 	c.producer = newProducer(env)
 	c.consumer = newConsumer(env, func(ctx context.Context, e pendingEvent) error {
 		return withRedisLock(ctx, locker, e.entity, func() error {
-			return applyLocked(ctx, env, e, 0, true, point)
+			return applyNaive(ctx, env, e, point)
 		})
 	})
 	return c, nil

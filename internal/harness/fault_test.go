@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,11 +68,16 @@ func TestFaults(t *testing.T) {
 				infra.URL = testdb.New(t).URL
 			}
 			infra.Redis = redisAddr(t)
-			rep, err := harness.Run(context.Background(), sc, harness.Config{
+			infra.Kafka = kafkaBrokers(t)
+			cfg := harness.Config{
 				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
 				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock,
 					harness.RedisLock, harness.RedsyncLock},
-			}, infra)
+			}
+			// Room for a fault past the longest lease, and its takeover:
+			// a Kafka consumer's session and rebalance take seconds.
+			cfg.Duration = max(cfg.Duration, 3*longestLease(tc.scenario, cfg))
+			rep, err := harness.Run(context.Background(), sc, cfg, infra)
 			for _, n := range rep.Notes {
 				t.Log(n)
 			}
@@ -79,18 +85,60 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range rep.Results {
-				t.Logf("%-12s ops=%d rejected=%d errors=%d uncertain=%d faults=%v violations=%d %s",
-					r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
+				t.Logf("%-12s ops=%d rejected=%d errors=%d uncertain=%d faults=%v counts=%v violations=%d %s",
+					r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Extra, r.Violations, r.Detail)
 				checkResult(t, tc.fault, r)
 			}
 		})
 	}
 }
 
+// longestLease is the longest lease that protects an approach of scenario
+// that cfg runs.
+func longestLease(scenario string, cfg harness.Config) time.Duration {
+	var d time.Duration
+	for _, a := range harness.Approaches(scenario) {
+		if slices.Contains(cfg.Approaches, a.Approach()) {
+			d = max(d, a.Protection(harness.Params{Sizes: harness.Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: 250 * time.Millisecond}).Lease)
+		}
+	}
+	return d
+}
+
+// kafkaBrokers returns the brokers of TEST_KAFKA_BROKERS, or none, when
+// the approaches that need Kafka are reported as skipped; with CI=true a
+// missing broker fails the test instead.
+func kafkaBrokers(t *testing.T) []string {
+	t.Helper()
+	v := os.Getenv("TEST_KAFKA_BROKERS")
+	if v == "" && os.Getenv("CI") == "true" {
+		t.Fatal("TEST_KAFKA_BROKERS is not set and CI=true: run scripts/kafka.sh up and eval \"$(scripts/kafka.sh env)\"")
+	}
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// skipped handles a result the harness skipped: a failure under CI=true,
+// where every approach must run, a note otherwise.
+func skipped(t *testing.T, r report.Result) {
+	t.Helper()
+	if strings.Contains(r.Skipped, "Redis") {
+		skippedRedis(t, r)
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s skipped under CI=true: %s", r.Approach, r.Skipped)
+		return
+	}
+	t.Logf("%s skipped: %s (set TEST_KAFKA_BROKERS: eval \"$(scripts/kafka.sh env)\")", r.Approach, r.Skipped)
+}
+
 func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 	t.Helper()
 	if r.Skipped != "" {
-		skippedRedis(t, r)
+		skipped(t, r)
 		return
 	}
 	if r.FaultsInjected[f] == 0 {
@@ -104,6 +152,11 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 	case harness.Alternative, harness.FencedLock:
 		if r.Violations != 0 {
 			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
+		}
+		// A mechanism that counts the stale writers it refused refused
+		// one after each pause: a stopped writer was taken over.
+		if n, ok := r.Extra["fenced"]; ok && f == harness.Pause && n == 0 {
+			t.Errorf("%s: no transaction refused by a fence under %d × %s: no stopped writer was taken over", r.Approach, r.FaultsInjected[f], f)
 		}
 		if r.Ops == 0 {
 			t.Errorf("%s: no operation succeeded", r.Approach)

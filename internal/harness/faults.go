@@ -353,19 +353,14 @@ func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 	if !ok {
 		return
 	}
-	before := v.proxy.Stats().Held
-	v.proxy.Set(faultproxy.Hold, 0)
+	before := v.held()
+	v.cut(faultproxy.Hold, false)
 	v.command(command{Cmd: cmdClear}) // the write goes into the cut
-	held := func() int64 { s := v.proxy.Stats(); return s.Held - before }
+	held := func() int64 { return v.held() - before }
 	caught := poll(ctx, 2*time.Second, func() bool { return held() > 0 })
 	taken := r.takeover(ctx, v, at)
 	n := held()
-	if deliver {
-		v.proxy.Deliver()
-	} else {
-		v.proxy.Set(faultproxy.Reset, 0)
-		v.proxy.Set(faultproxy.Pass, 0)
-	}
+	v.cut(faultproxy.Pass, deliver)
 	end := history.Now()
 	if caught && n > 0 {
 		r.count(f)

@@ -91,8 +91,12 @@ type redisApproach interface{ redisLock() }
 var ErrNoRedis = errors.New("harness: no Redis server")
 
 // skipReason says why def cannot run on infra, or "" when it can: a
-// redis-lock approach needs a Redis server that answers PING.
+// redis-lock approach needs a Redis server that answers PING, an approach
+// that consumes from Kafka (kafkaApproach) brokers that answer.
 func skipReason(ctx context.Context, def ApproachDef, infra Infra) string {
+	if _, ok := def.(kafkaApproach); ok {
+		return kafkaSkip(ctx, infra)
+	}
 	if _, ok := def.(redisApproach); !ok {
 		return ""
 	}

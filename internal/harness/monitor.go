@@ -115,6 +115,10 @@ func (m *monitor) event(client int, ev event) {
 		m.points = append(m.points, pointSeen{client: client, ev: ev})
 	case evGo:
 		m.goT[client] = ev.T
+	case evDone:
+		// A task is no operation of the history: only its end is
+		// waited for.
+		m.done[ev.Op] = opSeen{client: client, key: ev.Key, call: ev.T, outcome: evDone}
 	}
 	m.changedLocked()
 }

@@ -22,6 +22,9 @@ type proc struct {
 	client int
 	cmd    *exec.Cmd
 	proxy  *faultproxy.Proxy // nil unless the run injects network faults
+	// kafka are the proxies of the worker's Kafka brokers, when the run
+	// injects network faults into an approach that consumes from Kafka.
+	kafka []*faultproxy.Proxy
 
 	inMu  sync.Mutex
 	stdin io.WriteCloser
@@ -219,4 +222,38 @@ func readHistory(ps []*proc) ([]history.Op, error) {
 		rs[i] = bytes.NewReader(p.history())
 	}
 	return history.Read(rs...)
+}
+
+// proxies returns the worker's proxies: its database's and its brokers'.
+func (p *proc) proxies() []*faultproxy.Proxy {
+	if p.proxy == nil {
+		return p.kafka
+	}
+	return append([]*faultproxy.Proxy{p.proxy}, p.kafka...)
+}
+
+// cut holds every proxy of the worker (mode Hold), or ends the hold
+// (another mode): with deliver, the held bytes go out late and in order,
+// without it the connections are reset.
+func (p *proc) cut(mode faultproxy.Mode, deliver bool) {
+	for _, x := range p.proxies() {
+		switch {
+		case mode == faultproxy.Hold:
+			x.Set(faultproxy.Hold, 0)
+		case deliver:
+			x.Deliver()
+		default:
+			x.Set(faultproxy.Reset, 0)
+			x.Set(mode, 0)
+		}
+	}
+}
+
+// held counts the bytes the worker's proxies have held so far.
+func (p *proc) held() int64 {
+	var n int64
+	for _, x := range p.proxies() {
+		n += x.Stats().Held
+	}
+	return n
 }

@@ -133,6 +133,7 @@ const (
 	evRenew   = "renew"   // a lease renewed
 	evRelease = "release" // a lease released
 	evStats   = "stats"   // the measured part's figures, last
+	evDone    = "done"    // a task's effect was decided (Env.Task)
 )
 
 // workerStats are a worker's figures over the measured part of its run.
@@ -153,6 +154,8 @@ type workerStats struct {
 	// Extra counts what the approach sent besides PostgreSQL
 	// (redis_round_trips), by name.
 	Extra map[string]int64 `json:"extra,omitempty"`
+	// Counts are the client's own counts (Counter), warm-up included.
+	Counts map[string]int64 `json:"counts,omitempty"`
 	// Metrics are what the client's lockfree components recorded, warm-up
 	// included, when the run collects them (workerConfig.Metrics).
 	Metrics []report.Metric `json:"metrics,omitempty"`

@@ -127,6 +127,22 @@ type Drainer interface {
 	Drain(ctx context.Context) error
 }
 
+// Preparer is an ApproachDef whose runs need something besides their
+// schema (a Kafka topic): Prepare makes it on infra for the run whose
+// schema is named run, before the workers start, and returns the function
+// that removes it after the check.
+type Preparer interface {
+	Prepare(ctx context.Context, infra Infra, run string, s Sizes) (func(), error)
+}
+
+// Counter is a Client that counts what its mechanism did besides the
+// operations (partitions claimed, transactions refused by a fence): the
+// worker reports the counts after the run, and the report sums them over the
+// workers into the result's Extra, by name.
+type Counter interface {
+	Counts() map[string]int64
+}
+
 var registry = struct {
 	sync.RWMutex
 	scenarios  map[string]Scenario

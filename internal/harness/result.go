@@ -94,7 +94,8 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	res.OpsPerSec = float64(res.Ops) / (float64(w.to-w.from) / 1e9)
 	slices.Sort(latencies)
 	res.P50ms, res.P99ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
-	if st := r.stats(); st.Ops > 0 {
+	st := r.stats()
+	if st.Ops > 0 {
 		res.RoundTripsPerOp = report.Float(float64(st.RoundTrips) / float64(st.Ops))
 		res.StatementsPerOp = report.Float(float64(st.Statements) / float64(st.Ops))
 		for k, n := range st.Extra {
@@ -103,6 +104,12 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 			}
 			res.Extra[k+"_per_op"] = float64(n) / float64(st.Ops)
 		}
+	}
+	for k, n := range st.Counts {
+		if res.Extra == nil {
+			res.Extra = map[string]float64{}
+		}
+		res.Extra[k] = float64(n)
 	}
 }
 
@@ -129,6 +136,12 @@ func (r *run) stats() workerStats {
 					sum.Extra = map[string]int64{}
 				}
 				sum.Extra[k] += n
+			}
+			for k, n := range s.Counts {
+				if sum.Counts == nil {
+					sum.Counts = map[string]int64{}
+				}
+				sum.Counts[k] += n
 			}
 		}
 		p.mu.Unlock()

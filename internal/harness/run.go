@@ -266,6 +266,13 @@ func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, 
 		return r, report.Result{}, err
 	}
 	defer sch.drop()
+	if p, ok := def.(Preparer); ok {
+		undo, err := p.Prepare(ctx, infra, sch.Name, sizes)
+		if err != nil {
+			return r, report.Result{}, err
+		}
+		defer undo()
+	}
 	if infra.Failover != nil && slices.Contains(cfg.Faults, Failover) {
 		var drop func()
 		if r.lockURL, drop, err = r.lockSchema(ctx, sch.Name); err != nil {
@@ -296,6 +303,13 @@ func (r *run) start(ctx context.Context, url string) error {
 		}
 	}
 	network := slices.ContainsFunc(r.cfg.Faults, func(f Fault) bool { k, _ := faultByName(f); return k.network })
+	var brokers []string // the advertised brokers a worker of a Kafka approach reaches through its proxies
+	if _, ok := r.def.(kafkaApproach); ok && network {
+		var err error
+		if brokers, err = advertisedBrokers(ctx, r.infra.Kafka); err != nil {
+			return err
+		}
+	}
 	r.base = history.Now()
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
@@ -308,13 +322,24 @@ func (r *run) start(ctx context.Context, url string) error {
 				return err
 			}
 		}
-		p, err := startProc(exe, r.cfg.Args, r.cfg.Env, wc, proxy, r.mon, r.cfg.Stderr)
+		kafkaProxies, routes, err := proxyBrokers(brokers)
 		if err != nil {
 			if proxy != nil {
 				proxy.Close()
 			}
 			return err
 		}
+		wc.KafkaRoutes = routes
+		p, err := startProc(exe, r.cfg.Args, r.cfg.Env, wc, proxy, r.mon, r.cfg.Stderr)
+		if err != nil {
+			for _, k := range append(kafkaProxies, proxy) {
+				if k != nil {
+					k.Close()
+				}
+			}
+			return err
+		}
+		p.kafka = kafkaProxies
 		r.procs = append(r.procs, p)
 	}
 	bound := r.cfg.Warmup + r.params.OpTimeout + time.Minute
@@ -360,6 +385,28 @@ func proxied(url string) (*faultproxy.Proxy, string, error) {
 	return p, u, nil
 }
 
+// proxyBrokers starts a proxy in front of each of brokers and returns them
+// with the routes from each broker's address to its proxy's.
+func proxyBrokers(brokers []string) ([]*faultproxy.Proxy, map[string]string, error) {
+	if len(brokers) == 0 {
+		return nil, nil, nil
+	}
+	var ps []*faultproxy.Proxy
+	routes := map[string]string{}
+	for _, b := range brokers {
+		p, err := faultproxy.Start(b)
+		if err != nil {
+			for _, q := range ps {
+				q.Close()
+			}
+			return nil, nil, err
+		}
+		ps = append(ps, p)
+		routes[b] = p.Addr()
+	}
+	return ps, routes, nil
+}
+
 // cleanup kills the workers that are still running and closes the proxies.
 func (r *run) cleanup() {
 	for _, p := range r.procs {
@@ -367,8 +414,8 @@ func (r *run) cleanup() {
 			p.kill()
 			<-p.done
 		}
-		if p.proxy != nil {
-			p.proxy.Close()
+		for _, x := range p.proxies() {
+			x.Close()
 		}
 	}
 }
@@ -394,9 +441,7 @@ func (r *run) measure(ctx context.Context) (window, error) {
 	// operation ends.
 	for _, p := range r.procs {
 		_ = p.signal(sigCont)
-		if p.proxy != nil {
-			p.proxy.Deliver()
-		}
+		p.cut(faultproxy.Pass, true)
 		p.command(command{Cmd: cmdClear})
 		p.command(command{Cmd: cmdHalt})
 	}

@@ -69,6 +69,8 @@ type worker struct {
 	// call of Op that found nothing to do (a member owning no key) is
 	// not an operation, and must not dilute the figures per operation.
 	invoked atomic.Int64
+	// tasks numbers the background tasks of Env.Task.
+	tasks atomic.Int64
 }
 
 // serve is WorkerMain on in and out.
@@ -257,6 +259,9 @@ func (w *worker) run(ctx context.Context) error {
 	st := &workerStats{Metrics: metrics, Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
 		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
+	if c, ok := client.(Counter); ok {
+		st.Counts = c.Counts()
+	}
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
 }
 

@@ -189,7 +189,9 @@ func (f *Fenced) apply(ctx context.Context, name string, token, seq int64, fn Ap
 	if err != nil {
 		return false, err
 	}
-	if seq <= after && !failpoint.Mutant("kafkawriter.fenced.skip.seq") {
+	// The mutant is asked first, so that its site counts every skip
+	// decision, not only the ones that skip.
+	if !failpoint.Mutant("kafkawriter.fenced.skip.seq") && seq <= after {
 		return false, nil
 	}
 	err = pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
