@@ -325,9 +325,12 @@ func (f *failoverStep) promote(ctx context.Context) (int64, error) {
 // stopped client's key; once one of them, the taker, is held there — it
 // found the promoted node through its multi-host URL, was granted the key
 // and read — every other client is stopped, so that nothing else is
-// granted or read; the taker writes. It reports whether the taker wrote,
-// and whether its token was at or below the stopped client's: the tokens
-// went back.
+// granted or read; the taker writes, and is parked before its next
+// operation (cmdStep), so that no later lease of its own raises the fence
+// before the stopped client's write has landed: the stopped client's write
+// is the next to reach the key whatever the scheduler does. It reports
+// whether the taker wrote, and whether its token was at or below the
+// stopped client's: the tokens went back.
 func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	m, key := f.r.mon, f.at.Key
 	for _, p := range f.r.procs {
@@ -356,7 +359,10 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	}
 	f.stopOthers(ctx, held.client)
 	taker := f.r.procs[slices.IndexFunc(f.r.procs, func(p *proc) bool { return p.client == held.client })]
-	taker.command(command{Cmd: cmdClear})
+	// Its write goes on, and its next operation is parked in the same
+	// step of the worker (step): finish clears it once the stopped
+	// client's operation has completed.
+	taker.command(command{Cmd: cmdStep})
 	taken = m.wait(ctx, f.r.params.OpTimeout+10*time.Second, func() bool { return m.completedLocked(held.ev.Op) })
 	f.r.note("failover: client %d took %s over on the promoted node with token %d; the stopped client %d holds token %d", held.client, key, held.ev.Token, f.v.client, f.at.Token)
 	m.mu.Lock()

@@ -77,6 +77,10 @@ const (
 	cmdClear = "clear"
 	// cmdDisarm disarms them, leaving an operation blocked at one blocked.
 	cmdDisarm = "disarm"
+	// cmdStep lets an operation blocked at a point go on and parks the
+	// worker's next operation at its start (modePark) until cmdClear:
+	// the client writes once, and nothing more.
+	cmdStep = "step"
 )
 
 // arm says what a worker does at the next before-write point it reaches
@@ -101,6 +105,13 @@ const (
 	// modeHold is modeWait for the client that took over from a stopped
 	// one: it holds its write back until the stale one has landed.
 	modeHold = "hold"
+	// modePark blocks the worker's next operation before it is invoked
+	// (Env.Invoke), until cmdClear. Only cmdStep arms it, in the step that
+	// releases the operation blocked at a point: a client that took a key
+	// over writes once and then cannot begin another operation — take a
+	// lease, raise a fence — until the coordinator lets it. A before-write
+	// point does not fire it.
+	modePark = "park"
 )
 
 // event is a line a worker reports besides its history.
