@@ -64,6 +64,8 @@ func failoverSkip(cfg Config, def ApproachDef) string {
 	switch {
 	case foil && !on:
 		return "runs only under the failover fault: its tokens differ from the fenced lock's only across a failover"
+	case on && def.Approach() == VerifiedLock:
+		return "Verify proves the lease in the resource's own transaction, and the failover fault puts the lock service in another database"
 	case on && !slices.Contains(failoverScenarios, def.Scenario()):
 		return "the failover fault runs on " + strings.Join(failoverScenarios, ", ") + ": the scenarios whose leases live in the lock service that fails over"
 	}
@@ -171,6 +173,9 @@ func failoverFault(ctx context.Context, r *run) {
 		return
 	}
 	r.span(-1, report.SpanFailover, from, f.promoted, fmt.Sprintf("failover: primary killed, standby promoted, %d bytes of WAL lost", lost))
+	r.mu.Lock()
+	r.forgot = append(r.forgot, f.promoted)
+	r.mu.Unlock()
 	// Once the primary is gone the fault runs to its end, each wait
 	// bounded, even past the measured part: its workers go on until it
 	// returns.

@@ -30,7 +30,9 @@ var (
 // mutant's: the naive lock without faults, where nothing but the lock keeps
 // two clients apart (the cheapest run: no fault to wait out); the
 // alternative and the fenced lock under a pause past the lease (it catches a
-// missing fence and, with the clients' contention, a missing condition);
+// missing fence and, with the clients' contention, a missing condition), and
+// the lock verified in the write's transaction (accounts' verified-lock, the
+// one use of fencedlock.Postgres.Verify);
 // then under the late delivery of a cut worker's write.
 var mutantTrials = []struct {
 	approach harness.Approach
@@ -39,6 +41,7 @@ var mutantTrials = []struct {
 	{harness.NaiveLock, ""},
 	{harness.Alternative, harness.Pause},
 	{harness.FencedLock, harness.Pause},
+	{harness.VerifiedLock, harness.Pause},
 	{harness.Alternative, harness.Delay},
 	{harness.FencedLock, harness.Delay},
 }
@@ -281,11 +284,9 @@ var mutantHoles = map[string]string{
 	"atomic.setifgreater.compare":       "no scenario uses SetIfGreater",
 	"atomic.decrement.floor":            "inventory's stock (10,000,000) never runs out in a run, so no sale meets the floor: a sell-out scenario would catch it",
 	"fencedlock.gate.compare":           "no scenario uses Gate",
-	"fencedlock.verify.check":           "no scenario uses Postgres.Verify",
 	"fencedlock.acquire.purge-fence":    "it needs a Purge of the lock table between a fresh row's mint and its insert, and no scenario purges; fencedlock's guard checkPurgeFence catches it (TestMutantsAreCaught)",
-	"fencedlock.release.tenure":         "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
-	"fencedlock.renew.expired":          "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
-	"fencedlock.renew.tenure":           "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
+	"fencedlock.renew.expired":          "a holder's renewal loop sends no renewal past its local deadline (TTL − margin after its last send), which comes before the server's expiry, and drops the answer to one that reaches the server later (a delay): no holder is ever told its expired lease was renewed; the exclusivity check (revived lease) would see one that is",
+	"fencedlock.renew.tenure":           "a holder's renewal loop sends no renewal past its local deadline, and drops the answer to one that reaches the server after another's takeover (a delay): the mutant extends the new holder's lease, and no stale holder is ever told it still holds; the exclusivity check (overlapping tenures) would see one that is",
 	"idempotency.claim.in-flight":       "payments charges in the claim's transaction: a second execution beside the first fails on the record's key at COMMIT, and its charge rolls back with it",
 	"idempotency.expired":               "no scenario lets a key expire",
 	"idempotency.fingerprint":           "no scenario reuses a key for another request",

@@ -126,6 +126,9 @@ type event struct {
 	// lease the operation holds (0 for none).
 	Token int64         `json:"token,omitempty"`
 	TTL   time.Duration `json:"ttl,omitempty"`
+	// Sent is when the request that made a lease event was sent (T is
+	// when it returned): the service acted in between.
+	Sent history.Time `json:"sent,omitempty"`
 	// Mode is the arm a point fired.
 	Mode string `json:"mode,omitempty"`
 	// Op is the ID of the operation (history.Call.ID).

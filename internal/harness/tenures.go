@@ -1,0 +1,117 @@
+package harness
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+// The exclusivity check holds the lock service itself to its rules, in
+// every run of every approach whose leases come through Env.Locks: no two
+// tenures of one lock certainly in force at once (history.Exclusive), no
+// lease renewed after it certainly expired (history.Revivals). A fence
+// refuses a stale holder's write whoever holds the lock, so a lock whose
+// exclusivity broke can still leave the data right: these violations are the
+// lock's, counted with the scenario's. The spans come from the workers'
+// lease events, each with the time its request was sent and the time it
+// returned (recordingLocks), so they need no fault to be known: a holder
+// stopped, stalled or cut off keeps its lease until its last grant's or
+// renewal's send time plus the TTL, and another is granted it only after.
+
+// tenureMargin is how much of a lease the check does not count on: the TTL
+// runs on the database server's clock, the events on the workers'
+// CLOCK_MONOTONIC, and the two may drift apart a little over a lease.
+func tenureMargin(ttl time.Duration) history.Time {
+	return history.Time(10*time.Millisecond + ttl/10)
+}
+
+// tenureKey is one grant: a token is unique per lock, but a failover may
+// hand one out twice (the foil's plain tokens).
+type tenureKey struct {
+	client int
+	name   string
+	token  int64
+}
+
+// tenureState is a grant being followed through its events.
+type tenureState struct {
+	t history.Tenure
+	// last is when the last grant or renewal returned; ttl its TTL.
+	last history.Time
+	ttl  time.Duration
+}
+
+// leaseSpans turns the lease events of every client into tenures and
+// renewals, in the order the events came. An event without a send time
+// (a Redis lock's) is not checked.
+func leaseSpans(byClient map[int][]event, forgot []history.Time) ([]history.Tenure, []history.Renewal) {
+	var order []tenureKey
+	open := map[tenureKey]*tenureState{}
+	var renewals []history.Renewal
+	for _, c := range slices.Sorted(maps.Keys(byClient)) {
+		for _, ev := range byClient[c] {
+			if ev.Sent == 0 {
+				continue
+			}
+			k := tenureKey{client: c, name: ev.Name, token: ev.Token}
+			s := open[k]
+			switch {
+			case ev.Ev == evLease:
+				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T,
+					To: ev.Sent + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
+				order = append(order, k)
+			case s == nil:
+			case ev.Ev == evRenew:
+				renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
+					Sent: ev.Sent, Expiry: s.last + history.Time(s.ttl) + tenureMargin(s.ttl)})
+				s.t.To = max(s.t.To, ev.Sent+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+				s.last, s.ttl = ev.T, ev.TTL
+			case ev.Ev == evRelease:
+				// The service released a grant in force, after the
+				// request was sent: it was in force until then at least,
+				// and ended at the release.
+				s.t.To = ev.Sent
+			}
+		}
+	}
+	tenures := make([]history.Tenure, 0, len(order))
+	for _, k := range order {
+		t := open[k].t
+		for _, f := range forgot {
+			if t.From < f {
+				t.To = min(t.To, f)
+			}
+		}
+		tenures = append(tenures, t)
+	}
+	return tenures, renewals
+}
+
+// checkTenures adds the lock's violations to rep, each lock its own key of
+// the report.
+func (r *run) checkTenures(rep *history.Report) {
+	r.mon.mu.Lock()
+	byClient := make(map[int][]event, len(r.mon.tenures))
+	for c, evs := range r.mon.tenures {
+		byClient[c] = slices.Clone(evs)
+	}
+	r.mon.mu.Unlock()
+	r.mu.Lock()
+	forgot := slices.Clone(r.forgot)
+	r.mu.Unlock()
+	tenures, renewals := leaseSpans(byClient, forgot)
+	vs := append(history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base)...)
+	for _, v := range vs {
+		k := rep.Key(v.Key)
+		if k == nil {
+			rep.Keys = append(rep.Keys, history.KeyReport{Key: v.Key})
+			k = &rep.Keys[len(rep.Keys)-1]
+		}
+		k.Status = history.Violated
+		k.Violations = append(k.Violations, v)
+	}
+	slices.SortFunc(rep.Keys, func(a, b history.KeyReport) int { return cmp.Compare(a.Key, b.Key) })
+}
