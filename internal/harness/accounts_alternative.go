@@ -59,7 +59,7 @@ func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := partition.NewMember(store, &partition.Config{
+	m, err := partition.NewMember(recordingMembership{Membership: store, env: env}, &partition.Config{
 		Name: "worker-" + strconv.Itoa(env.Client), TTL: accountsMemberTTL,
 		Interval: accountsMemberInterval, MoveInterval: 10 * time.Millisecond,
 		MeterProvider: env.MeterProvider,
@@ -155,6 +155,7 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	retries := 0
 	for {
 		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+			c.env.act(op, e)
 			var err error
 			seq, err = c.append(ctx, op, e)
 			return err

@@ -129,6 +129,9 @@ type event struct {
 	// Sent is when the request that made a lease event was sent (T is
 	// when it returned): the service acted in between.
 	Sent history.Time `json:"sent,omitempty"`
+	// Incarnation is, for a claim, the membership lease it was made
+	// under (a member event's Token).
+	Incarnation int64 `json:"incarnation,omitempty"`
 	// Mode is the arm a point fired.
 	Mode string `json:"mode,omitempty"`
 	// Op is the ID of the operation (history.Call.ID).
@@ -147,6 +150,14 @@ const (
 	evRenew   = "renew"   // a lease renewed
 	evRelease = "release" // a lease released
 	evStats   = "stats"   // the measured part's figures, last
+
+	// A partition member's leases and ownerships (recordingMembership),
+	// and the calls it runs as an owner.
+	evMember = "member" // a membership lease granted or extended (Join, Heartbeat)
+	evLeave  = "leave"  // a membership lease ended (Leave)
+	evClaim  = "claim"  // a partition claimed: Name "partition/N", Token its epoch
+	evDisown = "disown" // a partition released while its epoch was current
+	evAct    = "act"    // a call began under an ownership (Member.Do's function)
 )
 
 // workerStats are a worker's figures over the measured part of its run.

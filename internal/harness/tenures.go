@@ -3,6 +3,7 @@ package harness
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -90,20 +91,118 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time) ([]history.Tenu
 	return tenures, renewals
 }
 
-// checkTenures adds the lock's violations to rep, each lock its own key of
-// the report.
+// ownerSpans turns a partition member's events into the tenures of its
+// membership leases (named by the member) and of its ownerships (named
+// "partition/N", their Token the epoch), the renewals of its membership,
+// and its calls as an owner (excused when faulted names their operation).
+// An ownership lasts, by the store's rules,
+// until the member releases the partition, claims it again, or its
+// membership lease expires: no other member can claim it before. It
+// returns the longest membership TTL too.
+func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, owners []history.Tenure, renewals []history.Renewal, acts []history.Act, ttl time.Duration) {
+	type membership struct {
+		client int
+		inc    int64
+	}
+	type ownership struct {
+		t   history.Tenure
+		inc int64
+	}
+	ms := map[membership]*tenureState{}
+	var mOrder []membership
+	os := map[tenureKey]*ownership{}
+	var oOrder []tenureKey
+	current := map[tenureKey]tenureKey{} // a client's partition → its last claim
+	for _, c := range slices.Sorted(maps.Keys(byClient)) {
+		for _, ev := range byClient[c] {
+			switch ev.Ev {
+			case evMember:
+				ttl = max(ttl, ev.TTL)
+				k := membership{c, ev.Token}
+				to := ev.Sent + history.Time(ev.TTL) - tenureMargin(ev.TTL)
+				if m := ms[k]; m != nil {
+					renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
+						Sent: ev.Sent, Expiry: m.last + history.Time(m.ttl) + tenureMargin(m.ttl)})
+					m.t.To, m.last, m.ttl = max(m.t.To, to), ev.T, ev.TTL
+					continue
+				}
+				ms[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: to}, last: ev.T, ttl: ev.TTL}
+				mOrder = append(mOrder, k)
+			case evLeave:
+				if m := ms[membership{c, ev.Token}]; m != nil {
+					m.t.To = min(m.t.To, ev.Sent)
+				}
+			case evClaim:
+				part := tenureKey{client: c, name: ev.Name}
+				if prev := os[current[part]]; prev != nil {
+					prev.t.To = min(prev.t.To, ev.Sent) // claimed again: a new epoch
+				}
+				k := tenureKey{client: c, name: ev.Name, token: ev.Token}
+				os[k] = &ownership{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: history.Time(math.MaxInt64)}, inc: ev.Incarnation}
+				oOrder, current[part] = append(oOrder, k), k
+			case evDisown:
+				if o := os[tenureKey{client: c, name: ev.Name, token: ev.Token}]; o != nil {
+					o.t.To = min(o.t.To, ev.Sent)
+				}
+			case evAct:
+				acts = append(acts, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T, Excused: faulted[ev.Op]})
+			}
+		}
+	}
+	for _, k := range mOrder {
+		members = append(members, ms[k].t)
+	}
+	for _, k := range oOrder {
+		o := os[k]
+		m := ms[membership{k.client, o.inc}]
+		if m == nil {
+			continue // under a membership never seen granted: not judged
+		}
+		o.t.To = min(o.t.To, m.t.To)
+		owners = append(owners, o.t)
+	}
+	return members, owners, renewals, acts, ttl
+}
+
+// checkTenures adds the lock's and the partition members' violations to
+// rep, each lock, member and partition its own key of the report.
 func (r *run) checkTenures(rep *history.Report) {
 	r.mon.mu.Lock()
-	byClient := make(map[int][]event, len(r.mon.tenures))
+	leases := make(map[int][]event, len(r.mon.tenures))
 	for c, evs := range r.mon.tenures {
-		byClient[c] = slices.Clone(evs)
+		leases[c] = slices.Clone(evs)
+	}
+	owned := make(map[int][]event, len(r.mon.owners))
+	for c, evs := range r.mon.owners {
+		owned[c] = slices.Clone(evs)
+	}
+	// A call whose operation the coordinator stopped, stalled or held at
+	// a point began late because of the fault: partition's before-write
+	// point comes after the member's check of its lease.
+	faulted := map[string]bool{}
+	for _, p := range r.mon.points {
+		if p.ev.Ev == evPoint && p.ev.Op != "" {
+			faulted[p.ev.Op] = true
+		}
 	}
 	r.mon.mu.Unlock()
 	r.mu.Lock()
 	forgot := slices.Clone(r.forgot)
 	r.mu.Unlock()
-	tenures, renewals := leaseSpans(byClient, forgot)
-	vs := append(history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base)...)
+
+	tenures, renewals := leaseSpans(leases, forgot)
+	members, owners, beats, acts, ttl := ownerSpans(owned, faulted)
+	var vs []history.Violation
+	for _, found := range [][]history.Violation{
+		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
+		history.Exclusive(members, rep.Base), history.Revivals(beats, rep.Base),
+		history.Exclusive(owners, rep.Base),
+		// A member checks its lease is safe right before each call: half
+		// a TTL covers the instants between, however loaded the machine.
+		history.Lapses(owners, acts, history.Time(ttl/2), rep.Base),
+	} {
+		vs = append(vs, found...)
+	}
 	for _, v := range vs {
 		k := rep.Key(v.Key)
 		if k == nil {

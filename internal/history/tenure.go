@@ -89,3 +89,51 @@ func Revivals(rs []Renewal, base Time) []Violation {
 }
 
 func tokenText(t int64) string { return "token " + strconv.FormatInt(t, 10) }
+
+// Lapsed: a call run as a tenure's holder (a partition's owner) well after
+// the tenure had certainly ended.
+const Lapsed Anomaly = "call after its tenure lapsed"
+
+// Act is a call its client began as the holder of the tenure (Name,
+// Client, Token), at At.
+type Act struct {
+	Name   string
+	Client int
+	Token  int64
+	At     Time
+	// Excused: something outside the holder held it back between its
+	// check of the lease and the call (a fault injected there): it is not
+	// judged.
+	Excused bool
+}
+
+// Lapses returns a violation for each act that began more than slack after
+// the end of its tenure (the latest To of the tenures (Name, Client,
+// Token)); an act whose tenure is not among ts is not judged. A holder
+// checks that its lease is still safe before each call, so slack only
+// covers the instants between that check and the call.
+func Lapses(ts []Tenure, acts []Act, slack, base Time) []Violation {
+	type key struct {
+		name   string
+		client int
+		token  int64
+	}
+	end := map[key]Time{}
+	for _, t := range ts {
+		k := key{t.Name, t.Client, t.Token}
+		if to, ok := end[k]; !ok || t.To > to {
+			end[k] = t.To
+		}
+	}
+	d := &describer{base: base}
+	var out []Violation
+	for _, a := range acts {
+		to, ok := end[key{a.Name, a.Client, a.Token}]
+		if ok && !a.Excused && a.At > to+slack {
+			out = append(out, Violation{Key: a.Name, Anomaly: Lapsed, Text: fmt.Sprintf(
+				"client %d began a call as the holder of %s with %s at %s, while its tenure had ended by %s",
+				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), d.at(to))})
+		}
+	}
+	return out
+}

@@ -69,3 +69,18 @@ func TestRevivals(t *testing.T) {
 		t.Fatalf("violations %+v, want the one renewal sent after its expiry", vs)
 	}
 }
+
+func TestLapses(t *testing.T) {
+	ts := []history.Tenure{{Name: "p", Client: 1, Token: 7, From: 0, To: 100}}
+	acts := []history.Act{
+		{Name: "p", Client: 1, Token: 7, At: 50},  // in force
+		{Name: "p", Client: 1, Token: 7, At: 110}, // within the slack
+		{Name: "p", Client: 1, Token: 7, At: 111}, // lapsed
+		{Name: "p", Client: 2, Token: 7, At: 500}, // another's tenure: not judged
+		{Name: "p", Client: 1, Token: 7, At: 500, Excused: true},
+	}
+	vs := history.Lapses(ts, acts, 10, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.Lapsed || vs[0].Key != "p" {
+		t.Fatalf("violations %+v, want the one act past the slack", vs)
+	}
+}
