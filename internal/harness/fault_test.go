@@ -69,7 +69,7 @@ func TestFaults(t *testing.T) {
 			infra.Redis = redisAddr(t)
 			rep, err := harness.Run(context.Background(), sc, harness.Config{
 				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
-				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock,
+				Approaches: []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock,
 					harness.RedisLock, harness.RedsyncLock},
 			}, infra)
 			for _, n := range rep.Notes {
@@ -101,7 +101,7 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 		return
 	}
 	switch r.Approach {
-	case harness.Alternative, harness.FencedLock, harness.VerifiedLock:
+	case harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock:
 		if r.Violations != 0 {
 			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
 		}

@@ -33,8 +33,9 @@ var (
 // two clients apart (the cheapest run: no fault to wait out); the
 // alternative and the fenced lock under a pause past the lease (it catches a
 // missing fence and, with the clients' contention, a missing condition), and
-// the lock verified in the write's transaction (accounts' verified-lock, the
-// one use of fencedlock.Postgres.Verify);
+// the lock and the epoch verified in the write's transaction (accounts'
+// verified-lock and verified-alternative, the uses of fencedlock's and
+// partition's Postgres.Verify);
 // then under the late delivery of a cut worker's write.
 var mutantTrials = []struct {
 	approach harness.Approach
@@ -44,6 +45,7 @@ var mutantTrials = []struct {
 	{harness.Alternative, harness.Pause},
 	{harness.FencedLock, harness.Pause},
 	{harness.VerifiedLock, harness.Pause},
+	{harness.VerifiedAlternative, harness.Pause},
 	{harness.Alternative, harness.Delay},
 	{harness.FencedLock, harness.Delay},
 }
@@ -341,5 +343,4 @@ var mutantHoles = map[string]string{
 	"partition.join.live":               "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
 	"partition.member.paused":           "the branch is taken only while a member's heartbeats are late and its lease still current, with a call arriving meanwhile: no fault delays a member's heartbeats while its calls go on (a worker's proxy carries both, and a stopped worker makes no call); the exclusivity check (a call after its tenure lapsed) would see one",
 	"partition.release.epoch":           "a stale owner's release frees the partition its successor owns; the successor's next write is refused (the condition names the owner) and its member claims the partition anew: no two ownerships are in force at once, and only the refused write of a member no fault touched shows the mutant, which no check counts yet",
-	"partition.verify.epoch":            "no scenario uses Verify: the accounts alternative fences with Condition",
 }
