@@ -117,9 +117,10 @@ func newAccountsAlt(ctx context.Context, env *Env, verify bool) (Client, error) 
 
 // settle waits until the member sees the whole fleet and owns exactly the
 // partitions the ring places on it, so that the run does not measure the
-// fleet's first handovers.
+// fleet's first handovers. A minute: eight members settling on a loaded
+// machine have been seen to need more than thirty seconds.
 func (c *accountsAltClient) settle(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
 		r := c.member.Ring()
