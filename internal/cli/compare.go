@@ -66,7 +66,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(harness.Names(), ",")+"), or all")
-	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,fenced-lock,naive-lock,redis-lock,redsync-lock,raw,plain-token-lock (under --faults failover only; added to the default list there), or all")
+	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,verified-alternative and verified-lock (accounts only),fenced-lock,naive-lock,redis-lock,redsync-lock,raw,plain-token-lock (under --faults failover only; added to the default list there), or all")
 	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
@@ -158,12 +158,12 @@ func parseApproaches(list string) ([]harness.Approach, error) {
 	if list == "all" || list == "" {
 		return nil, nil
 	}
-	known := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw, harness.PlainTokenLock}
+	known := []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw, harness.PlainTokenLock}
 	var out []harness.Approach
 	for _, n := range strings.Split(list, ",") {
 		a := harness.Approach(strings.TrimSpace(n))
 		if !slices.Contains(known, a) {
-			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, fenced-lock, naive-lock, redis-lock, redsync-lock, raw, plain-token-lock, or all)", short.Quote(string(a)))}
+			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, verified-alternative, fenced-lock, verified-lock, naive-lock, redis-lock, redsync-lock, raw, plain-token-lock, or all)", short.Quote(string(a)))}
 		}
 		out = append(out, a)
 	}

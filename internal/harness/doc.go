@@ -56,7 +56,14 @@
 //
 // The history of every worker, warm-up included, is merged (history.Read)
 // and checked by the scenario; a check that could not finish shows "—",
-// never 0. The report counts the faults injected per approach, the
+// never 0. Every run is also held to the exclusivity of its leases: the
+// workers report each lease their lock service grants, renews and releases,
+// and a partition member its memberships, claims, releases and calls, each
+// with the time its request was sent, and two grants in force at once by
+// the service's own rules, a lease renewed after it expired, or a call
+// after its ownership lapsed count as violations (tenures.go): a fence
+// refuses a stale holder's write whoever holds the lock, so only this sees
+// a lock whose exclusivity broke. The report counts the faults injected per approach, the
 // operations of the measured part, the round trips and statements per
 // operation, and draws a timeline: lease tenures, faults, writes accepted,
 // refused and uncertain, and each violation on the write it blames, with a

@@ -63,6 +63,9 @@ func Key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 // before-write points the operation reaches with that context are the ones
 // the fault injector arms.
 func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.Context, *Op, error) {
+	if e.w != nil {
+		e.w.park(ctx, key)
+	}
 	call, err := e.rec.Invoke(e.Client, key, kind, input)
 	if err != nil {
 		return ctx, nil, err

@@ -71,7 +71,7 @@ func TestFaults(t *testing.T) {
 			infra.Kafka = kafkaBrokers(t)
 			cfg := harness.Config{
 				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
-				Approaches: []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock,
+				Approaches: []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock,
 					harness.RedisLock, harness.RedsyncLock},
 			}
 			// Room for a fault past the longest lease, and its takeover:
@@ -149,7 +149,7 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 		return
 	}
 	switch r.Approach {
-	case harness.Alternative, harness.FencedLock:
+	case harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock:
 		if r.Violations != 0 {
 			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
 		}

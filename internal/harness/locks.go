@@ -9,9 +9,10 @@ import (
 )
 
 // recordingLocks is the lock service of a worker: the store it wraps, with
-// each lease it grants, renews and releases reported as an event (the
-// tenures of the timeline, and the evidence of a takeover the fault
-// injector waits for) and noted on the operation that asked for it. It keeps
+// each lease it grants, renews and releases reported as an event, with the
+// time its request was sent (the tenures of the timeline and of the
+// exclusivity check, and the evidence of a takeover the fault injector
+// waits for) and noted on the operation that asked for it. It keeps
 // the store's wake-ups.
 type recordingLocks struct {
 	fencedlock.Store
@@ -24,25 +25,28 @@ var (
 )
 
 func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	sent := history.Now()
 	l, err := r.Store.Acquire(ctx, name, holder, ttl)
 	if err == nil {
-		r.report(ctx, evLease, l)
+		r.report(ctx, evLease, l, sent)
 	}
 	return l, err
 }
 
 func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
+	sent := history.Now()
 	l, err := r.Store.Renew(ctx, lease)
 	if err == nil {
-		r.report(ctx, evRenew, l)
+		r.report(ctx, evRenew, l, sent)
 	}
 	return l, err
 }
 
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
+	sent := history.Now()
 	err := r.Store.Release(ctx, lease)
 	if err == nil {
-		r.report(ctx, evRelease, lease)
+		r.report(ctx, evRelease, lease, sent)
 	}
 	return err
 }
@@ -55,8 +59,9 @@ func (r recordingLocks) Released(name string) (<-chan struct{}, func()) {
 	return nil, func() {}
 }
 
-func (r recordingLocks) report(ctx context.Context, ev string, l fencedlock.Lease) {
-	e := event{Ev: ev, T: history.Now(), Name: l.Name, Token: l.Token, TTL: l.TTL}
+// report reports ev of lease l, whose request was sent at sent.
+func (r recordingLocks) report(ctx context.Context, ev string, l fencedlock.Lease, sent history.Time) {
+	e := event{Ev: ev, T: history.Now(), Sent: sent, Name: l.Name, Token: l.Token, TTL: l.TTL}
 	if op := opFrom(ctx); op != nil {
 		e.Key, e.Op = op.key, op.ID()
 		if ev == evLease {

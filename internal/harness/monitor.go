@@ -25,10 +25,13 @@ type monitor struct {
 	leases map[string][]leaseSeen // by key
 	points []pointSeen
 	// tenures holds each client's lease, renew and release events, for
-	// the timeline.
+	// the timeline and the exclusivity check.
 	tenures map[int][]event
-	okRun   int64 // OK operations invoked after their worker's go
-	goT     map[int]history.Time
+	// owners holds each client's partition membership, ownership and act
+	// events, for the exclusivity check.
+	owners map[int][]event
+	okRun  int64 // OK operations invoked after their worker's go
+	goT    map[int]history.Time
 	// lastDone is when each client last completed an operation.
 	lastDone map[int]history.Time
 }
@@ -53,7 +56,7 @@ type pointSeen struct {
 
 func newMonitor() *monitor {
 	return &monitor{changed: make(chan struct{}), open: map[string]opSeen{}, done: map[string]opSeen{},
-		ok: map[string][]opSeen{}, leases: map[string][]leaseSeen{}, goT: map[int]history.Time{}, tenures: map[int][]event{}, lastDone: map[int]history.Time{}}
+		ok: map[string][]opSeen{}, leases: map[string][]leaseSeen{}, goT: map[int]history.Time{}, tenures: map[int][]event{}, owners: map[int][]event{}, lastDone: map[int]history.Time{}}
 }
 
 // changedLocked wakes the waiters.
@@ -111,6 +114,8 @@ func (m *monitor) event(client int, ev event) {
 		m.tenures[client] = append(m.tenures[client], ev)
 	case evRenew, evRelease:
 		m.tenures[client] = append(m.tenures[client], ev)
+	case evMember, evLeave, evClaim, evDisown, evAct:
+		m.owners[client] = append(m.owners[client], ev)
 	case evPoint, evResumed:
 		m.points = append(m.points, pointSeen{client: client, ev: ev})
 	case evGo:

@@ -77,6 +77,10 @@ const (
 	cmdClear = "clear"
 	// cmdDisarm disarms them, leaving an operation blocked at one blocked.
 	cmdDisarm = "disarm"
+	// cmdStep lets an operation blocked at a point go on and parks the
+	// worker's next operation at its start (modePark) until cmdClear:
+	// the client writes once, and nothing more.
+	cmdStep = "step"
 )
 
 // arm says what a worker does at the next before-write point it reaches
@@ -101,6 +105,13 @@ const (
 	// modeHold is modeWait for the client that took over from a stopped
 	// one: it holds its write back until the stale one has landed.
 	modeHold = "hold"
+	// modePark blocks the worker's next operation before it is invoked
+	// (Env.Invoke), until cmdClear. Only cmdStep arms it, in the step that
+	// releases the operation blocked at a point: a client that took a key
+	// over writes once and then cannot begin another operation — take a
+	// lease, raise a fence — until the coordinator lets it. A before-write
+	// point does not fire it.
+	modePark = "park"
 )
 
 // event is a line a worker reports besides its history.
@@ -115,6 +126,12 @@ type event struct {
 	// lease the operation holds (0 for none).
 	Token int64         `json:"token,omitempty"`
 	TTL   time.Duration `json:"ttl,omitempty"`
+	// Sent is when the request that made a lease event was sent (T is
+	// when it returned): the service acted in between.
+	Sent history.Time `json:"sent,omitempty"`
+	// Incarnation is, for a claim, the membership lease it was made
+	// under (a member event's Token).
+	Incarnation int64 `json:"incarnation,omitempty"`
 	// Mode is the arm a point fired.
 	Mode string `json:"mode,omitempty"`
 	// Op is the ID of the operation (history.Call.ID).
@@ -134,6 +151,14 @@ const (
 	evRelease = "release" // a lease released
 	evStats   = "stats"   // the measured part's figures, last
 	evDone    = "done"    // a task's effect was decided (Env.Task)
+
+	// A partition member's leases and ownerships (recordingMembership),
+	// and the calls it runs as an owner.
+	evMember = "member" // a membership lease granted or extended (Join, Heartbeat)
+	evLeave  = "leave"  // a membership lease ended (Leave)
+	evClaim  = "claim"  // a partition claimed: Name "partition/N", Token its epoch
+	evDisown = "disown" // a partition released while its epoch was current
+	evAct    = "act"    // a call began under an ownership (Member.Do's function)
 )
 
 // workerStats are a worker's figures over the measured part of its run.

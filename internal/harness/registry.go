@@ -30,7 +30,7 @@ const (
 
 // approachOrder is the report order of the approaches; one not listed goes
 // last, by name.
-var approachOrder = []Approach{Alternative, FencedLock, NaiveLock, RedisLock, RedsyncLock, Raw}
+var approachOrder = []Approach{Alternative, VerifiedAlternative, FencedLock, VerifiedLock, NaiveLock, RedisLock, RedsyncLock, Raw}
 
 // Sizes are the sizes of a run that a scenario's schema and check depend on.
 type Sizes struct {

@@ -28,6 +28,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 	if err != nil {
 		return res, err
 	}
+	r.checkTenures(rep)
 	res.Violations, res.Checked = int64(rep.Violations()), rep.Checked()
 	res.Detail = detail(rep)
 	r.mu.Lock()

@@ -26,9 +26,12 @@ import (
 //	accounts
 //	  alternative  the write and its event in one statement, fenced by the
 //	               epoch (the last number cached per epoch)                 1
+//	  verified-alternative  BEGIN, Verify, the write and its event, COMMIT 4
 //	  raw          UPDATE last_seq + 1 → INSERT event, one statement        1
 //	  naive-lock   acquire, SELECT, write + event, release                  4
 //	  fenced-lock  acquire, fenced read, fenced write + event, release      4
+//	  verified-lock  acquire, SELECT, BEGIN, Verify, write + event,
+//	               COMMIT, release                                          7
 //	every scenario
 //	  redis-lock, redsync-lock  naive-lock's statements without acquire and
 //	               release (the lock's 2 round trips go to Redis)            2
@@ -45,7 +48,7 @@ func TestRoundTripsPerOp(t *testing.T) {
 	want := map[string]map[Approach]int64{
 		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
 		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
-		"accounts":  {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
+		"accounts":  {Alternative: 1, VerifiedAlternative: 4, Raw: 1, NaiveLock: 4, FencedLock: 4, VerifiedLock: 7, RedisLock: 2, RedsyncLock: 2},
 	}
 	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
 	infra := Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR")}

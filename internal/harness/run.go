@@ -220,6 +220,10 @@ type run struct {
 	// idle: the worker the injector is after completed no operation
 	// lately.
 	idle bool
+	// forgot lists when a fault made the lock service forget the leases
+	// it had granted (a failover that lost their WAL): the exclusivity
+	// check ends every tenure granted before at that moment.
+	forgot []history.Time
 }
 
 func (r *run) note(format string, args ...any) {

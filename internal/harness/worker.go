@@ -110,6 +110,8 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.mu.Unlock()
 		case cmdClear:
 			w.clear()
+		case cmdStep:
+			w.step()
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
@@ -140,6 +142,33 @@ func (w *worker) clear() {
 	}
 }
 
+// step lets an operation blocked at a point go on and parks the next
+// operation at its start. Both happen under w.mu, which every operation's
+// start takes (park): no operation can begin between the release and the
+// arm.
+func (w *worker) step() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = &arm{Mode: modePark}
+	if w.release != nil {
+		close(w.release)
+		w.release = nil
+	}
+}
+
+// park is called at the start of every operation (Env.Invoke), before it is
+// recorded: armed with modePark (cmdStep), it reports the point and blocks
+// until cmdClear.
+func (w *worker) park(ctx context.Context, key string) {
+	w.mu.Lock()
+	a := w.armed
+	if a == nil || a.Mode != modePark {
+		w.mu.Unlock()
+		return
+	}
+	w.fire(ctx, event{Ev: evPoint, Name: "harness.invoke", Key: key}, a)
+}
+
 // point is the handler of every before-write point of the process: it marks
 // the operation as having reached its write and, when the worker is armed
 // for it, fires the arm once.
@@ -155,10 +184,15 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || (a.Key != "" && a.Key != ev.Key) {
+	if a == nil || a.Mode == modePark || (a.Key != "" && a.Key != ev.Key) {
 		w.mu.Unlock()
 		return
 	}
+	w.fire(ctx, ev, a)
+}
+
+// fire fires a, armed at the point of ev, once; w.mu is held, and released.
+func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 	w.armed = nil
 	release := make(chan struct{})
 	w.release = release
@@ -173,10 +207,10 @@ func (w *worker) point(ctx context.Context, name string) {
 		// The event is written before the process stops: the coordinator
 		// knows where it stopped. The operation's goroutine stops before
 		// its write, which lands only after the coordinator's SIGCONT.
-		failpoint.StopProcess()(ctx, name)
+		failpoint.StopProcess()(ctx, ev.Name)
 	case modeStall:
-		failpoint.Stall(a.For)(ctx, name)
-	case modeWait, modeHold:
+		failpoint.Stall(a.For)(ctx, ev.Name)
+	case modeWait, modeHold, modePark:
 		t := time.NewTimer(maxBlock)
 		select {
 		case <-release:

@@ -1,0 +1,100 @@
+package harness
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+const ms = history.Time(time.Millisecond)
+
+// A grant's span runs from its return to its release's send, or to its last
+// grant's or renewal's send plus the TTL less the margin; a failover that
+// lost the lock service's WAL ends the spans granted before it.
+func TestLeaseSpans(t *testing.T) {
+	ttl := 250 * time.Millisecond
+	m := tenureMargin(ttl)
+	evs := map[int][]event{
+		1: {
+			{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+			{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 110 * ms},
+			{Ev: evRelease, Name: "a", Token: 1, Sent: 200 * ms, T: 210 * ms},
+			{Ev: evLease, Name: "a", Token: 3, TTL: ttl, Sent: 300 * ms, T: 305 * ms},
+			// Sent after the grant of 3 had expired: revived.
+			{Ev: evRenew, Name: "a", Token: 3, TTL: ttl, Sent: 700 * ms, T: 705 * ms},
+		},
+		2: {
+			{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 210 * ms, T: 220 * ms},
+			{Ev: evLease, Name: "b", Token: -1, TTL: ttl, T: 1}, // no send time: not checked
+		},
+	}
+	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms})
+	want := []history.Tenure{
+		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms},
+		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m},
+		{Name: "a", Client: 2, Token: 2, From: 220 * ms, To: 210*ms + history.Time(ttl) - m},
+	}
+	if len(tenures) != len(want) {
+		t.Fatalf("tenures %+v, want %+v", tenures, want)
+	}
+	for i := range want {
+		if tenures[i] != want[i] {
+			t.Errorf("tenure %d: %+v, want %+v", i, tenures[i], want[i])
+		}
+	}
+	if vs := history.Revivals(renewals, 0); len(vs) != 1 {
+		t.Errorf("revivals %+v, want the renewal of token 3", vs)
+	}
+	// 1 was released before 2 was granted; 3 was granted while 2's grant
+	// was in force.
+	if vs := history.Exclusive(tenures, 0); len(vs) != 1 {
+		t.Errorf("overlaps %+v, want 3 granted during 2", vs)
+	}
+
+	capped, _ := leaseSpans(evs, []history.Time{300 * ms})
+	if capped[2].To != 300*ms || capped[1].To != want[1].To {
+		t.Errorf("spans with a failover at 300 ms: %+v", capped)
+	}
+}
+
+// An ownership lasts until its member releases the partition, claims it
+// anew, or its membership lease ends by the store's rules; a call under it
+// is judged unless a fault held its operation.
+func TestOwnerSpans(t *testing.T) {
+	ttl := time.Second
+	m := tenureMargin(ttl)
+	evs := map[int][]event{
+		1: {
+			{Ev: evMember, Name: "worker-1", Token: 10, TTL: ttl, Sent: 0, T: 5 * ms},
+			{Ev: evClaim, Name: "partition/0", Token: 100, Incarnation: 10, Sent: 10 * ms, T: 15 * ms},
+			{Ev: evClaim, Name: "partition/1", Token: 200, Incarnation: 10, Sent: 10 * ms, T: 15 * ms},
+			{Ev: evMember, Name: "worker-1", Token: 10, TTL: ttl, Sent: 100 * ms, T: 105 * ms},
+			{Ev: evDisown, Name: "partition/0", Token: 100, Sent: 300 * ms, T: 305 * ms},
+			{Ev: evClaim, Name: "partition/1", Token: 201, Incarnation: 10, Sent: 400 * ms, T: 405 * ms},
+			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/7"},
+			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/8"},
+		},
+	}
+	members, owners, _, acts, gotTTL := ownerSpans(evs, map[string]bool{"1/7": true})
+	end := 100*ms + history.Time(ttl) - m
+	if gotTTL != ttl || len(members) != 1 || members[0].To != end {
+		t.Fatalf("members %+v (TTL %v)", members, gotTTL)
+	}
+	want := []history.Tenure{
+		{Name: "partition/0", Client: 1, Token: 100, From: 15 * ms, To: 300 * ms},
+		{Name: "partition/1", Client: 1, Token: 200, From: 15 * ms, To: 400 * ms},
+		{Name: "partition/1", Client: 1, Token: 201, From: 405 * ms, To: end},
+	}
+	if len(owners) != len(want) {
+		t.Fatalf("owners %+v, want %+v", owners, want)
+	}
+	for i := range want {
+		if owners[i] != want[i] {
+			t.Errorf("owner %d: %+v, want %+v", i, owners[i], want[i])
+		}
+	}
+	if vs := history.Lapses(owners, acts, history.Time(ttl/2), 0); len(vs) != 1 {
+		t.Errorf("lapses %+v, want the one call whose operation no fault held", vs)
+	}
+}

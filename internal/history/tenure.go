@@ -1,0 +1,139 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Overlap: two tenures of one lock (or ownerships of one partition) held at
+// once, each certainly in force by the service's own rules — the lock's
+// exclusivity broken, whether or not a fence hid it from the data.
+const Overlap Anomaly = "overlapping tenures"
+
+// Revived: a lease renewed after it had certainly expired, so that its
+// holder went on as if it had held it all along.
+const Revived Anomaly = "revived lease"
+
+// Tenure is one grant of a lease — a lock, or a partition's ownership — as
+// its holder saw it, on the history clock: the span over which the grant
+// was certainly in force by the lease service's own rules, whatever the
+// holder did meanwhile. Certainly means: From is when the grant returned to
+// the holder (the service granted it before), To is the send time of the
+// successful release that ended it (the service released it after), or else
+// the send time of the last successful grant or renewal plus the lease's
+// TTL (the service measured the TTL from a later moment) less a margin for
+// the two clocks. A span with To ≤ From says nothing.
+type Tenure struct {
+	// Name is the lock's or the partition's name.
+	Name string
+	// Client is the holder's client in the history; Token tells its
+	// grants apart (a fencing token, an epoch).
+	Client int
+	Token  int64
+	From   Time
+	To     Time
+}
+
+// Renewal is a successful renewal of a tenure, for Revivals: Sent is when
+// it was sent, Expiry the latest moment the lease could have expired before
+// it — the return of the previous grant or renewal plus the TTL.
+type Renewal struct {
+	Name   string
+	Client int
+	Token  int64
+	Sent   Time
+	Expiry Time
+}
+
+// Exclusive returns a violation for each pair of tenures of one name, by
+// different grants, whose certain spans intersect: at that moment the
+// service had granted the name to both. base is the time violation texts
+// count their seconds from.
+func Exclusive(ts []Tenure, base Time) []Violation {
+	ts = slices.DeleteFunc(slices.Clone(ts), func(t Tenure) bool { return t.To <= t.From })
+	slices.SortFunc(ts, func(a, b Tenure) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.From, b.From))
+	})
+	d := &describer{base: base}
+	var out []Violation
+	for i := range ts {
+		a := &ts[i]
+		for j := i + 1; j < len(ts) && ts[j].Name == a.Name && ts[j].From < a.To; j++ {
+			b := &ts[j]
+			if a.Client == b.Client && a.Token == b.Token {
+				continue
+			}
+			out = append(out, Violation{Key: a.Name, Anomaly: Overlap, Text: fmt.Sprintf(
+				"client %d was granted %s with %s at %s while client %d's grant with %s (from %s) was in force until at least %s",
+				b.Client, quote(a.Name), tokenText(b.Token), d.at(b.From), a.Client, tokenText(a.Token), d.at(a.From), d.at(a.To))})
+		}
+	}
+	return out
+}
+
+// Revivals returns a violation for each renewal sent after its lease had
+// certainly expired: a lease service renews only a lease still in force.
+func Revivals(rs []Renewal, base Time) []Violation {
+	d := &describer{base: base}
+	var out []Violation
+	for _, r := range rs {
+		if r.Sent > r.Expiry {
+			out = append(out, Violation{Key: r.Name, Anomaly: Revived, Text: fmt.Sprintf(
+				"client %d's lease on %s with %s was renewed by a request sent at %s, after it had expired (at %s at the latest)",
+				r.Client, quote(r.Name), tokenText(r.Token), d.at(r.Sent), d.at(r.Expiry))})
+		}
+	}
+	return out
+}
+
+func tokenText(t int64) string { return "token " + strconv.FormatInt(t, 10) }
+
+// Lapsed: a call run as a tenure's holder (a partition's owner) well after
+// the tenure had certainly ended.
+const Lapsed Anomaly = "call after its tenure lapsed"
+
+// Act is a call its client began as the holder of the tenure (Name,
+// Client, Token), at At.
+type Act struct {
+	Name   string
+	Client int
+	Token  int64
+	At     Time
+	// Excused: something outside the holder held it back between its
+	// check of the lease and the call (a fault injected there): it is not
+	// judged.
+	Excused bool
+}
+
+// Lapses returns a violation for each act that began more than slack after
+// the end of its tenure (the latest To of the tenures (Name, Client,
+// Token)); an act whose tenure is not among ts is not judged. A holder
+// checks that its lease is still safe before each call, so slack only
+// covers the instants between that check and the call.
+func Lapses(ts []Tenure, acts []Act, slack, base Time) []Violation {
+	type key struct {
+		name   string
+		client int
+		token  int64
+	}
+	end := map[key]Time{}
+	for _, t := range ts {
+		k := key{t.Name, t.Client, t.Token}
+		if to, ok := end[k]; !ok || t.To > to {
+			end[k] = t.To
+		}
+	}
+	d := &describer{base: base}
+	var out []Violation
+	for _, a := range acts {
+		to, ok := end[key{a.Name, a.Client, a.Token}]
+		if ok && !a.Excused && a.At > to+slack {
+			out = append(out, Violation{Key: a.Name, Anomaly: Lapsed, Text: fmt.Sprintf(
+				"client %d began a call as the holder of %s with %s at %s, while its tenure had ended by %s",
+				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), d.at(to))})
+		}
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package history_test
+
+import (
+	"testing"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+func TestExclusive(t *testing.T) {
+	const s = history.Time(1e9)
+	tests := []struct {
+		name string
+		ts   []history.Tenure
+		want int
+	}{
+		{"one after the other", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: s},
+			{Name: "a", Client: 2, Token: 2, From: s + 1, To: 2 * s},
+		}, 0},
+		{"granted while the other was in force", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: s},
+			{Name: "a", Client: 2, Token: 2, From: s / 2, To: 2 * s},
+		}, 1},
+		{"the same client's next grant counts too", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: s},
+			{Name: "a", Client: 1, Token: 2, From: s / 2, To: 2 * s},
+		}, 1},
+		{"other names do not meet", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: s},
+			{Name: "b", Client: 2, Token: 2, From: s / 2, To: 2 * s},
+		}, 0},
+		{"a span that says nothing", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: s, To: s / 2},
+			{Name: "a", Client: 2, Token: 2, From: s / 2, To: 2 * s},
+		}, 0},
+		{"one grant reported twice is one tenure", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: s},
+			{Name: "a", Client: 1, Token: 1, From: s / 2, To: 2 * s},
+		}, 0},
+		{"each overlapping pair", []history.Tenure{
+			{Name: "a", Client: 1, Token: 1, From: 0, To: 3 * s},
+			{Name: "a", Client: 2, Token: 2, From: s, To: 4 * s},
+			{Name: "a", Client: 3, Token: 3, From: 2 * s, To: 5 * s},
+		}, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := history.Exclusive(tc.ts, 0)
+			if len(vs) != tc.want {
+				t.Fatalf("%d violations, want %d: %v", len(vs), tc.want, vs)
+			}
+			for _, v := range vs {
+				if v.Anomaly != history.Overlap || v.Key != "a" || v.Text == "" {
+					t.Errorf("violation %+v", v)
+				}
+			}
+		})
+	}
+}
+
+func TestRevivals(t *testing.T) {
+	rs := []history.Renewal{
+		{Name: "a", Client: 1, Token: 1, Sent: 10, Expiry: 20},
+		{Name: "a", Client: 1, Token: 1, Sent: 20, Expiry: 20},
+		{Name: "a", Client: 2, Token: 2, Sent: 21, Expiry: 20},
+	}
+	vs := history.Revivals(rs, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.Revived {
+		t.Fatalf("violations %+v, want the one renewal sent after its expiry", vs)
+	}
+}
+
+func TestLapses(t *testing.T) {
+	ts := []history.Tenure{{Name: "p", Client: 1, Token: 7, From: 0, To: 100}}
+	acts := []history.Act{
+		{Name: "p", Client: 1, Token: 7, At: 50},  // in force
+		{Name: "p", Client: 1, Token: 7, At: 110}, // within the slack
+		{Name: "p", Client: 1, Token: 7, At: 111}, // lapsed
+		{Name: "p", Client: 2, Token: 7, At: 500}, // another's tenure: not judged
+		{Name: "p", Client: 1, Token: 7, At: 500, Excused: true},
+	}
+	vs := history.Lapses(ts, acts, 10, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.Lapsed || vs[0].Key != "p" {
+		t.Fatalf("violations %+v, want the one act past the slack", vs)
+	}
+}
