@@ -274,12 +274,6 @@ func mutantMarkdown(rows []mutantRun) string {
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
 var mutantHoles = map[string]string{
-	"atomic.cas.compare":                "no scenario uses CompareAndSet",
-	"atomic.claim.conflict":             "no scenario uses Claim",
-	"atomic.decrementmany.all":          "no scenario uses DecrementMany",
-	"atomic.increment.cap":              "no scenario uses Increment",
-	"atomic.setifgreater.compare":       "no scenario uses SetIfGreater",
-	"atomic.decrement.floor":            "inventory's stock (10,000,000) never runs out in a run, so no sale meets the floor: a sell-out scenario would catch it",
 	"fencedlock.gate.compare":           "no scenario uses Gate",
 	"fencedlock.verify.check":           "no scenario uses Postgres.Verify",
 	"fencedlock.acquire.purge-fence":    "it needs a Purge of the lock table between a fresh row's mint and its insert, and no scenario purges; fencedlock's guard checkPurgeFence catches it (TestMutantsAreCaught)",

@@ -305,11 +305,11 @@ func (r *storeRow) chain(k string, initial int64, d *describer, noun string, es 
 		if sh.v == initial {
 			times += " (the initial one included)"
 		}
-		what := fmt.Sprintf("%s found %s %d", strings.Join(who, " and "), noun, sh.v)
+		what := fmt.Sprintf("%s found %s %d", listed(who), noun, sh.v)
 		if sh.v == r.final {
 			what = fmt.Sprintf("%s ended with %s %d", quote(k), noun, sh.v)
 			if len(who) > 0 {
-				what += ", which " + strings.Join(who, " and ") + " also found"
+				what += ", which " + listed(who) + " also found"
 			}
 		}
 		anomaly := LostUpdate
@@ -393,7 +393,7 @@ func (r *storeRow) holds(k string, d *describer) {
 			who = append(who, d.did(r.ops[i], "hold"))
 		}
 		r.add(Violation{Anomaly: Duplicate, Marks: marks,
-			Text: fmt.Sprintf("%s all took %s, which only one may", strings.Join(who, ", "), quote(k))})
+			Text: fmt.Sprintf("%s all took %s, which only one may", listed(who), quote(k))})
 	}
 	holder := func(i int) bool { return r.has && r.final == r.in[i].Value }
 	switch {
@@ -499,6 +499,14 @@ func conserve(rows map[string]*storeRow, baskets []*Op, s Store, d *describer) {
 				quote(k), rows[k].final, t.delta, t.sales, len(t.restock))})
 		}
 	}
+}
+
+// listed joins what several operations did, naming the first three.
+func listed(who []string) string {
+	if len(who) <= 3 {
+		return strings.Join(who, " and ")
+	}
+	return fmt.Sprintf("%s and %d others", strings.Join(who[:3], ", "), len(who)-3)
 }
 
 // subsetSums returns every sum of a subset of amounts (0 included). The
