@@ -88,6 +88,16 @@ func locks(sc Scenario) int64 {
 	return 1
 }
 
+// kinds bounds how many statements of sc the measured part may send for
+// the first time: the store's mix has 7 that the warm-up may not all have
+// sent; the other scenarios' single flows are warmed up.
+func kinds(sc Scenario) int64 {
+	if sc.Name() == "inventory" {
+		return 7
+	}
+	return 0
+}
+
 func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, lo, hi int64) {
 	r, res, err := runApproach(context.Background(), sc, def, cfg, infra)
 	if err != nil {
@@ -105,9 +115,11 @@ func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra In
 	// An approach with a lease shares its pool with its background work
 	// (LISTEN, heartbeats), so an operation may land on a connection that
 	// has not prepared its statement yet.
+	// A statement of the mix that the warm-up did not send is prepared on
+	// its first send, one round trip more, once per statement.
 	leased := def.Protection(r.params).Lease > 0
-	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips != st.OpStatements {
-		t.Errorf("%d round trips for %d statements", st.OpRoundTrips, st.OpStatements)
+	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips > st.OpStatements+kinds(sc) {
+		t.Errorf("%d round trips for %d statements (%d kinds of statement)", st.OpRoundTrips, st.OpStatements, kinds(sc))
 	}
 	checkRedisTrips(t, def, st, locks(sc))
 	if *res.RoundTripsPerOp < float64(st.OpRoundTrips)/float64(st.Ops) || *res.RoundTripsPerOp < float64(lo) {
