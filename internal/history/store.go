@@ -153,7 +153,7 @@ func CheckStore(ops []Op, final map[string]int64, s Store) (*Report, error) {
 			r.holds(k, d)
 		}
 	}
-	conserve(rows, baskets, s, d)
+	conserve(rows, baskets, s)
 	for _, k := range sortedKeys(rows) {
 		r := rows[k]
 		kr := KeyReport{Key: k, Ops: len(r.ops), Violations: r.found}
@@ -414,7 +414,7 @@ func (r *storeRow) holds(k string, d *describer) {
 // they took effect. A basket of unknown outcome took effect on all its
 // rows or on none, so the baskets over the same rows take effect the same
 // number of times on each.
-func conserve(rows map[string]*storeRow, baskets []*Op, s Store, d *describer) {
+func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
 	// delta is what the row's operations of unknown outcome must explain;
 	// sales and restocks the row's own unknowns.
 	type tally struct {
