@@ -108,10 +108,12 @@ type inventoryOps interface {
 	hold(ctx context.Context, row string, holder int64) error
 }
 
-// inventoryClient runs the store's mix with one approach's operations. Every
-// operation is recorded on its SKU's key (sku-i), whatever row it changes,
-// so that the fault injector sees a stopped client's SKU taken over by any
-// operation of another; its input names the rows.
+// inventoryClient runs the store's mix with one approach's operations. Each
+// operation is recorded on the row it changes (a basket on its SKU's row,
+// the second it locks), and its input names every row it changes: the fault
+// injector, which waits for another worker to take a stopped worker's key
+// over and holds that one at its before-write point, then interleaves two
+// operations on one row, as a stale write needs.
 type inventoryClient struct {
 	env   *Env
 	ops   inventoryOps
@@ -126,7 +128,7 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 	i := c.env.Rand.IntN(c.env.Keys)
 	sku, n := Key("sku-", i), c.env.Rand.IntN(inventoryMixOf)
 	invoke := func(kind string, in history.StoreInput) (context.Context, *Op, error) {
-		return c.env.Invoke(ctx, sku, kind, in)
+		return c.env.Invoke(ctx, in.Rows[len(in.Rows)-1], kind, in)
 	}
 	switch {
 	case n < inventorySales:
