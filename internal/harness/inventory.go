@@ -32,8 +32,8 @@ const (
 const (
 	inventorySales    = 10 // Decrement sku-i by 1
 	inventoryBaskets  = 3  // DecrementMany {sku-i: 1, case-i: 1}
-	inventoryRestocks = 4  // Increment sku-i (3 in 4) or case-i by 5, capped at 20
-	inventoryReprices = 1  // read price-i, CompareAndSet it to one cent more
+	inventoryRestocks = 3  // Increment sku-i (3 in 4) or case-i by 5, capped at 20
+	inventoryReprices = 2  // read price-i, CompareAndSet it to one cent more
 	inventoryBids     = 1  // SetIfGreater bid-i
 	inventoryMixOf    = 20 // the rest: Claim hold-i-n (n < 4)
 )
@@ -63,7 +63,7 @@ func (inventory) Name() string { return "inventory" }
 func (inventory) Order() int   { return 1 }
 func (inventory) Description() string {
 	return "a store: of 20 operations, 10 sell a unit of a SKU, 3 sell a basket of a SKU and its case (all or nothing), " +
-		"4 restock a shelf by 5 up to its capacity of 20, 1 reprices (read, compare-and-set), 1 bids (set if greater), " +
+		"3 restock a shelf by 5 up to its capacity of 20, 2 reprice (read, compare-and-set), 1 bids (set if greater), " +
 		"1 holds one of 4 pickup slots (claim); stock sells out and is restocked all run. Checked: stock never below 0 " +
 		"nor above capacity, every stock found was left once (no lost or phantom update), stock conserved with baskets " +
 		"all or nothing, prices chained, bids rising, one holder per slot"
