@@ -124,7 +124,13 @@ const (
 	// order and none can wait on another in a cycle), decides once for the
 	// whole batch, and updates only if every key exists and has enough. It
 	// returns, per requested key, the value before (NULL: no row) and after
-	// (NULL: not applied).
+	// (NULL: not applied). The update decides on the values the locks
+	// returned (l.v), never on the row as the statement's snapshot saw it:
+	// under READ COMMITTED a row changed by a transaction that committed
+	// after the snapshot and before the lock is filtered out on its old
+	// value, before the update looks at its new one, so a condition on
+	// t.value would skip a row the verdict counted and apply the batch in
+	// part.
 	sqlDecrementMany = `WITH req AS MATERIALIZED (
 		SELECT k, a, th FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(k, a, th)
 	), locked AS MATERIALIZED (
@@ -134,8 +140,8 @@ const (
 		FROM req r LEFT JOIN locked l ON l.k = r.k
 	), u AS (
 		UPDATE {T} t SET {V} = t.{V} - req.a
-		FROM req, verdict
-		WHERE verdict.ok AND t.{K} = req.k AND t.{V} >= req.th
+		FROM req JOIN locked l ON l.k = req.k, verdict
+		WHERE verdict.ok AND t.{K} = req.k AND l.v >= req.th
 		RETURNING t.{K} AS k, t.{V} AS v
 	)
 	SELECT req.k, locked.v, u.v FROM req

@@ -2,14 +2,13 @@ package harness
 
 import (
 	"context"
-	"errors"
 
 	"github.com/lockfree-go/lockfree/atomic"
-	"github.com/lockfree-go/lockfree/internal/history"
 )
 
-// inventoryAlternative sells with atomic.Decrement: the check and the write
-// are one statement, so no pause can fall between them.
+// inventoryAlternative runs the store on atomic.Postgres: each operation's
+// check and write are one statement (a reprice reads the price first, then
+// compares and sets it), so no pause can fall between them.
 type inventoryAlternative struct{}
 
 func init() { RegisterApproach(inventoryAlternative{}) }
@@ -17,7 +16,7 @@ func init() { RegisterApproach(inventoryAlternative{}) }
 func (inventoryAlternative) Scenario() string   { return "inventory" }
 func (inventoryAlternative) Approach() Approach { return Alternative }
 func (inventoryAlternative) Label() string {
-	return "atomic.Decrement: one conditional UPDATE … WHERE quantity >= 1 RETURNING quantity"
+	return "atomic.Postgres: each operation one conditional statement (sale: UPDATE … WHERE quantity >= 1 RETURNING quantity)"
 }
 func (inventoryAlternative) Protection(Params) Protection { return Protection{} }
 
@@ -27,33 +26,52 @@ func (inventoryAlternative) NewClient(_ context.Context, env *Env) (Client, erro
 	if err != nil {
 		return nil, err
 	}
-	return &inventoryAltClient{env: env, store: s}, nil
+	return newInventoryClient(env, inventoryAltOps{env: env, store: s}), nil
 }
 
-type inventoryAltClient struct {
+// inventoryAltOps are the store's operations on atomic.Postgres. Each
+// statement is the whole operation: the before-write point is before it.
+type inventoryAltOps struct {
 	env   *Env
 	store *atomic.Postgres
 }
 
-func (c *inventoryAltClient) Op(ctx context.Context) error {
-	ctx, op, err := c.env.Invoke(ctx, inventoryKey(c.env), history.KindSell, nil)
-	if err != nil {
-		return err
-	}
-	// The statement is the whole operation: the point is before it.
-	c.env.BeforeWrite(ctx, "harness.inventory.alternative.before-write")
-	left, err := c.store.Decrement(ctx, op.key, 1)
-	return finishSale(op, left, err)
+const inventoryAltPoint = "harness.inventory.alternative.before-write"
+
+func (o inventoryAltOps) sell(ctx context.Context, sku string) (int64, error) {
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return o.store.Decrement(ctx, sku, 1)
 }
 
-func (c *inventoryAltClient) Close() error { return nil }
-
-// finishSale records a sale: the stock it left, a refusal for want of
-// stock (an answer about the stock), a fenced write (refused), or what
-// the error says.
-func finishSale(op *Op, left int64, err error) error {
-	if errors.Is(err, atomic.ErrInsufficient) {
-		return op.Ok(history.CounterOutput{Insufficient: true})
+func (o inventoryAltOps) basket(ctx context.Context, rows []string) (map[string]int64, error) {
+	amounts := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		amounts[r] = 1
 	}
-	return op.Finish(history.Stock(left), err, errFenced)
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return o.store.DecrementMany(ctx, amounts)
+}
+
+func (o inventoryAltOps) restock(ctx context.Context, row string, amount, capacity int64) (int64, error) {
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return o.store.Increment(ctx, row, amount, capacity)
+}
+
+func (o inventoryAltOps) reprice(ctx context.Context, row string) (int64, int64, error) {
+	old, err := o.store.Value(ctx, row)
+	if err != nil {
+		return 0, 0, err
+	}
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return old, old + 1, o.store.CompareAndSet(ctx, row, old, old+1)
+}
+
+func (o inventoryAltOps) bid(ctx context.Context, row string, amount int64) error {
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return o.store.SetIfGreater(ctx, row, amount)
+}
+
+func (o inventoryAltOps) hold(ctx context.Context, row string, holder int64) error {
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	return o.store.Claim(ctx, row, holder)
 }

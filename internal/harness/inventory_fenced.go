@@ -7,13 +7,13 @@ import (
 
 	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/internal/history"
 )
 
-// inventoryFenced sells with atomic.Fenced: lock the SKU, fenced read
-// (which stamps the row with the lease's token), check, fenced write,
-// release. A holder that pauses past its lease wakes with a token the row
-// has already seen a higher one than: its write is refused.
+// inventoryFenced runs the store on atomic.Fenced: lock the row (a basket:
+// its rows, in key order), fenced read (which stamps the row with the
+// lease's token), check, fenced write, release; a hold looks and inserts
+// under the lock. A holder that pauses past its lease wakes with a token
+// the row has already seen a higher one than: its write is refused.
 type inventoryFenced struct{}
 
 func init() { RegisterApproach(inventoryFenced{}) }
@@ -21,7 +21,7 @@ func init() { RegisterApproach(inventoryFenced{}) }
 func (inventoryFenced) Scenario() string   { return "inventory" }
 func (inventoryFenced) Approach() Approach { return FencedLock }
 func (inventoryFenced) Label() string {
-	return "atomic.Fenced: lock SKU → fenced read → check → fenced write → release"
+	return "atomic.Fenced: lock row(s) → fenced read → check → fenced write → release"
 }
 func (inventoryFenced) Protection(p Params) Protection {
 	return lockTTL(p)
@@ -40,22 +40,44 @@ func (inventoryFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &inventoryFencedClient{env: env, store: f}, nil
+	return newInventoryClient(env, inventoryFencedOps{f}), nil
 }
 
-type inventoryFencedClient struct {
-	env   *Env
-	store *atomic.Fenced
+// inventoryFencedOps are the store's operations on atomic.Fenced, whose
+// before-write point (atomic.fenced.before-write) sits between the check
+// and the write.
+type inventoryFencedOps struct{ store *atomic.Fenced }
+
+func (o inventoryFencedOps) sell(ctx context.Context, sku string) (int64, error) {
+	return o.store.Decrement(ctx, sku, 1)
 }
 
-func (c *inventoryFencedClient) Op(ctx context.Context) error {
-	ctx, op, err := c.env.Invoke(ctx, inventoryKey(c.env), history.KindSell, nil)
-	if err != nil {
-		return err
+func (o inventoryFencedOps) basket(ctx context.Context, rows []string) (map[string]int64, error) {
+	amounts := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		amounts[r] = 1
 	}
-	// atomic.fenced.before-write sits between the check and the write.
-	left, err := c.store.Decrement(ctx, op.key, 1)
-	return finishSale(op, left, err)
+	return o.store.DecrementMany(ctx, amounts)
 }
 
-func (c *inventoryFencedClient) Close() error { return nil }
+func (o inventoryFencedOps) restock(ctx context.Context, row string, amount, capacity int64) (int64, error) {
+	return o.store.Increment(ctx, row, amount, capacity)
+}
+
+// reprice reads the price without the lock, as Postgres' reprice does, and
+// compares and sets it under the lock.
+func (o inventoryFencedOps) reprice(ctx context.Context, row string) (int64, int64, error) {
+	old, err := o.store.Value(ctx, row)
+	if err != nil {
+		return 0, 0, err
+	}
+	return old, old + 1, o.store.CompareAndSet(ctx, row, old, old+1)
+}
+
+func (o inventoryFencedOps) bid(ctx context.Context, row string, amount int64) error {
+	return o.store.SetIfGreater(ctx, row, amount)
+}
+
+func (o inventoryFencedOps) hold(ctx context.Context, row string, holder int64) error {
+	return o.store.Claim(ctx, row, holder)
+}

@@ -312,12 +312,6 @@ func mutantMarkdown(rows []mutantRun) string {
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
 var mutantHoles = map[string]string{
-	"atomic.cas.compare":                "no scenario uses CompareAndSet",
-	"atomic.claim.conflict":             "no scenario uses Claim",
-	"atomic.decrementmany.all":          "no scenario uses DecrementMany",
-	"atomic.increment.cap":              "no scenario uses Increment",
-	"atomic.setifgreater.compare":       "no scenario uses SetIfGreater",
-	"atomic.decrement.floor":            "inventory's stock (10,000,000) never runs out in a run, so no sale meets the floor: a sell-out scenario would catch it",
 	"fencedlock.gate.compare":           "no scenario uses Gate",
 	"fencedlock.acquire.purge-fence":    "it needs a Purge of the lock table between a fresh row's mint and its insert, and no scenario purges; fencedlock's guard checkPurgeFence catches it (TestMutantsAreCaught)",
 	"fencedlock.renew.expired":          "a holder's renewal loop sends no renewal past its local deadline (TTL − margin after its last send), which comes before the server's expiry, and drops the answer to one that reaches the server later (a delay): no holder is ever told its expired lease was renewed; the exclusivity check (revived lease) would see one that is",

@@ -13,11 +13,12 @@ import (
 // count of each approach's flow, for one client, which never waits for a
 // lock:
 //
-//	inventory
-//	  alternative  UPDATE … RETURNING                                       1
-//	  raw          UPDATE … RETURNING                                       1
-//	  naive-lock   acquire, SELECT, UPDATE, release (NOTIFY in the release) 4
-//	  fenced-lock  acquire, fenced read (stamps), fenced UPDATE, release    4
+//	inventory, a mix (the sale's count first, then the range over the mix:
+//	a refusal, a reprice's read, a basket's two locks)
+//	  alternative  UPDATE … RETURNING (a refusal reads the value)           1, 1–3
+//	  raw          UPDATE … RETURNING (a reprice reads first)                1, 1–2
+//	  naive-lock   acquire, SELECT, UPDATE, release (NOTIFY in the release) 4, 3–6
+//	  fenced-lock  acquire, fenced read (stamps), fenced UPDATE, release    4, 3–10
 //	documents
 //	  alternative  SELECT the row and its version, UPDATE … WHERE version   2
 //	  raw          UPDATE … FROM (SELECT … FOR UPDATE) RETURNING            1
@@ -35,6 +36,7 @@ import (
 //	every scenario
 //	  redis-lock, redsync-lock  naive-lock's statements without acquire and
 //	               release (the lock's 2 round trips go to Redis)            2
+//	               (inventory: 1–3)
 //
 // and so are their round trips where the pool keeps its connection. The
 // lock service's wake-ups take a pooled connection to LISTEN on whenever an
@@ -45,10 +47,12 @@ import (
 // heartbeats, which also rotate the partition member's connections), which
 // its operations cost too.
 func TestRoundTripsPerOp(t *testing.T) {
-	want := map[string]map[Approach]int64{
-		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
-		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
-		"accounts":  {Alternative: 1, VerifiedAlternative: 4, Raw: 1, NaiveLock: 4, FencedLock: 4, VerifiedLock: 7, RedisLock: 2, RedsyncLock: 2},
+	type span struct{ lo, hi int64 } // statements per operation
+	one := func(n int64) span { return span{n, n} }
+	want := map[string]map[Approach]span{
+		"inventory": {Alternative: {1, 3}, Raw: {1, 2}, NaiveLock: {3, 6}, FencedLock: {3, 10}, RedisLock: {1, 3}, RedsyncLock: {1, 3}},
+		"documents": {Alternative: one(2), Raw: one(1), NaiveLock: one(4), FencedLock: one(4), RedisLock: one(2), RedsyncLock: one(2)},
+		"accounts":  {Alternative: one(1), VerifiedAlternative: one(4), Raw: one(1), NaiveLock: one(4), FencedLock: one(4), VerifiedLock: one(7), RedisLock: one(2), RedsyncLock: one(2)},
 	}
 	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
 	infra := Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR")}
@@ -63,7 +67,8 @@ func TestRoundTripsPerOp(t *testing.T) {
 					missingRedis(t, def.Approach(), why)
 					return
 				}
-				roundTrips(t, sc, def, cfg, infra, want[name][def.Approach()])
+				w := want[name][def.Approach()]
+				roundTrips(t, sc, def, cfg, infra, w.lo, w.hi)
 			})
 		}
 	}
@@ -74,10 +79,29 @@ func TestRoundTripsPerOp(t *testing.T) {
 	two.Clients = 2
 	sc, _ := Lookup("accounts")
 	def, _ := lookupApproach("accounts", Alternative)
-	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, infra, 1) })
+	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, infra, 1, 1) })
 }
 
-func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w int64) {
+// locks is the most locks one operation of sc takes: a store's basket
+// locks its two rows.
+func locks(sc Scenario) int64 {
+	if sc.Name() == "inventory" {
+		return 2
+	}
+	return 1
+}
+
+// kinds bounds how many statements of sc the measured part may send for
+// the first time: the store's mix has 7 that the warm-up may not all have
+// sent; the other scenarios' single flows are warmed up.
+func kinds(sc Scenario) int64 {
+	if sc.Name() == "inventory" {
+		return 7
+	}
+	return 0
+}
+
+func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, lo, hi int64) {
 	r, res, err := runApproach(context.Background(), sc, def, cfg, infra)
 	if err != nil {
 		t.Fatal(err)
@@ -88,18 +112,20 @@ func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra In
 	}
 	t.Logf("%d ops: %.3f round trips per op in all, %.3f statements; on behalf of the operations %d round trips, %d statements",
 		st.Ops, *res.RoundTripsPerOp, *res.StatementsPerOp, st.OpRoundTrips, st.OpStatements)
-	if st.OpStatements != w*st.Ops {
-		t.Errorf("%d statements for %d operations, want %d per operation", st.OpStatements, st.Ops, w)
+	if st.OpStatements < lo*st.Ops || st.OpStatements > hi*st.Ops {
+		t.Errorf("%d statements for %d operations, want %d to %d per operation", st.OpStatements, st.Ops, lo, hi)
 	}
 	// An approach with a lease shares its pool with its background work
 	// (LISTEN, heartbeats), so an operation may land on a connection that
 	// has not prepared its statement yet.
+	// A statement of the mix that the warm-up did not send is prepared on
+	// its first send, one round trip more, once per statement.
 	leased := def.Protection(r.params).Lease > 0
-	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips != st.OpStatements {
-		t.Errorf("%d round trips for %d statements", st.OpRoundTrips, st.OpStatements)
+	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips > st.OpStatements+kinds(sc) {
+		t.Errorf("%d round trips for %d statements (%d kinds of statement)", st.OpRoundTrips, st.OpStatements, kinds(sc))
 	}
-	checkRedisTrips(t, def, st)
-	if *res.RoundTripsPerOp < float64(w) {
-		t.Errorf("the report's %.3f round trips per op are fewer than the operations' own %d", *res.RoundTripsPerOp, w)
+	checkRedisTrips(t, def, st, locks(sc))
+	if *res.RoundTripsPerOp < float64(st.OpRoundTrips)/float64(st.Ops) || *res.RoundTripsPerOp < float64(lo) {
+		t.Errorf("the report's %.3f round trips per op are fewer than the operations' own %d in %d operations", *res.RoundTripsPerOp, st.OpRoundTrips, st.Ops)
 	}
 }

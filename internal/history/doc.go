@@ -36,8 +36,9 @@
 // # Models
 //
 // Check holds each key's operations to a Model, keys being independent in
-// these scenarios. Counter is the inventory: sales take one unit if the
-// stock is above a floor, reads return the stock; it catches lost updates
+// these scenarios. Counter is a stock that only sales change: sales take
+// one unit if the stock is above a floor, reads return the stock; it
+// catches lost updates
 // (two sales that left the same stock, stock that went back up), phantoms
 // (stock gone that no sale explains) and oversells. Document is the
 // documents scenario: each edit reads the document and writes it back with
@@ -47,7 +48,12 @@
 // made) are both caught, even when they cancel out in the count. A final
 // read that lists the edits names each accepted edit missing.
 //
-// The invariant checkers need no search: ExactlyOnce (payments: each key
+// The invariant checkers need no search: CheckStore (inventory, a store
+// whose stock is sold, sold in baskets and restocked, with prices, bids
+// and holds: stock within its floor and capacity, the stocks found and
+// left chained from the initial to the final one, stock conserved with
+// baskets all or nothing, bids rising, one holder per slot), ExactlyOnce
+// (payments: each key
 // charged exactly once once a client was told so, never when every
 // attempt was refused), Sequences (accounts: per entity, no sequence number
 // twice or missing, every number a client was told in the log) and Delivery
