@@ -16,7 +16,7 @@ SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh e
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
 # them. They run after the other tests, so as not to share the CPU with them.
 # internal/failover's TestCompareFailover runs `lockfree compare --faults
-# failover` through the harness (inventory, 4 approaches, 10 s each: about two
+# failover` through the harness (documents, 4 approaches, 10 s each: about two
 # minutes).
 FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/...
 

@@ -321,9 +321,14 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64) (err error)
 }
 
 // DecrementMany implements Store: it locks the keys in sorted order (so
-// batches cannot wait on each other in a cycle), then in one transaction
-// stamps and reads every row, checks them all, and writes them all; a
-// refusal or a fencing rejection rolls everything back.
+// batches cannot wait on each other in a cycle), stamps and reads every row
+// (each a statement of its own, as the single-key operations do), checks
+// them all, then writes them all in one transaction: a refusal writes
+// nothing, and a fencing rejection of any write rolls every write back. No
+// transaction is open between the reads and the writes, so a holder that
+// stalls there (a pause past its lease) holds no row lock that would keep
+// the next holder from stamping the rows and going on; its writes are then
+// refused by the next holder's tokens.
 func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
 	ctx, op := f.tel.start(ctx, opDecrementMany)
 	defer func() { op.end(ctx, err) }()
@@ -333,12 +338,12 @@ func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64) (_
 	}
 	var out map[string]int64
 	err = f.locked(ctx, b.keys, func(leases []fencedlock.Lease) error {
+		next, err := f.readBatch(ctx, f.db, b, leases)
+		if err != nil {
+			return err
+		}
+		failpoint.Inject(ctx, "atomic.fenced.before-write")
 		return pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
-			next, err := f.readBatch(ctx, tx, b, leases)
-			if err != nil {
-				return err
-			}
-			failpoint.Inject(ctx, "atomic.fenced.before-write")
 			for i, k := range b.keys {
 				if err := f.write(ctx, tx, k, leases[i].Token, next[k]); err != nil {
 					return err

@@ -25,7 +25,13 @@ import (
 // One run per approach: the coordinator parks the client that took the key
 // over once it has written, so that the stopped client's write is the next
 // to reach the key — no later lease of the taker's can raise the fence
-// first and refuse it.
+// first and refuse it. It runs documents, where every operation writes the
+// one register it locks: in inventory's store, the taker's refused sales
+// and its operations on other rows take leases without writing the
+// victim's row, so its write can come with a token that has climbed past
+// the stopped client's — the fault then does not bite, and the harness
+// does not count it (about one run in three here: scripts/results.sh
+// failover reports it per run).
 func TestCompareFailover(t *testing.T) {
 	pair := testrepl.Get(t).Shared()
 	approaches := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock}
@@ -36,13 +42,13 @@ func TestCompareFailover(t *testing.T) {
 	}
 }
 
-// compareFailover runs inventory under the failover fault with approaches
+// compareFailover runs documents under the failover fault with approaches
 // and checks what every run must show: each approach checked with its
 // failover injected, and no violation for the alternative and the fenced
 // lock.
 func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.Approach) []report.Result {
 	t.Helper()
-	sc, _ := harness.Lookup("inventory")
+	sc, _ := harness.Lookup("documents")
 	rep, err := harness.Run(context.Background(), sc, harness.Config{
 		Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []harness.Fault{harness.Failover},
 		Approaches: approaches,
