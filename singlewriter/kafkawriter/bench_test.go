@@ -219,7 +219,8 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			var st stages
 			pool := stagedPool(b, db, &st)
-			var bare, applied time.Duration
+			var rawPool *pgxpool.Pool
+			var bare, raw, applied time.Duration
 			for i := 0; i < b.N; i++ {
 				group := e.topic + "-" + strconv.Itoa(i) + "-" + c.name
 				// The reader takes well under a second: five reads, so that
@@ -227,14 +228,20 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 				for j := range bareReads {
 					bare += bareRead(b, e, group+"-bare-"+strconv.Itoa(j))
 				}
+				if rawPool == nil {
+					rawPool = stagedPool(b, db, &stages{})
+				}
+				raw += rawApply(b, e, rawPool, c.batch, c.handler)
 				st.reset()
 				applied += consumerApply(b, e, pool, group, c.batch, c.handler)
 			}
 			events := float64(ratioEvents * b.N)
-			bareRate, rate := bareReads*events/bare.Seconds(), events/applied.Seconds()
+			bareRate, rawRate, rate := bareReads*events/bare.Seconds(), events/raw.Seconds(), events/applied.Seconds()
 			b.ReportMetric(bareRate, "bare-events/s")
+			b.ReportMetric(rawRate, "raw-events/s")
 			b.ReportMetric(rate, "events/s")
 			b.ReportMetric(rate/bareRate, "ratio")
+			b.ReportMetric(rate/rawRate, "ratio-to-raw")
 			n, spent := st.reset()
 			b.ReportMetric(float64(n)/events, "round-trips/event")
 			for i, name := range stageNames {
@@ -242,6 +249,88 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 			}
 		})
 	}
+}
+
+// rawApply applies the whole topic the way the consumer does, minus the
+// delivery guarantee: a reader per partition shaped as the consumer's
+// (kafkawriter's reader settings: MaxWait 500ms, a queue of a whole batch,
+// the same batch gathering), the same handler in one transaction per batch
+// — and no inbox, no offsets stored anywhere, no group. It is the true
+// limit of applying these events on PostgreSQL (the work alone), and
+// returns the time from its first application to its last.
+func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter.BatchHandler) time.Duration {
+	var (
+		mu          sync.Mutex
+		total       int
+		first, last time.Time
+		wg          sync.WaitGroup
+		failed      error
+	)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for p := range e.partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.topic, Partition: p,
+				MaxWait: 500 * time.Millisecond, QueueCapacity: max(100, batch), ReadLagInterval: -1})
+			defer r.Close()
+			for rctx.Err() == nil {
+				msgs, err := fetchUpTo(rctx, r, batch)
+				if err != nil {
+					return // the run is over
+				}
+				if err := pgx.BeginFunc(rctx, pool, func(tx pgx.Tx) error { return h(rctx, tx, msgs) }); err != nil {
+					if rctx.Err() == nil {
+						mu.Lock()
+						failed = err
+						mu.Unlock()
+						cancel()
+					}
+					return
+				}
+				mu.Lock()
+				if first.IsZero() {
+					first = time.Now()
+				}
+				total += len(msgs)
+				if total >= ratioEvents {
+					last = time.Now()
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	if total < ratioEvents {
+		b.Fatalf("raw applier: %d of %d events applied", total, ratioEvents)
+	}
+	return last.Sub(first)
+}
+
+// fetchUpTo returns the next messages of r as the consumer gathers a batch:
+// one, waited for; then what arrives within kafkawriter.DefaultBatchWait,
+// up to n.
+func fetchUpTo(ctx context.Context, r *kafka.Reader, n int) ([]kafka.Message, error) {
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	msgs := []kafka.Message{m}
+	wctx, cancel := context.WithTimeout(ctx, kafkawriter.DefaultBatchWait)
+	defer cancel()
+	for len(msgs) < n {
+		m, err := r.FetchMessage(wctx)
+		if err != nil {
+			break
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
 }
 
 // eachEvent runs h on each message of a batch: what NewConsumer does with a
