@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,7 +93,32 @@ func (inventory) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, 
 	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { final[k] = v; return nil }); err != nil {
 		return nil, err
 	}
-	return history.CheckStore(ops, final, history.Store{Stock: inventoryStock, Capacity: inventoryCapacity, Price: inventoryPrice})
+	store := history.Store{Stock: inventoryStock, Capacity: inventoryCapacity, Price: inventoryPrice, Partition: inventoryPartition}
+	rep, err := history.CheckStore(ops, final, store)
+	if err != nil {
+		return nil, err
+	}
+	order, err := history.CheckStoreOrder(ctx, ops, final, store, history.Config{Timeout: inventoryOrderTimeout})
+	if err != nil {
+		return nil, err
+	}
+	rep.Keys = append(rep.Keys, order.Keys...)
+	slices.SortFunc(rep.Keys, func(a, b history.KeyReport) int { return strings.Compare(a.Key, b.Key) })
+	return rep, nil
+}
+
+// inventoryOrderTimeout bounds the linearizability search of one SKU's
+// partition: generous, since a loaded machine searches slowly, and a
+// partition that runs out shows as not checked ("—"), never as 0.
+const inventoryOrderTimeout = 60 * time.Second
+
+// inventoryPartition is the partition of a row for the linearizability
+// check: SKU i's rows (sku-i, case-i, price-i, bid-i, hold-i-n) are
+// partition "SKU i", so that a basket's two rows share one.
+func inventoryPartition(row string) string {
+	_, rest, _ := strings.Cut(row, "-")
+	i, _, _ := strings.Cut(rest, "-")
+	return "SKU " + i
 }
 
 // inventoryOps is how one approach does each operation of the store, with
@@ -159,7 +186,7 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 		return finishStock(op, map[string]int64{row: left}, err)
 	case n < inventorySales+inventoryBaskets+inventoryRestocks+inventoryReprices:
 		row := Key("price-", i)
-		ctx, op, err := invoke(history.KindReprice, history.StoreInput{Rows: []string{row}})
+		ctx, op, err := invoke(history.KindReprice, history.StoreInput{Rows: []string{row}, Amount: 1})
 		if err != nil {
 			return err
 		}
