@@ -56,7 +56,8 @@ const (
 // time, sell baskets of a SKU and its case all or nothing, restock the
 // shelves up to their capacity, reprice, bid and hold pickup slots, in the
 // fixed mix inventoryMix. Every approach does every operation, with the
-// same semantics; the check is history.CheckStore.
+// same semantics; the checks are history.CheckStore and, per SKU,
+// history.CheckStoreOrder.
 type inventory struct{}
 
 func init() { Register(inventory{}) }
@@ -68,7 +69,7 @@ func (inventory) Description() string {
 		"3 restock a shelf by 5 up to its capacity of 20, 2 reprice (read, compare-and-set), 1 bids (set if greater), " +
 		"1 holds one of 4 pickup slots (claim); stock sells out and is restocked all run. Checked: stock never below 0 " +
 		"nor above capacity, every stock found was left once (no lost or phantom update), stock conserved with baskets " +
-		"all or nothing, prices chained, bids rising, one holder per slot"
+		"all or nothing, prices chained, bids rising, one holder per slot; and each SKU's operations linearizable (porcupine)"
 }
 func (inventory) Migrations() []migrate.Migration { return nil }
 
