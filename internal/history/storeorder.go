@@ -384,7 +384,7 @@ func (o *storeObject) explain(part string, d *describer) Violation {
 			"partition %s: the operations on %s fit no order that respects real time (the search for the evidence ran out of time)", quote(part), rows)}
 	}
 	prefix := longest(o.info)
-	state := replay(o.model, o.init, o.pops, prefix)
+	state := replay(o.model, o.model.Init(), o.pops, prefix)
 	placed := make([]bool, len(o.pops))
 	for _, i := range prefix {
 		placed[i] = true
@@ -437,14 +437,29 @@ func storeDid(d *describer, op *Op) string {
 
 // newModel is the object's sequential model: stock rows between 0 and
 // capacity, a price moved by compare-and-set, a bid raised only, a hold
-// taken once, reads of the final values.
+// taken once, reads of the final values. An operation of unknown outcome
+// may or may not take effect where it is placed: the model's state is the
+// set of the states the rows may be in (porcupine's power-set
+// construction), so that an uncertain operation is placed once, at its
+// call, and later answers pick out which of its outcomes happened, rather
+// than the search trying it at every later place.
 func (o *storeObject) newModel(capacity int64) porcupine.Model {
 	init := o.init
 	rows := o.rows
-	return porcupine.Model{
-		Init: func() any { return init },
-		Step: func(state, in, out any) (bool, any) {
-			return soStep(capacity, state.(soState), in.(soIn), out.(soOut))
+	nm := porcupine.NondeterministicModel{
+		Init: func() []any { return []any{init} },
+		Step: func(state, in, out any) []any {
+			s, i := state.(soState), in.(soIn)
+			if i.unknown {
+				if can, next := soApply(capacity, s, i, soRow(i)); can && next != s {
+					return []any{s, next}
+				}
+				return []any{s}
+			}
+			if ok, next := soStep(capacity, s, i, out.(soOut)); ok {
+				return []any{next}
+			}
+			return nil
 		},
 		Hash: func(state any) uint64 {
 			s := state.(soState)
@@ -472,78 +487,85 @@ func (o *storeObject) newModel(capacity int64) porcupine.Model {
 		},
 		DescribeOperationMetadata: describeMeta,
 	}
+	return nm.ToModel()
 }
 
-// soStep is the model: whether an operation with this answer can come next
-// in state s, and the state after it. An operation of unknown outcome
-// takes effect if the state allows it, and is never refused: the search
-// places it last when it never took effect.
-func soStep(capacity int64, s soState, in soIn, out soOut) (bool, soState) {
-	j := 0
+// soRow is the row of a one-row operation.
+func soRow(in soIn) int {
 	if in.rows == 2 {
-		j = 1
+		return 1
 	}
-	switch in.kind {
-	case soSell, soBasket:
-		can := true
-		for r := range 2 {
-			if in.rows&(1<<r) != 0 && s.v[r] < 1 {
-				can = false
-			}
-		}
-		switch {
-		case in.unknown && !can:
-			return true, s
-		case !in.unknown && out.refused:
-			return !can, s
-		case !can:
-			return false, s
-		}
-		for r := range 2 {
-			if in.rows&(1<<r) != 0 {
-				s.v[r]--
-				if !in.unknown && s.v[r] != out.left[r] {
-					return false, s
-				}
-			}
-		}
-		return true, s
-	case soRestock:
-		can := s.v[j]+in.amount <= capacity
-		switch {
-		case in.unknown && !can:
-			return true, s
-		case !in.unknown && out.refused:
-			return !can, s
-		case !can:
-			return false, s
-		}
-		s.v[j] += in.amount
-		return in.unknown || s.v[j] == out.left[j], s
-	case soReprice:
-		if in.unknown {
-			s.v[j] += in.amount
-			return true, s
-		}
+	return 0
+}
+
+// soStep is the model of an answered operation: whether it can come next
+// in state s with this answer, and the state after it.
+func soStep(capacity int64, s soState, in soIn, out soOut) (bool, soState) {
+	j := soRow(in)
+	switch {
+	case in.kind == soRead:
+		return s.has[j] == out.present && (!out.present || s.v[j] == in.value), s
+	case in.kind == soReprice:
 		if s.v[j] != out.old {
 			return false, s
 		}
 		s.v[j] = out.next
 		return true, s
+	}
+	can, next := soApply(capacity, s, in, j)
+	if out.refused {
+		return !can, s
+	}
+	if !can {
+		return false, s
+	}
+	for r := range 2 {
+		if in.rows&(1<<r) != 0 && (in.kind == soSell || in.kind == soBasket || in.kind == soRestock) && next.v[r] != out.left[r] {
+			return false, s
+		}
+	}
+	return true, next
+}
+
+// soApply applies an operation to s if s lets it: a sale or a basket a
+// unit of each of its rows if each has one, a restock its units if they
+// fit, a reprice of unknown outcome its step, a bid if it is the highest,
+// a hold if the slot is free. j is the row of a one-row operation.
+func soApply(capacity int64, s soState, in soIn, j int) (bool, soState) {
+	switch in.kind {
+	case soSell, soBasket:
+		for r := range 2 {
+			if in.rows&(1<<r) != 0 && s.v[r] < 1 {
+				return false, s
+			}
+		}
+		for r := range 2 {
+			if in.rows&(1<<r) != 0 {
+				s.v[r]--
+			}
+		}
+		return true, s
+	case soRestock:
+		if s.v[j]+in.amount > capacity {
+			return false, s
+		}
+		s.v[j] += in.amount
+		return true, s
+	case soReprice:
+		s.v[j] += in.amount
+		return true, s
 	case soBid:
-		if in.value > s.v[j] {
-			s.v[j] = in.value
-			return true, s
+		if in.value <= s.v[j] {
+			return false, s
 		}
-		return in.unknown, s
+		s.v[j] = in.value
+		return true, s
 	case soHold:
-		if !s.has[j] {
-			s.v[j], s.has[j] = in.value, true
-			return true, s
+		if s.has[j] {
+			return false, s
 		}
-		return in.unknown, s
-	case soRead:
-		return s.has[j] == out.present && (!out.present || s.v[j] == in.value), s
+		s.v[j], s.has[j] = in.value, true
+		return true, s
 	}
 	return false, s
 }

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -175,4 +176,110 @@ func TestStoreOrderRefusesBadHistories(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// TestStoreOrderLongHistory: a long history of overlapping operations,
+// one in fifty of unknown outcome, passes, and its partition is searched
+// to the end. Each answered operation takes effect at a point within its
+// interval; one of unknown outcome there, or up to 50 operations later (a
+// held request), or never. (The search grows with the operations of
+// unknown outcome whose effects land late: with one in ten landing up to
+// 300 operations later, a minute is not enough.)
+func TestStoreOrderLongHistory(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	b := newBuilder()
+	st := map[string]int64{"s": testStore.Stock, "c": testStore.Stock, "p": testStore.Price}
+	sell := func(rows ...string) bool {
+		for _, r := range rows {
+			if st[r] < 1 {
+				return false
+			}
+		}
+		for _, r := range rows {
+			st[r]--
+		}
+		return true
+	}
+	restock := func(row string) bool {
+		if st[row]+3 > testStore.Capacity {
+			return false
+		}
+		st[row] += 3
+		return true
+	}
+	late := map[int][]func(){} // effects of unknown outcome, by the step they land at
+	const n = 4000
+	for i := range n {
+		for _, f := range late[i] {
+			f()
+		}
+		at := int64(i * 10)
+		call, ret := at-rnd.Int64N(40), at+rnd.Int64N(40)
+		client := i % 8
+		if rnd.IntN(50) == 0 {
+			var kind string
+			var input StoreInput
+			var effect func()
+			switch k := rnd.IntN(4); k {
+			case 0:
+				kind, input, effect = KindSell, in("s"), func() { sell("s") }
+			case 1:
+				kind, input, effect = KindBasket, in("c", "s"), func() { sell("c", "s") }
+			case 2:
+				row := []string{"s", "c"}[rnd.IntN(2)]
+				kind, input, effect = KindRestock, StoreInput{Rows: []string{row}, Amount: 3}, func() { restock(row) }
+			default:
+				kind, input, effect = KindReprice, StoreInput{Rows: []string{"p"}, Amount: 1}, func() { st["p"]++ }
+			}
+			b.add(client, "s", kind, call, -1, Unknown, input, nil)
+			switch rnd.IntN(3) {
+			case 0:
+				effect()
+			case 1:
+				at := i + 1 + rnd.IntN(50)
+				late[at] = append(late[at], effect)
+			}
+			continue
+		}
+		switch k := rnd.IntN(10); {
+		case k < 5:
+			out := StoreOutput{Refused: !sell("s")}
+			if !out.Refused {
+				out.Left = map[string]int64{"s": st["s"]}
+			}
+			b.add(client, "s", KindSell, call, ret, OK, in("s"), out)
+		case k < 7:
+			out := StoreOutput{Refused: !sell("c", "s")}
+			if !out.Refused {
+				out.Left = map[string]int64{"s": st["s"], "c": st["c"]}
+			}
+			b.add(client, "s", KindBasket, call, ret, OK, in("c", "s"), out)
+		case k < 9:
+			row := []string{"s", "c"}[rnd.IntN(2)]
+			out := StoreOutput{Refused: !restock(row)}
+			if !out.Refused {
+				out.Left = map[string]int64{row: st[row]}
+			}
+			b.add(client, "s", KindRestock, call, ret, OK, StoreInput{Rows: []string{row}, Amount: 3}, out)
+		default:
+			b.add(client, "s", KindReprice, call, ret, OK, in("p"), StoreOutput{Old: st["p"], Next: st["p"] + 1})
+			st["p"]++
+		}
+	}
+	for i := n; i < n+50; i++ {
+		for _, f := range late[i] {
+			f()
+		}
+	}
+	requirePassed(t, checkStoreOrder(t, b.ops, st, testStore))
+	// The same history with an early answer changed is not linearizable
+	// (the search for that is exhaustive, so the change is where few
+	// operations of unknown outcome come before it).
+	for i := 20; ; i++ {
+		if op := &b.ops[i]; op.Outcome == OK && op.Kind == KindSell && !strings.Contains(string(op.Output), "refused") {
+			op.Output = mustJSON(left("s", int(st["s"])+7))
+			break
+		}
+	}
+	requireViolation(t, checkStoreOrder(t, b.ops, st, testStore), NotLinearizable, Witness)
 }
