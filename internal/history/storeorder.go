@@ -32,13 +32,17 @@ import (
 // object and are searched together; other objects apart, which
 // linearizability allows: it is local. Failed operations had no effect and
 // are left out. An operation of unknown outcome may take effect at any
-// time after its Call, or never: it has porcupine's open end (Return Inf)
-// and takes effect where the search places it, if the state allows; placed
-// after everything else, it never did. Each row's final value is a read
-// after every operation returned.
+// time after its Call, or never: it has porcupine's open end (Return Inf),
+// and where the search places it, it takes effect or not (the model's
+// state is the set of states the rows may be in). Each row's final value
+// is a read after every operation returned. The search grows with the
+// operations of unknown outcome whose effects land long after their call;
+// with few, a partition of thousands of operations takes well under a
+// second (TestStoreOrderLongHistory).
 //
 // The report has one KeyReport per partition, its Key the partition's
-// name. A partition whose search ran out of time (or ctx ended) is
+// name, its Windows the objects searched and Unchecked those whose search
+// ran out of time. A partition whose search ran out of time (or ctx ended) is
 // NotChecked, so Report.Figure shows "—", never 0. cfg.Window and
 // cfg.Settle are not used: a partition is searched whole.
 func CheckStoreOrder(ctx context.Context, ops []Op, final map[string]int64, s Store, cfg Config) (*Report, error) {
