@@ -8,8 +8,9 @@
 //
 // A Scenario is a problem: its schema and seed, and its check, which holds
 // the merged history and the state the run left to the scenario's model
-// (history.Check with porcupine for the register scenario, an invariant
-// checker for the others). An ApproachDef is one way to solve
+// (history.Check with porcupine for the register scenario, the store's
+// invariants and history.CheckStoreOrder's porcupine search per SKU for
+// inventory, an invariant checker for the others). An ApproachDef is one way to solve
 // it: a small type whose NewClient runs in each worker process and whose
 // Client records one operation at a time. Each registers itself from an
 // init function (Register, RegisterApproach), one file each: adding an

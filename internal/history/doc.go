@@ -48,6 +48,14 @@
 // made) are both caught, even when they cancel out in the count. A final
 // read that lists the edits names each accepted edit missing.
 //
+// CheckStoreOrder holds the store's history (inventory) to a sequential
+// model of its rows with porcupine, by partition (a SKU's rows: its stock,
+// its case's, its price, bid and slots), each partition bounded by a
+// timeout and NotChecked when it runs out; in a partition, the rows that
+// operations work on together are searched together, the others apart. It
+// catches what CheckStore's counts cannot: answers whose values chain but
+// not in the order the operations ran.
+//
 // The invariant checkers need no search: CheckStore (inventory, a store
 // whose stock is sold, sold in baskets and restocked, with prices, bids
 // and holds: stock within its floor and capacity, the stocks found and
