@@ -411,7 +411,6 @@ var mutantHoles = map[string]string{
 	"fencedlock.renew.tenure":           "the fenced twins refuse a stale write whoever holds the lock, and without faults no naive-lock holder outlives its lease",
 	"idempotency.claim.in-flight":       "payments charges in the claim's transaction: a second execution beside the first fails on the record's key at COMMIT, and its charge rolls back with it",
 	"idempotency.expired":               "no scenario lets a key expire",
-	"idempotency.fingerprint":           "no scenario reuses a key for another request",
 	"idempotency.fenced.put.token":      "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
 	"idempotency.fenced.read.stamp":     "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
 	"idempotency.leased.complete.token": "no scenario uses the leased mode",

@@ -52,7 +52,7 @@ func (c *paymentsAltClient) Op(ctx context.Context) error {
 		}
 		return idempotency.Result{Status: 201}, nil
 	})
-	return op.Finish(nil, err, idempotency.ErrInFlight)
+	return op.Finish(nil, err, idempotency.ErrInFlight, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsAltClient) Close() error { return nil }

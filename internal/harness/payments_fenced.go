@@ -71,7 +71,7 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 		// took effect, as the library's typed outcome says.
 		err = nil
 	}
-	return op.Finish(nil, err, idempotency.ErrInFlight, errFenced)
+	return op.Finish(nil, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, errFenced)
 }
 
 // charge is the work under the lock. Its statements run on the
@@ -87,16 +87,18 @@ func (c *paymentsFencedClient) charge(ctx, actx context.Context, op *Op, amount 
 		return idempotency.Result{}, err
 	}
 	var charged bool
-	if err := paymentsFence.Read(ctx, c.env.DB, op.key, token, "charged", &charged); err != nil {
+	var chargedAmount int64
+	if err := paymentsFence.Read(ctx, c.env.DB, op.key, token, "charged, amount", &charged, &chargedAmount); err != nil {
 		return idempotency.Result{}, err
 	}
 	if charged {
-		// An earlier holder charged and did not record: the charge stands.
-		return idempotency.Result{Status: 200}, nil
+		// An earlier holder charged and did not record: the charge stands,
+		// for the request it was made for.
+		return idempotency.Result{Status: 200}, replay(op.key, chargedAmount, amount)
 	}
 	c.env.BeforeWrite(ctx, "harness.payments.fenced.before-write")
 	err := pgx.BeginFunc(ctx, c.env.DB, func(tx pgx.Tx) error {
-		if err := paymentsFence.Update(ctx, tx, op.key, token, "charged = true"); err != nil {
+		if err := paymentsFence.Update(ctx, tx, op.key, token, "charged = true, amount = $1", amount); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID())

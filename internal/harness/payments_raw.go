@@ -1,11 +1,15 @@
 package harness
 
-import "context"
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/idempotency"
+)
 
 // paymentsRaw is the bare baseline that still charges once: the charge and
 // the record in one transaction, rolled back when the record existed (a
-// concurrent duplicate waits on the record's unique index). It stores no
-// answer to replay.
+// concurrent duplicate waits on the record's unique index), and refused
+// when the record is of another amount. It stores no answer to replay.
 type paymentsRaw struct{}
 
 func init() { RegisterApproach(paymentsRaw{}) }
@@ -13,7 +17,7 @@ func init() { RegisterApproach(paymentsRaw{}) }
 func (paymentsRaw) Scenario() string   { return "payments" }
 func (paymentsRaw) Approach() Approach { return Raw }
 func (paymentsRaw) Label() string {
-	return "bare tx: INSERT charge; INSERT INTO payments_done … ON CONFLICT DO NOTHING; COMMIT, or ROLLBACK if done (no stored answer)"
+	return "bare tx: INSERT charge; INSERT INTO payments_done … ON CONFLICT DO NOTHING; COMMIT, or ROLLBACK if done (refused if of another amount; no stored answer)"
 }
 func (paymentsRaw) Protection(Params) Protection { return Protection{} }
 
@@ -29,7 +33,7 @@ func (c *paymentsRawClient) Op(ctx context.Context) error {
 		return err
 	}
 	c.env.BeforeWrite(ctx, "harness.payments.raw.before-write")
-	return op.Finish(nil, c.charge(ctx, op, amount))
+	return op.Finish(nil, c.charge(ctx, op, amount), idempotency.ErrKeyReused)
 }
 
 func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) error {
@@ -41,9 +45,19 @@ func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) er
 	if _, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID())
-	if err != nil || tag.RowsAffected() == 0 {
-		return err // charged already: the deferred rollback undoes this charge
+	tag, err := tx.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		// Charged already: the deferred rollback undoes this charge. The
+		// record's row is committed (the insert waited for it), so this
+		// statement of the transaction sees it.
+		charged, _, err := chargedAmount(ctx, tx, op.key)
+		if err != nil {
+			return err
+		}
+		return replay(op.key, charged, amount)
 	}
 	return tx.Commit(ctx)
 }

@@ -1,6 +1,10 @@
 package harness
 
-import "context"
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/idempotency"
+)
 
 // paymentsRedis charges as naive-lock does, with the payment key's lock in
 // Redis: lock, charged? (plain read), charge, record, release. A holder
@@ -43,9 +47,11 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 		return err
 	}
 	err = withRedisLock(ctx, c.locker, op.key, func() error {
-		var n int
-		if err := c.env.DB.QueryRow(ctx, sqlPaymentsDone, op.key).Scan(&n); err != nil || n > 0 {
-			return err // a replay: charged already
+		if charged, done, err := chargedAmount(ctx, c.env.DB, op.key); err != nil || done {
+			if err != nil {
+				return err
+			}
+			return replay(op.key, charged, amount)
 		}
 		c.env.BeforeWrite(ctx, c.point)
 		wctx, cancel := writeContext(ctx)
@@ -54,10 +60,10 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 			return err
 		}
 		op.Took() // whatever happens to the record, the charge stands
-		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID())
+		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
 		return err
 	})
-	return op.Finish(nil, err)
+	return op.Finish(nil, err, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsRedisClient) Close() error { return c.conn.Close() }

@@ -49,7 +49,8 @@
 //
 // The invariant checkers need no search: ExactlyOnce (payments: each key
 // charged exactly once once a client was told so, never when every
-// attempt was refused), Sequences (accounts: per entity, no sequence number
+// attempt was refused, and no client told so that asked for another amount
+// than the charge's: a reused key), Sequences (accounts: per entity, no sequence number
 // twice or missing, every number a client was told in the log) and Delivery
 // (events: every acknowledged event applied exactly once, in order, per
 // entity). They take the effects found in the system after the run; an

@@ -49,7 +49,7 @@ type harmWords struct{ one, many, bad, none string }
 var harm = map[string]harmWords{
 	"inventory": {"sale", "sales", "lost %s (oversold)", "lost none"},
 	"documents": {"edit", "edits", "lost %s", "lost none"},
-	"payments":  {"payment", "payments", "got %s wrong (charged twice, or not at all)", "got none wrong"},
+	"payments":  {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
 	"accounts":  {"sequence number", "sequence numbers", "got %s wrong (gaps, duplicates, lost appends)", "got none wrong"},
 	"events":    {"event", "events", "mis-applied %s (twice, never, or out of order)", "mis-applied none"},
 }
