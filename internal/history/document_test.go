@@ -154,7 +154,7 @@ func TestDocumentCreateDeletePasses(t *testing.T) {
 	b.add(2, "doc", KindEdit, 11, 20, OK, del("d1"), at(1, "a"))
 	b.add(3, "doc", KindRead, 21, 22, OK, nil, deleted(2, "d1"))
 	b.add(4, "doc", KindEdit, 21, 30, OK, edit("c1"), deleted(2, "d1")) // a create
-	b.add(5, "doc", KindEdit, 22, 35, Fail, edit("c2"), nil)             // a second create, refused
+	b.add(5, "doc", KindEdit, 22, 35, Fail, edit("c2"), nil)            // a second create, refused
 	b.add(1, "doc", KindEdit, 31, 40, OK, edit("e"), at(3, "c1"))
 	b.add(2, "doc", KindEdit, 41, -1, Unknown, del("d2"), nil)
 	b.add(3, "doc", KindRead, 50, 51, OK, nil, deleted(5, "d2"))
