@@ -421,8 +421,6 @@ var mutantHoles = map[string]string{
 	"kafkawriter.inbox.advance.epoch":   "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
 	"kafkawriter.inbox.advance.offset":  "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
 	"kafkawriter.inbox.claim.epoch":     "no scenario runs kafkawriter: the events alternative is the in-process singlewriter.Group",
-	"occ.delete.version":                "no scenario deletes a document",
-	"occ.insert.conflict":               "no scenario inserts a document",
 	"partition.check.epoch":             "Check runs only after a write matched no row, and its answer is not the protection: the epoch condition is",
 	"partition.claim.owner":             "every write is fenced by the epoch condition: a second owner's claim raises the epoch and the other's writes are refused",
 	"partition.heartbeat.expired":       "every write is fenced by the epoch condition, which a revived membership does not change",

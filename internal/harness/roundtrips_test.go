@@ -18,11 +18,25 @@ import (
 //	  raw          UPDATE … RETURNING                                       1
 //	  naive-lock   acquire, SELECT, UPDATE, release (NOTIFY in the release) 4
 //	  fenced-lock  acquire, fenced read (stamps), fenced UPDATE, release    4
-//	documents
+//	documents, an edit (a delete; a create, after the edit found the
+//	document deleted; a delete of a deleted document)
 //	  alternative  SELECT the row and its version, UPDATE … WHERE version   2
+//	               (SELECT, BEGIN, record the deleted state, DELETE …
+//	               WHERE version, COMMIT: 5; the edit's SELECT, BEGIN,
+//	               SELECT the deleted state FOR SHARE, INSERT, COMMIT: 5;
+//	               SELECT: 1)
 //	  raw          UPDATE … FROM (SELECT … FOR UPDATE) RETURNING            1
+//	               (one DELETE: 1; the edit's UPDATE, one INSERT: 2; 1)
 //	  naive-lock   acquire, SELECT, UPDATE, release                         4
+//	               (4; acquire, SELECT, SELECT the deleted state,
+//	               INSERT, release: 5; acquire, SELECT, release: 3)
 //	  fenced-lock  acquire, fenced read, fenced UPDATE, release             4
+//	               (4; the edit's acquire, fenced read and its miss,
+//	               release, then acquire, fenced read of the deleted
+//	               state, INSERT, release: 8; acquire, fenced read and
+//	               its miss, release: 4)
+//	  so documents, which deletes one time in 8, is checked between its
+//	  fewest and its most statements per operation
 //	accounts
 //	  alternative  the write and its event in one statement, fenced by the
 //	               epoch (the last number cached per epoch)                 1
@@ -44,8 +58,11 @@ import (
 func TestRoundTripsPerOp(t *testing.T) {
 	want := map[string]map[Approach]int64{
 		"inventory": {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
-		"documents": {Alternative: 2, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
+		"documents": {Alternative: 1, Raw: 1, NaiveLock: 3, FencedLock: 4, RedisLock: 1, RedsyncLock: 1},
 		"accounts":  {Alternative: 1, Raw: 1, NaiveLock: 4, FencedLock: 4, RedisLock: 2, RedsyncLock: 2},
+	}
+	most := map[string]map[Approach]int64{ // when it differs from want
+		"documents": {Alternative: 5, Raw: 2, NaiveLock: 5, FencedLock: 8, RedisLock: 3, RedsyncLock: 3},
 	}
 	cfg := Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.withDefaults()
 	infra := Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR")}
@@ -60,7 +77,8 @@ func TestRoundTripsPerOp(t *testing.T) {
 					missingRedis(t, def.Approach(), why)
 					return
 				}
-				roundTrips(t, sc, def, cfg, infra, want[name][def.Approach()])
+				w := want[name][def.Approach()]
+				roundTrips(t, sc, def, cfg, infra, w, max(w, most[name][def.Approach()]))
 			})
 		}
 	}
@@ -71,10 +89,12 @@ func TestRoundTripsPerOp(t *testing.T) {
 	two.Clients = 2
 	sc, _ := Lookup("accounts")
 	def, _ := lookupApproach("accounts", Alternative)
-	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, infra, 1) })
+	t.Run("accounts/alternative/idle-member", func(t *testing.T) { roundTrips(t, sc, def, two, infra, 1, 1) })
 }
 
-func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w int64) {
+// roundTrips checks that the operations of a run sent between w and most
+// statements each, on average (exactly w when they are equal).
+func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra Infra, w, most int64) {
 	r, res, err := runApproach(context.Background(), sc, def, cfg, infra)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +105,8 @@ func roundTrips(t *testing.T, sc Scenario, def ApproachDef, cfg Config, infra In
 	}
 	t.Logf("%d ops: %.3f round trips per op in all, %.3f statements; on behalf of the operations %d round trips, %d statements",
 		st.Ops, *res.RoundTripsPerOp, *res.StatementsPerOp, st.OpRoundTrips, st.OpStatements)
-	if st.OpStatements != w*st.Ops {
-		t.Errorf("%d statements for %d operations, want %d per operation", st.OpStatements, st.Ops, w)
+	if st.OpStatements < w*st.Ops || st.OpStatements > most*st.Ops {
+		t.Errorf("%d statements for %d operations, want %d to %d per operation", st.OpStatements, st.Ops, w, most)
 	}
 	// An approach with a lease shares its pool with its background work
 	// (LISTEN, heartbeats), so an operation may land on a connection that

@@ -557,18 +557,18 @@ func (k *docKey) explain(state any, w *window, prefix []int, stuck int) Violatio
 	case in.kind == dEdit && older:
 		mark(op, Stale)
 		mark(writer, Clobbered)
-		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s: it overwrote that",
-			did, saw, r.version, quote(r.head), was)}
+		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s: it overwrote that",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was)}
 	case in.kind == dRead && older:
 		mark(op, Witness)
 		mark(writer, Clobbered)
-		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s: a stale read, or a lost write",
-			did, saw, r.version, quote(r.head), was)}
+		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s: a stale read, or a lost write",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was)}
 	case in.kind == dEdit || in.kind == dRead:
 		mark(op, Witness)
 		mark(k.byEdit[r.head], Culprit)
-		return Violation{Anomaly: Phantom, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s, and %s: edits no client was told of",
-			did, saw, r.version, quote(r.head), was, k.uncertain(s.credits, r.version-s.version))}
+		return Violation{Anomaly: Phantom, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s, and %s: edits no client was told of",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was, k.uncertain(s.credits, r.version-s.version))}
 	}
 	mark(op, Witness)
 	return Violation{Anomaly: NotLinearizable, Marks: marks, Text: fmt.Sprintf("%s, found later as version %d, cannot follow version %d (%s)",
