@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // paymentsFence is the fenced twin's token and charged flag, per key.
@@ -59,19 +60,22 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var res idempotency.Result
 	err = retryInFlight(ctx, op, func() error {
-		_, err := c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
+		var err error
+		res, err = c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
 			return c.charge(ctx, actx, op, amount)
 		})
 		return err
 	})
+	recorded := err == nil && !res.Replayed
 	if errors.Is(err, idempotency.ErrUnrecorded) {
 		// The charge's work returned (it committed, or found the key
 		// charged); only storing its record was not done. The operation
 		// took effect, as the library's typed outcome says.
 		err = nil
 	}
-	return op.Finish(nil, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, errFenced)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, errFenced)
 }
 
 // charge is the work under the lock. Its statements run on the

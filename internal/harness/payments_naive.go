@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // The naive lock's statements: the amount the key was charged (no row: not
@@ -76,6 +77,7 @@ func (c *paymentsNaiveClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var recorded bool
 	err = c.locker.Do(ctx, op.key, func(context.Context, fencedlock.Lease) error {
 		if charged, done, err := chargedAmount(ctx, c.env.DB, op.key); err != nil || done {
 			if err != nil {
@@ -88,10 +90,11 @@ func (c *paymentsNaiveClient) Op(ctx context.Context) error {
 			return err
 		}
 		op.Took() // whatever happens to the record, the charge stands
-		_, err := c.env.DB.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+		tag, err := c.env.DB.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+		recorded = err == nil && tag.RowsAffected() == 1
 		return err
 	})
-	return op.Finish(nil, err, idempotency.ErrKeyReused)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsNaiveClient) Close() error { return nil }

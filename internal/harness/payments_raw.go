@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // paymentsRaw is the bare baseline that still charges once: the charge and
@@ -33,21 +34,24 @@ func (c *paymentsRawClient) Op(ctx context.Context) error {
 		return err
 	}
 	c.env.BeforeWrite(ctx, "harness.payments.raw.before-write")
-	return op.Finish(nil, c.charge(ctx, op, amount), idempotency.ErrKeyReused)
+	recorded, err := c.charge(ctx, op, amount)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)
 }
 
-func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) error {
+// charge charges the key and records it, or finds it charged; recorded
+// says it committed its charge and record.
+func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) (recorded bool, _ error) {
 	tx, err := c.env.DB.Begin(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
-		return err
+		return false, err
 	}
 	tag, err := tx.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if tag.RowsAffected() == 0 {
 		// Charged already: the deferred rollback undoes this charge. The
@@ -55,11 +59,12 @@ func (c *paymentsRawClient) charge(ctx context.Context, op *Op, amount int64) er
 		// statement of the transaction sees it.
 		charged, _, err := chargedAmount(ctx, tx, op.key)
 		if err != nil {
-			return err
+			return false, err
 		}
-		return replay(op.key, charged, amount)
+		return false, replay(op.key, charged, amount)
 	}
-	return tx.Commit(ctx)
+	err = tx.Commit(ctx)
+	return err == nil, err
 }
 
 func (c *paymentsRawClient) Close() error { return nil }

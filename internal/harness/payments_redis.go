@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // paymentsRedis charges as naive-lock does, with the payment key's lock in
@@ -46,6 +47,7 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var recorded bool
 	err = withRedisLock(ctx, c.locker, op.key, func() error {
 		if charged, done, err := chargedAmount(ctx, c.env.DB, op.key); err != nil || done {
 			if err != nil {
@@ -60,10 +62,11 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 			return err
 		}
 		op.Took() // whatever happens to the record, the charge stands
-		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+		tag, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+		recorded = err == nil && tag.RowsAffected() == 1
 		return err
 	})
-	return op.Finish(nil, err, idempotency.ErrKeyReused)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsRedisClient) Close() error { return c.conn.Close() }

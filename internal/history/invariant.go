@@ -27,6 +27,16 @@ type ChargeInput struct {
 	Amount int64 `json:"amount"`
 }
 
+// ChargeOutput is the Output of a charge, optional: whether this operation
+// stored the key's answer — its execution ran and its record was kept —
+// rather than replaying an earlier one or finding its record refused. A key
+// has at most one such operation: a second means that a stale or duplicate
+// execution's record was stored over the first's, or the first's record
+// was lost and the key executed again.
+type ChargeOutput struct {
+	Recorded bool `json:"recorded"`
+}
+
 // SeqOutput is the Output of an append.
 type SeqOutput struct {
 	Seq int64 `json:"seq"`
@@ -186,7 +196,8 @@ func count(ops []*Op, o Outcome) (n int64, first *Op) {
 // outcome asked, and none when every attempt was refused; and that each
 // effect whose By is known was made by an operation of its key that was not
 // refused. When the charges have a ChargeInput, a client told a key is
-// charged must have asked for the amount of the charge made (Reused). It
+// charged must have asked for the amount of the charge made (Reused); when
+// they have a ChargeOutput, at most one may have stored the key's answer. It
 // is the payments scenario's invariant: effects are the charges found after
 // the run.
 func ExactlyOnce(ops []Op, effects []Effect) (*Report, error) {
@@ -215,8 +226,28 @@ func ExactlyOnce(ops []Op, effects []Effect) (*Report, error) {
 			inv.made(k, e, "a charge")
 		}
 		inv.reused(k, ks)
+		inv.recorded(k, ks)
 	}
 	return inv.report(), nil
+}
+
+// recorded checks that at most one operation of key k was told it stored
+// the key's answer (ChargeOutput.Recorded).
+func (inv *invariant) recorded(k string, ks *keyState) {
+	var first *Op
+	for _, op := range ks.ops {
+		var out ChargeOutput
+		if op.Outcome != OK || len(op.Output) == 0 || json.Unmarshal(op.Output, &out) != nil || !out.Recorded {
+			continue
+		}
+		if first == nil {
+			first = op
+			continue
+		}
+		inv.add(k, Violation{Anomaly: Duplicate, Marks: []Mark{{*op, Culprit}, {*first, Witness}},
+			Text: fmt.Sprintf("%s stored the answer of key %s, which %s had stored: a stale or second execution's record was kept",
+				inv.d.did(op, "charge"), quote(k), inv.d.did(first, "charge"))})
+	}
 }
 
 // reused checks, when the charges record their requests (ChargeInput), that

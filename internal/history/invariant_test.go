@@ -81,6 +81,21 @@ func TestExactlyOnceReusedKey(t *testing.T) {
 	requireAnomalies(t, rep, "pay-2")
 }
 
+func TestExactlyOnceRecordedTwice(t *testing.T) {
+	b := newBuilder()
+	first := b.add(1, "pay-1", KindCharge, 0, 10, OK, nil, ChargeOutput{Recorded: true})
+	b.add(2, "pay-1", KindCharge, 5, 15, OK, nil, ChargeOutput{}) // a replay, or a refused record
+	second := b.add(3, "pay-1", KindCharge, 20, 30, OK, nil, ChargeOutput{Recorded: true})
+	b.add(1, "pay-2", KindCharge, 0, 10, OK, nil, ChargeOutput{Recorded: true})
+	b.add(2, "pay-2", KindCharge, 0, -1, Unknown, nil, nil)
+	rep := got(t)(ExactlyOnce(b.ops, []Effect{by("pay-1", 0, first), by("pay-2", 0, first)}))
+	v := requireViolation(t, rep, Duplicate, Culprit, Witness)
+	if v.Marks[0].Op.ID() != second.ID() {
+		t.Errorf("marks %+v, want the second record the culprit", v.Marks)
+	}
+	requireAnomalies(t, rep, "pay-1", Duplicate)
+}
+
 func TestSequencesPasses(t *testing.T) {
 	b := newBuilder()
 	o1 := b.add(1, "acct", KindAppend, 0, 10, OK, nil, SeqOutput{1})
