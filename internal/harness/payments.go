@@ -51,6 +51,10 @@ type payments struct{}
 
 func init() { Register(payments{}) }
 
+// paymentScenarios are the scenarios whose lock-based and raw approaches
+// are payments': payments-leased differs in its alternative only.
+var paymentScenarios = []string{"payments", "payments-leased"}
+
 func (payments) Name() string { return "payments" }
 func (payments) Order() int   { return 3 }
 func (payments) Description() string {

@@ -46,11 +46,15 @@ func replay(key string, charged, amount int64) error {
 // paymentsNaive is a lease lock around check-then-charge, unfenced: a holder
 // stopped past its lease, after its check, charges again what the holder
 // that took over charged.
-type paymentsNaive struct{}
+type paymentsNaive struct{ scenario string }
 
-func init() { RegisterApproach(paymentsNaive{}) }
+func init() {
+	for _, sc := range paymentScenarios {
+		RegisterApproach(paymentsNaive{sc})
+	}
+}
 
-func (paymentsNaive) Scenario() string   { return "payments" }
+func (d paymentsNaive) Scenario() string { return d.scenario }
 func (paymentsNaive) Approach() Approach { return NaiveLock }
 func (paymentsNaive) Label() string {
 	return "lease lock (fencedlock.Locker): lock key → charged? (plain read) → charge → record → release"

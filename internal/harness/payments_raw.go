@@ -11,11 +11,15 @@ import (
 // the record in one transaction, rolled back when the record existed (a
 // concurrent duplicate waits on the record's unique index), and refused
 // when the record is of another amount. It stores no answer to replay.
-type paymentsRaw struct{}
+type paymentsRaw struct{ scenario string }
 
-func init() { RegisterApproach(paymentsRaw{}) }
+func init() {
+	for _, sc := range paymentScenarios {
+		RegisterApproach(paymentsRaw{sc})
+	}
+}
 
-func (paymentsRaw) Scenario() string   { return "payments" }
+func (d paymentsRaw) Scenario() string { return d.scenario }
 func (paymentsRaw) Approach() Approach { return Raw }
 func (paymentsRaw) Label() string {
 	return "bare tx: INSERT charge; INSERT INTO payments_done … ON CONFLICT DO NOTHING; COMMIT, or ROLLBACK if done (refused if of another amount; no stored answer)"

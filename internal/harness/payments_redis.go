@@ -11,15 +11,20 @@ import (
 // Redis: lock, charged? (plain read), charge, record, release. A holder
 // stopped past the TTL, after its check, charges again what the holder that
 // took over charged.
-type paymentsRedis struct{ lib redisLib }
+type paymentsRedis struct {
+	lib      redisLib
+	scenario string
+}
 
 func init() {
-	for _, l := range redisLibs {
-		RegisterApproach(paymentsRedis{l})
+	for _, sc := range paymentScenarios {
+		for _, l := range redisLibs {
+			RegisterApproach(paymentsRedis{l, sc})
+		}
 	}
 }
 
-func (d paymentsRedis) Scenario() string   { return "payments" }
+func (d paymentsRedis) Scenario() string   { return d.scenario }
 func (d paymentsRedis) Approach() Approach { return d.lib.approach }
 func (d paymentsRedis) Label() string {
 	return d.lib.label("the payment key's", "charged? (plain read) → charge → record")
