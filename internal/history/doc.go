@@ -44,8 +44,11 @@
 // one more edit; the document carries its version and the last edit's name
 // as the writer computed them, so a lost update (an accepted edit
 // overwritten) and a phantom (an edit present that was refused or never
-// made) are both caught, even when they cancel out in the count. A final
-// read that lists the edits names each accepted edit missing.
+// made) are both caught, even when they cancel out in the count. A delete
+// is an edit whose state is deleted and a create an edit based on a deleted
+// state, so a double create or a delete of a changed document is a lost
+// update too. A final read that lists the edits names each accepted edit
+// missing.
 //
 // The invariant checkers need no search: ExactlyOnce (payments: each key
 // charged exactly once once a client was told so, never when every
