@@ -129,10 +129,21 @@ func (c *documentsFencedClient) delete(ctx context.Context, key, name string, to
 }
 
 // create is the fenced create under the lock, of a document the twin found
-// deleted.
+// deleted under an earlier lease. It first stamps the row, if there is one
+// again: then the document exists (a conflict), and no holder stopped
+// before its delete can delete it under this create; a holder stopped
+// before its own create is refused by the deleted state's token.
 func (c *documentsFencedClient) create(ctx context.Context, key, name string, token int64) (history.DocState, error) {
 	based := history.DocState{Deleted: true}
-	err := documentsGoneFence.Read(ctx, c.env.DB, key, token, "doc_version, head", &based.Version, &based.Head)
+	var d document
+	err := documentsFence.Read(ctx, c.env.DB, key, token, "doc_version", &d.DocVersion)
+	if err == nil {
+		return based, &occ.ConflictError{Key: key}
+	}
+	if !errors.Is(err, fencedlock.ErrNotFound) {
+		return based, err
+	}
+	err = documentsGoneFence.Read(ctx, c.env.DB, key, token, "doc_version, head", &based.Version, &based.Head)
 	if err != nil {
 		return based, err
 	}
