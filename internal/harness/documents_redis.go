@@ -4,10 +4,12 @@ import (
 	"context"
 
 	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/occ"
 )
 
-// documentsRedis edits as naive-lock does, with the document's lock in
-// Redis: lock, SELECT, change, UPDATE, release. A holder that pauses past
+// documentsRedis edits, deletes and creates as naive-lock does, with the
+// document's lock in Redis: lock, SELECT, change, UPDATE (or INSERT, or
+// DELETE), release. A holder that pauses past
 // the TTL writes over the edit of the holder that took over: a lost update.
 type documentsRedis struct{ lib redisLib }
 
@@ -20,7 +22,7 @@ func init() {
 func (d documentsRedis) Scenario() string   { return "documents" }
 func (d documentsRedis) Approach() Approach { return d.lib.approach }
 func (d documentsRedis) Label() string {
-	return d.lib.label("the document's", "SELECT → change → UPDATE")
+	return d.lib.label("the document's", "SELECT → change → UPDATE (or INSERT, or DELETE)")
 }
 func (documentsRedis) Protection(p Params) Protection { return redisProtection(p) }
 func (documentsRedis) redisLock()                     {}
@@ -42,24 +44,16 @@ type documentsRedisClient struct {
 }
 
 func (c *documentsRedisClient) Op(ctx context.Context) error {
-	ctx, op, name, err := docEdit(ctx, c.env, &c.n)
+	ctx, op, name, del, err := docEdit(ctx, c.env, &c.n)
 	if err != nil {
 		return err
 	}
 	var based history.DocState
 	err = withRedisLock(ctx, c.locker, op.key, func() error {
-		var d document
-		if err := c.env.DB.QueryRow(ctx, sqlDocumentsNaiveRead, op.key).Scan(&d.DocVersion, &d.Head); err != nil {
-			return err
-		}
-		based = d.edit(name)
-		c.env.BeforeWrite(ctx, c.point)
-		wctx, cancel := writeContext(ctx)
-		defer cancel()
-		_, err := c.env.DB.Exec(wctx, sqlDocumentsNaiveWrite, d.DocVersion, d.Head, op.key)
+		based, err = naiveDocOp(ctx, c.env, op.key, name, del, c.point, writeContext)
 		return err
 	})
-	return op.Finish(based, err)
+	return op.Finish(based, err, occ.ErrNotFound)
 }
 
 func (c *documentsRedisClient) Close() error { return c.conn.Close() }

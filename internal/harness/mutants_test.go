@@ -3,12 +3,16 @@
 package harness_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -67,9 +71,18 @@ type mutantRun struct {
 	hits        int64  // how often the workers reached the mutant's site
 	detail      string // what the check found, from the report
 	err         error
+	// test is the package test run for a memory-only site (memoryOnly),
+	// with how it ended without the mutant and with it.
+	test                 *packageTest
+	passedWithout, fails bool
 }
 
-func (m mutantRun) caught() bool { return m.checked && m.violations > 0 && m.hits > 0 }
+func (m mutantRun) caught() bool {
+	if m.test != nil {
+		return m.passedWithout && m.fails
+	}
+	return m.checked && m.violations > 0 && m.hits > 0
+}
 
 // reach is one scenario's approach that reaches a mutant site.
 type reach struct {
@@ -95,20 +108,35 @@ func TestMutants(t *testing.T) {
 	}
 	infra := harness.Infra{URL: testdb.New(t).URL, Kafka: testkafka.Brokers(t)}
 	base := harness.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond, LeaseTTL: 250 * time.Millisecond}
-	var notes []string
-	reached := reachedSites(t, infra, base, &notes)
 	only := regexp.MustCompile(*mutantsOnly)
-	var rows []mutantRun
+	var hunted []failpoint.Point
 	for _, p := range failpoint.Registered() {
-		if p.Kind != failpoint.MutantSite || !only.MatchString(p.Name) {
-			continue
+		if p.Kind == failpoint.MutantSite && only.MatchString(p.Name) {
+			hunted = append(hunted, p)
 		}
-		row := huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name))
+	}
+	var notes []string
+	var reached map[string][]reach
+	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { _, ok := memoryOnly[p.Name]; return !ok }) {
+		reached = reachedSites(t, infra, base, &notes)
+	}
+	var rows []mutantRun
+	memoryRows := false
+	for _, p := range hunted {
+		var row mutantRun
+		if pt, ok := memoryOnly[p.Name]; ok {
+			row, memoryRows = runPackageTest(t, p.Name, pt), true
+		} else {
+			row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name))
+		}
 		row.doc = p.Doc
 		t.Logf("%s: %s", p.Name, row.verdict())
 		rows = append(rows, row)
 	}
 	table := mutantMarkdown(rows)
+	if memoryRows {
+		table += "\n" + memoryOnlyNote + "\n"
+	}
 	for _, n := range notes {
 		table += "\n" + n + "\n"
 	}
@@ -274,6 +302,12 @@ func (m mutantRun) verdict() string {
 		return "HOLE: " + why
 	}
 	switch {
+	case m.test != nil && !m.passedWithout:
+		return "HOLE: its package test fails without the mutant too"
+	case m.test != nil && !m.fails:
+		return "HOLE: its package test passes with the mutant on"
+	case m.test != nil:
+		return "caught by its package test"
 	case m.scenario == "":
 		return "HOLE: no approach of mutantTrials reaches its site"
 	case m.caught():
@@ -298,13 +332,103 @@ func mutantMarkdown(rows []mutantRun) string {
 		if kinds, _, ok := strings.Cut(r.detail, "; first"); ok && r.violations > 0 {
 			v = kinds // "3 lost update, 1 phantom": what the check found
 		}
-		sc, ap, f := "—", "—", "—"
-		if r.scenario != "" {
+		sc, ap, f, hits := "—", "—", "—", fmt.Sprint(r.hits)
+		switch {
+		case r.test != nil:
+			sc, ap, hits = fmt.Sprintf("package test `%s` (`%s`)", r.test.name, r.test.pkg), "in-process (memory.go)", "—"
+			v = "fails"
+			if !r.fails {
+				v = "passes"
+			}
+		case r.scenario != "":
 			sc, ap, f = r.scenario, string(r.approach), r.faultName()
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %d | %s |\n", r.mutant, r.doc, sc, ap, f, v, r.hits, r.verdict())
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.verdict())
 	}
 	return b.String()
+}
+
+// packageTest is a test of a library package, by its package and its name
+// (a test and a subtest, slash-separated).
+type packageTest struct{ pkg, name string }
+
+// memoryOnly are the mutant sites of memory backends alone, each with the
+// package test that guards it. No scenario can reach them: the harness's
+// workers are processes that share their state through PostgreSQL (and
+// Redis, and Kafka), never through one process's memory. So each is caught
+// only if its package test, run in a test binary built with the mutants and
+// $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
+// checks that every site listed is in memory.go files alone, and fails
+// otherwise: a site a worker can reach must be hunted by the scenarios.
+var memoryOnly = map[string]packageTest{
+	"occ.fenced.read.stamp":   {"./occ", "TestGuards/occ.fenced.read.stamp/memory"},
+	"occ.fenced.write.token":  {"./occ", "TestGuards/occ.fenced.write.token/memory"},
+	"fencedlock.gate.compare": {"./fencedlock", "TestGuards/fencedlock.gate.compare"},
+}
+
+const memoryOnlyNote = "A mutant whose site is in memory backends only (a `memory.go`) is out of every scenario's reach: " +
+	"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught when the package test named in its row, " +
+	"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
+	"TestMutants checks that each such site is in `memory.go` files alone."
+
+// runPackageTest runs pt in a test binary built with the mutants, first
+// without mutant and then with $LOCKFREE_MUTANTS naming it, after checking
+// that mutant's site is in memory.go files alone.
+func runPackageTest(t *testing.T, mutant string, pt packageTest) mutantRun {
+	run := mutantRun{mutant: mutant, test: &pt}
+	root := moduleRoot(t)
+	if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != "memory.go" }) {
+		t.Errorf("%s is listed in memoryOnly, but its site is in %v: only a site in memory.go files alone is out of the scenarios' reach", mutant, files)
+		return run
+	}
+	var pattern []string
+	for _, part := range strings.Split(pt.name, "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	goTest := func(mutants string) (passed, failed bool) {
+		cmd := exec.Command("go", "test", "-count=1", "-v", "-tags", "lockfree_mutants", "-run", strings.Join(pattern, "/"), pt.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "LOCKFREE_MUTANTS="+mutants)
+		out, err := cmd.CombinedOutput()
+		passed = err == nil && strings.Contains(string(out), "--- PASS: "+pt.name+" ")
+		failed = err != nil && strings.Contains(string(out), "--- FAIL: "+pt.name+" ")
+		t.Logf("%s (%s) with LOCKFREE_MUTANTS=%q: err %v\n%s", pt.name, pt.pkg, mutants, err, out)
+		return passed, failed
+	}
+	run.passedWithout, _ = goTest("")
+	_, run.fails = goTest(mutant)
+	return run
+}
+
+// moduleRoot is the directory of the module's go.mod.
+func moduleRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// mutantFiles lists the Go files of the module, tests aside, that hold
+// mutant's site.
+func mutantFiles(t *testing.T, root, mutant string) []string {
+	site := []byte(`failpoint.Mutant("` + mutant + `")`)
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(src, site) {
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the
@@ -312,23 +436,17 @@ func mutantMarkdown(rows []mutantRun) string {
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
 var mutantHoles = map[string]string{
-	"fencedlock.gate.compare":           "no scenario uses Gate",
 	"fencedlock.acquire.purge-fence":    "it needs a Purge of the lock table between a fresh row's mint and its insert, and no scenario purges; fencedlock's guard checkPurgeFence catches it (TestMutantsAreCaught)",
 	"fencedlock.renew.expired":          "a holder's renewal loop sends no renewal past its local deadline (TTL − margin after its last send), which comes before the server's expiry, and drops the answer to one that reaches the server later (a delay): no holder is ever told its expired lease was renewed; the exclusivity check (revived lease) would see one that is",
 	"fencedlock.renew.tenure":           "a holder's renewal loop sends no renewal past its local deadline, and drops the answer to one that reaches the server after another's takeover (a delay): the mutant extends the new holder's lease, and no stale holder is ever told it still holds; the exclusivity check (overlapping tenures) would see one that is",
-	"idempotency.claim.in-flight":       "payments charges in the claim's transaction: a second execution beside the first fails on the record's key at COMMIT, and its charge rolls back with it",
+	"idempotency.claim.in-flight":       "payments charges in the claim's transaction: a second execution beside the first fails on the record's key at COMMIT, and its charge rolls back with it; payments-leased fences its charge with the attempt's token, so of two attempts beside each other the older's charge is refused or found made",
 	"idempotency.expired":               "no scenario lets a key expire",
-	"idempotency.fingerprint":           "no scenario reuses a key for another request",
-	"idempotency.fenced.put.token":      "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
-	"idempotency.fenced.read.stamp":     "payments' fenced twin fences its charge with its own token; the record's token guards the stored answer, which the check does not compare",
-	"idempotency.leased.complete.token": "no scenario uses the leased mode",
-	"idempotency.leased.release.token":  "no scenario uses the leased mode",
+	"idempotency.fenced.put.token":      "payments counts the charges that stored the key's answer (at most one), but the fenced twin's pause falls at its charge's before-write point, before the put: no stale holder reaches PutFenced after a newer holder stored its record",
+	"idempotency.fenced.read.stamp":     "payments counts the charges that stored the key's answer (at most one), but the fenced twin's pause falls at its charge's before-write point, before the put: no stale holder reaches PutFenced after a newer holder read the record",
+	"idempotency.leased.complete.token": "payments-leased stops an attempt between its charge and its completion, and the mutant's completion still needs the record running: it lands only between the new attempt's claim and its completion, and stores the answer to a charge the stale attempt did make, which the check cannot tell from the new attempt's",
+	"idempotency.leased.release.token":  "a leased attempt releases only when its work fails, which no run without faults does (the hunt tries the approaches that reach a site without faults); under payments-leased's faults the stopped attempt has already charged",
 	"kafkawriter.fenced.skip.seq":       "FencedConsumer's handler skips the offsets its progress records itself: with the mutant, Apply runs it, it applies nothing and writes the progress back to the batch's last offset, and only a later delivery of events between that and the true progress applies them twice — the group reader redelivers only a batch whose Kafka commit a rebalance lost, which no run has made in time (kafkawriter's own checkSkipsApplied catches it)",
 	"kafkawriter.inbox.advance.offset":  "the inbox's epoch condition alone refuses every zombie the faults make; the offset condition matters when a COMMIT's outcome is lost (the server committed, its answer never came) and the owner retries the batch, which no fault injects yet: it needs a cut that lets a COMMIT through and drops its answer",
-	"occ.delete.version":                "no scenario deletes a document",
-	"occ.insert.conflict":               "no scenario inserts a document",
-	"occ.fenced.read.stamp":             "a site of the memory twin only; the scenarios run on PostgreSQL",
-	"occ.fenced.write.token":            "a site of the memory twin only; the scenarios run on PostgreSQL",
 	"partition.check.epoch":             "Check runs only after a write matched no row, to say why: the write was refused either way, and the epoch condition, not Check, is the protection",
 	"partition.join.live":               "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
 	"partition.member.paused":           "the branch is taken only while a member's heartbeats are late and its lease still current, with a call arriving meanwhile: no fault delays a member's heartbeats while its calls go on (a worker's proxy carries both, and a stopped worker makes no call); the exclusivity check (a call after its tenure lapsed) would see one",

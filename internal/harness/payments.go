@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -17,8 +18,8 @@ import (
 // The payments tables. charges has no unique constraint, so that a double
 // charge reaches the check; charged_by is the ID of the operation that
 // charged. payments_done is the naive lock's and the bare baseline's record
-// of charged keys; payment_fences the fenced twin's token (and charged
-// flag) per key.
+// of charged keys, with the amount charged; payment_fences the fenced
+// twin's token (and charged flag and amount) per key.
 const (
 	sqlPaymentsTables = `CREATE TABLE charges (
 	payment_key text   NOT NULL,
@@ -26,12 +27,14 @@ const (
 	charged_by  text   NOT NULL
 );
 CREATE TABLE payments_done (
-	payment_key text PRIMARY KEY,
-	charge      text NOT NULL
+	payment_key text   PRIMARY KEY,
+	charge      text   NOT NULL,
+	amount      bigint NOT NULL
 );
 CREATE TABLE payment_fences (
 	payment_key   text    PRIMARY KEY,
 	charged       boolean NOT NULL DEFAULT false,
+	amount        bigint  NOT NULL DEFAULT 0,
 	fencing_token bigint  NOT NULL DEFAULT 0
 )`
 	sqlPaymentsCharge  = `INSERT INTO charges (payment_key, amount, charged_by) VALUES ($1, $2, $3)`
@@ -39,17 +42,23 @@ CREATE TABLE payment_fences (
 )
 
 // payments is the scenario of payments that clients charge, each key many
-// times (the retries of one payment): the charges found after the run are
-// held to ExactlyOnce — each key charged once once a client was told so,
-// never by a refused attempt.
+// times (the retries of one payment), and now and then with another amount
+// (another request that reuses the key, which must be refused): the charges
+// found after the run are held to ExactlyOnce — each key charged once once
+// a client was told so, never by a refused attempt, and no client of
+// another amount than the charge's told it is charged.
 type payments struct{}
 
 func init() { Register(payments{}) }
 
+// paymentScenarios are the scenarios whose lock-based and raw approaches
+// are payments': payments-leased differs in its alternative only.
+var paymentScenarios = []string{"payments", "payments-leased"}
+
 func (payments) Name() string { return "payments" }
 func (payments) Order() int   { return 3 }
 func (payments) Description() string {
-	return "clients charge the payment keys of the current round (each key many times: the retries of one payment); each key is charged exactly once, and only by an attempt that was not refused"
+	return "clients charge the payment keys of the current round (each key many times: the retries of one payment; one attempt in 8 reuses the key with another amount, which must be refused); each key is charged exactly once, only by an attempt that was not refused, and no attempt of another amount is told it is charged"
 }
 func (payments) Migrations() []migrate.Migration { return idempotency.Migrations() }
 
@@ -92,13 +101,30 @@ const paymentRound = 50 * time.Millisecond
 func paymentRounds(env *Env) int64 { return int64((2*env.LeaseTTL + 2*time.Second) / paymentRound) }
 
 // payment starts a client's next charge: a key of a recent round, and its
-// amount.
+// amount — one time in reuseOdds another amount than the key's own, a
+// client reusing the key for another request. Whichever request of a key
+// comes first is charged; every request of the other amount must then be
+// refused (idempotency.ErrKeyReused).
 func payment(ctx context.Context, env *Env) (context.Context, *Op, int64, error) {
 	round := int64(history.Now())/int64(paymentRound) - env.Rand.Int64N(paymentRounds(env))
 	k := env.Rand.IntN(env.Keys)
 	key := "pay-" + strconv.FormatInt(round, 10) + "-" + strconv.Itoa(k)
-	ctx, op, err := env.Invoke(ctx, key, history.KindCharge, nil)
-	return ctx, op, 100 + int64(k), err
+	amount := 100 + int64(k)
+	if env.Rand.IntN(reuseOdds) == 0 {
+		amount += 1000
+	}
+	ctx, op, err := env.Invoke(ctx, key, history.KindCharge, history.ChargeInput{Amount: amount})
+	return ctx, op, amount, err
+}
+
+// reuseOdds is one in how many charges reuses its key with another amount.
+const reuseOdds = 8
+
+// errKeyReused is the refusal of a request whose key was charged for
+// another amount, by the approaches that keep no idempotency record: the
+// same error idempotency returns.
+func errKeyReused(key string, charged int64) error {
+	return fmt.Errorf("%w: %s was charged %d", idempotency.ErrKeyReused, key, charged)
 }
 
 // paymentFingerprint is the request of a payment: its key and amount.

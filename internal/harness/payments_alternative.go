@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // paymentsAlternative charges with idempotency's transactional mode: the
@@ -41,7 +42,7 @@ func (c *paymentsAltClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.store.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(ctx context.Context) (idempotency.Result, error) {
+	res, err := c.store.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(ctx context.Context) (idempotency.Result, error) {
 		tx, ok := idempotency.TxFrom(ctx)
 		if !ok {
 			return idempotency.Result{}, errors.New("harness: payments: no transaction in the context")
@@ -52,7 +53,7 @@ func (c *paymentsAltClient) Op(ctx context.Context) error {
 		}
 		return idempotency.Result{Status: 201}, nil
 	})
-	return op.Finish(nil, err, idempotency.ErrInFlight)
+	return op.Finish(history.ChargeOutput{Recorded: !res.Replayed}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsAltClient) Close() error { return nil }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
 )
 
 // paymentsFence is the fenced twin's token and charged flag, per key.
@@ -21,11 +22,15 @@ const sqlPaymentsFenceRow = `INSERT INTO payment_fences (payment_key) VALUES ($1
 // with a fenced write, record, release. A holder stopped past its lease
 // wakes with a token the key has seen a higher one than: its charge is
 // refused.
-type paymentsFenced struct{}
+type paymentsFenced struct{ scenario string }
 
-func init() { RegisterApproach(paymentsFenced{}) }
+func init() {
+	for _, sc := range paymentScenarios {
+		RegisterApproach(paymentsFenced{sc})
+	}
+}
 
-func (paymentsFenced) Scenario() string   { return "payments" }
+func (d paymentsFenced) Scenario() string { return d.scenario }
 func (paymentsFenced) Approach() Approach { return FencedLock }
 func (paymentsFenced) Label() string {
 	return "idempotency.Fenced: lock key → check record → fenced read → charge with fenced write → record → release"
@@ -59,44 +64,55 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var res idempotency.Result
 	err = retryInFlight(ctx, op, func() error {
-		_, err := c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
-			return c.charge(ctx, actx, op, amount)
+		var err error
+		res, err = c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
+			return fencedCharge(ctx, actx, c.env, op, amount, "harness.payments.fenced.before-write")
 		})
 		return err
 	})
+	recorded := err == nil && !res.Replayed
 	if errors.Is(err, idempotency.ErrUnrecorded) {
 		// The charge's work returned (it committed, or found the key
 		// charged); only storing its record was not done. The operation
 		// took effect, as the library's typed outcome says.
 		err = nil
 	}
-	return op.Finish(nil, err, idempotency.ErrInFlight, errFenced)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, errFenced)
 }
 
-// charge is the work under the lock. Its statements run on the
+// fencedCharge is the work of an attempt (the fenced twin's under its lock,
+// the leased alternative's under its lease): a fenced read of the key's
+// charged flag with the attempt's token, then the charge with a fenced
+// write, after the before-write point (none when point is empty). Its
+// statements run on the
 // operation's context, not the attempt's: a stopped process does not see
 // its lease's context end, and the fence must hold without it.
-func (c *paymentsFencedClient) charge(ctx, actx context.Context, op *Op, amount int64) (idempotency.Result, error) {
+func fencedCharge(ctx, actx context.Context, env *Env, op *Op, amount int64, point string) (idempotency.Result, error) {
 	a, ok := idempotency.AttemptFrom(actx)
 	if !ok {
 		return idempotency.Result{}, errors.New("harness: payments: no attempt in the context")
 	}
 	token := a.Token()
-	if _, err := c.env.DB.Exec(ctx, sqlPaymentsFenceRow, op.key); err != nil {
+	if _, err := env.DB.Exec(ctx, sqlPaymentsFenceRow, op.key); err != nil {
 		return idempotency.Result{}, err
 	}
 	var charged bool
-	if err := paymentsFence.Read(ctx, c.env.DB, op.key, token, "charged", &charged); err != nil {
+	var chargedAmount int64
+	if err := paymentsFence.Read(ctx, env.DB, op.key, token, "charged, amount", &charged, &chargedAmount); err != nil {
 		return idempotency.Result{}, err
 	}
 	if charged {
-		// An earlier holder charged and did not record: the charge stands.
-		return idempotency.Result{Status: 200}, nil
+		// An earlier holder charged and did not record: the charge stands,
+		// for the request it was made for.
+		return idempotency.Result{Status: 200}, replay(op.key, chargedAmount, amount)
 	}
-	c.env.BeforeWrite(ctx, "harness.payments.fenced.before-write")
-	err := pgx.BeginFunc(ctx, c.env.DB, func(tx pgx.Tx) error {
-		if err := paymentsFence.Update(ctx, tx, op.key, token, "charged = true"); err != nil {
+	if point != "" {
+		env.BeforeWrite(ctx, point)
+	}
+	err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {
+		if err := paymentsFence.Update(ctx, tx, op.key, token, "charged = true, amount = $1", amount); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID())

@@ -1,20 +1,30 @@
 package harness
 
-import "context"
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/internal/history"
+)
 
 // paymentsRedis charges as naive-lock does, with the payment key's lock in
 // Redis: lock, charged? (plain read), charge, record, release. A holder
 // stopped past the TTL, after its check, charges again what the holder that
 // took over charged.
-type paymentsRedis struct{ lib redisLib }
+type paymentsRedis struct {
+	lib      redisLib
+	scenario string
+}
 
 func init() {
-	for _, l := range redisLibs {
-		RegisterApproach(paymentsRedis{l})
+	for _, sc := range paymentScenarios {
+		for _, l := range redisLibs {
+			RegisterApproach(paymentsRedis{l, sc})
+		}
 	}
 }
 
-func (d paymentsRedis) Scenario() string   { return "payments" }
+func (d paymentsRedis) Scenario() string   { return d.scenario }
 func (d paymentsRedis) Approach() Approach { return d.lib.approach }
 func (d paymentsRedis) Label() string {
 	return d.lib.label("the payment key's", "charged? (plain read) → charge → record")
@@ -42,10 +52,13 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var recorded bool
 	err = withRedisLock(ctx, c.locker, op.key, func() error {
-		var n int
-		if err := c.env.DB.QueryRow(ctx, sqlPaymentsDone, op.key).Scan(&n); err != nil || n > 0 {
-			return err // a replay: charged already
+		if charged, done, err := chargedAmount(ctx, c.env.DB, op.key); err != nil || done {
+			if err != nil {
+				return err
+			}
+			return replay(op.key, charged, amount)
 		}
 		c.env.BeforeWrite(ctx, c.point)
 		wctx, cancel := writeContext(ctx)
@@ -54,10 +67,11 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 			return err
 		}
 		op.Took() // whatever happens to the record, the charge stands
-		_, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID())
+		tag, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
+		recorded = err == nil && tag.RowsAffected() == 1
 		return err
 	})
-	return op.Finish(nil, err)
+	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)
 }
 
 func (c *paymentsRedisClient) Close() error { return c.conn.Close() }

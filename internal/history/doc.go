@@ -45,8 +45,11 @@
 // one more edit; the document carries its version and the last edit's name
 // as the writer computed them, so a lost update (an accepted edit
 // overwritten) and a phantom (an edit present that was refused or never
-// made) are both caught, even when they cancel out in the count. A final
-// read that lists the edits names each accepted edit missing.
+// made) are both caught, even when they cancel out in the count. A delete
+// is an edit whose state is deleted and a create an edit based on a deleted
+// state, so a double create or a delete of a changed document is a lost
+// update too. A final read that lists the edits names each accepted edit
+// missing.
 //
 // CheckStoreOrder holds the store's history (inventory) to a sequential
 // model of its rows with porcupine, by partition (a SKU's rows: its stock,
@@ -63,7 +66,8 @@
 // baskets all or nothing, bids rising, one holder per slot), ExactlyOnce
 // (payments: each key
 // charged exactly once once a client was told so, never when every
-// attempt was refused), Sequences (accounts: per entity, no sequence number
+// attempt was refused, and no client told so that asked for another amount
+// than the charge's: a reused key), Sequences (accounts: per entity, no sequence number
 // twice or missing, every number a client was told in the log) and Delivery
 // (events: every acknowledged event applied exactly once, in order, per
 // entity). They take the effects found in the system after the run; an

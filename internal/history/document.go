@@ -21,6 +21,13 @@ type DocInput struct {
 	// Edit names the edit, uniquely among the key's edits (a client and a
 	// sequence number, say): it is what the document's Head becomes.
 	Edit string `json:"edit"`
+	// Delete says that the edit deletes the document: the state it writes
+	// is Deleted. An edit based on a Deleted state creates the document
+	// again. Creates and deletes are edits of the same chain, so a double
+	// create (two creates based on one deleted state) and a delete of a
+	// changed document (a delete based on a state no longer current) are
+	// lost updates like any other.
+	Delete bool `json:"delete,omitempty"`
 }
 
 // DocState is a document as an operation found it, and the Output of edits
@@ -31,6 +38,9 @@ type DocState struct {
 	Version int64 `json:"version"`
 	// Head is the Edit of the last edit written ("" before any).
 	Head string `json:"head"`
+	// Deleted says the document is absent: Version and Head are those of
+	// the edit that deleted it.
+	Deleted bool `json:"deleted,omitempty"`
 	// Edits optionally lists the edits made since the initial state, in
 	// order. Give it on the final reads: the check then names each
 	// accepted edit that is missing and each edit present that should not
@@ -42,6 +52,7 @@ type DocState struct {
 type docAt struct {
 	version int64
 	head    string
+	deleted bool
 }
 
 // Document is the model of a document that clients edit by reading it and
@@ -96,6 +107,7 @@ const (
 type dIn struct {
 	kind    uint8
 	edit    string
+	delete  bool  // the edit deletes the document
 	version int64 // dNamed: the version it wrote
 }
 
@@ -107,6 +119,7 @@ type docState struct {
 	known   bool
 	version int64
 	head    string
+	deleted bool
 	credits int64
 }
 
@@ -145,7 +158,7 @@ func (doc Document) prepare(key string, ops []*Op, d *describer) (keyModel, erro
 		}
 		k.index[op] = len(k.ops)
 		k.ops, k.in = append(k.ops, op), append(k.in, in)
-		k.reads, k.lists = append(k.reads, docAt{read.Version, read.Head}), append(k.lists, read.Edits)
+		k.reads, k.lists = append(k.reads, docAt{read.Version, read.Head, read.Deleted}), append(k.lists, read.Edits)
 	}
 	return k, nil
 }
@@ -179,7 +192,7 @@ func (k *docKey) effect(i int) bool { return k.ops[i].Kind == KindEdit }
 
 func (k *docKey) initial(first bool) any {
 	if first {
-		return docState{known: true, version: k.doc.Initial.Version, head: k.doc.Initial.Head}
+		return docState{known: true, version: k.doc.Initial.Version, head: k.doc.Initial.Head, deleted: k.doc.Initial.Deleted}
 	}
 	return docState{}
 }
@@ -202,17 +215,17 @@ func (k *docKey) operations(core, before, after []int, settle Time) ([]porcupine
 	var pops []porcupine.Operation
 	var src []*Op
 	add := func(i int, kind uint8) {
-		op, e := k.ops[i], k.in[i].Edit
-		p := porcupine.Operation{Input: dIn{kind: kind, edit: e}, Output: k.reads[i],
+		op, e, del := k.ops[i], k.in[i].Edit, k.in[i].Delete
+		p := porcupine.Operation{Input: dIn{kind: kind, edit: e, delete: del}, Output: k.reads[i],
 			Call: int64(op.Call), Return: int64(until(op, settle)), Metadata: op}
 		if op.Outcome == Unknown {
 			v, isNamed := named[e]
 			fv, isFound := found[e]
 			switch {
 			case isNamed:
-				p.Input, p.Output = dIn{kind: dNamed, edit: e, version: v}, docAt{}
+				p.Input, p.Output = dIn{kind: dNamed, edit: e, delete: del, version: v}, docAt{}
 			case isFound:
-				p.Input, p.Output = dIn{kind: dFound, edit: e, version: fv}, docAt{}
+				p.Input, p.Output = dIn{kind: dFound, edit: e, delete: del, version: fv}, docAt{}
 			default:
 				// At its Call: a credit placed early is never worse than late.
 				p.Input, p.Output, p.Return = dIn{kind: dCredit, edit: e}, docAt{}, int64(op.Call)
@@ -260,6 +273,9 @@ func (k *docKey) model() porcupine.Model {
 			if s.known {
 				h = ^h
 			}
+			if s.deleted {
+				h ^= 0x5bd1e995
+			}
 			return h
 		},
 		DescribeOperation:         describeDocOp,
@@ -285,12 +301,12 @@ func docStep(s docState, in dIn, read docAt) (bool, docState) {
 	case dNamed, dFound:
 		return namedEdit(s, in)
 	}
-	if s.known && (read.version != s.version || read.head != s.head) {
+	if s.known && (read.version != s.version || read.head != s.head || read.deleted != s.deleted) {
 		return false, s
 	}
-	s.known, s.version, s.head = true, read.version, read.head
+	s.known, s.version, s.head, s.deleted = true, read.version, read.head, read.deleted
 	if in.kind == dEdit {
-		s.version, s.head = read.version+1, in.edit
+		s.version, s.head, s.deleted = read.version+1, in.edit, in.delete
 	}
 	return true, s
 }
@@ -309,7 +325,7 @@ func namedEdit(s docState, in dIn) (bool, docState) {
 	if under < 0 || under > s.credits {
 		return in.kind == dFound, s
 	}
-	s.version, s.head, s.credits = in.version, in.edit, s.credits-under
+	s.version, s.head, s.deleted, s.credits = in.version, in.edit, in.delete, s.credits-under
 	return true, s
 }
 
@@ -323,8 +339,8 @@ func neighbourEdit(s docState, in dIn, r docAt) (bool, docState) {
 	switch {
 	case !s.known:
 		return in.kind != dLate, s
-	case s.version == r.version && s.head == r.head:
-		s.version, s.head = r.version+1, in.edit
+	case s.version == r.version && s.head == r.head && s.deleted == r.deleted:
+		s.version, s.head, s.deleted = r.version+1, in.edit, in.delete
 		return true, s
 	case s.version > r.version:
 		return in.kind == dBefore, s
@@ -336,17 +352,33 @@ func neighbourEdit(s docState, in dIn, r docAt) (bool, docState) {
 
 func describeDocOp(in, out any) string {
 	i, r := in.(dIn), out.(docAt)
+	verb := "edit"
+	switch {
+	case i.delete:
+		verb = "delete"
+	case r.deleted:
+		verb = "create"
+	}
+	at := fmt.Sprintf("v%d %s%s", r.version, quote(r.head), gone(r.deleted))
 	switch i.kind {
 	case dRead:
-		return fmt.Sprintf("read → v%d %s", r.version, quote(r.head))
+		return "read → " + at
 	case dEdit:
-		return fmt.Sprintf("edit %s on v%d %s", quote(i.edit), r.version, quote(r.head))
+		return fmt.Sprintf("%s %s on %s", verb, quote(i.edit), at)
 	case dNamed, dFound:
-		return fmt.Sprintf("edit %s? → v%d (uncertain, read later)", quote(i.edit), i.version)
+		return fmt.Sprintf("%s %s? → v%d (uncertain, read later)", verb, quote(i.edit), i.version)
 	case dBefore, dAfter, dLate:
-		return fmt.Sprintf("edit %s on v%d %s (checked in its own window)", quote(i.edit), r.version, quote(r.head))
+		return fmt.Sprintf("%s %s on %s (checked in its own window)", verb, quote(i.edit), at)
 	}
-	return fmt.Sprintf("edit %s? (uncertain, or checked in its own window)", quote(i.edit))
+	return fmt.Sprintf("%s %s? (uncertain, or checked in its own window)", verb, quote(i.edit))
+}
+
+// gone marks a deleted document's state in descriptions.
+func gone(deleted bool) string {
+	if deleted {
+		return " (deleted)"
+	}
+	return ""
 }
 
 func describeDocState(state any) string {
@@ -354,7 +386,7 @@ func describeDocState(state any) string {
 	if !s.known {
 		return fmt.Sprintf("? (+%d uncertain edits)", s.credits)
 	}
-	return fmt.Sprintf("v%d %s (+%d uncertain edits)", s.version, quote(s.head), s.credits)
+	return fmt.Sprintf("v%d %s%s (+%d uncertain edits)", s.version, quote(s.head), gone(s.deleted), s.credits)
 }
 
 func (k *docKey) patterns() []Violation {
@@ -476,7 +508,7 @@ func (k *docKey) forked(st docAt, ops []*Op, readers map[string]*Op) []Violation
 func sortedStates(m map[docAt][]*Op) []docAt {
 	byString := map[string]docAt{}
 	for st := range m {
-		byString[fmt.Sprintf("%020d %s", st.version, st.head)] = st
+		byString[fmt.Sprintf("%020d %t %s", st.version, st.deleted, st.head)] = st
 	}
 	var out []docAt
 	for _, s := range sortedKeys(byString) {
@@ -502,7 +534,7 @@ func (k *docKey) explain(state any, w *window, prefix []int, stuck int) Violatio
 	if writer != nil {
 		at = "written by " + k.d.did(writer, "edit")
 	}
-	was := fmt.Sprintf("the document was at version %d (edit %s), %s", s.version, quote(s.head), at)
+	was := fmt.Sprintf("the document was at version %d (edit %s)%s, %s", s.version, quote(s.head), gone(s.deleted), at)
 	if stuck < 0 || !s.known {
 		return Violation{Anomaly: NotLinearizable, Text: "the operations fit no sequential order (" + was + ")"}
 	}
@@ -525,18 +557,18 @@ func (k *docKey) explain(state any, w *window, prefix []int, stuck int) Violatio
 	case in.kind == dEdit && older:
 		mark(op, Stale)
 		mark(writer, Clobbered)
-		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s: it overwrote that",
-			did, saw, r.version, quote(r.head), was)}
+		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s: it overwrote that",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was)}
 	case in.kind == dRead && older:
 		mark(op, Witness)
 		mark(writer, Clobbered)
-		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s: a stale read, or a lost write",
-			did, saw, r.version, quote(r.head), was)}
+		return Violation{Anomaly: LostUpdate, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s: a stale read, or a lost write",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was)}
 	case in.kind == dEdit || in.kind == dRead:
 		mark(op, Witness)
 		mark(k.byEdit[r.head], Culprit)
-		return Violation{Anomaly: Phantom, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s), but %s, and %s: edits no client was told of",
-			did, saw, r.version, quote(r.head), was, k.uncertain(s.credits, r.version-s.version))}
+		return Violation{Anomaly: Phantom, Marks: marks, Text: fmt.Sprintf("%s %s version %d (edit %s)%s, but %s, and %s: edits no client was told of",
+			did, saw, r.version, quote(r.head), gone(r.deleted), was, k.uncertain(s.credits, r.version-s.version))}
 	}
 	mark(op, Witness)
 	return Violation{Anomaly: NotLinearizable, Marks: marks, Text: fmt.Sprintf("%s, found later as version %d, cannot follow version %d (%s)",

@@ -140,3 +140,61 @@ func TestDocumentInvalid(t *testing.T) {
 		})
 	}
 }
+
+func del(id string) DocInput { return DocInput{Edit: id, Delete: true} }
+
+func deleted(v int64, head string) DocState { return DocState{Version: v, Head: head, Deleted: true} }
+
+// A document deleted, created again on its deleted state, edited, deleted
+// again by an uncertain delete that the final read names, and a create of
+// unknown outcome that nothing names: linearizable.
+func TestDocumentCreateDeletePasses(t *testing.T) {
+	b := newBuilder()
+	b.add(1, "doc", KindEdit, 0, 10, OK, edit("a"), at(0, ""))
+	b.add(2, "doc", KindEdit, 11, 20, OK, del("d1"), at(1, "a"))
+	b.add(3, "doc", KindRead, 21, 22, OK, nil, deleted(2, "d1"))
+	b.add(4, "doc", KindEdit, 21, 30, OK, edit("c1"), deleted(2, "d1")) // a create
+	b.add(5, "doc", KindEdit, 22, 35, Fail, edit("c2"), nil)            // a second create, refused
+	b.add(1, "doc", KindEdit, 31, 40, OK, edit("e"), at(3, "c1"))
+	b.add(2, "doc", KindEdit, 41, -1, Unknown, del("d2"), nil)
+	b.add(3, "doc", KindRead, 50, 51, OK, nil, deleted(5, "d2"))
+	b.add(4, "doc", KindEdit, 52, -1, Unknown, edit("c3"), nil)
+	requirePassed(t, check(t, docs, b.ops, Config{}))
+}
+
+// Two creates accepted on one deleted state: the second overwrote the
+// first (occ.Insert without its conflict).
+func TestDocumentDoubleCreate(t *testing.T) {
+	b := newBuilder()
+	b.add(1, "doc", KindEdit, 0, 10, OK, del("d"), at(0, ""))
+	b.add(2, "doc", KindEdit, 11, 20, OK, edit("c1"), deleted(1, "d"))
+	b.add(3, "doc", KindEdit, 12, 25, OK, edit("c2"), deleted(1, "d"))
+	b.add(4, "doc", KindRead, 30, 31, OK, nil, at(2, "c2"))
+	v := requireViolation(t, check(t, docs, b.ops, Config{}), LostUpdate, Stale, Clobbered)
+	if marked(t, v, Clobbered) != 2 {
+		t.Errorf("marks %+v: want client 2's create clobbered", v.Marks)
+	}
+}
+
+// A delete based on a version the document had left: it removed an
+// accepted edit (occ.Delete without its version condition).
+func TestDocumentStaleDelete(t *testing.T) {
+	b := newBuilder()
+	b.add(1, "doc", KindEdit, 0, 10, OK, edit("a"), at(0, ""))
+	b.add(2, "doc", KindEdit, 11, 20, OK, edit("b"), at(1, "a"))
+	b.add(3, "doc", KindEdit, 12, 25, OK, del("d"), at(1, "a"))
+	b.add(4, "doc", KindRead, 30, 31, OK, nil, deleted(2, "d"))
+	requireViolation(t, check(t, docs, b.ops, Config{}), LostUpdate, Stale, Clobbered)
+}
+
+// A create accepted while the document existed, read later: a state that
+// claims deleted where the chain has it present does not fit.
+func TestDocumentCreateOverPresent(t *testing.T) {
+	b := newBuilder()
+	b.add(1, "doc", KindEdit, 0, 10, OK, edit("a"), at(0, ""))
+	b.add(2, "doc", KindEdit, 11, 20, OK, edit("c"), deleted(1, "a"))
+	b.add(3, "doc", KindRead, 30, 31, OK, nil, at(2, "c"))
+	if rep := check(t, docs, b.ops, Config{}); rep.Figure() == "0" {
+		t.Fatal("a create based on a deleted state the document never had passed")
+	}
+}

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -17,6 +18,24 @@ const (
 	// ProduceInput with their sequence numbers. OK: acknowledged.
 	KindProduce = "produce"
 )
+
+// ChargeInput is the Input of a charge, optional: the request's amount.
+// Charges of one key with different amounts are different requests that
+// reuse the key: only those of the charge's amount may be told it is
+// charged, the others must be refused.
+type ChargeInput struct {
+	Amount int64 `json:"amount"`
+}
+
+// ChargeOutput is the Output of a charge, optional: whether this operation
+// stored the key's answer — its execution ran and its record was kept —
+// rather than replaying an earlier one or finding its record refused. A key
+// has at most one such operation: a second means that a stale or duplicate
+// execution's record was stored over the first's, or the first's record
+// was lost and the key executed again.
+type ChargeOutput struct {
+	Recorded bool `json:"recorded"`
+}
 
 // SeqOutput is the Output of an append.
 type SeqOutput struct {
@@ -176,8 +195,11 @@ func count(ops []*Op, o Outcome) (n int64, first *Op) {
 // told it has (an OK charge), at most one while only operations of unknown
 // outcome asked, and none when every attempt was refused; and that each
 // effect whose By is known was made by an operation of its key that was not
-// refused. It is the payments scenario's invariant: effects are the charges
-// found after the run.
+// refused. When the charges have a ChargeInput, a client told a key is
+// charged must have asked for the amount of the charge made (Reused); when
+// they have a ChargeOutput, at most one may have stored the key's answer. It
+// is the payments scenario's invariant: effects are the charges found after
+// the run.
 func ExactlyOnce(ops []Op, effects []Effect) (*Report, error) {
 	inv, err := newInvariant("exactly-once", ops, effects, KindCharge)
 	if err != nil {
@@ -203,6 +225,59 @@ func ExactlyOnce(ops []Op, effects []Effect) (*Report, error) {
 		for _, e := range ks.effects {
 			inv.made(k, e, "a charge")
 		}
+		inv.reused(k, ks)
+		inv.recorded(k, ks)
 	}
 	return inv.report(), nil
+}
+
+// recorded checks that at most one operation of key k was told it stored
+// the key's answer (ChargeOutput.Recorded).
+func (inv *invariant) recorded(k string, ks *keyState) {
+	var first *Op
+	for _, op := range ks.ops {
+		var out ChargeOutput
+		if op.Outcome != OK || len(op.Output) == 0 || json.Unmarshal(op.Output, &out) != nil || !out.Recorded {
+			continue
+		}
+		if first == nil {
+			first = op
+			continue
+		}
+		inv.add(k, Violation{Anomaly: Duplicate, Marks: []Mark{{*op, Culprit}, {*first, Witness}},
+			Text: fmt.Sprintf("%s stored the answer of key %s, which %s had stored: a stale or second execution's record was kept",
+				inv.d.did(op, "charge"), quote(k), inv.d.did(first, "charge"))})
+	}
+}
+
+// reused checks, when the charges record their requests (ChargeInput), that
+// each client told key k is charged asked for the amount of the charge
+// made: one that asked for another reused the key with another request,
+// and was answered with the first one's result instead of a refusal.
+func (inv *invariant) reused(k string, ks *keyState) {
+	var maker *Op
+	var want ChargeInput
+	for _, e := range ks.effects {
+		if op := inv.byID[e.By]; op != nil && op.Key == k && chargeInput(op, &want) {
+			maker = op
+			break
+		}
+	}
+	if maker == nil {
+		return
+	}
+	for _, op := range ks.ops {
+		var in ChargeInput
+		if op.Outcome != OK || !chargeInput(op, &in) || in.Amount == want.Amount {
+			continue
+		}
+		inv.add(k, Violation{Anomaly: Reused, Marks: []Mark{{*op, Culprit}, {*maker, Witness}},
+			Text: fmt.Sprintf("%s of amount %d was told key %s is charged, but its charge is of amount %d, made by %s: a reuse of the key with another request was not refused",
+				inv.d.did(op, "charge"), in.Amount, quote(k), want.Amount, inv.d.did(maker, "charge"))})
+	}
+}
+
+// chargeInput decodes op's ChargeInput into in, if it has one.
+func chargeInput(op *Op, in *ChargeInput) bool {
+	return len(op.Input) > 0 && json.Unmarshal(op.Input, in) == nil
 }

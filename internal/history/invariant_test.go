@@ -63,6 +63,39 @@ func TestExactlyOnceViolations(t *testing.T) {
 	}
 }
 
+func TestExactlyOnceReusedKey(t *testing.T) {
+	b := newBuilder()
+	first := b.add(1, "pay-1", KindCharge, 0, 10, OK, ChargeInput{100}, nil)
+	b.add(2, "pay-1", KindCharge, 5, 15, OK, ChargeInput{100}, nil)   // a replay
+	b.add(3, "pay-1", KindCharge, 5, 15, Fail, ChargeInput{900}, nil) // refused: right
+	b.add(4, "pay-1", KindCharge, 5, -1, Unknown, ChargeInput{900}, nil)
+	wrong := b.add(5, "pay-1", KindCharge, 20, 25, OK, ChargeInput{900}, nil)
+	other := b.add(1, "pay-2", KindCharge, 0, 10, OK, ChargeInput{900}, nil) // the first request may be either
+	b.add(2, "pay-2", KindCharge, 5, 15, Fail, ChargeInput{100}, nil)
+	rep := got(t)(ExactlyOnce(b.ops, []Effect{by("pay-1", 0, first), by("pay-2", 0, other)}))
+	v := requireViolation(t, rep, Reused, Culprit)
+	if len(v.Marks) != 2 || v.Marks[0].Op.ID() != wrong.ID() || v.Marks[1].Op.ID() != first.ID() {
+		t.Errorf("marks %+v, want the reuse answered and the charge", v.Marks)
+	}
+	requireAnomalies(t, rep, "pay-1", Reused)
+	requireAnomalies(t, rep, "pay-2")
+}
+
+func TestExactlyOnceRecordedTwice(t *testing.T) {
+	b := newBuilder()
+	first := b.add(1, "pay-1", KindCharge, 0, 10, OK, nil, ChargeOutput{Recorded: true})
+	b.add(2, "pay-1", KindCharge, 5, 15, OK, nil, ChargeOutput{}) // a replay, or a refused record
+	second := b.add(3, "pay-1", KindCharge, 20, 30, OK, nil, ChargeOutput{Recorded: true})
+	b.add(1, "pay-2", KindCharge, 0, 10, OK, nil, ChargeOutput{Recorded: true})
+	b.add(2, "pay-2", KindCharge, 0, -1, Unknown, nil, nil)
+	rep := got(t)(ExactlyOnce(b.ops, []Effect{by("pay-1", 0, first), by("pay-2", 0, first)}))
+	v := requireViolation(t, rep, Duplicate, Culprit, Witness)
+	if v.Marks[0].Op.ID() != second.ID() {
+		t.Errorf("marks %+v, want the second record the culprit", v.Marks)
+	}
+	requireAnomalies(t, rep, "pay-1", Duplicate)
+}
+
 func TestSequencesPasses(t *testing.T) {
 	b := newBuilder()
 	o1 := b.add(1, "acct", KindAppend, 0, 10, OK, nil, SeqOutput{1})

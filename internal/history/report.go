@@ -59,6 +59,9 @@ const (
 	Missing Anomaly = "missing"
 	// Gap: a sequence with a number missing in the middle.
 	Gap Anomaly = "gap"
+	// Reused: a key reused with another request was answered as if it
+	// were the request that the key's effect was made for.
+	Reused Anomaly = "reused key"
 	// Disorder: effects applied out of order.
 	Disorder Anomaly = "out of order"
 	// NotLinearizable: the operations fit no sequential order, for a reason

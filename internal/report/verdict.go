@@ -47,11 +47,12 @@ type harmWords struct{ one, many, bad, none string }
 // harm says, per scenario, what a violation is, and what to say when an
 // approach had none.
 var harm = map[string]harmWords{
-	"inventory": {"sale", "sales", "lost %s (oversold)", "lost none"},
-	"documents": {"edit", "edits", "lost %s", "lost none"},
-	"payments":  {"payment", "payments", "got %s wrong (charged twice, or not at all)", "got none wrong"},
-	"accounts":  {"sequence number", "sequence numbers", "got %s wrong (gaps, duplicates, lost appends)", "got none wrong"},
-	"events":    {"event", "events", "mis-applied %s (twice, never, or out of order)", "mis-applied none"},
+	"inventory":       {"sale", "sales", "lost %s (oversold)", "lost none"},
+	"documents":       {"edit", "edits", "lost %s", "lost none"},
+	"payments":        {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
+	"payments-leased": {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
+	"accounts":        {"sequence number", "sequence numbers", "got %s wrong (gaps, duplicates, lost appends)", "got none wrong"},
+	"events":          {"event", "events", "mis-applied %s (twice, never, or out of order)", "mis-applied none"},
 }
 
 // defaultFaultHow describes the faults of the harness when the report does
