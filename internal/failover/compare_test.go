@@ -2,6 +2,7 @@ package failover_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -22,8 +23,8 @@ import (
 // fails (harness.ErrNotInjected) when no WAL was lost or when the foil's
 // tokens did not go back.
 //
-// One run per approach: the coordinator parks the client that took the key
-// over once it has written, so that the stopped client's write is the next
+// The coordinator parks the client that took the key over once it has
+// written, so that the stopped client's write is the next
 // to reach the key — no later lease of the taker's can raise the fence
 // first and refuse it. It runs documents, where every operation writes the
 // one register it locks: in inventory's store, the taker's refused sales
@@ -31,22 +32,48 @@ import (
 // victim's row, so its write can come with a token that has climbed past
 // the stopped client's — the fault then does not bite, and the harness
 // does not count it (about one run in three here: scripts/results.sh
-// failover reports it per run).
+// failover reports it per run). A foil whose fault did not bite (see
+// foilRuns) is run again; the fenced lock and the alternative must show
+// none in every run.
 func TestCompareFailover(t *testing.T) {
 	pair := testrepl.Get(t).Shared()
 	approaches := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock}
-	for _, r := range compareFailover(t, pair, approaches) {
-		if (r.Approach == harness.NaiveLock || r.Approach == harness.PlainTokenLock) && r.Violations == 0 {
-			t.Errorf("%s: no violation across the failover: the fault did not bite, or the check missed it", r.Approach)
+	bitten := map[harness.Approach]bool{}
+	for run := 1; run <= foilRuns; run++ {
+		for _, r := range compareFailover(t, pair, approaches, run < foilRuns) {
+			if r.Violations > 0 {
+				bitten[r.Approach] = true
+			}
 		}
+		approaches = []harness.Approach{harness.Alternative, harness.FencedLock}
+		for _, a := range []harness.Approach{harness.NaiveLock, harness.PlainTokenLock} {
+			if !bitten[a] {
+				approaches = append(approaches, a)
+			}
+		}
+		if len(approaches) == 2 {
+			return
+		}
+		t.Logf("run %d: %v showed no violation yet", run, approaches[2:])
+	}
+	for _, a := range approaches[2:] {
+		t.Errorf("%s: no violation across the failover in %d runs: the fault did not bite, or the check missed it", a, foilRuns)
 	}
 }
+
+// foilRuns bounds how often TestCompareFailover runs a foil that has not
+// shown its violation yet: the victim's plain token can fall within what
+// the sequence had already logged ahead (32 values) when the standby was
+// held, and the promoted node then hands out the next one — measured in
+// about one documents run in ten; the harness does not count such a
+// failover for the foil.
+const foilRuns = 4
 
 // compareFailover runs documents under the failover fault with approaches
 // and checks what every run must show: each approach checked with its
 // failover injected, and no violation for the alternative and the fenced
 // lock.
-func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.Approach) []report.Result {
+func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.Approach, retry bool) []report.Result {
 	t.Helper()
 	sc, _ := harness.Lookup("documents")
 	rep, err := harness.Run(context.Background(), sc, harness.Config{
@@ -56,7 +83,7 @@ func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.App
 	for _, n := range rep.Notes {
 		t.Log(n)
 	}
-	if err != nil {
+	if err != nil && !(retry && errors.Is(err, harness.ErrNotInjected)) {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Results {
@@ -68,7 +95,9 @@ func compareFailover(t *testing.T, pair *replpair.Pair, approaches []harness.App
 		case !r.Checked:
 			t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
 		case r.FaultsInjected[harness.Failover] == 0:
-			t.Errorf("%s: failover not injected", r.Approach)
+			if !retry || r.Approach == harness.Alternative || r.Approach == harness.FencedLock {
+				t.Errorf("%s: failover not injected", r.Approach)
+			}
 		case r.Approach == harness.Alternative || r.Approach == harness.FencedLock:
 			if r.Violations != 0 || r.Ops == 0 {
 				t.Errorf("%s: %d violations, %d operations; want none and some", r.Approach, r.Violations, r.Ops)
