@@ -434,8 +434,12 @@ func (r *run) measure(ctx context.Context) (window, error) {
 	for _, p := range r.procs {
 		p.command(command{Cmd: cmdGo})
 	}
-	runCtx, stop := context.WithTimeout(ctx, r.cfg.Duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	go func() {
+		r.last(runCtx)
+		stop()
+	}()
 	progress := r.follow(runCtx)
 	r.inject(runCtx)
 	<-runCtx.Done()
@@ -468,6 +472,49 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		}
 	}
 	return w, nil
+}
+
+// last returns once the run's duration has passed and every fault asked
+// for that hits one worker at a time has taken effect at least once, or
+// once overtime() more has passed: a short run's few chances at a fault
+// can all miss (the worker reached no before-write point in time, sent
+// nothing into a cut), and a run in which a fault asked for took effect
+// not once proves nothing about it. Ops/s are over the run as it lasted.
+func (r *run) last(ctx context.Context) {
+	if !sleep(ctx, r.cfg.Duration) {
+		return
+	}
+	from := time.Now()
+	for !r.victimFaultsDone() {
+		if time.Since(from) >= r.overtime() {
+			return // Run reports the fault that never took effect
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return
+		}
+	}
+	if d := time.Since(from); d >= 20*time.Millisecond {
+		r.note("the run went on %v past its duration, until every fault asked for had taken effect", d.Round(100*time.Millisecond))
+	}
+}
+
+// overtime bounds how long a run goes on past its duration for a fault
+// that has not yet taken effect.
+func (r *run) overtime() time.Duration { return max(r.cfg.Duration, 20*time.Second) }
+
+// victimFaultsDone reports whether every fault asked for that hits one
+// worker at a time has taken effect at least once. The faults that hit
+// every worker keep their own schedule (a restart, a failover): they are
+// not waited for.
+func (r *run) victimFaultsDone() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.cfg.Faults {
+		if k, _ := faultByName(f); k.victim != nil && r.injected[f] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // follow reports the run's progress every second until ctx ends.
