@@ -60,7 +60,7 @@ func TestWriteVerdictsWraps(t *testing.T) {
 			t.Errorf("line of %d runes: %q", len([]rune(l)), l)
 		}
 	}
-	if !strings.Contains(b.String(), "naive-lock lost 37") {
+	if !strings.Contains(b.String(), "naive-lock showed 37") {
 		t.Errorf("verdicts:\n%s", b.String())
 	}
 }

@@ -47,8 +47,8 @@ type harmWords struct{ one, many, bad, none string }
 // harm says, per scenario, what a violation is, and what to say when an
 // approach had none.
 var harm = map[string]harmWords{
-	"inventory":       {"sale", "sales", "lost %s (oversold)", "lost none"},
-	"documents":       {"edit", "edits", "lost %s", "lost none"},
+	"inventory":       {"anomaly", "anomalies", "showed %s (stock oversold, an update lost or made up, or an order no sequential store allows)", "showed none"},
+	"documents":       {"anomaly", "anomalies", "showed %s (an edit lost, or an order no sequential document allows)", "showed none"},
 	"payments":        {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
 	"payments-leased": {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
 	"accounts":        {"sequence number", "sequence numbers", "got %s wrong (gaps, duplicates, lost appends)", "got none wrong"},

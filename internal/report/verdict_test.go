@@ -24,7 +24,7 @@ var verdictCases = []struct {
 	not  []string
 }{
 	{"the brief's example", inventoryReport, []string{
-		"inventory: naive-lock lost 37 sales (oversold); alternative, fenced-lock and raw lost none.",
+		"inventory: naive-lock showed 37 anomalies (stock oversold, an update lost or made up, or an order no sequential store allows); alternative, fenced-lock and raw showed none.",
 		"alternative did 4.1× the fenced lock's throughput, and did 0.98× raw SQL's throughput.",
 		"Injected: pause 12–14 times per approach (SIGSTOPs past the lease, each resumed after another worker took over).",
 	}, []string{"tied", "noise"}},
@@ -32,12 +32,12 @@ var verdictCases = []struct {
 		r := inventoryReport()
 		r.Results[2].Violations = 1
 		return r
-	}, []string{"naive-lock lost 1 sale (oversold)"}, nil},
+	}, []string{"naive-lock showed 1 anomaly (stock oversold"}, nil},
 	{"unchecked is not clean", func() Report {
 		r := inventoryReport()
 		r.Results[3].Checked = false
 		return r
-	}, []string{"alternative and fenced-lock lost none; raw not checked (—)."}, []string{"raw lost none"}},
+	}, []string{"alternative and fenced-lock showed none; raw not checked (—)."}, []string{"raw showed none"}},
 	{"a skipped approach says why", func() Report {
 		r := inventoryReport()
 		r.Results = append(r.Results, Result{Approach: RedisLock, Skipped: "no Redis"})
