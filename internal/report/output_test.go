@@ -276,3 +276,13 @@ func TestRoundTripsInEveryTable(t *testing.T) {
 		t.Error("Markdown sweep lacks the round trips")
 	}
 }
+
+// A scenario's own count that is a rate per operation reads to two
+// decimals, a whole count as it is.
+func TestExtraText(t *testing.T) {
+	for v, want := range map[float64]string{7.126392829242219: "7.13", 12: "12", 0: "0", 0.5: "0.50"} {
+		if got := extraText(v); got != want {
+			t.Errorf("extraText(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -52,7 +54,7 @@ func columns(rep Report) []column {
 			if !ok {
 				return "—"
 			}
-			return fmt.Sprintf("%g", v)
+			return extraText(v)
 		}})
 	}
 	return append(cols,
@@ -66,6 +68,15 @@ func violations(r Result) string {
 		return "—"
 	}
 	return fmt.Sprint(r.Violations)
+}
+
+// extraText is a scenario's own count as a cell: a whole number as it is,
+// a fraction (a rate per operation) to two decimals.
+func extraText(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 func optional(f *float64) string {
