@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -61,6 +62,21 @@ func (payments) Description() string {
 	return "clients charge the payment keys of the current round (each key many times: the retries of one payment; one attempt in 8 reuses the key with another amount, which must be refused); each key is charged exactly once, only by an attempt that was not refused, and no attempt of another amount is told it is charged"
 }
 func (payments) Migrations() []migrate.Migration { return idempotency.Migrations() }
+
+// Kind tells a charge that ran (it stored the key's answer, or charged in
+// an approach that keeps no answer) from a replay or a reuse refused: the
+// report shows how many of each, so that a reader sees which path a
+// throughput measures.
+func (payments) Kind(op *history.Op) string {
+	var out history.ChargeOutput
+	if json.Unmarshal(op.Output, &out) != nil {
+		return ""
+	}
+	if out.Recorded {
+		return "first_executions"
+	}
+	return "replays"
+}
 
 func (payments) Setup(ctx context.Context, db *pgxpool.Pool, _ Sizes) error {
 	_, err := db.Exec(ctx, sqlPaymentsTables)

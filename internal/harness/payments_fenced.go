@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -12,10 +13,23 @@ import (
 	"github.com/lockfree-go/lockfree/internal/history"
 )
 
-// paymentsFence is the fenced twin's token and charged flag, per key.
-var paymentsFence = fencedlock.Fence{Table: "payment_fences", Key: "payment_key"}
+// sqlPaymentsStamp is the fenced read of a key's charge state, in one
+// statement that also makes the key's row on its first attempt: the row's
+// token is raised to the attempt's, unless it has seen a higher one — then
+// no row comes back. (fencedlock.Fence.Read needs the row to exist: with it,
+// a first charge would take one more round trip to make the row.)
+const sqlPaymentsStamp = `INSERT INTO payment_fences AS f (payment_key, fencing_token) VALUES ($1, $2)
+ON CONFLICT (payment_key) DO UPDATE SET fencing_token = $2 WHERE f.fencing_token <= $2
+RETURNING f.charged, f.amount`
 
-const sqlPaymentsFenceRow = `INSERT INTO payment_fences (payment_key) VALUES ($1) ON CONFLICT DO NOTHING`
+// sqlPaymentsFencedCharge is the charge with its fenced write, in one
+// statement: the key's row is marked charged under the token condition, and
+// the charge is inserted only when it was — no row inserted means a higher
+// token reached the key.
+const sqlPaymentsFencedCharge = `WITH f AS (
+	UPDATE payment_fences SET charged = true, amount = $2, fencing_token = $4
+	WHERE payment_key = $1 AND fencing_token <= $4 RETURNING 1)
+INSERT INTO charges (payment_key, amount, charged_by) SELECT $1, $2, $3 FROM f`
 
 // paymentsFenced charges with idempotency.Fenced: lock the key, check the
 // record, fenced read of the key's charged flag (raising its token), charge
@@ -95,12 +109,13 @@ func fencedCharge(ctx, actx context.Context, env *Env, op *Op, amount int64, poi
 		return idempotency.Result{}, errors.New("harness: payments: no attempt in the context")
 	}
 	token := a.Token()
-	if _, err := env.DB.Exec(ctx, sqlPaymentsFenceRow, op.key); err != nil {
-		return idempotency.Result{}, err
-	}
 	var charged bool
 	var chargedAmount int64
-	if err := paymentsFence.Read(ctx, env.DB, op.key, token, "charged, amount", &charged, &chargedAmount); err != nil {
+	err := env.DB.QueryRow(ctx, sqlPaymentsStamp, op.key, token).Scan(&charged, &chargedAmount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idempotency.Result{}, fmt.Errorf("harness: payments: fenced read of %s with token %d: %w", op.key, token, errFenced)
+	}
+	if err != nil {
 		return idempotency.Result{}, err
 	}
 	if charged {
@@ -111,17 +126,15 @@ func fencedCharge(ctx, actx context.Context, env *Env, op *Op, amount int64, poi
 	if point != "" {
 		env.BeforeWrite(ctx, point)
 	}
-	err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {
-		if err := paymentsFence.Update(ctx, tx, op.key, token, "charged = true, amount = $1", amount); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID())
-		return err
-	})
-	if err == nil {
-		op.Took() // whatever happens to the record, the charge stands
+	tag, err := env.DB.Exec(ctx, sqlPaymentsFencedCharge, op.key, amount, op.ID(), token)
+	if err != nil {
+		return idempotency.Result{}, err
 	}
-	return idempotency.Result{Status: 201}, err
+	if tag.RowsAffected() == 0 {
+		return idempotency.Result{}, fmt.Errorf("harness: payments: charge of %s with token %d: %w", op.key, token, errFenced)
+	}
+	op.Took() // whatever happens to the record, the charge stands
+	return idempotency.Result{Status: 201}, nil
 }
 
 func (c *paymentsFencedClient) Close() error { return nil }

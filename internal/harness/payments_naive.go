@@ -29,6 +29,30 @@ func chargedAmount(ctx context.Context, db rowQuerier, key string) (int64, bool,
 	return amount, err == nil, err
 }
 
+// chargeAndRecord is the lock-based twins' write: the charge and its
+// record, pipelined in one round trip (one implicit transaction). The
+// record does not condition the charge — the lock is what is trusted to.
+// recorded says the record was new.
+func chargeAndRecord(ctx context.Context, env *Env, op *Op, amount int64) (recorded bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlPaymentsCharge, op.key, amount, op.ID())
+	b.Queue(sqlPaymentsMarkDone, op.key, op.ID(), amount)
+	br := env.DB.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if _, err := br.Exec(); err != nil {
+		return false, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return false, err
+	}
+	if err := br.Close(); err != nil {
+		return false, err
+	}
+	op.Took() // committed: whatever happens next, the charge stands
+	return tag.RowsAffected() == 1, nil
+}
+
 // rowQuerier is a pool or a transaction.
 type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -57,7 +81,7 @@ func init() {
 func (d paymentsNaive) Scenario() string { return d.scenario }
 func (paymentsNaive) Approach() Approach { return NaiveLock }
 func (paymentsNaive) Label() string {
-	return "lease lock (fencedlock.Locker): lock key → charged? (plain read) → charge → record → release"
+	return "lease lock (fencedlock.Locker): lock key → charged? (plain read) → charge + record, pipelined → release"
 }
 func (paymentsNaive) Protection(p Params) Protection {
 	return lockTTL(p)
@@ -90,12 +114,7 @@ func (c *paymentsNaiveClient) Op(ctx context.Context) error {
 			return replay(op.key, charged, amount)
 		}
 		c.env.BeforeWrite(ctx, "harness.payments.naive.before-write")
-		if _, err := c.env.DB.Exec(ctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
-			return err
-		}
-		op.Took() // whatever happens to the record, the charge stands
-		tag, err := c.env.DB.Exec(ctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
-		recorded = err == nil && tag.RowsAffected() == 1
+		recorded, err = chargeAndRecord(ctx, c.env, op, amount)
 		return err
 	})
 	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)

@@ -27,7 +27,7 @@ func init() {
 func (d paymentsRedis) Scenario() string   { return d.scenario }
 func (d paymentsRedis) Approach() Approach { return d.lib.approach }
 func (d paymentsRedis) Label() string {
-	return d.lib.label("the payment key's", "charged? (plain read) → charge → record")
+	return d.lib.label("the payment key's", "charged? (plain read) → charge + record, pipelined")
 }
 func (paymentsRedis) Protection(p Params) Protection { return redisProtection(p) }
 func (paymentsRedis) redisLock()                     {}
@@ -63,12 +63,7 @@ func (c *paymentsRedisClient) Op(ctx context.Context) error {
 		c.env.BeforeWrite(ctx, c.point)
 		wctx, cancel := writeContext(ctx)
 		defer cancel()
-		if _, err := c.env.DB.Exec(wctx, sqlPaymentsCharge, op.key, amount, op.ID()); err != nil {
-			return err
-		}
-		op.Took() // whatever happens to the record, the charge stands
-		tag, err := c.env.DB.Exec(wctx, sqlPaymentsMarkDone, op.key, op.ID(), amount)
-		recorded = err == nil && tag.RowsAffected() == 1
+		recorded, err = chargeAndRecord(wctx, c.env, op, amount)
 		return err
 	})
 	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)

@@ -65,6 +65,14 @@ type Scenario interface {
 	Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s Sizes) (*history.Report, error)
 }
 
+// Tallier is a Scenario that sorts the operations that completed into
+// kinds worth counting apart (payments: first executions and replays):
+// the report shows each kind's count among the measured operations.
+type Tallier interface {
+	// Kind names the kind of a completed operation, "" for none.
+	Kind(op *history.Op) string
+}
+
 // Protection is what keeps a paused client of an approach from doing harm,
 // as far as the lock service knows: the lease another client must wait out
 // before it takes over.

@@ -71,6 +71,7 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	goT := maps.Clone(r.mon.goT)
 	r.mon.mu.Unlock()
 	var latencies []float64
+	kinds, _ := r.sc.(Tallier)
 	for i := range ops {
 		op := &ops[i]
 		g, ok := goT[op.Client]
@@ -84,6 +85,15 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 		case op.Outcome == history.OK:
 			res.Ops++
 			latencies = append(latencies, float64(op.Return-op.Call)/1e6)
+			if kinds == nil {
+				break
+			}
+			if k := kinds.Kind(op); k != "" {
+				if res.Extra == nil {
+					res.Extra = map[string]float64{}
+				}
+				res.Extra[k]++
+			}
 		case op.Outcome == history.Unknown:
 			res.Uncertain++
 		case op.Meta[metaRefused] != "":
