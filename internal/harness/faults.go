@@ -400,7 +400,7 @@ func lostCommitSkip(def ApproachDef) string {
 	if _, ok := def.(committer); ok {
 		return ""
 	}
-	return "the lost-commit fault loses the answer to a COMMIT, and this approach's workers commit no transaction of their own"
+	return "its workers commit no transaction of their own for lost-commit to take the answer of"
 }
 
 // lostCommitOnce loses the answer to v's next COMMIT, and counts it once its
