@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -35,6 +36,9 @@ type conn struct {
 	// Guarded by p.mu.
 	server *net.TCPConn // nil until the gate lets the dial through
 	closed bool
+	// losing: this connection sent LoseReply's request; the target's next
+	// bytes are dropped and the connection reset.
+	losing bool
 }
 
 func newConn(p *Proxy, client *net.TCPConn) *conn {
@@ -312,6 +316,13 @@ func (pp *pipe) takeLocked() (chunk, action, time.Duration) {
 		pp.dropLocked()
 		return chunk{}, 0, forever
 	}
+	if !pp.up && pp.c.losing && len(pp.queue) > 0 {
+		// The target's answer: it got the request. The client never does.
+		pp.dropLocked()
+		p.stats.LostReplies++
+		p.stats.Faults++
+		return chunk{}, abort, 0
+	}
 	if len(pp.queue) == 0 {
 		switch {
 		case pp.eof:
@@ -326,6 +337,11 @@ func (pp *pipe) takeLocked() (chunk, action, time.Duration) {
 		if wait := time.Until(head.at.Add(p.delay)); wait > 0 {
 			return chunk{}, 0, wait
 		}
+	}
+	if pp.up && p.lose != nil && bytes.Contains(head.b, p.lose) {
+		// Marked before the request is written: its answer cannot come
+		// back before this connection knows to lose it.
+		pp.c.losing, p.lose = true, nil
 	}
 	pp.queue[0] = chunk{}
 	pp.queue = pp.queue[1:]

@@ -17,6 +17,11 @@
 //     ECONNRESET) and resets each new one until the mode changes;
 //     ResetConns resets the live ones only.
 //
+// LoseReply, beside the mode, loses the answer to one request: the request
+// reaches the target, which acts on it, and the client's connection is reset
+// before the answer reaches it — a COMMIT whose outcome the client never
+// learns.
+//
 // Stats counts connections and bytes, so a test can tell a fault that bit
 // from one that injected nothing.
 //
@@ -26,6 +31,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -105,9 +111,12 @@ type Stats struct {
 	// Resets counts the connections the proxy reset, for a Reset fault or to
 	// pass a peer's reset on.
 	Resets int64
-	// Faults counts the faults injected: Set to a mode other than Pass, and
-	// ResetConns.
+	// Faults counts the faults injected: Set to a mode other than Pass,
+	// ResetConns, and each answer LoseReply lost.
 	Faults int64
+	// LostReplies counts the answers LoseReply lost: the target answered
+	// the request, and its connection was reset instead.
+	LostReplies int64
 }
 
 // Proxy forwards the connections it accepts on Addr to its target. Create it
@@ -124,7 +133,8 @@ type Proxy struct {
 	mode     Mode
 	delay    time.Duration
 	conns    map[*conn]struct{}
-	holding  int64 // bytes held by the current hold
+	holding  int64  // bytes held by the current hold
+	lose     []byte // LoseReply's request, until a client sends it
 	stats    Stats
 	closed   bool
 	closeErr error
@@ -189,6 +199,27 @@ func (p *Proxy) ResetConns() int {
 	p.stats.Faults++
 	p.mu.Unlock()
 	return p.resetLive()
+}
+
+// PostgresCommit is the request a pgx client sends to commit a transaction
+// (pgx.Tx.Commit: a simple-protocol Query message, "commit"): give it to
+// LoseReply to lose the outcome of a proxied client's next COMMIT.
+var PostgresCommit = []byte("Q\x00\x00\x00\x0bcommit\x00")
+
+// LoseReply arms the proxy to lose the answer to the next request a client
+// sends that contains req, on whichever connection sends it first: the
+// request is forwarded; the first bytes the target sends back on that
+// connection afterwards (its answer, which proves the request arrived and
+// was acted on) are dropped and the connection is reset, on both sides. The
+// client sees ECONNRESET and cannot tell whether the request took effect —
+// for a PostgreSQL COMMIT, it did. It acts once: LoseReply arms it again,
+// LoseReply(nil) disarms it. req must arrive within one read, as a short
+// request sent in one write does; it is matched only while traffic passes
+// (Pass or Delay). Stats.LostReplies counts the answers lost.
+func (p *Proxy) LoseReply(req []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose = bytes.Clone(req)
 }
 
 // Mode returns the current mode.

@@ -567,3 +567,58 @@ func TestInvalid(t *testing.T) {
 	}()
 	(&Proxy{}).Set(Mode(42), 0)
 }
+
+// LoseReply forwards the request and loses its answer: the target reads the
+// request and answers, the client's connection is reset instead. Requests
+// without the bytes, and other connections, pass; it acts once.
+func TestLoseReply(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, false)
+	p := start(t, srv.Addr())
+	other := dial(t, p.Addr())
+	otherSrv := srv.Next(t)
+	c := dial(t, p.Addr())
+	cSrv := srv.Next(t)
+
+	p.LoseReply([]byte("COMMIT"))
+	write(t, other, "SELECT")
+	expect(t, otherSrv, "SELECT")
+	write(t, otherSrv, "rows")
+	expect(t, other, "rows")
+
+	write(t, c, "COMMIT")
+	expect(t, cSrv, "COMMIT") // the request reached the target
+	write(t, cSrv, "done")
+	expectReset(t, c)
+	if _, err := cSrv.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the target's side of the connection is still open")
+	}
+	st := p.Stats()
+	if st.LostReplies != 1 || st.Faults != 1 || st.Resets != 1 || st.Dropped != 4 {
+		t.Fatalf("stats %+v, want 1 lost reply, 1 fault, 1 reset, 4 bytes dropped", st)
+	}
+
+	// Once only: the next request with the bytes gets its answer.
+	write(t, other, "COMMIT")
+	expect(t, otherSrv, "COMMIT")
+	write(t, otherSrv, "done")
+	expect(t, other, "done")
+	if n := p.Stats().LostReplies; n != 1 {
+		t.Fatalf("%d replies lost, want 1", n)
+	}
+}
+
+// LoseReply(nil) disarms it.
+func TestLoseReplyDisarmed(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, true)
+	p := start(t, srv.Addr())
+	c := dial(t, p.Addr())
+	p.LoseReply([]byte("COMMIT"))
+	p.LoseReply(nil)
+	write(t, c, "COMMIT")
+	expect(t, c, "COMMIT")
+	if st := p.Stats(); st.LostReplies != 0 || st.Faults != 0 {
+		t.Fatalf("stats %+v after a disarmed LoseReply", st)
+	}
+}

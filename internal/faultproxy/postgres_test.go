@@ -133,3 +133,43 @@ func TestPostgresReset(t *testing.T) {
 		t.Fatalf("on a new connection: %d, %v", a.n, a.err)
 	}
 }
+
+// A COMMIT whose answer is lost took effect: the client gets an error, and
+// the row it inserted is there.
+func TestPostgresLostCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE lost (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	target, err := pgaddr.HostPort(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, target)
+	u, err := pgaddr.WithHostPort(db.URL, p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO lost VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	p.LoseReply(PostgresCommit)
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("Commit succeeded: its answer was not lost")
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM lost").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after the lost COMMIT: %d, %v; want 1 (it committed)", n, err)
+	}
+	if st := p.Stats(); st.LostReplies != 1 {
+		t.Fatalf("stats %+v, want 1 lost reply", st)
+	}
+}

@@ -23,6 +23,9 @@ const eventsPerOp = 5
 // constraint on purpose: a duplicate must reach the check. The Kafka
 // consumers also log the worker that applied each event (applied_by) and,
 // for the inbox, the partition's owner as the write ran (owner).
+// progress_regressions logs, by a trigger, every write that moved the fenced
+// twin's progress (kafkawriter's entity_progress: per entity, the offset of
+// the last event applied) back.
 const (
 	sqlEventsTables = `CREATE TABLE entity_state (
 	entity        text   PRIMARY KEY,
@@ -43,7 +46,20 @@ CREATE TABLE applied (
 	produced_by text   NOT NULL,
 	applied_by  text,
 	owner       text
-)`
+);
+CREATE TABLE progress_regressions (
+	id       bigserial PRIMARY KEY,
+	name     text   NOT NULL,
+	from_seq bigint NOT NULL,
+	to_seq   bigint NOT NULL
+);
+CREATE FUNCTION log_progress_regression() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+	INSERT INTO progress_regressions (name, from_seq, to_seq) VALUES (OLD.name, OLD.last_seq, NEW.last_seq);
+	RETURN NEW;
+END $$;
+CREATE TRIGGER progress_regression AFTER UPDATE ON lockfree_entity_progress
+	FOR EACH ROW WHEN (NEW.last_seq < OLD.last_seq) EXECUTE FUNCTION log_progress_regression()`
 	sqlEventsSeed = `INSERT INTO entity_state (entity)
 	SELECT 'entity-' || c || '-' || k FROM generate_series(0, $1 - 1) AS c, generate_series(0, $2 - 1) AS k`
 	sqlEventsApplied = `SELECT entity, seq, prev_seq, produced_by FROM applied ORDER BY id`
@@ -51,7 +67,8 @@ CREATE TABLE applied (
 	// inbox named another owner of their partition.
 	sqlEventsForeign = `SELECT entity, seq, applied_by, owner FROM applied
 	WHERE owner IS NOT NULL AND owner <> applied_by ORDER BY id`
-	sqlEventsProduce = `INSERT INTO event_queue (entity, seq, produced_by)
+	sqlEventsRegressions = `SELECT name, from_seq, to_seq FROM progress_regressions ORDER BY id`
+	sqlEventsProduce     = `INSERT INTO event_queue (entity, seq, produced_by)
 	SELECT $1, s, $3 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s`
 	// sqlEventsState reads an entity's last applied number.
 	sqlEventsState = `SELECT last_seq FROM entity_state WHERE entity = $1`
@@ -102,7 +119,10 @@ func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ S
 	if err != nil {
 		return nil, err
 	}
-	return rep, foreignWrites(ctx, db, rep)
+	if err := foreignWrites(ctx, db, rep); err != nil {
+		return nil, err
+	}
+	return rep, progressRegressions(ctx, db, rep)
 }
 
 // superseded is the anomaly of an application that committed while the
@@ -130,6 +150,37 @@ func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Report) e
 		k.Status = history.Violated
 		k.Violations = append(k.Violations, history.Violation{Key: entity, Anomaly: superseded,
 			Text: fmt.Sprintf("event %d of key %s was applied by %s and committed while %s owned its partition", seq, entity, by, owner)})
+		return nil
+	})
+	return err
+}
+
+// regressed is the anomaly of a progress record moved back: the fenced twin
+// recorded an entity's events as applied up to an offset below the one it
+// had recorded before. Delivery may not see it — nothing was applied twice
+// yet — but the record is what decides which events a later delivery
+// applies, and every event between the two offsets would be applied again.
+const regressed history.Anomaly = "progress moved back"
+
+// progressRegressions adds to rep the writes that moved an entity's
+// progress back.
+func progressRegressions(ctx context.Context, db *pgxpool.Pool, rep *history.Report) error {
+	rows, err := db.Query(ctx, sqlEventsRegressions)
+	if err != nil {
+		return err
+	}
+	var name string
+	var from, to int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &from, &to}, func() error {
+		entity := lockEntity(name)
+		k := rep.Key(entity)
+		if k == nil {
+			rep.Keys = append(rep.Keys, history.KeyReport{Key: entity})
+			k = &rep.Keys[len(rep.Keys)-1]
+		}
+		k.Status = history.Violated
+		k.Violations = append(k.Violations, history.Violation{Key: entity, Anomaly: regressed,
+			Text: fmt.Sprintf("the progress of %s moved back from offset %d to %d: a delivery of the events between would apply them again", entity, from, to)})
 		return nil
 	})
 	return err

@@ -41,6 +41,11 @@ type kafkaEvents struct{}
 
 func (kafkaEvents) needsKafka() {}
 
+// commitsTransactions: each worker applies a batch and records its progress
+// in one transaction of its own (taskDB), whose COMMIT the lost-commit fault
+// can take the answer of.
+func (kafkaEvents) commitsTransactions() {}
+
 // Prepare creates the run's topic, replicated on up to three brokers (a
 // cluster whose min.insync.replicas is 2 refuses an acks=all write to a
 // topic of one replica).

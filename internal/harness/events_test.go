@@ -12,7 +12,7 @@ import (
 // behind the one it takes first is: the entity of a stopped consumer is
 // taken over even while the taker's own stream is busy.
 func TestEventsPollReachesEveryEntity(t *testing.T) {
-	db := testdb.New(t)
+	db := testdb.New(t, (events{}).Migrations()...)
 	ctx := context.Background()
 	sizes := Sizes{Keys: 1, Clients: 8}
 	if err := (events{}).Setup(ctx, db.Pool, sizes); err != nil {

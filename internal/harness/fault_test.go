@@ -17,7 +17,8 @@ import (
 
 // faultTests lists, per scenario, the faults its test runs: every scenario
 // under the faults a stale holder's write lands under (pause, delay), and the
-// first scenario under the others too, to keep the suite within minutes;
+// first scenario with an approach a fault can take effect in (FaultSkip)
+// under the others too, to keep the suite within minutes;
 // LOCKFREE_FAULT_TESTS=all runs every scenario under every fault.
 func faultTests() []struct {
 	scenario string
@@ -28,12 +29,17 @@ func faultTests() []struct {
 		fault    harness.Fault
 	}
 	all := os.Getenv("LOCKFREE_FAULT_TESTS") == "all"
-	for i, sc := range harness.Scenarios() {
+	first := map[harness.Fault]bool{} // the fault has its scenario
+	for _, sc := range harness.Scenarios() {
 		for _, f := range harness.FaultNames() {
 			if f == harness.Failover {
 				continue // it needs a replication pair: internal/failover's TestCompareFailover
 			}
-			if all || i == 0 || harness.Bites(f) {
+			if len(faultApproaches(sc.Name(), f)) == 0 {
+				continue
+			}
+			if all || !first[f] || harness.Bites(f) {
+				first[f] = true
 				out = append(out, struct {
 					scenario string
 					fault    harness.Fault
@@ -71,8 +77,7 @@ func TestFaults(t *testing.T) {
 			infra.Kafka = kafkaBrokers(t)
 			cfg := harness.Config{
 				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{tc.fault},
-				Approaches: []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock,
-					harness.RedisLock, harness.RedsyncLock},
+				Approaches: faultApproaches(tc.scenario, tc.fault),
 			}
 			// Room for a fault past the longest lease, and its takeover:
 			// a Kafka consumer's session and rebalance take seconds.
@@ -91,6 +96,21 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// faultApproaches are the approaches of scenario that TestFaults runs under
+// f: those f can take effect in.
+func faultApproaches(scenario string, f harness.Fault) []harness.Approach {
+	var out []harness.Approach
+	for _, a := range []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock,
+		harness.RedisLock, harness.RedsyncLock} {
+		for _, d := range harness.Approaches(scenario) {
+			if d.Approach() == a && harness.FaultSkip(f, d) == "" {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // longestLease is the longest lease that protects an approach of scenario

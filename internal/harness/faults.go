@@ -37,6 +37,13 @@ const (
 	// Delay is Isolate that heals: the held bytes are delivered late, in
 	// order, after another worker took over — the delayed packet.
 	Delay Fault = "delay"
+	// LostCommit loses the answer to a worker's COMMIT: its proxy forwards
+	// the COMMIT, the server commits, and the worker's connection is reset
+	// before the answer reaches it. The worker cannot tell whether its
+	// transaction took effect; one that retries it must find it did. It
+	// runs on the approaches whose workers commit transactions of their
+	// own (committer).
+	LostCommit Fault = "lost-commit"
 	// Restart stops and starts the PostgreSQL server mid-run.
 	Restart Fault = "restart"
 	// Failover kills the lock service's primary mid-run, its standby held
@@ -66,6 +73,9 @@ type faultKind struct {
 	victim func(ctx context.Context, r *run, v *proc)
 	// global injects the fault until ctx ends.
 	global func(ctx context.Context, r *run)
+	// skip says why the fault cannot take effect in def's runs, or "";
+	// nil: it can in every approach's.
+	skip func(def ApproachDef) string
 }
 
 // faultKinds are the faults, in the order they are listed.
@@ -78,6 +88,8 @@ var faultKinds = []faultKind{
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then reset (the write never lands)"},
 	{name: Delay, network: true, bites: true, victim: func(ctx context.Context, r *run, v *proc) { cutOnce(ctx, r, v, true) },
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
+	{name: LostCommit, network: true, victim: lostCommitOnce, skip: lostCommitSkip,
+		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
 	{name: Failover, bites: true, global: failoverFault,
@@ -109,6 +121,15 @@ func FaultNames() []Fault {
 func Bites(f Fault) bool {
 	k, _ := faultByName(f)
 	return k.bites
+}
+
+// FaultSkip says why f cannot take effect in def's runs (the harness skips
+// the approach under it), or "" when it can.
+func FaultSkip(f Fault, def ApproachDef) string {
+	if k, ok := faultByName(f); ok && k.skip != nil {
+		return k.skip(def)
+	}
+	return ""
 }
 
 // ParseFaults parses "none" or a comma-separated list of faults.
@@ -369,6 +390,41 @@ func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 		r.note("%s: worker %d sent nothing into the cut; not counted", f, v.client)
 	}
 	r.finish(ctx, v, at, taken, f)
+}
+
+// committer is an approach whose workers write in transactions of their own,
+// each ending in a COMMIT the lost-commit fault can take the answer of.
+type committer interface{ commitsTransactions() }
+
+func lostCommitSkip(def ApproachDef) string {
+	if _, ok := def.(committer); ok {
+		return ""
+	}
+	return "its workers commit no transaction of their own for lost-commit to take the answer of"
+}
+
+// lostCommitOnce loses the answer to v's next COMMIT, and counts it once its
+// proxy lost one: the server committed, and v's connection was reset before
+// the answer came. It then leaves v a margin to find out what happened.
+func lostCommitOnce(ctx context.Context, r *run, v *proc) {
+	before := v.proxy.Stats().LostReplies
+	lost := func() bool { return v.proxy.Stats().LostReplies > before }
+	from := history.Now()
+	v.proxy.LoseReply(faultproxy.PostgresCommit)
+	if !poll(ctx, r.reachBound(), lost) {
+		v.proxy.LoseReply(nil)
+		// It may have matched a COMMIT as it was disarmed: that COMMIT's
+		// answer is on its way, and is lost.
+		if !poll(ctx, time.Second, lost) {
+			if ctx.Err() == nil {
+				r.note("lost-commit: worker %d committed no transaction within %v; not counted", v.client, r.reachBound())
+			}
+			return
+		}
+	}
+	r.count(LostCommit)
+	r.span(v.client, report.SpanIsolate, from, history.Now(), "lost-commit: a COMMIT went through, its answer was lost")
+	sleep(ctx, r.margin())
 }
 
 // restartFault restarts the server once, a third of the way into the run.

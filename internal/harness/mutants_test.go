@@ -41,7 +41,9 @@ var (
 // the lock and the epoch verified in the write's transaction (accounts'
 // verified-lock and verified-alternative, the uses of fencedlock's and
 // partition's Postgres.Verify);
-// then under the late delivery of a cut worker's write.
+// then under the late delivery of a cut worker's write; then the
+// alternative under a COMMIT whose answer was lost, which its worker
+// retries (the inbox's offset condition).
 var mutantTrials = []struct {
 	approach harness.Approach
 	fault    harness.Fault // "" for none
@@ -53,6 +55,7 @@ var mutantTrials = []struct {
 	{harness.VerifiedAlternative, harness.Pause},
 	{harness.Alternative, harness.Delay},
 	{harness.FencedLock, harness.Delay},
+	{harness.Alternative, harness.LostCommit},
 }
 
 // mutantTargets is how many of the scenarios whose approach reaches a
@@ -448,8 +451,6 @@ var mutantHoles = map[string]string{
 	"idempotency.fenced.read.stamp":     "payments counts the charges that stored the key's answer (at most one), but the fenced twin's pause falls at its charge's before-write point, before the put: no stale holder reaches PutFenced after a newer holder read the record",
 	"idempotency.leased.complete.token": "payments-leased stops an attempt between its charge and its completion, and the mutant's completion still needs the record running: it lands only between the new attempt's claim and its completion, and stores the answer to a charge the stale attempt did make, which the check cannot tell from the new attempt's",
 	"idempotency.leased.release.token":  "a leased attempt releases only when its work fails, which no run without faults does (the hunt tries the approaches that reach a site without faults); under payments-leased's faults the stopped attempt has already charged",
-	"kafkawriter.fenced.skip.seq":       "FencedConsumer's handler skips the offsets its progress records itself: with the mutant, Apply runs it, it applies nothing and writes the progress back to the batch's last offset, and only a later delivery of events between that and the true progress applies them twice — the group reader redelivers only a batch whose Kafka commit a rebalance lost, which no run has made in time (kafkawriter's own checkSkipsApplied catches it)",
-	"kafkawriter.inbox.advance.offset":  "the inbox's epoch condition alone refuses every zombie the faults make; the offset condition matters when a COMMIT's outcome is lost (the server committed, its answer never came) and the owner retries the batch, which no fault injects yet: it needs a cut that lets a COMMIT through and drops its answer",
 	"partition.check.epoch":             "Check runs only after a write matched no row, to say why: the write was refused either way, and the epoch condition, not Check, is the protection",
 	"partition.join.live":               "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
 	"partition.member.paused":           "the branch is taken only while a member's heartbeats are late and its lease still current, with a call arriving meanwhile: no fault delays a member's heartbeats while its calls go on (a worker's proxy carries both, and a stopped worker makes no call); the exclusivity check (a call after its tenure lapsed) would see one",
