@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -162,7 +163,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // first of the two statements a store that mostly sees fresh names sends
 // for a free row it has not seen; lockfree is the second). fresh: a name
 // without a row — lockfree's insert-first statement for a name it has not
-// seen (lockfree-insert) and lockfree-full. Beside each, the bare lease's
+// seen (lockfree-insert), the same without the purge lock
+// (lockfree-insert-unfenced: what the lock costs) and lockfree-full. Beside
+// each, the bare lease's
 // acquire with plain tokens (bare) and with era tokens (bare-era), so that
 // lockfree - bare-era is what lockfree's statement adds and bare-era - bare
 // what the fence era costs. Each op runs every statement of the path once,
@@ -183,6 +186,11 @@ func BenchmarkAcquireServerTime(b *testing.B) {
 		strings.Join(strings.Fields(norm(bareRelease)), " ") {
 		b.Fatal("lockfree's release statement is no longer the bare lease's")
 	}
+	insert := fencedlock.AcquireInsertSQL(migrate.Names{})
+	unfenced := regexp.MustCompile(`FROM \(SELECT pg_advisory_xact_lock_shared\(.*\)\) AS purge_fence`).ReplaceAllString(insert, "")
+	if unfenced == insert {
+		b.Fatal("lockfree-insert-unfenced: the insert statement takes the purge lock differently now")
+	}
 	type impl struct{ name, sql string }
 	for _, path := range []struct {
 		name    string
@@ -190,8 +198,9 @@ func BenchmarkAcquireServerTime(b *testing.B) {
 		release bool // time the release, not the acquire
 		impls   []impl
 	}{
-		{"used", false, false, []impl{{"lockfree", lockfree}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-nextval", nextval}, {"lockfree-full", full}, {"lockfree-insert", fencedlock.AcquireInsertSQL(migrate.Names{})}}},
-		{"fresh", true, false, []impl{{"lockfree-insert", fencedlock.AcquireInsertSQL(migrate.Names{})}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-full", full}}},
+		{"used", false, false, []impl{{"lockfree", lockfree}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-nextval", nextval}, {"lockfree-full", full}, {"lockfree-insert", insert}}},
+		{"fresh", true, false, []impl{{"lockfree-insert", insert}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-full", full},
+			{"lockfree-insert-unfenced", unfenced}}},
 		{"release", false, true, []impl{{"release", bareAcquire}}},
 	} {
 		b.Run(path.name, func(b *testing.B) {
