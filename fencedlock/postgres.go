@@ -286,12 +286,13 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 	}
 }
 
-// acquire runs one attempt: sqlAcquireRow when the name's row is known to
-// exist, and, when it is not or sqlAcquireRow found no row, sqlAcquireInsert
-// or sqlAcquire as insertFirst says. It returns pgx.ErrNoRows when the
-// statement it sent last found no row to take or report.
-func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
-	acquire, acquireRow, acquireInsert := p.sql.acquire, p.sql.acquireRow, p.sql.acquireInsert
+// acquireStatements are the statements of one acquire: full is sqlAcquire,
+// row sqlAcquireRow and insert sqlAcquireInsert, rendered, with a mutant's
+// change when one is on.
+type acquireStatements struct{ full, row, insert string }
+
+func (p *Postgres) acquireStatements() acquireStatements {
+	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, insert: p.sql.acquireInsert}
 	if failpoint.Mutant("fencedlock.acquire.expired") {
 		// The update branch without its expiry condition, and a held row
 		// reported as free, so that it goes to the update.
@@ -299,53 +300,55 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 			sql = strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1)
 			return migrate.Render(strings.Replace(sql, acquireInsertHolder, "NULL::text", 1), p.tables)
 		}
-		acquire, acquireRow, acquireInsert = unexpired(sqlAcquire), unexpired(sqlAcquireRow), unexpired(sqlAcquireInsert)
+		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), insert: unexpired(sqlAcquireInsert)}
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
 		unfenced := func(sql string) string { return migrate.Render(strings.Replace(sql, purgeFenceFrom, "", 1), p.tables) }
-		acquire, acquireInsert = unfenced(sqlAcquire), unfenced(sqlAcquireInsert)
+		s.full, s.insert = unfenced(sqlAcquire), unfenced(sqlAcquireInsert)
 	}
+	return s
+}
+
+// acquire runs one attempt: sqlAcquireRow when the name's row is known to
+// exist, and acquireUnseen when it is not or sqlAcquireRow found no row. It
+// returns pgx.ErrNoRows when the statement it sent last found no row to take
+// or report.
+func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	s := p.acquireStatements()
 	if p.known.has(name) {
-		l, _, err := p.attempt(ctx, acquireRow, name, holder, ttl)
+		l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
 		p.known.forget(name)
 	}
-	if !p.unseen.insert() {
-		l, inserted, err := p.attempt(ctx, acquire, name, holder, ttl)
-		var held *HeldError
-		switch {
-		case err == nil:
-			p.unseen.record(inserted, !inserted)
-		case errors.As(err, &held):
-			p.unseen.record(false, false)
-		}
-		if err == nil || held != nil {
-			p.known.add(name) // the row exists now
-		}
-		return l, err
+	return p.acquireUnseen(ctx, s, name, holder, ttl)
+}
+
+// acquireUnseen acquires a name whose row the store has not seen, with
+// sqlAcquireInsert (then sqlAcquireRow for a free row) or sqlAcquire, as
+// insertFirst says, and tells insertFirst what the name turned out to be.
+func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+	insert := p.unseen.insert()
+	stmt := s.full
+	if insert {
+		stmt = s.insert
 	}
-	l, inserted, err := p.attempt(ctx, acquireInsert, name, holder, ttl)
+	l, inserted, err := p.attempt(ctx, stmt, name, holder, ttl)
 	var held *HeldError
 	switch {
 	case err == nil:
-		p.unseen.record(inserted, false)
-		p.known.add(name)
-		return l, nil
+		p.unseen.record(inserted, !insert && !inserted)
 	case errors.As(err, &held):
 		p.unseen.record(false, false)
-		p.known.add(name)
-		return l, err
-	case !errors.Is(err, errRowFree):
-		return l, err
+	case errors.Is(err, errRowFree):
+		// Only the insert reports a free row: take it.
+		p.unseen.record(false, true)
+		l, _, err = p.attempt(ctx, s.row, name, holder, ttl)
 	}
-	// A free row the store had not seen: take it.
-	p.unseen.record(false, true)
-	l, _, err = p.attempt(ctx, acquireRow, name, holder, ttl)
 	if err == nil || errors.As(err, &held) {
-		p.known.add(name)
+		p.known.add(name) // the row exists now
 	}
 	return l, err
 }
