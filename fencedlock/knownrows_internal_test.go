@@ -175,3 +175,41 @@ func TestAcquireUnseenName(t *testing.T) {
 		})
 	}
 }
+
+// A store whose unseen names turn out to have free rows switches to the
+// statement that takes them in one round trip, and back once fresh names
+// come again.
+func TestAcquireUnseenNameSwitches(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, Migrations()...)
+	owner, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"free-1", "free-2"} {
+		l, err := owner.Acquire(ctx, name, "owner", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := owner.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(name string, wantInsert bool) {
+		t.Helper()
+		if _, err := p.Acquire(ctx, name, "p", time.Minute); err != nil {
+			t.Fatalf("acquire of %s: %v", name, err)
+		}
+		if p.unseen.insert() != wantInsert {
+			t.Fatalf("after %s: insert first %v, want %v (score %d)", name, !wantInsert, wantInsert, p.unseen.score.Load())
+		}
+	}
+	step("free-1", false) // a free row: the full statement next
+	step("free-2", false) // taken by the full statement: still full
+	step("fresh-1", false)
+	step("fresh-2", true) // as many fresh names as free rows: the insert again
+}
