@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,71 +150,123 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkAcquireServerTime measures what one acquire of a free name costs
-// the server: the execution time PostgreSQL reports (EXPLAIN ANALYZE of the
-// prepared statement, without planning, commit or the round trip, which are
-// the same for all), median per statement, of lockfree's acquire of a name
-// whose row the store has seen (lockfree) and of one whose row it has not
-// (lockfree-insert: the statement with the fresh-row branch), the bare
-// lease's with plain and with era tokens, and lockfree's with a plain
-// nextval in place of fence_mint (lockfree-nextval: the statement's shape
-// alone). Each op runs the five once, interleaved, each on its own
-// connection and names, and releases what it acquired. Server times are far
-// steadier than a cycle's wall time on a loaded machine:
+// BenchmarkAcquireServerTime measures what one acquire costs the server:
+// the execution time PostgreSQL reports (EXPLAIN ANALYZE of the prepared
+// statement, without planning, commit or the round trip, which are the same
+// for all), median per statement, on two paths. used: a free name whose row
+// exists (acquired and released before) — lockfree's statement for a row the
+// store has seen (lockfree), the one that inserts or takes a free row, sent
+// for an unseen name once such names mostly turn out to exist
+// (lockfree-full), lockfree's with a plain nextval in place of fence_mint
+// (lockfree-nextval: the statement's shape alone), and the insert-first
+// statement, which finds the free row and leaves it (lockfree-insert: the
+// first of the two statements a store that mostly sees fresh names sends
+// for a free row it has not seen; lockfree is the second). fresh: a name
+// without a row — lockfree's insert-first statement for a name it has not
+// seen (lockfree-insert), the same without the purge lock
+// (lockfree-insert-unfenced: what the lock costs) and lockfree-full. Beside
+// each, the bare lease's
+// acquire with plain tokens (bare) and with era tokens (bare-era), so that
+// lockfree - bare-era is what lockfree's statement adds and bare-era - bare
+// what the fence era costs. Each op runs every statement of the path once,
+// interleaved, each on its own connection and names, and releases what it
+// acquired. Server times are far steadier than a cycle's wall time on a
+// loaded machine. The release sub-benchmark times lockfree's release
+// statement, which is the bare lease's:
 //
-//	go test -run '^$' -bench 'AcquireServerTime$' -benchtime 2000x -count 3 ./fencedlock/
+//	go test -run '^$' -bench 'AcquireServerTime$' -benchtime 2000x -count 5 ./fencedlock/
 func BenchmarkAcquireServerTime(b *testing.B) {
-	db := testdb.New(b, fencedlock.Migrations()...)
 	lockfree := fencedlock.AcquireRowSQL(migrate.Names{})
-	impls := []struct{ name, acquire string }{
-		{"lockfree", lockfree},
-		{"bare", bareAcquire},
-		{"bare-era", bareEraAcquire},
-		{"lockfree-nextval", strings.ReplaceAll(lockfree, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)},
-		{"lockfree-insert", fencedlock.AcquireSQL(migrate.Names{})},
-	}
-	if impls[3].acquire == lockfree {
+	full := fencedlock.AcquireSQL(migrate.Names{})
+	nextval := strings.ReplaceAll(lockfree, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)
+	if nextval == lockfree {
 		b.Fatal("lockfree-nextval: the acquire statement mints differently now")
 	}
-	conns := make([]*pgx.Conn, len(impls))
-	for i, impl := range impls {
-		c, err := pgx.Connect(ctx, db.URL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		typed := strings.NewReplacer("$1", "$1::text", "$2", "$2::text", "$3", "$3::bigint").Replace(impl.acquire)
-		if _, err := c.Exec(ctx, "PREPARE acquire AS "+typed); err != nil {
-			b.Fatal(impl.name, err)
-		}
-		_, err = c.Exec(ctx, `INSERT INTO lockfree_locks SELECT $1 || i, 'bench', 0, now(), now()
-			FROM generate_series(0, $2 - 1) i`, impl.name+"/", freeNames)
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns[i] = c
+	if norm := strings.NewReplacer(`"`, "", "\n", "", "\t", "").Replace; strings.Join(strings.Fields(norm(fencedlock.ReleaseSQL(migrate.Names{}))), " ") !=
+		strings.Join(strings.Fields(norm(bareRelease)), " ") {
+		b.Fatal("lockfree's release statement is no longer the bare lease's")
 	}
-	spent := make([][]float64, len(impls))
-	for n := 0; b.Loop(); n++ {
-		for k := range impls {
-			i := (k + n) % len(impls)
-			name := fmt.Sprintf("%s/%d", impls[i].name, n%freeNames)
-			var plan []struct {
-				Time float64 `json:"Execution Time"`
-			}
-			err := conns[i].QueryRow(ctx, `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE acquire('`+name+`', 'bench', 60000000)`).Scan(&plan)
-			if err != nil || len(plan) != 1 {
-				b.Fatal(impls[i].name, err)
-			}
-			spent[i] = append(spent[i], plan[0].Time*1000)
-			if _, err := conns[i].Exec(ctx, `UPDATE lockfree_locks SET expires_at = clock_timestamp() WHERE name = $1`, name); err != nil {
-				b.Fatal(err)
-			}
-		}
+	insert := fencedlock.AcquireInsertSQL(migrate.Names{})
+	unfenced := regexp.MustCompile(`FROM \(SELECT pg_advisory_xact_lock_shared\(.*\)\) AS purge_fence`).ReplaceAllString(insert, "")
+	if unfenced == insert {
+		b.Fatal("lockfree-insert-unfenced: the insert statement takes the purge lock differently now")
 	}
-	for i, impl := range impls {
-		slices.Sort(spent[i])
-		b.ReportMetric(spent[i][len(spent[i])/2], impl.name+"-server-µs")
+	type impl struct{ name, sql string }
+	for _, path := range []struct {
+		name    string
+		fresh   bool // a name without a row; else one of freeNames free rows
+		release bool // time the release, not the acquire
+		impls   []impl
+	}{
+		{"used", false, false, []impl{{"lockfree", lockfree}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-nextval", nextval}, {"lockfree-full", full}, {"lockfree-insert", insert}}},
+		{"fresh", true, false, []impl{{"lockfree-insert", insert}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-full", full},
+			{"lockfree-insert-unfenced", unfenced}}},
+		{"release", false, true, []impl{{"release", bareAcquire}}},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			db := testdb.New(b, fencedlock.Migrations()...)
+			conns := make([]*pgx.Conn, len(path.impls))
+			for i, impl := range path.impls {
+				c, err := pgx.Connect(ctx, db.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close(context.Background())
+				typed := strings.NewReplacer("$1", "$1::text", "$2", "$2::text", "$3", "$3::bigint").Replace
+				if _, err := c.Exec(ctx, "PREPARE acquire AS "+typed(impl.sql)); err != nil {
+					b.Fatal(impl.name, err)
+				}
+				if _, err := c.Exec(ctx, "PREPARE release AS "+typed(bareRelease)); err != nil {
+					b.Fatal(impl.name, err)
+				}
+				if !path.fresh {
+					_, err = c.Exec(ctx, `INSERT INTO lockfree_locks SELECT $1 || i, 'bench', 0, now(), now()
+						FROM generate_series(0, $2 - 1) i`, impl.name+"/", freeNames)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				conns[i] = c
+			}
+			serverTime := func(c *pgx.Conn, stmt string) float64 {
+				var plan []struct {
+					Time float64 `json:"Execution Time"`
+				}
+				if err := c.QueryRow(ctx, `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE `+stmt).Scan(&plan); err != nil || len(plan) != 1 {
+					b.Fatal(stmt, err)
+				}
+				return plan[0].Time * 1000
+			}
+			spent := make([][]float64, len(path.impls))
+			for n := 0; b.Loop(); n++ {
+				for k := range path.impls {
+					i := (k + n) % len(path.impls)
+					name := fmt.Sprintf("%s/%d", path.impls[i].name, n%freeNames)
+					if path.fresh {
+						name = fmt.Sprintf("%s/fresh/%d", path.impls[i].name, n)
+					}
+					var token int64
+					if !path.release {
+						spent[i] = append(spent[i], serverTime(conns[i], `acquire('`+name+`', 'bench', 60000000)`))
+					} else if err := conns[i].QueryRow(ctx, `EXECUTE acquire('`+name+`', 'bench', 60000000)`).Scan(&token); err != nil {
+						b.Fatal(err)
+					}
+					if err := conns[i].QueryRow(ctx, `SELECT token FROM lockfree_locks WHERE name = $1`, name).Scan(&token); err != nil {
+						b.Fatal(path.impls[i].name, name, err)
+					}
+					release := fmt.Sprintf(`release('%s', 'bench', %d)`, name, token)
+					if path.release {
+						spent[i] = append(spent[i], serverTime(conns[i], release))
+					} else if _, err := conns[i].Exec(ctx, `EXECUTE `+release); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for i, impl := range path.impls {
+				slices.Sort(spent[i])
+				b.ReportMetric(spent[i][len(spent[i])/2], impl.name+"-server-µs")
+			}
+		})
 	}
 }
 

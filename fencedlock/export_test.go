@@ -9,3 +9,14 @@ import "github.com/lockfree-go/lockfree/migrate"
 func AcquireSQL(n migrate.Names) string { return renderStatements(n).acquire }
 
 func AcquireRowSQL(n migrate.Names) string { return renderStatements(n).acquireRow }
+
+// AcquireInsertSQL is the insert-first statement for a name whose row the
+// store has not seen, and ReleaseSQL the release statement.
+func AcquireInsertSQL(n migrate.Names) string { return renderStatements(n).acquireInsert }
+
+func ReleaseSQL(n migrate.Names) string { return renderStatements(n).release }
+
+// SendFullAcquire makes p acquire names whose row it has not seen with the
+// statement that inserts or takes a free row (sqlAcquire) rather than the
+// insert alone, as it does once such names mostly turned out to exist.
+func SendFullAcquire(p *Postgres) { p.unseen.score.Store(insertFirstBound) }

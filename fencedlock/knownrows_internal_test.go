@@ -88,3 +88,128 @@ func TestAcquireKnownRow(t *testing.T) {
 		t.Errorf("a refused acquire: %v, known %v; want ErrHeld and the row known", err, other.known.has("n"))
 	}
 }
+
+func TestInsertFirst(t *testing.T) {
+	var f insertFirst
+	if !f.insert() {
+		t.Fatal("a zero insertFirst does not send the insert")
+	}
+	f.record(false, false) // held: no evidence either way
+	f.record(false, true)
+	if f.insert() {
+		t.Fatal("after an existing free row it still sends the insert")
+	}
+	f.record(true, false)
+	if !f.insert() {
+		t.Fatal("after as many fresh names as free rows it does not send the insert")
+	}
+	// Bounded: a long run of free rows is undone by insertFirstBound fresh
+	// names.
+	for range 3 * insertFirstBound {
+		f.record(false, true)
+	}
+	for range insertFirstBound {
+		f.record(true, false)
+	}
+	if !f.insert() {
+		t.Errorf("score %d after a long run of free rows and %d fresh names; want the insert", f.score.Load(), insertFirstBound)
+	}
+}
+
+// A store that has not seen a name's row acquires it in one statement when
+// the name is fresh or held, and takes a free row with a second one; with
+// the full statement, in one statement in every case. Either way the token
+// exceeds every earlier one, a held row is refused without being locked
+// (xmax stays 0: the refusal writes nothing), and the row is known after.
+func TestAcquireUnseenName(t *testing.T) {
+	ctx := context.Background()
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprint("full=", full), func(t *testing.T) {
+			db := testdb.New(t, Migrations()...)
+			owner, err := NewPostgres(db.Pool, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			freed, err := owner.Acquire(ctx, "free", "owner", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := owner.Release(ctx, freed); err != nil {
+				t.Fatal(err)
+			}
+			held, err := owner.Acquire(ctx, "held", "owner", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewPostgres(db.Pool, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if full {
+				p.unseen.score.Store(insertFirstBound)
+			}
+			for _, name := range []string{"fresh", "free"} {
+				l, err := p.Acquire(ctx, name, "p", time.Minute)
+				if err != nil || l.Holder != "p" || l.Token <= held.Token {
+					t.Fatalf("acquire of %s: %+v, %v; want a lease for p with a token above %d", name, l, err, held.Token)
+				}
+				if !p.known.has(name) {
+					t.Errorf("%s's row is not known after its acquire", name)
+				}
+			}
+			_, err = p.Acquire(ctx, "held", "p", time.Minute)
+			var he *HeldError
+			if !errors.As(err, &he) || he.Holder != "owner" || he.Token != held.Token {
+				t.Fatalf("acquire of a held name: %v; want held by owner with token %d", err, held.Token)
+			}
+			if !p.known.has("held") {
+				t.Error("a refused name's row is not known")
+			}
+			var xmax string
+			if err := db.Pool.QueryRow(ctx, `SELECT xmax::text FROM lockfree_locks WHERE name = 'held'`).Scan(&xmax); err != nil {
+				t.Fatal(err)
+			}
+			if xmax != "0" {
+				t.Errorf("the refused acquire locked the holder's row (xmax %s)", xmax)
+			}
+		})
+	}
+}
+
+// A store whose unseen names turn out to have free rows switches to the
+// statement that takes them in one round trip, and back once fresh names
+// come again.
+func TestAcquireUnseenNameSwitches(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, Migrations()...)
+	owner, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"free-1", "free-2"} {
+		l, err := owner.Acquire(ctx, name, "owner", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := owner.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(name string, wantInsert bool) {
+		t.Helper()
+		if _, err := p.Acquire(ctx, name, "p", time.Minute); err != nil {
+			t.Fatalf("acquire of %s: %v", name, err)
+		}
+		if p.unseen.insert() != wantInsert {
+			t.Fatalf("after %s: insert first %v, want %v (score %d)", name, !wantInsert, wantInsert, p.unseen.score.Load())
+		}
+	}
+	step("free-1", false) // a free row: the full statement next
+	step("free-2", false) // taken by the full statement: still full
+	step("fresh-1", false)
+	step("fresh-2", true) // as many fresh names as free rows: the insert again
+}

@@ -92,7 +92,20 @@ func (c PostgresConfig) validate() error {
 // INSERT in every execution even when its guard skips it, which costs a
 // free name's acquire about as much server time as the UPDATE itself. When
 // the row is gone (purged) or changed hands while it ran, it returns no row
-// and the store sends sqlAcquire.
+// and the store goes on as for a name it has not seen.
+//
+// sqlAcquireInsert is the other half, for a name the store has not seen: it
+// only inserts, under the same purge fence, and answers with the name's row
+// when one exists — its holder while the lease runs, a NULL holder once it
+// is over — without touching it (ON CONFLICT DO NOTHING writes nothing to a
+// row it finds). A fresh name then costs the server what the bare lease's
+// insert does, instead of the set-up of both branches; a free row the store
+// had not seen costs a second statement, sqlAcquireRow. Which of the two
+// statements a name the store has not seen gets is decided by what such
+// names turned out to be lately (insertFirst): mostly fresh names,
+// sqlAcquireInsert; mostly existing free rows (many processes sharing many
+// names), sqlAcquire, which takes either in one statement. Its last column
+// says whether it inserted.
 const (
 	// purgeFence is the advisory lock that orders mints and purges of one
 	// lock table.
@@ -115,19 +128,33 @@ const (
 		ON CONFLICT (name) DO NOTHING
 		RETURNING token, expires_at
 	), got AS (
-		SELECT token, expires_at FROM upd UNION ALL SELECT token, expires_at FROM ins
+		SELECT token, expires_at, false AS inserted FROM upd UNION ALL SELECT token, expires_at, true FROM ins
 	)
-	SELECT true, $2::text, token, expires_at FROM got
+	SELECT true, $2::text, token, expires_at, inserted FROM got
 	UNION ALL
-	SELECT false, holder, token, expires_at FROM {{locks}}
+	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
 	sqlAcquireRow = `WITH upd AS (
 		` + acquireUpdate + `
 	)
-	SELECT true, $2::text, token, expires_at FROM upd
+	SELECT true, $2::text, token, expires_at, false FROM upd
 	UNION ALL
-	SELECT false, holder, token, expires_at FROM {{locks}}
+	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM upd)`
+	// acquireInsertHolder is what sqlAcquireInsert answers for an existing
+	// row: its holder while the lease runs, NULL once it is over.
+	acquireInsertHolder = `CASE WHEN expires_at > clock_timestamp() THEN holder END`
+	sqlAcquireInsert    = `WITH ins AS (
+		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
+		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+		` + purgeFenceFrom + `
+		ON CONFLICT (name) DO NOTHING
+		RETURNING token, expires_at
+	)
+	SELECT true, $2::text, token, expires_at, true FROM ins
+	UNION ALL
+	SELECT false, ` + acquireInsertHolder + `, token, expires_at, false FROM {{locks}}
+	WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
@@ -163,13 +190,13 @@ const (
 )
 
 type pgStatements struct {
-	acquire, acquireRow, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	acquire, acquireRow, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return pgStatements{
-		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 	}
@@ -184,8 +211,9 @@ type Postgres struct {
 	notify   bool
 	channel  string // the NOTIFY channel, bound as an argument
 	sql      pgStatements
-	listener *listener  // nil unless Notify and db is a pool
-	known    *knownRows // shared by WithDB's copies
+	listener *listener    // nil unless Notify and db is a pool
+	known    *knownRows   // shared by WithDB's copies
+	unseen   *insertFirst // shared by WithDB's copies
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -201,7 +229,7 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables),
-		known: newKnownRows()}
+		known: newKnownRows(), unseen: new(insertFirst)}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
 		p.listener = &listener{pool: pool, channel: p.channel}
 	}
@@ -232,8 +260,10 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 }
 
 // Acquire implements Store. It is one statement, and one round trip unless
-// the lock was released or purged while the statement ran, or the row of a
-// name the store had seen was purged since.
+// the lock was released or purged while the statement ran, the row of a
+// name the store had seen was purged since, or a name the store had not seen
+// has a free row while such names mostly turned out fresh (see insertFirst):
+// then a second statement takes the row.
 func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
@@ -256,52 +286,98 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 	}
 }
 
-// acquire runs one attempt: sqlAcquireRow when the name's row is known to
-// exist, and sqlAcquire when it is not, or when sqlAcquireRow found no row.
-func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
-	acquire, acquireRow := p.sql.acquire, p.sql.acquireRow
+// acquireStatements are the statements of one acquire: full is sqlAcquire,
+// row sqlAcquireRow and insert sqlAcquireInsert, rendered, with a mutant's
+// change when one is on.
+type acquireStatements struct{ full, row, insert string }
+
+func (p *Postgres) acquireStatements() acquireStatements {
+	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, insert: p.sql.acquireInsert}
 	if failpoint.Mutant("fencedlock.acquire.expired") {
-		// The update branch without its expiry condition.
+		// The update branch without its expiry condition, and a held row
+		// reported as free, so that it goes to the update.
 		unexpired := func(sql string) string {
-			return migrate.Render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+			sql = strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1)
+			return migrate.Render(strings.Replace(sql, acquireInsertHolder, "NULL::text", 1), p.tables)
 		}
-		acquire, acquireRow = unexpired(sqlAcquire), unexpired(sqlAcquireRow)
+		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), insert: unexpired(sqlAcquireInsert)}
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
-		acquire = migrate.Render(strings.Replace(sqlAcquire, purgeFenceFrom, "", 1), p.tables)
+		unfenced := func(sql string) string { return migrate.Render(strings.Replace(sql, purgeFenceFrom, "", 1), p.tables) }
+		s.full, s.insert = unfenced(sqlAcquire), unfenced(sqlAcquireInsert)
 	}
+	return s
+}
+
+// acquire runs one attempt: sqlAcquireRow when the name's row is known to
+// exist, and acquireUnseen when it is not or sqlAcquireRow found no row. It
+// returns pgx.ErrNoRows when the statement it sent last found no row to take
+// or report.
+func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	s := p.acquireStatements()
 	if p.known.has(name) {
-		l, err := p.attempt(ctx, acquireRow, name, holder, ttl)
+		l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
 		p.known.forget(name)
 	}
-	l, err := p.attempt(ctx, acquire, name, holder, ttl)
+	return p.acquireUnseen(ctx, s, name, holder, ttl)
+}
+
+// acquireUnseen acquires a name whose row the store has not seen, with
+// sqlAcquireInsert (then sqlAcquireRow for a free row) or sqlAcquire, as
+// insertFirst says, and tells insertFirst what the name turned out to be.
+func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+	insert := p.unseen.insert()
+	stmt := s.full
+	if insert {
+		stmt = s.insert
+	}
+	l, inserted, err := p.attempt(ctx, stmt, name, holder, ttl)
 	var held *HeldError
+	switch {
+	case err == nil:
+		p.unseen.record(inserted, !insert && !inserted)
+	case errors.As(err, &held):
+		p.unseen.record(false, false)
+	case errors.Is(err, errRowFree):
+		// Only the insert reports a free row: take it.
+		p.unseen.record(false, true)
+		l, _, err = p.attempt(ctx, s.row, name, holder, ttl)
+	}
 	if err == nil || errors.As(err, &held) {
 		p.known.add(name) // the row exists now
 	}
 	return l, err
 }
 
-// attempt runs one acquire statement.
-func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, ttl time.Duration) (Lease, error) {
+// errRowFree is what attempt returns when sqlAcquireInsert found the name's
+// row with its lease over: the row exists, and sqlAcquireRow can take it.
+var errRowFree = errors.New("fencedlock: the row exists and is free")
+
+// attempt runs one acquire statement and reports whether it inserted the
+// name's row.
+func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, ttl time.Duration) (Lease, bool, error) {
 	sent := time.Now()
-	var acquired bool
+	var acquired, inserted bool
+	var cur *string
 	l := Lease{Name: name}
-	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &l.Holder, &l.Token, &l.Expires)
+	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &cur, &l.Token, &l.Expires, &inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Lease{}, err
+		return Lease{}, false, err
 	case err != nil:
-		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+		return Lease{}, false, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+	case cur == nil:
+		return Lease{}, false, errRowFree
 	case !acquired:
-		return Lease{}, &HeldError{Name: name, Holder: l.Holder, Token: l.Token}
+		return Lease{}, false, &HeldError{Name: name, Holder: *cur, Token: l.Token}
 	}
+	l.Holder = *cur
 	l.TTL, l.sent = ttl, sent
-	return l, nil
+	return l, inserted, nil
 }
 
 // Renew implements Store.

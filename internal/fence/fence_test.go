@@ -3,9 +3,11 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -194,6 +196,65 @@ func BenchmarkMintStatement(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkEraServerTime breaks what minting in an era costs one statement
+// down into its parts: the execution time PostgreSQL reports for each
+// statement (EXPLAIN ANALYZE, without planning, commit or the round trip),
+// median per statement, each a transaction of its own on its own connection,
+// interleaved. select-1 is the floor; timeline reads the WAL timeline as
+// fence_era does, last-value one recorded sequence value; era-unused is a
+// fence_era in a branch that never runs: what an occurrence costs the
+// statement's set-up alone.
+//
+//	go test -run '^$' -bench 'EraServerTime$' -benchtime 2000x -count 5 ./internal/fence/
+func BenchmarkEraServerTime(b *testing.B) {
+	db := testdb.New(b, fence.Migrations()...)
+	if _, err := db.Pool.Exec(context.Background(), `CREATE SEQUENCE s AS bigint NO CYCLE`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(context.Background(), r(`SELECT {{fence_mint}}('s')`)); err != nil { // records the era
+		b.Fatal(err)
+	}
+	stmts := []struct{ name, sql string }{
+		{"select-1", `SELECT 1`},
+		{"nextval", `SELECT nextval('s')`},
+		{"timeline", `SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint`},
+		{"last-value", `SELECT pg_sequence_last_value({{regclass fence_eras}})`},
+		{"fence_era", `SELECT {{fence_era}}()`},
+		{"era-unused", `SELECT CASE WHEN random() < 0 THEN {{fence_era}}() END`},
+		{"fence_mint", `SELECT {{fence_mint}}('s')`},
+	}
+	conns := make([]*pgx.Conn, len(stmts))
+	for i, st := range stmts {
+		c, err := pgx.Connect(context.Background(), db.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "PREPARE st AS "+r(st.sql)); err != nil {
+			b.Fatal(st.name, err)
+		}
+		conns[i] = c
+	}
+	spent := make([][]float64, len(stmts))
+	for n := 0; b.Loop(); n++ {
+		for k := range stmts {
+			i := (k + n) % len(stmts)
+			var plan []struct {
+				Time float64 `json:"Execution Time"`
+			}
+			err := conns[i].QueryRow(context.Background(), `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) EXECUTE st`).Scan(&plan)
+			if err != nil || len(plan) != 1 {
+				b.Fatal(stmts[i].name, err)
+			}
+			spent[i] = append(spent[i], plan[0].Time*1000)
+		}
+	}
+	for i, st := range stmts {
+		slices.Sort(spent[i])
+		b.ReportMetric(spent[i][len(spent[i])/2], st.name+"-server-µs")
 	}
 }
 
