@@ -43,6 +43,8 @@ type tenureState struct {
 	// last is when the last grant or renewal returned; ttl its TTL.
 	last history.Time
 	ttl  time.Duration
+	// released: the service released the grant (at t.To at the latest).
+	released bool
 }
 
 // cut is a span in which a network fault held a worker's traffic: a
@@ -99,13 +101,18 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 				at := arrival(cuts[c], ev.Sent)
 				renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
 					Sent: ev.Sent, Arrived: at, Expiry: s.last + history.Time(s.ttl) + tenureMargin(s.ttl)})
-				s.t.To = max(s.t.To, at+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+				if !s.released {
+					// A renewal whose answer came after the release's
+					// (one held by a fault and delivered late) ran
+					// before it: the service renews no released lease.
+					s.t.To = max(s.t.To, at+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+				}
 				s.last, s.ttl = ev.T, ev.TTL
 			case ev.Ev == evRelease:
 				// The service released a grant in force, after the
 				// request was sent: it was in force until then at least,
 				// and ended at the release.
-				s.t.To = ev.Sent
+				s.t.To, s.released = ev.Sent, true
 			}
 		}
 	}

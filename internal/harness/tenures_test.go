@@ -66,6 +66,18 @@ func TestLeaseSpans(t *testing.T) {
 	if held[0].To != 200*ms {
 		t.Errorf("the release still ends the span: %+v", held[0])
 	}
+
+	// A renewal held by a cut and answered after the release's answer ran
+	// before the release: the release still ends the span.
+	late := map[int][]event{1: {
+		{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+		{Ev: evRelease, Name: "a", Token: 1, Sent: 120 * ms, T: 410 * ms},
+		{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 420 * ms},
+	}}
+	spans, _ := leaseSpans(late, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	if spans[0].To != 120*ms {
+		t.Errorf("a late renewal outlasted the release: %+v", spans[0])
+	}
 }
 
 // An ownership lasts until its member releases the partition, claims it
