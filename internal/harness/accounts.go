@@ -83,7 +83,73 @@ func (accounts) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 	if err != nil {
 		return nil, err
 	}
+	misreportedConflicts(ops, log, rep)
 	return rep, staleOwners(ctx, db, ops, rep)
+}
+
+// metaFollows, on an append refused because the entity's last number was
+// no longer the one it read (errStaleSeq), is that number: the refusal
+// claims that the next one had been taken before it came back.
+const metaFollows = "follows"
+
+// metaWriteSent is when an append's first write was sent (a history
+// time): nothing it wrote committed before.
+const metaWriteSent = "write-sent"
+
+// misreportedConflict is an append refused for a number taken meanwhile
+// when no append had taken it yet: its refusal had another cause (a stale
+// epoch) that the client was not told.
+const misreportedConflict history.Anomaly = "misreported conflict"
+
+// misreportedConflicts adds to rep a violation for each append refused for
+// a changed number (metaFollows n) when no append of n+1 to its entity had
+// sent its write (or, if it did not note when, begun) before the refusal
+// came back: the number was still n when the refused write ran, so it was
+// refused for another reason.
+func misreportedConflicts(ops []history.Op, log []history.Effect, rep *history.Report) {
+	wrote := map[string]history.Time{} // the earliest its effect can have committed
+	for _, op := range ops {
+		wrote[op.ID()] = op.Call
+		if t, err := strconv.ParseInt(op.Meta[metaWriteSent], 10, 64); err == nil {
+			wrote[op.ID()] = max(op.Call, history.Time(t))
+		}
+	}
+	takers := map[string]map[int64][]string{} // key → number → appended by
+	for _, e := range log {
+		if takers[e.Key] == nil {
+			takers[e.Key] = map[int64][]string{}
+		}
+		takers[e.Key][e.Seq] = append(takers[e.Key][e.Seq], e.By)
+	}
+	for _, op := range ops {
+		n, err := strconv.ParseInt(op.Meta[metaFollows], 10, 64)
+		if op.Outcome != history.Fail || err != nil {
+			continue
+		}
+		taken := false
+		for _, by := range takers[op.Key][n+1] {
+			if t, ok := wrote[by]; !ok || t < op.Return {
+				taken = true // before the refusal, or by no operation known: not judged
+			}
+		}
+		if taken {
+			continue
+		}
+		v := history.Violation{Key: op.Key, Anomaly: misreportedConflict, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+			Text: fmt.Sprintf("append %s to %s was refused as if number %d had been taken since it read %d, but no append of %d had sent its write before the refusal",
+				op.ID(), op.Key, n+1, n, n+1)}
+		addViolation(rep, v)
+	}
+}
+
+// addViolation adds v to its key's report in rep.
+func addViolation(rep *history.Report, v history.Violation) {
+	if k := rep.Key(v.Key); k != nil {
+		k.Violations = append(k.Violations, v)
+		k.Status = history.Violated
+		return
+	}
+	rep.Keys = append(rep.Keys, history.KeyReport{Key: v.Key, Status: history.Violated, Violations: []history.Violation{v}})
 }
 
 // staleOwner is an append written by a partition's stale owner: under an
@@ -112,14 +178,7 @@ func staleOwners(ctx context.Context, db *pgxpool.Pool, ops []history.Op, rep *h
 		if op, ok := byID[by]; ok {
 			v.Marks = []history.Mark{{Op: op, Role: history.Culprit}}
 		}
-		for i := range rep.Keys {
-			if rep.Keys[i].Key == key {
-				rep.Keys[i].Violations = append(rep.Keys[i].Violations, v)
-				rep.Keys[i].Status = history.Violated
-				return nil
-			}
-		}
-		rep.Keys = append(rep.Keys, history.KeyReport{Key: key, Status: history.Violated, Violations: []history.Violation{v}})
+		addViolation(rep, v)
 		return nil
 	})
 	return err

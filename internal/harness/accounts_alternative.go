@@ -191,12 +191,13 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 		return err
 	}
 	var seq int64
+	var sent history.Time // when the first write was sent
 	retries := 0
 	for {
 		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
 			c.env.act(op, e)
 			var err error
-			seq, err = c.append(ctx, op, e)
+			seq, err = c.append(ctx, op, e, &sent)
 			return err
 		})
 		// A partition on the move, or gone elsewhere meanwhile, runs
@@ -207,6 +208,9 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 		retries++
 	}
 	op.Set("retries", strconv.Itoa(retries))
+	if sent != 0 {
+		op.Set(metaWriteSent, strconv.FormatInt(int64(sent), 10))
+	}
 	return op.Finish(history.SeqOutput{Seq: seq}, err, partition.ErrStaleEpoch, errStaleSeq)
 }
 
@@ -214,8 +218,9 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 // last one it cached under this epoch or read, on the operation's context
 // (whose values the tracer and the points need); the write is sent
 // whatever its deadline. The write also requires the number it follows, so
-// that a wrong cache refuses rather than duplicates.
-func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoch) (int64, error) {
+// that a wrong cache refuses rather than duplicates. It sets *sent, if
+// zero, to when the write was sent.
+func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoch, sent *history.Time) (int64, error) {
 	c.mu.Lock()
 	cached, ok := c.last[op.key]
 	delete(c.last, op.key)
@@ -227,6 +232,9 @@ func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoc
 		}
 	}
 	c.env.BeforeWrite(ctx, "harness.accounts.alternative.before-write")
+	if *sent == 0 {
+		*sent = history.Now()
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	var tag pgconn.CommandTag
@@ -241,7 +249,14 @@ func (c *accountsAltClient) append(ctx context.Context, op *Op, e partition.Epoc
 	if err == nil && tag.RowsAffected() == 0 {
 		if err = c.store.Check(wctx, e); err == nil {
 			err = errStaleSeq
+			op.Set(metaFollows, strconv.FormatInt(last, 10))
 		}
+	}
+	if errors.Is(err, partition.ErrStaleEpoch) {
+		// Evidence for the exclusivity check: a refusal that came back
+		// while the ownership was certainly in force is the store's
+		// fault, not the owner's.
+		c.env.refused(op, e)
 	}
 	if err == nil {
 		c.mu.Lock()

@@ -376,11 +376,13 @@ func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 	}
 	before := v.held()
 	v.cut(faultproxy.Hold, false)
+	from := history.Now()
 	v.command(command{Cmd: cmdClear}) // the write goes into the cut
 	held := func() int64 { return v.held() - before }
 	caught := poll(ctx, 2*time.Second, func() bool { return held() > 0 })
 	taken := r.takeover(ctx, v, at)
 	n := held()
+	r.noteCut(v.client, from, history.Now())
 	v.cut(faultproxy.Pass, deliver)
 	end := history.Now()
 	if caught && n > 0 {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -33,13 +34,33 @@ func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl ti
 	return l, err
 }
 
+// Renew waits for the service's answer even after the caller stopped
+// waiting (a renewal loop gives up at its lease's local deadline), and
+// reports a renewal the service made then too: a renewal held by a fault
+// and delivered late extends a lease all the same, and the exclusivity
+// check must see it. The caller gets the answer only if it comes in time.
 func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
 	sent := history.Now()
-	l, err := r.Store.Renew(ctx, lease)
-	if err == nil {
-		r.report(ctx, evRenew, l, sent)
+	type answer struct {
+		l   fencedlock.Lease
+		err error
 	}
-	return l, err
+	done := make(chan answer, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		defer cancel()
+		l, err := r.Store.Renew(rctx, lease)
+		if err == nil {
+			r.report(ctx, evRenew, l, sent)
+		}
+		done <- answer{l, err}
+	}()
+	select {
+	case a := <-done:
+		return a.l, a.err
+	case <-ctx.Done():
+		return fencedlock.Lease{}, fmt.Errorf("harness: renew %s token %d: %w", lease.Name, lease.Token, context.Cause(ctx))
+	}
 }
 
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {

@@ -84,6 +84,14 @@ func (e *Env) act(op *Op, ep partition.Epoch) {
 	}
 }
 
+// refused reports that the store refused op's write under ownership ep as
+// stale (its epoch not the partition's): the refusal had come back by now.
+func (e *Env) refused(op *Op, ep partition.Epoch) {
+	if e.w != nil {
+		_ = e.w.out.event(event{Ev: evRefuse, T: history.Now(), Name: partitionName(ep.Partition), Token: ep.Token, Op: op.ID()})
+	}
+}
+
 func (r recordingMembership) report(ev event, sent history.Time) {
 	if r.env.w == nil {
 		return

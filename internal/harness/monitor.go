@@ -114,7 +114,7 @@ func (m *monitor) event(client int, ev event) {
 		m.tenures[client] = append(m.tenures[client], ev)
 	case evRenew, evRelease:
 		m.tenures[client] = append(m.tenures[client], ev)
-	case evMember, evLeave, evClaim, evDisown, evAct:
+	case evMember, evLeave, evClaim, evDisown, evAct, evRefuse:
 		m.owners[client] = append(m.owners[client], ev)
 	case evPoint, evResumed:
 		m.points = append(m.points, pointSeen{client: client, ev: ev})

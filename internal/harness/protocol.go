@@ -159,6 +159,7 @@ const (
 	evClaim  = "claim"  // a partition claimed: Name "partition/N", Token its epoch
 	evDisown = "disown" // a partition released while its epoch was current
 	evAct    = "act"    // a call began under an ownership (Member.Do's function)
+	evRefuse = "refuse" // a call's write under an ownership was refused as stale
 )
 
 // workerStats are a worker's figures over the measured part of its run.

@@ -224,6 +224,9 @@ type run struct {
 	// it had granted (a failover that lost their WAL): the exclusivity
 	// check ends every tenure granted before at that moment.
 	forgot []history.Time
+	// cuts lists, by client, when a network fault held the worker's
+	// traffic (noteCut): what it sent then reached no server before.
+	cuts map[int][]cut
 }
 
 func (r *run) note(format string, args ...any) {

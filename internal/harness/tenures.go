@@ -43,12 +43,41 @@ type tenureState struct {
 	// last is when the last grant or renewal returned; ttl its TTL.
 	last history.Time
 	ttl  time.Duration
+	// released: the service released the grant (at t.To at the latest).
+	released bool
+}
+
+// cut is a span in which a network fault held a worker's traffic: a
+// request the worker sent from on reached the server only after to (when
+// the held bytes were delivered, or never).
+type cut struct{ from, to history.Time }
+
+// noteCut records that client's traffic was held from from to to.
+func (r *run) noteCut(client int, from, to history.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cuts == nil {
+		r.cuts = map[int][]cut{}
+	}
+	r.cuts[client] = append(r.cuts[client], cut{from, to})
+}
+
+// arrival is the earliest a request sent at sent can have reached the
+// server: the end of the cut it was sent in, if any.
+func arrival(cuts []cut, sent history.Time) history.Time {
+	for _, c := range cuts {
+		if c.from <= sent && sent <= c.to {
+			return c.to
+		}
+	}
+	return sent
 }
 
 // leaseSpans turns the lease events of every client into tenures and
-// renewals, in the order the events came. An event without a send time
-// (a Redis lock's) is not checked.
-func leaseSpans(byClient map[int][]event, forgot []history.Time) ([]history.Tenure, []history.Renewal) {
+// renewals, in the order the events came, each renewal reaching the
+// service no earlier than its client's cuts allow. An event without a send
+// time (a Redis lock's) is not checked.
+func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]cut) ([]history.Tenure, []history.Renewal) {
 	var order []tenureKey
 	open := map[tenureKey]*tenureState{}
 	var renewals []history.Renewal
@@ -62,19 +91,28 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time) ([]history.Tenu
 			switch {
 			case ev.Ev == evLease:
 				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T,
-					To: ev.Sent + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
+					To: arrival(cuts[c], ev.Sent) + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
 				order = append(order, k)
 			case s == nil:
 			case ev.Ev == evRenew:
+				// The service measured the TTL from the renewal's
+				// arrival, and a renewal that arrived after the
+				// lease's expiry revived it, whenever it was sent.
+				at := arrival(cuts[c], ev.Sent)
 				renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
-					Sent: ev.Sent, Expiry: s.last + history.Time(s.ttl) + tenureMargin(s.ttl)})
-				s.t.To = max(s.t.To, ev.Sent+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+					Sent: ev.Sent, Arrived: at, Expiry: s.last + history.Time(s.ttl) + tenureMargin(s.ttl)})
+				if !s.released {
+					// A renewal whose answer came after the release's
+					// (one held by a fault and delivered late) ran
+					// before it: the service renews no released lease.
+					s.t.To = max(s.t.To, at+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+				}
 				s.last, s.ttl = ev.T, ev.TTL
 			case ev.Ev == evRelease:
 				// The service released a grant in force, after the
 				// request was sent: it was in force until then at least,
 				// and ended at the release.
-				s.t.To = ev.Sent
+				s.t.To, s.released = ev.Sent, true
 			}
 		}
 	}
@@ -91,15 +129,24 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time) ([]history.Tenu
 	return tenures, renewals
 }
 
-// ownerSpans turns a partition member's events into the tenures of its
-// membership leases (named by the member) and of its ownerships (named
-// "partition/N", their Token the epoch), the renewals of its membership,
-// and its calls as an owner (excused when faulted names their operation).
-// An ownership lasts, by the store's rules,
-// until the member releases the partition, claims it again, or its
-// membership lease expires: no other member can claim it before. It
-// returns the longest membership TTL too.
-func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, owners []history.Tenure, renewals []history.Renewal, acts []history.Act, ttl time.Duration) {
+// ownerEvidence is what a partition member's events say, by the store's
+// rules: the tenures of its membership leases (named by the member) and of
+// its ownerships (named "partition/N", their Token the epoch), the renewals
+// of its membership, its calls as an owner, and the refusals of its writes
+// as a stale owner; ttl is the longest membership TTL.
+type ownerEvidence struct {
+	members, owners []history.Tenure
+	renewals        []history.Renewal
+	acts, refusals  []history.Act
+	ttl             time.Duration
+}
+
+// ownerSpans turns the partition members' events into their evidence, its
+// calls excused when faulted names their operation. An ownership lasts, by
+// the store's rules, until the member releases the partition, claims it
+// again, or its membership lease expires: no other member can claim it
+// before.
+func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence {
 	type membership struct {
 		client int
 		inc    int64
@@ -108,6 +155,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, own
 		t   history.Tenure
 		inc int64
 	}
+	var out ownerEvidence
 	ms := map[membership]*tenureState{}
 	var mOrder []membership
 	os := map[tenureKey]*ownership{}
@@ -117,11 +165,11 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, own
 		for _, ev := range byClient[c] {
 			switch ev.Ev {
 			case evMember:
-				ttl = max(ttl, ev.TTL)
+				out.ttl = max(out.ttl, ev.TTL)
 				k := membership{c, ev.Token}
 				to := ev.Sent + history.Time(ev.TTL) - tenureMargin(ev.TTL)
 				if m := ms[k]; m != nil {
-					renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
+					out.renewals = append(out.renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
 						Sent: ev.Sent, Expiry: m.last + history.Time(m.ttl) + tenureMargin(m.ttl)})
 					m.t.To, m.last, m.ttl = max(m.t.To, to), ev.T, ev.TTL
 					continue
@@ -145,12 +193,14 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, own
 					o.t.To = min(o.t.To, ev.Sent)
 				}
 			case evAct:
-				acts = append(acts, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T, Excused: faulted[ev.Op]})
+				out.acts = append(out.acts, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T, Excused: faulted[ev.Op]})
+			case evRefuse:
+				out.refusals = append(out.refusals, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T})
 			}
 		}
 	}
 	for _, k := range mOrder {
-		members = append(members, ms[k].t)
+		out.members = append(out.members, ms[k].t)
 	}
 	for _, k := range oOrder {
 		o := os[k]
@@ -159,9 +209,9 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) (members, own
 			continue // under a membership never seen granted: not judged
 		}
 		o.t.To = min(o.t.To, m.t.To)
-		owners = append(owners, o.t)
+		out.owners = append(out.owners, o.t)
 	}
-	return members, owners, renewals, acts, ttl
+	return out
 }
 
 // checkTenures adds the lock's and the partition members' violations to
@@ -188,18 +238,22 @@ func (r *run) checkTenures(rep *history.Report) {
 	r.mon.mu.Unlock()
 	r.mu.Lock()
 	forgot := slices.Clone(r.forgot)
+	cuts := maps.Clone(r.cuts)
 	r.mu.Unlock()
 
-	tenures, renewals := leaseSpans(leases, forgot)
-	members, owners, beats, acts, ttl := ownerSpans(owned, faulted)
+	tenures, renewals := leaseSpans(leases, forgot, cuts)
+	own := ownerSpans(owned, faulted)
 	var vs []history.Violation
 	for _, found := range [][]history.Violation{
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
-		history.Exclusive(members, rep.Base), history.Revivals(beats, rep.Base),
-		history.Exclusive(owners, rep.Base),
+		history.Exclusive(own.members, rep.Base), history.Revivals(own.renewals, rep.Base),
+		history.Exclusive(own.owners, rep.Base),
 		// A member checks its lease is safe right before each call: half
 		// a TTL covers the instants between, however loaded the machine.
-		history.Lapses(owners, acts, history.Time(ttl/2), rep.Base),
+		history.Lapses(own.owners, own.acts, history.Time(own.ttl/2), rep.Base),
+		// A write refused as stale is the owner's due only once its
+		// ownership may have ended: no fault excuses the store.
+		history.Refused(own.owners, own.refusals, rep.Base),
 	} {
 		vs = append(vs, found...)
 	}

@@ -29,7 +29,7 @@ func TestLeaseSpans(t *testing.T) {
 			{Ev: evLease, Name: "b", Token: -1, TTL: ttl, T: 1}, // no send time: not checked
 		},
 	}
-	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms})
+	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms}, nil)
 	want := []history.Tenure{
 		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms},
 		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m},
@@ -52,9 +52,31 @@ func TestLeaseSpans(t *testing.T) {
 		t.Errorf("overlaps %+v, want 3 granted during 2", vs)
 	}
 
-	capped, _ := leaseSpans(evs, []history.Time{300 * ms})
+	capped, _ := leaseSpans(evs, []history.Time{300 * ms}, nil)
 	if capped[2].To != 300*ms || capped[1].To != want[1].To {
 		t.Errorf("spans with a failover at 300 ms: %+v", capped)
+	}
+
+	// A renewal of 1 sent at 100 ms, while a cut held the worker's traffic
+	// until 400 ms, reached the service after 1's grant had expired.
+	held, renewed := leaseSpans(evs, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	if vs := history.Revivals(renewed, 0); len(vs) != 2 {
+		t.Errorf("revivals with a cut %+v, want the held renewal of token 1 and the renewal of token 3", vs)
+	}
+	if held[0].To != 200*ms {
+		t.Errorf("the release still ends the span: %+v", held[0])
+	}
+
+	// A renewal held by a cut and answered after the release's answer ran
+	// before the release: the release still ends the span.
+	late := map[int][]event{1: {
+		{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+		{Ev: evRelease, Name: "a", Token: 1, Sent: 120 * ms, T: 410 * ms},
+		{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 420 * ms},
+	}}
+	spans, _ := leaseSpans(late, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	if spans[0].To != 120*ms {
+		t.Errorf("a late renewal outlasted the release: %+v", spans[0])
 	}
 }
 
@@ -74,9 +96,12 @@ func TestOwnerSpans(t *testing.T) {
 			{Ev: evClaim, Name: "partition/1", Token: 201, Incarnation: 10, Sent: 400 * ms, T: 405 * ms},
 			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/7"},
 			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/8"},
+			{Ev: evRefuse, Name: "partition/0", Token: 100, T: 200 * ms, Op: "1/5"},
+			{Ev: evRefuse, Name: "partition/1", Token: 200, T: 500 * ms, Op: "1/6"},
 		},
 	}
-	members, owners, _, acts, gotTTL := ownerSpans(evs, map[string]bool{"1/7": true})
+	own := ownerSpans(evs, map[string]bool{"1/7": true})
+	members, owners, acts, gotTTL := own.members, own.owners, own.acts, own.ttl
 	end := 100*ms + history.Time(ttl) - m
 	if gotTTL != ttl || len(members) != 1 || members[0].To != end {
 		t.Fatalf("members %+v (TTL %v)", members, gotTTL)
@@ -96,5 +121,8 @@ func TestOwnerSpans(t *testing.T) {
 	}
 	if vs := history.Lapses(owners, acts, history.Time(ttl/2), 0); len(vs) != 1 {
 		t.Errorf("lapses %+v, want the one call whose operation no fault held", vs)
+	}
+	if vs := history.Refused(owners, own.refusals, 0); len(vs) != 1 || vs[0].Key != "partition/0" {
+		t.Errorf("refusals %+v, want the one that came back while its ownership was in force", vs)
 	}
 }

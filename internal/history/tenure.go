@@ -37,14 +37,17 @@ type Tenure struct {
 }
 
 // Renewal is a successful renewal of a tenure, for Revivals: Sent is when
-// it was sent, Expiry the latest moment the lease could have expired before
-// it — the return of the previous grant or renewal plus the TTL.
+// it was sent, Arrived the earliest it can have reached the service (later
+// than Sent when a fault held the request; zero for Sent), Expiry the
+// latest moment the lease could have expired before it — the return of the
+// previous grant or renewal plus the TTL.
 type Renewal struct {
-	Name   string
-	Client int
-	Token  int64
-	Sent   Time
-	Expiry Time
+	Name    string
+	Client  int
+	Token   int64
+	Sent    Time
+	Arrived Time
+	Expiry  Time
 }
 
 // Exclusive returns a violation for each pair of tenures of one name, by
@@ -73,16 +76,21 @@ func Exclusive(ts []Tenure, base Time) []Violation {
 	return out
 }
 
-// Revivals returns a violation for each renewal sent after its lease had
-// certainly expired: a lease service renews only a lease still in force.
+// Revivals returns a violation for each renewal that reached the service
+// after its lease had certainly expired: a lease service renews only a
+// lease still in force.
 func Revivals(rs []Renewal, base Time) []Violation {
 	d := &describer{base: base}
 	var out []Violation
 	for _, r := range rs {
-		if r.Sent > r.Expiry {
+		at, held := r.Sent, ""
+		if r.Arrived > r.Sent {
+			at, held = r.Arrived, " (held by a fault until "+d.at(r.Arrived)+")"
+		}
+		if at > r.Expiry {
 			out = append(out, Violation{Key: r.Name, Anomaly: Revived, Text: fmt.Sprintf(
-				"client %d's lease on %s with %s was renewed by a request sent at %s, after it had expired (at %s at the latest)",
-				r.Client, quote(r.Name), tokenText(r.Token), d.at(r.Sent), d.at(r.Expiry))})
+				"client %d's lease on %s with %s was renewed by a request sent at %s%s, after it had expired (at %s at the latest)",
+				r.Client, quote(r.Name), tokenText(r.Token), d.at(r.Sent), held, d.at(r.Expiry))})
 		}
 	}
 	return out
@@ -133,6 +141,45 @@ func Lapses(ts []Tenure, acts []Act, slack, base Time) []Violation {
 			out = append(out, Violation{Key: a.Name, Anomaly: Lapsed, Text: fmt.Sprintf(
 				"client %d began a call as the holder of %s with %s at %s, while its tenure had ended by %s",
 				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), d.at(to))})
+		}
+	}
+	return out
+}
+
+// RefusedOwner: a write refused for a stale tenure (a partition's epoch no
+// longer current) while that tenure was certainly in force — the store took
+// the ownership away from a holder that still had it by the store's own
+// rules.
+const RefusedOwner Anomaly = "write refused while its owner held"
+
+// Refused returns a violation for each refusal (an Act whose At is when the
+// store's refusal, and the read that showed the tenure stale, had returned)
+// that came back before the end of its tenure (the latest To of the tenures
+// (Name, Client, Token)): the write and the read were sent after the grant
+// returned, and answered while the grant was certainly in force, so the
+// store refused a current holder. A refusal whose tenure is not among ts is
+// not judged.
+func Refused(ts []Tenure, refusals []Act, base Time) []Violation {
+	type key struct {
+		name   string
+		client int
+		token  int64
+	}
+	span := map[key]Tenure{}
+	for _, t := range ts {
+		k := key{t.Name, t.Client, t.Token}
+		if s, ok := span[k]; !ok || t.To > s.To {
+			span[k] = t
+		}
+	}
+	d := &describer{base: base}
+	var out []Violation
+	for _, a := range refusals {
+		t, ok := span[key{a.Name, a.Client, a.Token}]
+		if ok && a.At < t.To {
+			out = append(out, Violation{Key: a.Name, Anomaly: RefusedOwner, Text: fmt.Sprintf(
+				"client %d's write as the holder of %s with %s was refused as stale by %s, while its tenure (from %s) was in force until at least %s",
+				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), d.at(t.From), d.at(t.To))})
 		}
 	}
 	return out

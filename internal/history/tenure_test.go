@@ -63,10 +63,12 @@ func TestRevivals(t *testing.T) {
 		{Name: "a", Client: 1, Token: 1, Sent: 10, Expiry: 20},
 		{Name: "a", Client: 1, Token: 1, Sent: 20, Expiry: 20},
 		{Name: "a", Client: 2, Token: 2, Sent: 21, Expiry: 20},
+		{Name: "a", Client: 3, Token: 3, Sent: 10, Arrived: 20, Expiry: 20},
+		{Name: "a", Client: 4, Token: 4, Sent: 10, Arrived: 21, Expiry: 20},
 	}
 	vs := history.Revivals(rs, 0)
-	if len(vs) != 1 || vs[0].Anomaly != history.Revived {
-		t.Fatalf("violations %+v, want the one renewal sent after its expiry", vs)
+	if len(vs) != 2 || vs[0].Anomaly != history.Revived || vs[1].Anomaly != history.Revived {
+		t.Fatalf("violations %+v, want the renewal sent after its expiry and the one held until after it", vs)
 	}
 }
 
@@ -82,5 +84,20 @@ func TestLapses(t *testing.T) {
 	vs := history.Lapses(ts, acts, 10, 0)
 	if len(vs) != 1 || vs[0].Anomaly != history.Lapsed || vs[0].Key != "p" {
 		t.Fatalf("violations %+v, want the one act past the slack", vs)
+	}
+}
+
+func TestRefused(t *testing.T) {
+	ts := []history.Tenure{{Name: "p", Client: 1, Token: 7, From: 0, To: 100}}
+	refusals := []history.Act{
+		{Name: "p", Client: 1, Token: 7, At: 50},  // refused while in force
+		{Name: "p", Client: 1, Token: 7, At: 100}, // at its end: not certain
+		{Name: "p", Client: 1, Token: 7, At: 150}, // after its end
+		{Name: "p", Client: 2, Token: 7, At: 50},  // another's tenure: not judged
+		{Name: "p", Client: 1, Token: 8, At: 50},  // an epoch never seen granted
+	}
+	vs := history.Refused(ts, refusals, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.RefusedOwner || vs[0].Key != "p" || vs[0].Text == "" {
+		t.Fatalf("violations %+v, want the one refusal within the tenure", vs)
 	}
 }
