@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/internal/pgschema"
 	"github.com/lockfree-go/lockfree/internal/replpair"
@@ -35,12 +36,44 @@ import (
 // client reaches it.
 var failoverScenarios = []string{"inventory", "documents", "accounts"}
 
-// failoverMints is how many leases (or, for an approach that takes none,
-// operations) the clients must have been granted while the standby is held
-// before a victim is stopped: more than a sequence logs ahead of its WAL
-// (32), so that the plain sequence hands out values the standby has no
-// record of.
+// failoverMints is how many operations the clients of an approach that
+// takes no lease (an alternative) must have completed while the standby is
+// held before a victim is stopped: writes whose WAL the failover loses.
 const failoverMints = 40
+
+// failoverVictims says, for a scenario whose victim needs it, where the
+// victim is stopped and how far its token must be above what the token
+// sequence had WAL-logged when the standby was held (sqlLoggedFence).
+// Inventory's victim is stopped at a price: a reprice takes one lease, on
+// the row it writes, and both a stale and a fresh compare-and-set of one
+// old price land when their tokens are equal (the check sees the prices
+// unchained); a sale may be refused before its write (no stock), and a
+// basket takes two leases, the victim's row's second. Its slack is room
+// for the leases the taker is granted on the promoted node on other rows
+// before it begins a reprice of price-0 (takeover): one operation in ten,
+// with one key. Documents' and accounts' clients, on one key, write the
+// victim's row in every operation.
+var failoverVictims = map[string]struct {
+	key   string
+	slack int64
+}{"inventory": {key: "price-0", slack: 100}}
+
+// sqlLoggedFence reads how far the lock schema's token sequence has been
+// WAL-logged: nextval logs a value 32 (SEQ_LOG_VALS) ahead of the one it
+// hands out and counts log_cnt down as it hands out the values in between,
+// so last_value + log_cnt is the highest value any WAL record of the
+// sequence carries (an increment of 1, fencedlock's). Read on the primary
+// once the standby is held, it bounds what the promoted standby can know
+// of the sequence: its first nextval hands out at most this value + 1.
+// Tokens minted in fence eras carry the value in their low bits
+// (fence.EraSize).
+var sqlLoggedFence = `SELECT last_value + log_cnt FROM ` + migrate.Names{}.Table("lock_fences")
+
+// sqlMintUpTo draws the token sequence up to %d, when it is below: the
+// values between the promoted node's first and the stopped client's,
+// which a busy lock service would grant to other locks' leases.
+var sqlMintUpTo = `SELECT setval('` + migrate.Names{}.Table("lock_fences") + `', %[1]d) FROM ` +
+	migrate.Names{}.Table("lock_fences") + ` WHERE last_value < %[1]d`
 
 // lsnSQL reads a node's WAL position: written on a primary, replayed on a
 // standby.
@@ -143,8 +176,15 @@ type failoverStep struct {
 	pair *replpair.Pair
 	v    *proc
 	at   event
+	// logged is how far the token sequence had been WAL-logged once the
+	// standby was held (sqlLoggedFence): a victim's token must be above
+	// it (floor), or the promoted standby would hand out tokens above it.
+	logged int64
 	// promoted is when the promoted standby accepted writes.
 	promoted history.Time
+	// resumed is set once the victim has been resumed and its operation
+	// has completed.
+	resumed bool
 }
 
 // failoverFault fails the lock service over once, a fifth of the way into
@@ -200,7 +240,11 @@ func failoverFault(ctx context.Context, r *run) {
 }
 
 // hold waits until the standby has replayed the run's schemas, holds it,
-// and waits until the clients have been granted failoverMints leases.
+// reads how far the token sequence has been WAL-logged, and waits until a
+// lease has been granted with a token above the victim's floor (or, for an
+// approach without leases, until failoverMints operations have completed):
+// the clients then hold leases the promoted standby has no record of,
+// neither of the lease nor of its token.
 func (f *failoverStep) hold(ctx, pctx context.Context) error {
 	if err := f.waitReplayed(ctx); err != nil {
 		return err
@@ -212,14 +256,24 @@ func (f *failoverStep) hold(ctx, pctx context.Context) error {
 	if err := f.exec(ctx, sqlLostMarker); err != nil {
 		return err
 	}
-	if !f.r.mon.wait(ctx, f.r.cfg.Duration/3, func() bool { return f.r.mon.mintedSinceLocked(held) >= failoverMints }) && ctx.Err() == nil {
-		f.r.note("failover: fewer than %d leases or operations while the standby was held", failoverMints)
+	if err := f.queryRow(ctx, sqlLoggedFence, &f.logged); err != nil {
+		return err
+	}
+	bound := max(f.r.cfg.Duration/3, 30*time.Second)
+	if !f.r.mon.wait(ctx, bound, func() bool { return f.r.mon.pastLocked(held, f.floor()) }) && ctx.Err() == nil {
+		f.r.note("failover: no lease with a token above %d (what the token sequence had WAL-logged when the standby was held, %d, and %d), nor %d operations, within %v of the hold", f.floor(), f.logged, f.floor()-f.logged, failoverMints, bound)
 	}
 	return ctx.Err()
 }
 
 // exec runs sql in the run's lock schema, on the primary.
 func (f *failoverStep) exec(ctx context.Context, sql string) error {
+	return f.queryRow(ctx, sql)
+}
+
+// queryRow runs sql in the run's lock schema, on the primary, and scans
+// its one row into dest (none: sql returns no row).
+func (f *failoverStep) queryRow(ctx context.Context, sql string, dest ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, f.r.lockURL)
@@ -227,8 +281,11 @@ func (f *failoverStep) exec(ctx context.Context, sql string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
+	if len(dest) == 0 {
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	return conn.QueryRow(ctx, sql).Scan(dest...)
 }
 
 // waitReplayed waits until the standby has replayed what the primary has
@@ -283,31 +340,74 @@ func parseLSN(s string) (int64, error) {
 }
 
 // stopVictim stops a client with SIGSTOP at its next before-write point,
-// trying the clients in turn until one is seen stopped or the run ends.
+// trying the clients in turn until one is seen stopped holding a lease the
+// promoted standby has no record of (known) at a write that changes a row
+// (rowChange), or the run ends.
 func (f *failoverStep) stopVictim(ctx context.Context) bool {
+	below := 0
+	defer func() {
+		if below > 0 {
+			f.r.note("failover: %d clients stopped with a token at or below %d (what the token sequence had WAL-logged when the standby was held, %d, and %d) were resumed", below, f.floor(), f.logged, f.floor()-f.logged)
+		}
+	}()
 	for i := 0; ctx.Err() == nil; {
 		v, _ := f.r.victim(&i)
 		if v == nil {
 			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
-		at, ok := f.r.armPoint(ctx, Failover, v, arm{Mode: modeStop})
+		at, ok := f.r.armPoint(ctx, Failover, v, arm{Mode: modeStop, Key: failoverVictims[f.r.def.Scenario()].key})
 		if !ok {
 			continue
 		}
 		stopped := poll(ctx, 5*time.Second, func() bool { s, err := v.stopped(); return s || err != nil })
-		if s, _ := v.stopped(); stopped && s {
+		if s, _ := v.stopped(); stopped && s && !f.known(at) && !rowChange(at.Name) {
 			f.v, f.at = v, at
 			// Its lease outlives the steps of the failover on the old
 			// primary's clock: the others must not take it over there.
 			f.stopOthers(ctx, -1)
 			return true
 		}
+		if stopped && f.known(at) {
+			below++
+		}
+		// A victim stopped before a delete or a create is resumed too
+		// (rowChange), without a note: the next one likely edits.
 		_ = v.signal(sigCont)
 		f.r.finish(ctx, v, at, true, Failover)
 	}
 	return false
 }
+
+// rowChange reports whether the before-write point named point is that of
+// a write that deletes or creates a row (documents' delete and create)
+// rather than one that changes it. The victim is never stopped at one:
+// with plain tokens the taker must be granted the victim's very token (its
+// fenced read stamped the row with it, and refuses any lower one), with
+// its operation's first lease. Stopped before its create, the victim
+// leaves a deleted document: the taker's edit would spend that token on a
+// read that finds no row and go on to its create with a second lease; and
+// a delete against a delete leaves nothing for the second to do.
+func rowChange(point string) bool {
+	return strings.Contains(point, ".delete.") || strings.Contains(point, ".create.")
+}
+
+// known reports whether the lease at holds may be known to the promoted
+// standby, or too near to it: its sequence value (a token minted in a
+// fence era carries it below fence.EraSize) is at or below what the
+// sequence had WAL-logged when the standby was held — the promoted standby
+// would hand out tokens above it, the plain tokens would not go back past
+// it — or within the scenario's slack above that (failoverVictims), where
+// the taker's leases on other rows could pass it before it reaches the
+// victim's. An operation without a lease has no token to know.
+func (f *failoverStep) known(at event) bool {
+	return at.Token > 0 && at.Token%fence.EraSize <= f.floor()
+}
+
+// floor is the token sequence value a victim's token must be above:
+// what the sequence had WAL-logged when the standby was held, and the
+// scenario's slack.
+func (f *failoverStep) floor() int64 { return f.logged + failoverVictims[f.r.def.Scenario()].slack }
 
 // promote kills the primary and promotes the standby. It returns how many
 // bytes of WAL the primary had written that the standby never replayed (at
@@ -332,32 +432,60 @@ func (f *failoverStep) promote(ctx context.Context) (int64, error) {
 	return written - replayed, nil
 }
 
-// takeover makes the interleaving that shows a fence that went back. The
-// other clients are armed to hold at their before-write point on the
-// stopped client's key; once one of them, the taker, is held there — it
-// found the promoted node through its multi-host URL, was granted the key
-// and read — every other client is stopped, so that nothing else is
-// granted or read; the taker writes, and is parked before its next
-// operation (cmdStep), so that no later lease of its own raises the fence
-// before the stopped client's write has landed: the stopped client's write
-// is the next to reach the key whatever the scheduler does. It reports
-// whether the taker wrote, and whether its token was at or below the
-// stopped client's: the tokens went back.
+// takeover makes the interleaving that shows a fence that went back. One
+// other client, the taker, runs alone (every other client stays stopped),
+// one operation at a time: each is parked at its start (modePark), which
+// reports its key, and let go by the coordinator. Once the taker parks at
+// the start of an operation on the stopped client's key, the coordinator
+// draws the token sequence on the promoted node up to just below the
+// stopped client's token (mint), as other locks' leases would on a busy
+// lock service, and lets the operation go, armed to hold at its
+// before-write point: it is granted the key — with plain tokens, the very
+// token the stopped client holds — and reads. Then the taker writes, and
+// is parked before its next operation (cmdStep), so that no later lease of
+// its own raises the fence before the stopped client's write has landed:
+// the stopped client's write is the next to reach the key whatever the
+// scheduler does (or the one before the taker's, when the taker's write is
+// a delete). It reports whether the taker wrote, and whether its token was
+// at or below the stopped client's: the tokens went back.
 func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	m, key := f.r.mon, f.at.Key
-	for _, p := range f.r.procs {
-		if p != f.v {
-			p.command(command{Cmd: cmdArm, Arm: &arm{Mode: modeHold, Key: key}})
-		}
+	i := slices.IndexFunc(f.r.procs, func(p *proc) bool { return p != f.v && !p.exited() })
+	if i < 0 {
+		f.r.note("failover: no other client to take %s over", key)
+		return false, false
 	}
-	// Armed before they run again: the first of them to take the key over
-	// on the promoted node is held.
-	f.contOthers()
-	bound := f.r.takeoverBound() + time.Minute // the clients reconnect first
+	taker := f.r.procs[i]
+	deadline := time.Now().Add(f.r.takeoverBound() + time.Minute) // it reconnects first
+	taker.command(command{Cmd: cmdStep})
+	_ = taker.signal(sigCont)
+	since := f.promoted
+	for {
+		var parked event
+		if !m.wait(ctx, time.Until(deadline), func() bool {
+			var ok bool
+			parked, ok = m.pointLocked(taker.client, evPoint, modePark, since)
+			return ok
+		}) {
+			if ctx.Err() == nil {
+				f.r.note("failover: client %d began no operation on %s within a minute and %v of the promotion", taker.client, key, f.r.takeoverBound())
+			}
+			return false, false
+		}
+		since = parked.T + 1
+		if parked.Key == key {
+			break
+		}
+		taker.command(command{Cmd: cmdStep})
+	}
+	if err := f.mint(ctx); err != nil {
+		f.r.note("failover: drawing the promoted node's tokens up to the stopped client's: %v", err)
+	}
+	taker.command(command{Cmd: cmdStep, Arm: &arm{Mode: modeHold, Key: key}})
 	var held pointSeen
-	if !m.wait(ctx, bound, func() bool {
+	if !m.wait(ctx, time.Until(deadline), func() bool {
 		for _, p := range m.points {
-			if p.client != f.v.client && p.ev.Ev == evPoint && p.ev.Mode == modeHold && p.ev.Key == key && p.ev.T > f.promoted {
+			if p.client == taker.client && p.ev.Ev == evPoint && p.ev.Mode == modeHold && p.ev.Key == key && p.ev.T > since {
 				held = p
 				return true
 			}
@@ -365,23 +493,27 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 		return false
 	}) {
 		if ctx.Err() == nil {
-			f.r.note("failover: no other client reached its write on %s within %v of the promotion", key, bound)
+			f.r.note("failover: client %d reached no write on %s within a minute and %v of the promotion", taker.client, key, f.r.takeoverBound())
 		}
 		return false, false
 	}
-	f.stopOthers(ctx, held.client)
-	taker := f.r.procs[slices.IndexFunc(f.r.procs, func(p *proc) bool { return p.client == held.client })]
+	if rowChange(held.ev.Name) {
+		// The taker deletes: first, it would leave the stopped client's
+		// edit no row to write, whatever its token. The stopped client
+		// writes first, and the taker's delete, based on what it read
+		// before, lands on its write: with tokens that went back, both
+		// land.
+		f.resumeVictim(ctx)
+	}
 	// Its write goes on, and its next operation is parked in the same
 	// step of the worker (step): finish clears it once the stopped
 	// client's operation has completed.
 	taker.command(command{Cmd: cmdStep})
 	taken = m.wait(ctx, f.r.params.OpTimeout+10*time.Second, func() bool { return m.completedLocked(held.ev.Op) })
-	f.r.note("failover: client %d took %s over on the promoted node with token %d; the stopped client %d holds token %d", held.client, key, held.ev.Token, f.v.client, f.at.Token)
+	f.r.note("failover: client %d took %s over on the promoted node with token %d (%s); the stopped client %d holds token %d (%s)", held.client, key, held.ev.Token, held.ev.Name, f.v.client, f.at.Token, f.at.Name)
 	if held.ev.Token > f.at.Token {
-		// The taker climbed past the stopped client's token before its
-		// write (in inventory's store, its refused sales and its operations
-		// on other rows take leases too): its write raised the fence above
-		// the stopped client's, whatever tokens went back before it.
+		// Its write raised the fence above the stopped client's, whatever
+		// tokens went back before it.
 		return taken, false
 	}
 	m.mu.Lock()
@@ -394,18 +526,45 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	return taken, wentBack
 }
 
+// mint draws the promoted node's token sequence up to just below the
+// stopped client's token (its value below fence.EraSize), when it is below
+// that: the taker's next lease is then granted the value the stopped
+// client holds, if the sequence went back, and a value above it otherwise.
+// A value the sequence has already handed out is never drawn again: setval
+// only moves it forward here.
+func (f *failoverStep) mint(ctx context.Context) error {
+	if f.at.Token <= 0 {
+		return nil
+	}
+	return f.exec(ctx, fmt.Sprintf(sqlMintUpTo, f.at.Token%fence.EraSize-1))
+}
+
 // resume resumes the stopped client, whose write is now the next to land,
 // waits until its operation has completed, and resumes the others.
 func (f *failoverStep) resume(ctx context.Context, taken bool) {
+	f.resumeVictim(ctx)
+	for _, p := range f.r.procs {
+		_ = p.signal(sigCont)
+	}
+	f.v.command(command{Cmd: cmdClear})
+	f.r.finish(ctx, f.v, f.at, taken, Failover)
+}
+
+// resumeVictim resumes the stopped client, once, and waits until its
+// operation has completed. Its next operation is parked (cmdStep, read as
+// it resumes) until resume clears it: when it writes before the taker, no
+// lease of its own may raise the fence above the taker's write.
+func (f *failoverStep) resumeVictim(ctx context.Context) {
+	if f.resumed {
+		return
+	}
+	f.resumed = true
+	f.v.command(command{Cmd: cmdStep})
 	_ = f.v.signal(sigCont)
 	f.r.span(f.v.client, report.SpanPause, f.at.T, history.Now(), fmt.Sprintf("SIGSTOP on %s across the failover", f.at.Key))
 	if f.at.Op != "" {
 		f.r.mon.wait(ctx, f.r.params.OpTimeout+10*time.Second, func() bool { return f.r.mon.completedLocked(f.at.Op) || f.v.exited() })
 	}
-	for _, p := range f.r.procs {
-		_ = p.signal(sigCont)
-	}
-	f.r.finish(ctx, f.v, f.at, taken, Failover)
 }
 
 // stopOthers stops every client but the victim and the one numbered keep
@@ -428,21 +587,22 @@ func (f *failoverStep) contOthers() {
 	}
 }
 
-// mintedSinceLocked counts the leases granted since t, or, when the run has
-// seen no lease at all (an approach without a lock), the operations
-// completed since t.
-func (m *monitor) mintedSinceLocked(t history.Time) int {
-	leases, any := 0, false
+// pastLocked reports whether the run has been granted, since t, a lease
+// whose token's sequence value (below fence.EraSize) is above logged, or,
+// when it has seen no lease at all (an approach without a lock), whether
+// failoverMints operations have completed since t.
+func (m *monitor) pastLocked(t history.Time, logged int64) bool {
+	any := false
 	for _, ls := range m.leases {
 		for _, l := range ls {
 			any = true
-			if l.t > t {
-				leases++
+			if l.t > t && l.token%fence.EraSize > logged {
+				return true
 			}
 		}
 	}
 	if any {
-		return leases
+		return false
 	}
 	ops := 0
 	for _, os := range m.ok {
@@ -452,5 +612,5 @@ func (m *monitor) mintedSinceLocked(t history.Time) int {
 			}
 		}
 	}
-	return ops
+	return ops >= failoverMints
 }

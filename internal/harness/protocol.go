@@ -79,7 +79,9 @@ const (
 	cmdDisarm = "disarm"
 	// cmdStep lets an operation blocked at a point go on and parks the
 	// worker's next operation at its start (modePark) until cmdClear:
-	// the client writes once, and nothing more.
+	// the client writes once, and nothing more. With command.Arm, it arms
+	// that instead of the park: an operation parked at its start goes on,
+	// armed for its point.
 	cmdStep = "step"
 )
 

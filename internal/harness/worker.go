@@ -111,7 +111,7 @@ func (w *worker) control(sc *bufio.Scanner) {
 		case cmdClear:
 			w.clear()
 		case cmdStep:
-			w.step()
+			w.step(c.Arm)
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
@@ -143,13 +143,16 @@ func (w *worker) clear() {
 }
 
 // step lets an operation blocked at a point go on and parks the next
-// operation at its start. Both happen under w.mu, which every operation's
-// start takes (park): no operation can begin between the release and the
-// arm.
-func (w *worker) step() {
+// operation at its start — or, given a, arms a instead. Both happen under
+// w.mu, which every operation's start takes (park): no operation can begin
+// between the release and the arm.
+func (w *worker) step(a *arm) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.armed = &arm{Mode: modePark}
+	if a == nil {
+		a = &arm{Mode: modePark}
+	}
+	w.armed = a
 	if w.release != nil {
 		close(w.release)
 		w.release = nil

@@ -51,7 +51,7 @@ func TestStepParksTheNextOperation(t *testing.T) {
 				t.Fatalf("first event %+v, want the hold at the before-write point", ev)
 			}
 			if tc.cmd == cmdStep {
-				w.step()
+				w.step(nil)
 			} else {
 				w.clear()
 			}
