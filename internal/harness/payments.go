@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -80,7 +81,38 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 	}); err != nil {
 		return nil, err
 	}
-	return history.ExactlyOnce(ops, effects)
+	rep, err := history.ExactlyOnce(ops, effects)
+	if err != nil {
+		return nil, err
+	}
+	checkAnswered(rep, ops)
+	return rep, nil
+}
+
+// unanswered is the violation of an operation told its key is charged by a
+// replay that carried no answer.
+const unanswered history.Anomaly = "replay without an answer"
+
+// checkAnswered adds to rep a violation for each operation told its key is
+// charged by a replay with no answer (metaUnanswered): the key had expired
+// and been purged to a tombstone, whose retry must be refused
+// (idempotency.ErrExpired), not answered as if charged just now.
+func checkAnswered(rep *history.Report, ops []history.Op) {
+	for _, op := range ops {
+		if op.Outcome != history.OK || op.Meta[metaUnanswered] == "" {
+			continue
+		}
+		v := history.Violation{Key: op.Key, Anomaly: unanswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+			Text: fmt.Sprintf("client %d's charge at t=%.3fs was answered with a replay of key %s that carried no answer: the key had expired, and the retry was not refused",
+				op.Client, float64(op.Return-rep.Base)/1e9, short.Quote(op.Key))}
+		k := rep.Key(op.Key)
+		if k == nil {
+			rep.Keys = append(rep.Keys, history.KeyReport{Key: op.Key})
+			k = &rep.Keys[len(rep.Keys)-1]
+		}
+		k.Status = history.Violated
+		k.Violations = append(k.Violations, v)
+	}
 }
 
 // A payment key is charged by its first attempt and retried by later ones:
