@@ -21,8 +21,9 @@ const sqlPaymentsFenceRow = `INSERT INTO payment_fences (payment_key) VALUES ($1
 // record, fenced read of the key's charged flag (raising its token), charge
 // with a fenced write, record, release. A holder stopped past its lease
 // wakes with a token the key has seen a higher one than: its charge is
-// refused, or, stopped after its charge (chargePoint), the put of its
-// record.
+// refused, or, stopped after its charge (chargePoint: three faults in
+// four, a short run's few pauses being the ones that show a stale put), the
+// put of its record.
 type paymentsFenced struct{ scenario string }
 
 func init() {
@@ -58,10 +59,11 @@ func (paymentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 type paymentsFencedClient struct {
 	env  *Env
 	twin *idempotency.Fenced
+	keys paymentKeys
 }
 
 func (c *paymentsFencedClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}
@@ -69,7 +71,7 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	err = retryInFlight(ctx, op, func() error {
 		var err error
 		res, err = c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
-			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.fenced.before-write"))
+			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.fenced.before-write", 4))
 		})
 		return err
 	})
@@ -84,17 +86,17 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 }
 
 // chargePoint is the before-write point an attempt's charge passes: point
-// for an odd-numbered client, none for an even-numbered one. A fault falls
-// at an operation's first point, and the injector picks its victims
-// round-robin, from client 0: so its faults alternate between an attempt
-// stopped after its charge, at the library's point before the record's
-// write — the put of the fenced twin, the completion of the leased
+// for the last client of every n (client n−1, 2n−1, …), none for the
+// others. A fault falls at an operation's first point, and the injector
+// picks its victims round-robin, from client 0: so of every n faults, n−1
+// stop an attempt after its charge, at the library's point before the
+// record's write — the put of the fenced twin, the completion of the leased
 // alternative — which wakes to find a newer attempt held between its own
-// read or claim of the record and its write of it, and an attempt stopped
-// before its charge, which wakes to find its charge refused (its work
-// fails, and the attempt gives the key up).
-func chargePoint(env *Env, point string) string {
-	if env.Client%2 == 0 {
+// read or claim of the record and its write of it, and one stops an
+// attempt before its charge, which wakes to find its charge refused (its
+// work fails, and the attempt gives the key up).
+func chargePoint(env *Env, point string, n int) string {
+	if env.Client%n != n-1 {
 		return ""
 	}
 	return point

@@ -18,7 +18,7 @@ import (
 // stopped past its lease is superseded: its charge is refused by the
 // token, and its completion or release by the record; the faults fall
 // before its charge or between its charge and its completion, in turn
-// (chargePoint). One key in expiringOdds of the alternative expires while
+// (chargePoint: each shows a stale attempt's other write). One key in expiringOdds of the alternative expires while
 // it is still retried: a retry after the key's retention is refused. The tables, the check and the
 // other approaches are payments'.
 type paymentsLeased struct{ payments }
@@ -92,6 +92,7 @@ type paymentsLeasedClient struct {
 	env    *Env
 	stores [2]*idempotency.Postgres
 	leased [2]*idempotency.Leased
+	keys   paymentKeys
 	ops    int
 }
 
@@ -105,7 +106,7 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 		// server restarting) leaves the records for the next one.
 		_, _ = c.stores[1].Purge(ctx, purgeLimit)
 	}
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 			// Without a point before the charge, a fault falls at
 			// idempotency.leased.before-write, between the charge and
 			// the completion, where a stopped attempt wakes superseded.
-			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.leased.before-write"))
+			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.leased.before-write", 2))
 		})
 		return err
 	})
