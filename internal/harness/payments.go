@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -96,14 +97,45 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 	}); err != nil {
 		return nil, err
 	}
-	return history.ExactlyOnce(ops, effects)
+	rep, err := history.ExactlyOnce(ops, effects)
+	if err != nil {
+		return nil, err
+	}
+	checkAnswered(rep, ops)
+	return rep, nil
+}
+
+// unanswered is the violation of an operation told its key is charged by a
+// replay that carried no answer.
+const unanswered history.Anomaly = "replay without an answer"
+
+// checkAnswered adds to rep a violation for each operation told its key is
+// charged by a replay with no answer (metaUnanswered): the key had expired
+// and been purged to a tombstone, whose retry must be refused
+// (idempotency.ErrExpired), not answered as if charged just now.
+func checkAnswered(rep *history.Report, ops []history.Op) {
+	for _, op := range ops {
+		if op.Outcome != history.OK || op.Meta[metaUnanswered] == "" {
+			continue
+		}
+		v := history.Violation{Key: op.Key, Anomaly: unanswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+			Text: fmt.Sprintf("client %d's charge at t=%.3fs was answered with a replay of key %s that carried no answer: the key had expired, and the retry was not refused",
+				op.Client, float64(op.Return-rep.Base)/1e9, short.Quote(op.Key))}
+		k := rep.Key(op.Key)
+		if k == nil {
+			rep.Keys = append(rep.Keys, history.KeyReport{Key: op.Key})
+			k = &rep.Keys[len(rep.Keys)-1]
+		}
+		k.Status = history.Violated
+		k.Violations = append(k.Violations, v)
+	}
 }
 
 // A payment key is charged by its first attempt and retried by later ones:
 // each round of paymentRound brings Keys new keys, and each attempt picks a
-// key of one of the last paymentRounds(env) rounds at random, so that first
-// executions come often and a key is still retried by the others long after
-// a stopped holder's lease ran out. Every worker derives the round from the
+// key of one of the last paymentRounds(env) rounds at random (paymentKeys),
+// so that first executions come often and a key is still retried by the
+// others long after a stopped holder's lease ran out. Every worker derives the round from the
 // history clock, one clock for the machine, so they all retry the same keys.
 // Only a first execution reaches the alternative's before-write point: with
 // 100 ms rounds an armed worker of eight reached one about once a second,
@@ -116,13 +148,27 @@ const paymentRound = 50 * time.Millisecond
 // leases and two seconds.
 func paymentRounds(env *Env) int64 { return int64((2*env.LeaseTTL + 2*time.Second) / paymentRound) }
 
-// payment starts a client's next charge: a key of a recent round, and its
+// paymentKeys picks a client's payment keys. It never picks a key of a
+// round before the client's first operation: at the start of a run every
+// key of the last paymentRounds is new, and a first execution on one of
+// the oldest, stopped by a fault, would be retried by nobody once the
+// round fell out of the window — no takeover, and the fault shows nothing.
+// The zero value is ready to use.
+type paymentKeys struct {
+	since int64 // the round of the client's first operation; 0 before it
+}
+
+// next starts a client's next charge: a key of a recent round, and its
 // amount — one time in reuseOdds another amount than the key's own, a
 // client reusing the key for another request. Whichever request of a key
 // comes first is charged; every request of the other amount must then be
 // refused (idempotency.ErrKeyReused).
-func payment(ctx context.Context, env *Env) (context.Context, *Op, int64, error) {
-	round := int64(history.Now())/int64(paymentRound) - env.Rand.Int64N(paymentRounds(env))
+func (p *paymentKeys) next(ctx context.Context, env *Env) (context.Context, *Op, int64, error) {
+	now := int64(history.Now()) / int64(paymentRound)
+	if p.since == 0 {
+		p.since = now
+	}
+	round := now - env.Rand.Int64N(min(paymentRounds(env), now-p.since+1))
 	k := env.Rand.IntN(env.Keys)
 	key := "pay-" + strconv.FormatInt(round, 10) + "-" + strconv.Itoa(k)
 	amount := 100 + int64(k)

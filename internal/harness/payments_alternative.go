@@ -35,10 +35,11 @@ func (paymentsAlternative) NewClient(_ context.Context, env *Env) (Client, error
 type paymentsAltClient struct {
 	env   *Env
 	store *idempotency.Postgres
+	keys  paymentKeys
 }
 
 func (c *paymentsAltClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,9 @@ INSERT INTO charges (payment_key, amount, charged_by) SELECT $1, $2, $3 FROM f`
 // record, fenced read of the key's charged flag (raising its token), charge
 // with a fenced write, record, release. A holder stopped past its lease
 // wakes with a token the key has seen a higher one than: its charge is
-// refused.
+// refused, or, stopped after its charge (chargePoint: three faults in
+// four, a short run's few pauses being the ones that show a stale put), the
+// put of its record.
 type paymentsFenced struct{ scenario string }
 
 func init() {
@@ -71,10 +73,11 @@ func (paymentsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
 type paymentsFencedClient struct {
 	env  *Env
 	twin *idempotency.Fenced
+	keys paymentKeys
 }
 
 func (c *paymentsFencedClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	err = retryInFlight(ctx, op, func() error {
 		var err error
 		res, err = c.twin.Do(ctx, idempotency.Key{ID: op.key}, paymentFingerprint(op.key, amount), func(actx context.Context) (idempotency.Result, error) {
-			return fencedCharge(ctx, actx, c.env, op, amount, "harness.payments.fenced.before-write")
+			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.fenced.before-write", 4))
 		})
 		return err
 	})
@@ -96,13 +99,30 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, errFenced)
 }
 
+// chargePoint is the before-write point an attempt's charge passes: point
+// for the last client of every n (client n−1, 2n−1, …), none for the
+// others. A fault falls at an operation's first point, and the injector
+// picks its victims round-robin, from client 0: so of every n faults, n−1
+// stop an attempt after its charge, at the library's point before the
+// record's write — the put of the fenced twin, the completion of the leased
+// alternative — which wakes to find a newer attempt held between its own
+// read or claim of the record and its write of it, and one stops an
+// attempt before its charge, which wakes to find its charge refused (its
+// work fails, and the attempt gives the key up).
+func chargePoint(env *Env, point string, n int) string {
+	if env.Client%n != n-1 {
+		return ""
+	}
+	return point
+}
+
 // fencedCharge is the work of an attempt (the fenced twin's under its lock,
 // the leased alternative's under its lease): a fenced read of the key's
 // charged flag with the attempt's token, then the charge with a fenced
-// write, after the before-write point (none when point is empty). Its
-// statements run on the
-// operation's context, not the attempt's: a stopped process does not see
-// its lease's context end, and the fence must hold without it.
+// write, after the before-write point (none when point is empty: see
+// chargePoint). Its statements run on the operation's context, not the
+// attempt's: a stopped process does not see its lease's context end, and
+// the fence must hold without it.
 func fencedCharge(ctx, actx context.Context, env *Env, op *Op, amount int64, point string) (idempotency.Result, error) {
 	a, ok := idempotency.AttemptFrom(actx)
 	if !ok {
@@ -125,6 +145,10 @@ func fencedCharge(ctx, actx context.Context, env *Env, op *Op, amount int64, poi
 	}
 	if point != "" {
 		env.BeforeWrite(ctx, point)
+	} else {
+		// The charge is the write: an error from here on may come after
+		// it committed, as after a point.
+		op.passed.Store(true)
 	}
 	tag, err := env.DB.Exec(ctx, sqlPaymentsFencedCharge, op.key, amount, op.ID(), token)
 	if err != nil {

@@ -98,10 +98,11 @@ func (paymentsNaive) NewClient(_ context.Context, env *Env) (Client, error) {
 type paymentsNaiveClient struct {
 	env    *Env
 	locker *fencedlock.Locker
+	keys   paymentKeys
 }
 
 func (c *paymentsNaiveClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}

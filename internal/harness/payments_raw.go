@@ -32,10 +32,13 @@ func (paymentsRaw) NewClient(_ context.Context, env *Env) (Client, error) {
 	return &paymentsRawClient{env: env}, nil
 }
 
-type paymentsRawClient struct{ env *Env }
+type paymentsRawClient struct {
+	env  *Env
+	keys paymentKeys
+}
 
 func (c *paymentsRawClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}

@@ -45,10 +45,11 @@ type paymentsRedisClient struct {
 	conn   *redisConn
 	locker redisLocker
 	point  string
+	keys   paymentKeys
 }
 
 func (c *paymentsRedisClient) Op(ctx context.Context) error {
-	ctx, op, amount, err := payment(ctx, c.env)
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
 	if err != nil {
 		return err
 	}
