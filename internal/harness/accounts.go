@@ -138,18 +138,8 @@ func misreportedConflicts(ops []history.Op, log []history.Effect, rep *history.R
 		v := history.Violation{Key: op.Key, Anomaly: misreportedConflict, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
 			Text: fmt.Sprintf("append %s to %s was refused as if number %d had been taken since it read %d, but no append of %d had sent its write before the refusal",
 				op.ID(), op.Key, n+1, n, n+1)}
-		addViolation(rep, v)
+		rep.Add(v)
 	}
-}
-
-// addViolation adds v to its key's report in rep.
-func addViolation(rep *history.Report, v history.Violation) {
-	if k := rep.Key(v.Key); k != nil {
-		k.Violations = append(k.Violations, v)
-		k.Status = history.Violated
-		return
-	}
-	rep.Keys = append(rep.Keys, history.KeyReport{Key: v.Key, Status: history.Violated, Violations: []history.Violation{v}})
 }
 
 // staleOwner is an append written by a partition's stale owner: under an
@@ -178,7 +168,7 @@ func staleOwners(ctx context.Context, db *pgxpool.Pool, ops []history.Op, rep *h
 		if op, ok := byID[by]; ok {
 			v.Marks = []history.Mark{{Op: op, Role: history.Culprit}}
 		}
-		addViolation(rep, v)
+		rep.Add(v)
 		return nil
 	})
 	return err

@@ -142,13 +142,7 @@ func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Report) e
 	var entity, by, owner string
 	var seq int64
 	_, err = pgx.ForEachRow(rows, []any{&entity, &seq, &by, &owner}, func() error {
-		k := rep.Key(entity)
-		if k == nil {
-			rep.Keys = append(rep.Keys, history.KeyReport{Key: entity})
-			k = &rep.Keys[len(rep.Keys)-1]
-		}
-		k.Status = history.Violated
-		k.Violations = append(k.Violations, history.Violation{Key: entity, Anomaly: superseded,
+		rep.Add(history.Violation{Key: entity, Anomaly: superseded,
 			Text: fmt.Sprintf("event %d of key %s was applied by %s and committed while %s owned its partition", seq, entity, by, owner)})
 		return nil
 	})
@@ -173,13 +167,7 @@ func progressRegressions(ctx context.Context, db *pgxpool.Pool, rep *history.Rep
 	var from, to int64
 	_, err = pgx.ForEachRow(rows, []any{&name, &from, &to}, func() error {
 		entity := lockEntity(name)
-		k := rep.Key(entity)
-		if k == nil {
-			rep.Keys = append(rep.Keys, history.KeyReport{Key: entity})
-			k = &rep.Keys[len(rep.Keys)-1]
-		}
-		k.Status = history.Violated
-		k.Violations = append(k.Violations, history.Violation{Key: entity, Anomaly: regressed,
+		rep.Add(history.Violation{Key: entity, Anomaly: regressed,
 			Text: fmt.Sprintf("the progress of %s moved back from offset %d to %d: a delivery of the events between would apply them again", entity, from, to)})
 		return nil
 	})

@@ -121,13 +121,7 @@ func checkAnswered(rep *history.Report, ops []history.Op) {
 		v := history.Violation{Key: op.Key, Anomaly: unanswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
 			Text: fmt.Sprintf("client %d's charge at t=%.3fs was answered with a replay of key %s that carried no answer: the key had expired, and the retry was not refused",
 				op.Client, float64(op.Return-rep.Base)/1e9, short.Quote(op.Key))}
-		k := rep.Key(op.Key)
-		if k == nil {
-			rep.Keys = append(rep.Keys, history.KeyReport{Key: op.Key})
-			k = &rep.Keys[len(rep.Keys)-1]
-		}
-		k.Status = history.Violated
-		k.Violations = append(k.Violations, v)
+		rep.Add(v)
 	}
 }
 

@@ -258,13 +258,7 @@ func (r *run) checkTenures(rep *history.Report) {
 		vs = append(vs, found...)
 	}
 	for _, v := range vs {
-		k := rep.Key(v.Key)
-		if k == nil {
-			rep.Keys = append(rep.Keys, history.KeyReport{Key: v.Key})
-			k = &rep.Keys[len(rep.Keys)-1]
-		}
-		k.Status = history.Violated
-		k.Violations = append(k.Violations, v)
+		rep.Add(v)
 	}
 	slices.SortFunc(rep.Keys, func(a, b history.KeyReport) int { return cmp.Compare(a.Key, b.Key) })
 }

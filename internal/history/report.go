@@ -176,6 +176,19 @@ func (r *Report) Key(key string) *KeyReport {
 	return nil
 }
 
+// Add adds v to the report of its key — a key with no operation gets one —
+// and marks the key violated: for the checks a scenario makes besides the
+// history's (the state a run left, the evidence of its leases).
+func (r *Report) Add(v Violation) {
+	k := r.Key(v.Key)
+	if k == nil {
+		r.Keys = append(r.Keys, KeyReport{Key: v.Key})
+		k = &r.Keys[len(r.Keys)-1]
+	}
+	k.Status = Violated
+	k.Violations = append(k.Violations, v)
+}
+
 // visual is what porcupine needs to draw a violating window.
 type visual struct {
 	model porcupine.Model
