@@ -121,22 +121,12 @@ type Act struct {
 // checks that its lease is still safe before each call, so slack only
 // covers the instants between that check and the call.
 func Lapses(ts []Tenure, acts []Act, slack, base Time) []Violation {
-	type key struct {
-		name   string
-		client int
-		token  int64
-	}
-	end := map[key]Time{}
-	for _, t := range ts {
-		k := key{t.Name, t.Client, t.Token}
-		if to, ok := end[k]; !ok || t.To > to {
-			end[k] = t.To
-		}
-	}
+	latest := latestTenures(ts)
 	d := &describer{base: base}
 	var out []Violation
 	for _, a := range acts {
-		to, ok := end[key{a.Name, a.Client, a.Token}]
+		t, ok := latest[tenureKey{a.Name, a.Client, a.Token}]
+		to := t.To
 		if ok && !a.Excused && a.At > to+slack {
 			out = append(out, Violation{Key: a.Name, Anomaly: Lapsed, Text: fmt.Sprintf(
 				"client %d began a call as the holder of %s with %s at %s, while its tenure had ended by %s",
@@ -160,22 +150,11 @@ const RefusedOwner Anomaly = "write refused while its owner held"
 // store refused a current holder. A refusal whose tenure is not among ts is
 // not judged.
 func Refused(ts []Tenure, refusals []Act, base Time) []Violation {
-	type key struct {
-		name   string
-		client int
-		token  int64
-	}
-	span := map[key]Tenure{}
-	for _, t := range ts {
-		k := key{t.Name, t.Client, t.Token}
-		if s, ok := span[k]; !ok || t.To > s.To {
-			span[k] = t
-		}
-	}
+	latest := latestTenures(ts)
 	d := &describer{base: base}
 	var out []Violation
 	for _, a := range refusals {
-		t, ok := span[key{a.Name, a.Client, a.Token}]
+		t, ok := latest[tenureKey{a.Name, a.Client, a.Token}]
 		if ok && a.At < t.To {
 			out = append(out, Violation{Key: a.Name, Anomaly: RefusedOwner, Text: fmt.Sprintf(
 				"client %d's write as the holder of %s with %s was refused as stale by %s, while its tenure (from %s) was in force until at least %s",
@@ -183,4 +162,23 @@ func Refused(ts []Tenure, refusals []Act, base Time) []Violation {
 		}
 	}
 	return out
+}
+
+// tenureKey is a tenure's identity: the name, the holder and its token.
+type tenureKey struct {
+	name   string
+	client int
+	token  int64
+}
+
+// latestTenures maps each tenure's identity to its span that ends last.
+func latestTenures(ts []Tenure) map[tenureKey]Tenure {
+	latest := map[tenureKey]Tenure{}
+	for _, t := range ts {
+		k := tenureKey{t.Name, t.Client, t.Token}
+		if l, ok := latest[k]; !ok || t.To > l.To {
+			latest[k] = t
+		}
+	}
+	return latest
 }
