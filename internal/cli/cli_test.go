@@ -133,7 +133,7 @@ func TestCompareSweepRounds(t *testing.T) {
 	}
 }
 
-// TestCompareTextVerdict: under real pauses the naive lock loses sales, and
+// TestCompareTextVerdict: under real pauses the naive lock shows anomalies, and
 // the text output ends with the verdict and the closing paragraph, after
 // the table with its round trips per operation.
 func TestCompareTextVerdict(t *testing.T) {
@@ -144,7 +144,7 @@ func TestCompareTextVerdict(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
 	table, verdict := strings.Index(out, "round trips/op"), strings.Index(out, "\nverdict\n")
-	if table < 0 || verdict < table || !strings.Contains(out[verdict:], "inventory: naive-lock lost") ||
+	if table < 0 || verdict < table || !strings.Contains(out[verdict:], "inventory: naive-lock showed") ||
 		!strings.Contains(out[verdict:], "Every table") {
 		t.Errorf("output:\n%s", out)
 	}
