@@ -131,7 +131,7 @@ func TestMutants(t *testing.T) {
 		if pt, ok := memoryOnly[p.Name]; ok {
 			row, memoryRows = runPackageTest(t, p.Name, pt), true
 		} else {
-			row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name))
+			row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name)...)
 		}
 		row.doc = p.Doc
 		t.Logf("%s: %s", p.Name, row.verdict())
@@ -206,28 +206,26 @@ func reachedSites(t *testing.T, infra harness.Infra, base harness.Config, notes 
 	return out
 }
 
-// targetsOf returns the approaches that reached mutant's site without a
-// fault, and — unless it is a known hole — after them those that reached
-// another site of its package, the most-hit first: a site reached only
-// under a fault (a branch taken only when a lease is not safely held), or
-// only now and then, is hunted on them too.
-func targetsOf(reached map[string][]reach, mutant string) []reach {
+// targetsOf returns the hunt's passes over the trials: first the approaches
+// that reached mutant's site without a fault, then — unless it is a known
+// hole — the others that reached another site of its package, the most-hit
+// first. A site reached only under a fault (a branch taken only when a
+// lease is not safely held), or only now and then (a renewal: only a lock
+// held past a third of its TTL renews), may have been reached in the run
+// without faults by no approach, or by one alone and not by the one whose
+// fault catches it.
+func targetsOf(reached map[string][]reach, mutant string) [][]reach {
 	direct := reached[mutant]
 	if _, known := mutantHoles[mutant]; known {
-		return direct // its reason says why; the hunt keeps within its minutes
+		return [][]reach{direct} // its reason says why; the hunt keeps within its minutes
 	}
-	// A site reached only now and then (a renewal: only a lock held past
-	// a third of its TTL renews) may have been reached, in the run without
-	// faults, by one approach alone, and not by the one whose fault
-	// catches it: after the approaches that reached it come those that
-	// reached the package's other sites.
-	out := slices.Clone(direct)
+	var more []reach
 	for _, r := range packageTargets(reached, mutant) {
-		if !slices.ContainsFunc(out, func(x reach) bool { return x.scenario == r.scenario && x.approach == r.approach }) {
-			out = append(out, r)
+		if !slices.ContainsFunc(direct, func(x reach) bool { return x.scenario == r.scenario && x.approach == r.approach }) {
+			more = append(more, r)
 		}
 	}
-	return out
+	return [][]reach{direct, more}
 }
 
 // packageTargets are the approaches that reached a site of mutant's
@@ -253,10 +251,23 @@ func packageTargets(reached map[string][]reach, mutant string) []reach {
 	return out
 }
 
-// huntMutant tries mutant in each trial on the approaches that reach its
-// site, and returns the first run that catches it, or the last one tried.
-func huntMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant string, targets []reach) mutantRun {
+// huntMutant tries mutant in each trial on each pass's approaches, pass
+// after pass, and returns the first run that catches it, or the last one
+// tried.
+func huntMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant string, passes ...[]reach) mutantRun {
 	last := mutantRun{mutant: mutant}
+	for _, targets := range passes {
+		if run, ok := huntPass(t, infra, base, mutant, targets, &last); ok {
+			return run
+		}
+	}
+	return last
+}
+
+// huntPass tries mutant in each trial on targets; ok when a run caught it
+// (or, for a known hole, when its first run is made). *last is the last run
+// tried.
+func huntPass(t *testing.T, infra harness.Infra, base harness.Config, mutant string, targets []reach, last *mutantRun) (mutantRun, bool) {
 	_, known := mutantHoles[mutant]
 	for _, tr := range mutantTrials {
 		var tries []reach
@@ -274,12 +285,12 @@ func huntMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant s
 		for _, tg := range tries {
 			run := runMutant(t, infra, base, mutant, tg, tr.fault)
 			if run.caught() || known {
-				return run
+				return run, true
 			}
-			last = run
+			*last = run
 		}
 	}
-	return last
+	return *last, false
 }
 
 // runMutant runs tg's approach with mutant on in every worker, under f (none
