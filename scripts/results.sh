@@ -287,6 +287,7 @@ run() { # scenario faults [keys [what the key count makes of the run]]
 		fi
 		echo
 		sed '1,3d' "$md"
+		echo
 	} >>"$tmp"
 	rm -f "$md"
 	[ "$status" -eq 0 ] || failed=1
