@@ -18,6 +18,7 @@
 #   FAULTS="none pause" scripts/results.sh      # these faults for every scenario
 #   scripts/results.sh failover                 # only the failover section (see its block)
 #   ONLY=sweeps scripts/results.sh              # only the sweeps section, in place (see its block)
+#   ONLY=scenarios SCENARIOS=events scripts/results.sh   # these scenarios' sections alone, in place
 #   SWEEP_CLIENTS=1,4 SWEEP_KEYS=1,100 ONLY=sweeps DURATION=1s scripts/results.sh   # a quick try
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +44,12 @@ if [ -z "$kafka" ] && scripts/kafka.sh up; then
 	kafka=$TEST_KAFKA_BROKERS
 fi
 out=docs/results.md
+
+# sync_pages rewrites the package pages' copies of results.md's figures
+# (internal/docsync), so that no page quotes a figure results.md no longer has.
+sync_pages() {
+	go test -count=1 -run '^TestPagesQuoteResults$' ./internal/docsync -args -update >&2
+}
 
 # mutants prints the section of the mutant hunt, between markers that
 # ONLY=mutants finds it by; it sets failed when the hunt failed.
@@ -92,6 +99,7 @@ if [ "${ONLY:-}" = mutants ]; then
 	mv "$tmp" "$out"
 	rm -f "$section"
 	echo "results.sh: wrote the mutant section of $out" >&2
+	sync_pages
 	exit $failed
 fi
 
@@ -168,6 +176,7 @@ if [ "${1:-}" = failover ]; then
 	rm -f "$section"
 	mv "$tmp" "$out"
 	echo "results.sh: wrote the failover section of $out" >&2
+	sync_pages
 	exit $failed
 fi
 # --- end of failover ------------------------------------------------------------------------
@@ -251,6 +260,7 @@ if [ "${ONLY:-}" = sweeps ]; then
 	rm -f "$section"
 	mv "$tmp" "$out"
 	echo "results.sh: wrote the sweeps section of $out and docs/img/sweep-*.svg" >&2
+	sync_pages
 	exit $failed
 fi
 
@@ -286,12 +296,18 @@ run() { # scenario faults [keys [what the key count makes of the run]]
 			echo "**This run failed (exit $status): a requested fault did not take effect for some approach, so it proves nothing about that fault.**"
 		fi
 		echo
+		if [ "${ONLY:-}" = scenarios ]; then
+			echo
+			echo "Regenerated alone (\`ONLY=scenarios SCENARIOS=$sc scripts/results.sh\`) on $(date -u +%Y-%m-%d), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg) at its end."
+		fi
+		echo
 		sed '1,3d' "$md"
 		echo
 	} >>"$tmp"
 	rm -f "$md"
 	[ "$status" -eq 0 ] || failed=1
 }
+[ "${ONLY:-}" != scenarios ] || : >"$tmp"
 
 for sc in $scenarios; do
 	if [ -n "${FAULTS:-}" ]; then
@@ -314,6 +330,29 @@ for sc in $scenarios; do
 		run "$sc" "$f"
 	done
 done
+if [ "${ONLY:-}" = scenarios ]; then
+	# Each new section replaces the one of the same heading, up to the next
+	# section or generated block; a heading results.md does not have fails.
+	spliced=$(mktemp)
+	awk -v f="$tmp" '
+		BEGIN {
+			while ((getline l < f) > 0) {
+				if (l ~ /^## /) { h = l; order[++n] = h }
+				text[h] = text[h] l "\n"
+			}
+		}
+		/^## / || /^<!-- / { skip = 0 }
+		/^## / && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; next }
+		!skip { print }
+		END {
+			for (i = 1; i <= n; i++) if (!(order[i] in used)) { print "results.sh: no section \"" order[i] "\" to replace: run the full regeneration" > "/dev/stderr"; exit 1 }
+		}' "$out" >"$spliced"
+	mv "$spliced" "$out"
+	rm -f "$tmp"
+	sync_pages
+	echo "results.sh: replaced the sections of $scenarios in $out" >&2
+	exit $failed
+fi
 # Coming from Redis: every approach, the Redis locks included, on one key
 # with and without pause, and what one lock costs (TestRedisFigures).
 if scripts/redis.sh up; then
@@ -339,5 +378,6 @@ fi
 	mutants
 } >>"$tmp"
 mv "$tmp" "$out"
+sync_pages
 echo "results.sh: wrote $out, docs/results/*.svg and docs/img/sweep-*.svg" >&2
 exit $failed
