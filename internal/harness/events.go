@@ -72,10 +72,6 @@ CREATE TRIGGER progress_regression AFTER UPDATE ON lockfree_entity_progress
 	SELECT $1, s, $3 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s`
 	// sqlEventsState reads an entity's last applied number.
 	sqlEventsState = `SELECT last_seq FROM entity_state WHERE entity = $1`
-	// sqlEventsApply is an application's write: the entity's new state and
-	// the log row, in the application's transaction.
-	sqlEventsApply = `WITH u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1)
-INSERT INTO applied (entity, seq, prev_seq, produced_by) VALUES ($1, $2, $3, $4)`
 )
 
 // events is the scenario of events that clients produce, each worker to
