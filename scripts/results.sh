@@ -264,6 +264,58 @@ if [ "${ONLY:-}" = sweeps ]; then
 	exit $failed
 fi
 
+# notes prints, after a scenario's cost table, what each approach sends PostgreSQL per operation
+# and why it cannot send less: the round trips/op column is counted by a pgx tracer on each
+# worker's pool (internal/harness/tracer.go), the hand counts below are checked against it by
+# `go test -run TestRoundTripsPerOp ./internal/harness` (inventory, documents, accounts) and the
+# packages' own round-trip tests (idempotency's and kafkawriter's roundtrips_test.go). On one hot
+# key the lock-based approaches' figure is mostly waiting: each failed acquire of the busy lock
+# is one more round trip (fencedlock's polled Wait).
+notes() { # scenario
+	local head="**Round trips per operation.** What each approach sends PostgreSQL for one operation, uncontended, and what keeps it from sending fewer:"
+	case $1 in
+	inventory) cat <<-'END'
+		$HEAD
+		- `alternative`, `raw`: a sale is one conditional `UPDATE … RETURNING` (the mix's other operations: the alternative up to 3, a refusal reading the value; raw up to 2, a reprice reading first). The check is in the statement: nothing to save.
+		- `fenced-lock`: acquire, fenced read (stamps the token), fenced `UPDATE`, release: 4 (a basket locks two rows: up to 10). The token comes from the acquire, so the read that stamps it comes after; the check runs in the client between read and write (what a lock is taken for); the release follows the write it protects.
+		- `naive-lock`: the same 4 with a plain read and no token (basket: 6). `redis-lock`: the read and the write (2), the lock's 2 round trips go to Redis.
+		END
+		;;
+	documents) cat <<-'END'
+		$HEAD
+		- `alternative`: `SELECT` the row and its version, `UPDATE … WHERE version`: 2 (a delete or a create after one: 5, in a transaction). The change is computed in the client from what was read, so the read cannot join the write.
+		- `raw`: one `UPDATE … FROM (SELECT … FOR UPDATE) RETURNING`: 1, the least an edit can be.
+		- `fenced-lock`: acquire, fenced read (`Fence.Read` stamps and returns the row in one statement), fenced `UPDATE`, release: 4. `naive-lock`: the same 4, unfenced. `redis-lock`: `SELECT` and `UPDATE`, 2 (the lock's go to Redis).
+		END
+		;;
+	accounts) cat <<-'END'
+		$HEAD
+		- `alternative`: the write and its event in one statement fenced by the member's epoch: 1 (the owner caches the last number per epoch, so it reads nothing). `raw`: one statement, 1.
+		- `fenced-lock`: acquire, fenced read, the fenced write and the event in one statement, release: 4. `naive-lock`: the same 4 unfenced; `redis-lock`: 2. `verified-alternative` (4) and `verified-lock` (7) add `BEGIN`, `Postgres.Verify` and `COMMIT` around the write.
+		- A lock-based operation cannot skip its read: it does not know the last number until it holds the lock.
+		END
+		;;
+	payments|payments-leased) cat <<-'END'
+		$HEAD
+		- `alternative` (payments): the claim sent with `BEGIN`, the charge, the result stored with `COMMIT`: 3 on a first execution, 2 on a replay (the claim's batch and the `ROLLBACK`): the bare transaction's round trips. (payments-leased: claim with a lease, fenced read, the charge with its fenced write, complete with the token: 4; a replay 1.)
+		- `raw`: one statement records the key and charges it: 1 (a key recorded with another amount: 2). It stores no answer to replay.
+		- `fenced-lock`: acquire, the record's check, the fenced read that makes and stamps the key's row, the charge with its fenced write in one statement, the record, release: 6 (a replay: acquire, check, release). The stamp needs the token; the charge needs the stamp; the record follows the charge it records.
+		- `naive-lock`: acquire, plain read, the charge and its record pipelined, release: 4; `redis-lock`: 2.
+		END
+		;;
+	events) cat <<-'END'
+		$HEAD
+		here an operation is one produce of 5 events to Kafka, so PostgreSQL sees its producer's backlog check (a `SELECT`, again every 2 ms while 10 of the entity's events wait) and the consumers' work on the events, counted with the approach's background work.
+		- `alternative`: per batch of up to 100 events of any entities, `BEGIN`, the events in one pipelined round trip, the inbox's compare-and-set, `COMMIT`: 4. The compare-and-set is the fence; a batch needs its own transaction.
+		- `fenced-lock` (`kafkawriter.FencedConsumer`): per entity and batch, acquire, fenced read, `BEGIN`, one round trip per event (its handler is per message), fenced write, `COMMIT`, release: 6 + the events. The token comes from the acquire, the read stamps it, the write checks it, the release follows the commit.
+		- `naive-lock`: the same flow without the fence (the harness's own consumer-group member): acquire, plain read, `BEGIN`, the events and the progress write pipelined, `COMMIT`, release: 6 per entity and batch. `redis-lock`: the same 4 PostgreSQL round trips, the lock's 2 in Redis. `BEGIN` and `COMMIT` could ride in the pipeline (an implicit transaction: 2 fewer); they are the fenced twin's transaction, kept so that the two differ by the fence alone.
+		- `raw`: competing consumers of a table, one conditional statement per event (`UPDATE … WHERE last_seq < seq` → log row): 5, plus each consumer's poll for pending events. One statement per event is the least for one event; a batch of an entity's events could share one.
+		END
+		;;
+	esac | sed "s|\$HEAD|$head|"
+	echo
+}
+
 failed=0
 run() { # scenario faults [keys [what the key count makes of the run]]
 	local sc=$1 faults=$2 keys=${3:-1} what=${4:-}
@@ -325,9 +377,11 @@ for sc in $scenarios; do
 			# first executions dominate. Both cost runs, named so.
 			run "$sc" none 1 "replay-heavy: see the first executions and replays columns"
 			run "$sc" none 1000 "first executions dominate"
+			notes "$sc" >>"$tmp"
 			continue
 		fi
 		run "$sc" "$f"
+		[ "$f" != none ] || notes "$sc" >>"$tmp"
 	done
 done
 if [ "${ONLY:-}" = scenarios ]; then

@@ -23,9 +23,10 @@ const eventsPerOp = 5
 // constraint on purpose: a duplicate must reach the check. The Kafka
 // consumers also log the worker that applied each event (applied_by) and,
 // for the inbox, the partition's owner as the write ran (owner).
-// progress_regressions logs, by a trigger, every write that moved the fenced
-// twin's progress (kafkawriter's entity_progress: per entity, the offset of
-// the last event applied) back.
+// progress_regressions logs, by a trigger, every write that moved the
+// lock-based consumers' progress (kafkawriter's entity_progress: per entity,
+// the offset of the last event applied; the fenced twin's, and the unfenced
+// twins' in events_group.go) back.
 const (
 	sqlEventsTables = `CREATE TABLE entity_state (
 	entity        text   PRIMARY KEY,
@@ -72,10 +73,6 @@ CREATE TRIGGER progress_regression AFTER UPDATE ON lockfree_entity_progress
 	SELECT $1, s, $3 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS s`
 	// sqlEventsState reads an entity's last applied number.
 	sqlEventsState = `SELECT last_seq FROM entity_state WHERE entity = $1`
-	// sqlEventsApply is an application's write: the entity's new state and
-	// the log row, in the application's transaction.
-	sqlEventsApply = `WITH u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1)
-INSERT INTO applied (entity, seq, prev_seq, produced_by) VALUES ($1, $2, $3, $4)`
 )
 
 // events is the scenario of events that clients produce, each worker to
@@ -149,9 +146,9 @@ func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Report) e
 	return err
 }
 
-// regressed is the anomaly of a progress record moved back: the fenced twin
-// recorded an entity's events as applied up to an offset below the one it
-// had recorded before. Delivery may not see it — nothing was applied twice
+// regressed is the anomaly of a progress record moved back: a lock-based
+// consumer recorded an entity's events as applied up to an offset below the
+// one recorded before. Delivery may not see it — nothing was applied twice
 // yet — but the record is what decides which events a later delivery
 // applies, and every event between the two offsets would be applied again.
 const regressed history.Anomaly = "progress moved back"

@@ -134,14 +134,13 @@ func (c *consumer) Close() error {
 	return nil
 }
 
-// applyTx is an application in tx: read the entity's last number, then —
-// past the before-write point — write the new one and the log row.
-func applyTx(ctx context.Context, env *Env, tx pgx.Tx, e pendingEvent, point string) error {
-	var last int64
-	if err := tx.QueryRow(ctx, sqlEventsState, e.entity).Scan(&last); err != nil {
-		return err
-	}
-	env.BeforeWrite(ctx, point)
-	_, err := tx.Exec(ctx, sqlEventsApply, e.entity, e.seq, last, e.by)
-	return err
+// eventsClient produces the worker's events and consumes its share.
+type eventsClient struct {
+	*producer
+	*consumer
+}
+
+func (c *eventsClient) Op(ctx context.Context) error {
+	c.wait(ctx)
+	return c.produce(ctx)
 }

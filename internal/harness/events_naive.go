@@ -8,83 +8,91 @@ import (
 	"github.com/lockfree-go/lockfree/fencedlock"
 )
 
-// sqlEventsNaiveApply is the naive twin's application: the entity's new
-// number and the log row in one statement, whatever holder wrote it since.
-const sqlEventsNaiveApply = `WITH u AS (
-	UPDATE entity_state SET last_seq = $2 WHERE entity = $1 RETURNING entity)
-INSERT INTO applied (entity, seq, prev_seq, produced_by) SELECT entity, $2, $3, $4 FROM u`
-
-// eventsNaive is competing consumers on the lease lock, with a plain read
-// and an unfenced write, that take their events from a PostgreSQL table
-// (event_queue, the stream's stand-in): two workers' consumers compete for
-// each entity; per event, lock the entity → read its last number → skip
-// the event if applied → write the number and the log row → release. A
-// holder stopped past its lease applies an event the holder that took over
-// applied too.
-type eventsNaive struct{}
+// eventsNaive is the fenced twin without its fence, on the same topic and the
+// same consumer group: every worker a member (groupConsumer); per entity and
+// batch, lock the entity (fencedlock.Locker, its token unused) → plain read
+// of its progress → skip the events applied → apply the rest and write the
+// progress, in one transaction → release, then commit the Kafka offsets. A
+// member stopped past its session timeout is evicted, another member gets its
+// partition, fetches the events whose offsets were not committed, takes the
+// entity's lock, whose lease ran out long before, and applies them; the
+// stopped holder wakes and applies them too.
+type eventsNaive struct{ kafkaEvents }
 
 func init() { RegisterApproach(eventsNaive{}) }
 
 func (eventsNaive) Scenario() string   { return "events" }
 func (eventsNaive) Approach() Approach { return NaiveLock }
 func (eventsNaive) Label() string {
-	return "competing consumers of a PostgreSQL event table on the lease lock: per event lock entity → plain read → skip if applied → write + log row → release (no token)"
+	return "the same consumer group on the lease lock: per entity and batch lock → plain read of its progress → skip if applied → apply + progress write in one transaction (no token) → release → commit the Kafka offset"
 }
+
+// Protection is the consumer group's, as the fenced twin's: nobody else
+// reads a partition before its member is evicted and the group rebalanced,
+// long after the entity lock's lease has run out.
 func (eventsNaive) Protection(p Params) Protection {
-	return lockTTL(p)
+	return Protection{Lease: max(p.LeaseTTL, kafkaSession+kafkaRebalance), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
-func (eventsNaive) NewClient(_ context.Context, env *Env) (Client, error) {
-	return newEventsNaive(env)
-}
-
-func newEventsNaive(env *Env) (Client, error) {
-	// Polled, not woken: two consumers wait on every event's lock, and a
-	// wake-up costs a connection per wait and a NOTIFY per release, which
-	// serialises every release in the server.
-	locks, err := fencedlock.NewPostgres(env.DB, nil)
+func (eventsNaive) NewClient(ctx context.Context, env *Env) (Client, error) {
+	// Polled, not woken, as the fenced twin's locks: the lock is contended
+	// only around a rebalance.
+	store, err := fencedlock.NewPostgres(env.DB, nil)
 	if err != nil {
 		return nil, err
 	}
-	l, err := fencedlock.NewLocker(env.recording(locks), &fencedlock.LockerConfig{
-		TTL: env.LeaseTTL, Holder: "worker-" + strconv.Itoa(env.Client), LockPrefix: "events/",
+	holder := "worker-" + strconv.Itoa(env.Client)
+	l, err := fencedlock.NewLocker(entityLocks{env.recording(store), env}, &fencedlock.LockerConfig{
+		TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
 		Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
 		MeterProvider: env.MeterProvider,
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := &eventsClient{producer: newProducer(env)}
-	c.consumer = newConsumer(env, func(ctx context.Context, e pendingEvent) error {
-		return l.Do(ctx, e.entity, func(_ context.Context, lease fencedlock.Lease) error {
-			// The statements run on the consumer's context: a stopped
-			// process does not see its lease's context end.
-			return applyNaive(ctx, env, e, "harness.events.naive.before-write")
-		})
-	})
-	return c, nil
-}
-
-// applyNaive applies e unless the entity's last number says it was, its
-// before-write point named point.
-func applyNaive(ctx context.Context, env *Env, e pendingEvent, point string) error {
-	var last int64
-	err := env.DB.QueryRow(ctx, sqlEventsState, e.entity).Scan(&last)
-	if err != nil || e.seq <= last {
-		return err // applied already: skipped
+	lock := func(ctx context.Context, name string, fn func(token int64) error) error {
+		return l.Do(ctx, name, func(_ context.Context, lease fencedlock.Lease) error { return fn(lease.Token) })
 	}
-	env.BeforeWrite(ctx, point)
-	_, err = env.DB.Exec(ctx, sqlEventsNaiveApply, e.entity, e.seq, last, e.by)
+	return newGroupClient(ctx, env, holder, "harness.events.naive.before-write", lock, nil)
+}
+
+// groupClient is a worker of an unfenced twin on Kafka: it produces its
+// entities' events and is a member of the run's consumer group.
+type groupClient struct {
+	*kafkaProducer
+	group   *groupConsumer
+	closing func() error // what else the client closes, or nil
+}
+
+// newGroupClient starts a worker's producer and group member, whose entity
+// locks are lock and whose before-write point is point; closing, if not nil,
+// is called on Close.
+func newGroupClient(ctx context.Context, env *Env, holder, point string, lock entityLock, closing func() error) (Client, error) {
+	topic, err := runTopic(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newKafkaProducer(env, topic)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	g, err := startGroup(sctx, env, topic, holder, point, lock)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return &groupClient{kafkaProducer: p, group: g, closing: closing}, nil
+}
+
+func (c *groupClient) Close() error {
+	c.group.close()
+	err := c.kafkaProducer.Close()
+	if c.closing != nil {
+		if cerr := c.closing(); err == nil {
+			err = cerr
+		}
+	}
 	return err
-}
-
-// eventsClient produces the worker's events and consumes its share.
-type eventsClient struct {
-	*producer
-	*consumer
-}
-
-func (c *eventsClient) Op(ctx context.Context) error {
-	c.wait(ctx)
-	return c.produce(ctx)
 }

@@ -1,54 +1,55 @@
 package harness
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
-// eventsRedis is naive-lock's competing consumers with each entity's lock in
-// Redis: per event, lock the entity → plain read of its last number → skip
-// the event if applied → write the number and the log row → release. A
-// holder stopped past the TTL applies an event the holder that took over
-// applied too.
-type eventsRedis struct{ lib redisLib }
+// eventsRedis is the naive twin with each entity's lock in Redis, on the same
+// topic and consumer group: per entity and batch, lock the entity → plain
+// read of its progress → skip the events applied → apply the rest and write
+// the progress, in one transaction → release, then commit the Kafka offsets.
+// A member stopped past its session timeout is evicted; another member gets
+// its partition and the entity's lock, whose TTL ran out long before, and
+// applies the events the stopped holder applies too when it wakes.
+type eventsRedis struct {
+	kafkaEvents
+	lib redisLib
+}
 
 func init() {
 	for _, l := range redisLibs {
-		RegisterApproach(eventsRedis{l})
+		RegisterApproach(eventsRedis{lib: l})
 	}
 }
 
 func (d eventsRedis) Scenario() string   { return "events" }
 func (d eventsRedis) Approach() Approach { return d.lib.approach }
 func (d eventsRedis) Label() string {
-	return "competing consumers, per event " + d.lib.label("the entity's", "SELECT → skip if applied → write + log row")
+	return "the same consumer group, per entity and batch " + d.lib.label("the entity's", "plain read of its progress → skip if applied → apply + progress write in one transaction") + " → commit the Kafka offset"
 }
-func (eventsRedis) Protection(p Params) Protection { return redisProtection(p) }
-func (eventsRedis) redisLock()                     {}
+
+// Protection is the consumer group's, as the naive twin's: nobody else reads
+// a partition before its member is evicted and the group rebalanced, long
+// after the lock's TTL has run out.
+func (eventsRedis) Protection(p Params) Protection {
+	return Protection{Lease: max(redisProtection(p).Lease, kafkaSession+kafkaRebalance),
+		What: "the consumer session timeout plus the rebalance (the lock's TTL in Redis runs out before)"}
+}
+func (eventsRedis) redisLock() {}
 
 func (d eventsRedis) NewClient(ctx context.Context, env *Env) (Client, error) {
 	conn, locker, err := d.lib.connect(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	point := d.lib.point("events")
-	c := &eventsRedisClient{conn: conn}
-	c.producer = newProducer(env)
-	c.consumer = newConsumer(env, func(ctx context.Context, e pendingEvent) error {
-		return withRedisLock(ctx, locker, e.entity, func() error {
-			return applyNaive(ctx, env, e, point)
-		})
-	})
-	return c, nil
-}
-
-// eventsRedisClient is an eventsClient that also closes its Redis client.
-type eventsRedisClient struct {
-	eventsClient
-	conn *redisConn
-}
-
-func (c *eventsRedisClient) Close() error {
-	err := c.eventsClient.Close()
-	if cerr := c.conn.Close(); err == nil {
-		err = cerr
+	lock := func(ctx context.Context, name string, fn func(token int64) error) error {
+		return withRedisLock(ctx, locker, name, func() error { return fn(0) })
 	}
-	return err
+	c, err := newGroupClient(ctx, env, "worker-"+strconv.Itoa(env.Client), d.lib.point("events"), lock, conn.Close)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
 }

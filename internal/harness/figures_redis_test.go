@@ -45,7 +45,7 @@ func TestRedisFigures(t *testing.T) {
 	for _, sc := range harness.Scenarios() {
 		for _, faults := range [][]harness.Fault{nil, {harness.Pause}} {
 			rep, err := harness.Run(context.Background(), sc, harness.Config{Clients: 8, Keys: 1, Duration: *redisDuration, Faults: faults},
-				harness.Infra{URL: testdb.New(t).URL, Redis: addr})
+				harness.Infra{URL: testdb.New(t).URL, Redis: addr, Kafka: kafkaBrokers(t)})
 			if err != nil {
 				t.Fatalf("%s %v: %v", sc.Name(), faults, err)
 			}

@@ -92,10 +92,13 @@ var ErrNoRedis = errors.New("harness: no Redis server")
 
 // skipReason says why def cannot run on infra, or "" when it can: a
 // redis-lock approach needs a Redis server that answers PING, an approach
-// that consumes from Kafka (kafkaApproach) brokers that answer.
+// that consumes from Kafka (kafkaApproach) brokers that answer, and one that
+// does both needs both.
 func skipReason(ctx context.Context, def ApproachDef, infra Infra) string {
 	if _, ok := def.(kafkaApproach); ok {
-		return kafkaSkip(ctx, infra)
+		if why := kafkaSkip(ctx, infra); why != "" {
+			return why
+		}
 	}
 	if _, ok := def.(redisApproach); !ok {
 		return ""
