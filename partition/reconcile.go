@@ -256,6 +256,11 @@ func (m *Member) handOff(xs []*executor) {
 	go func() {
 		defer m.wg.Done()
 		epochs := m.drain(xs)
+		// Between the drain and the release: a pause here can outlast the
+		// member's lease, and the release then reaches the store after
+		// another member claimed the partition — a stale release, which
+		// Release refuses by (owner, epoch).
+		failpoint.Inject(m.runCtx, "partition.member.before-release")
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.runCtx), m.cfg.TTL)
 		err := m.store.Release(ctx, epochs)
 		cancel()

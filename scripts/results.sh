@@ -5,7 +5,8 @@
 # instance (scripts/postgres.sh): once without faults (the cost), then under
 # each fault a stale holder's write lands under (pause, delay), then — for
 # the first scenario only, to keep the run within the hour — under stall,
-# isolate and restart; then the mutant hunt (`make mutants`, TestMutants in
+# isolate and restart, and accounts under the partition members' faults
+# (late-heartbeat, handoff-pause); then the mutant hunt (`make mutants`, TestMutants in
 # internal/harness/mutants_test.go): its table mutant → scenario → violations.
 #
 #   scripts/results.sh                          # 10 s per approach under a fault, 8 workers;
@@ -67,10 +68,10 @@ mutants() {
 	echo "mutant on in its workers (\`LOCKFREE_MUTANTS\`) and runs a scenario's approach that reaches the site —"
 	echo "the naive lock without faults, then the alternative and the fenced lock under \`pause\`, then accounts'"
 	echo "\`verified-lock\` and \`verified-alternative\` under \`pause\`, then the alternative and the fenced lock"
-	echo "under \`delay\`, then the alternative under \`lost-commit\` — with"
+	echo "under \`delay\`, then the alternative under \`lost-commit\`, \`late-heartbeat\` and \`handoff-pause\` — with"
 	echo "4 workers, 1 key, 1.5 s (four of the approach's leases under a fault, when longer), until one run shows"
 	echo "violations — the scenario's check's, or the exclusivity check's of every run (overlapping tenures,"
-	echo "revived leases, calls after a tenure lapsed). Each row is that run, or the last one tried"
+	echo "revived leases, calls after a tenure lapsed, releases of a superseded tenure). Each row is that run, or the last one tried"
 	echo "(how it works: [compare.md](compare.md#mutants-can-the-proof-fail))."
 	echo "\"site hits\" is how often the workers reached the mutant's site in it. A HOLE is a mutant no run catches:"
 	echo "the proof does not yet show that its condition matters."
@@ -368,6 +369,11 @@ for sc in $scenarios; do
 		faults="none pause delay stall isolate restart"
 	else
 		faults="none pause delay"
+	fi
+	# The partition members' own faults: only accounts' workers are members
+	# (the other approaches are reported as skipped, with why).
+	if [ -z "${FAULTS:-}" ] && [ "$sc" = accounts ]; then
+		faults="$faults late-heartbeat handoff-pause"
 	fi
 	for f in $faults; do
 		if [ "$f" = none ] && [ "${sc%%-*}" = payments ]; then

@@ -73,6 +73,7 @@ var registry = []Point{
 	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},
 	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
 	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
+	{"partition.member.before-release", InjectPoint, "a Member handoff, after the drain, before it releases the partitions it handed off"},
 	{"partition.member.before-write", InjectPoint, "Member.Do on the partition executor, after the lease check, before fn writes with the epoch"},
 	{"partition.member.heartbeat", InjectPoint, "a Member heartbeat, before it renews the membership lease"},
 	{"partition.member.paused", MutantSite, "a Member runs calls while its membership lease is not safely held (its heartbeats are late)"},

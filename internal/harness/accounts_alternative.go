@@ -57,6 +57,9 @@ func (accountsAlternative) Protection(Params) Protection {
 	return Protection{Lease: accountsMemberTTL + accountsMemberInterval, What: "the member lease and a heartbeat"}
 }
 
+// runsMember: each worker is a partition member (the member faults).
+func (accountsAlternative) runsMember() {}
+
 func (accountsAlternative) NewClient(ctx context.Context, env *Env) (Client, error) {
 	return newAccountsAlt(ctx, env, false)
 }
@@ -84,6 +87,8 @@ func (accountsVerifiedAlternative) Label() string {
 func (accountsVerifiedAlternative) Protection(p Params) Protection {
 	return accountsAlternative{}.Protection(p)
 }
+
+func (accountsVerifiedAlternative) runsMember() {}
 
 func (accountsVerifiedAlternative) NewClient(ctx context.Context, env *Env) (Client, error) {
 	return newAccountsAlt(ctx, env, true)

@@ -94,6 +94,10 @@ var faultKinds = []faultKind{
 		how: "restarts of the PostgreSQL server mid-run"},
 	{name: Failover, bites: true, global: failoverFault,
 		how: "failovers of the lock service's database mid-run (its standby held from WAL while leases were granted, the primary killed, the standby promoted), a client stopped across each holding a lease whose WAL was lost, resumed after another took its key over on the promoted node"},
+	{name: LateHeartbeat, victim: lateHeartbeatOnce, skip: memberSkip,
+		how: "holds of a partition member's heartbeats and steps past its lease, until another member claimed one of its partitions, while its calls went on"},
+	{name: HandoffPause, victim: handoffPauseOnce, skip: memberSkip,
+		how: "SIGSTOPs of a partition member in a handoff, after its drain and before its release, resumed once its lease had run out and other members had claimed every partition it held"},
 }
 
 func faultByName(f Fault) (faultKind, bool) {

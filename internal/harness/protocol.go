@@ -91,6 +91,10 @@ type arm struct {
 	Mode string        `json:"mode"`
 	Key  string        `json:"key,omitempty"`
 	For  time.Duration `json:"for,omitempty"`
+	// Point, when set, is the one point the arm fires at instead of a
+	// before-write point: a point of a library's background work
+	// (memberPoint).
+	Point string `json:"point,omitempty"`
 }
 
 // The modes of an arm.

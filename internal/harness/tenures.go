@@ -132,13 +132,14 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 // ownerEvidence is what a partition member's events say, by the store's
 // rules: the tenures of its membership leases (named by the member) and of
 // its ownerships (named "partition/N", their Token the epoch), the renewals
-// of its membership, its calls as an owner, and the refusals of its writes
-// as a stale owner; ttl is the longest membership TTL.
+// of its membership, its calls as an owner, the refusals of its writes
+// as a stale owner, and its releases (At: when each was sent); ttl is the
+// longest membership TTL.
 type ownerEvidence struct {
-	members, owners []history.Tenure
-	renewals        []history.Renewal
-	acts, refusals  []history.Act
-	ttl             time.Duration
+	members, owners          []history.Tenure
+	renewals                 []history.Renewal
+	acts, refusals, releases []history.Act
+	ttl                      time.Duration
 }
 
 // ownerSpans turns the partition members' events into their evidence, its
@@ -192,6 +193,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 				if o := os[tenureKey{client: c, name: ev.Name, token: ev.Token}]; o != nil {
 					o.t.To = min(o.t.To, ev.Sent)
 				}
+				out.releases = append(out.releases, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.Sent})
 			case evAct:
 				out.acts = append(out.acts, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T, Excused: faulted[ev.Op]})
 			case evRefuse:
@@ -254,6 +256,9 @@ func (r *run) checkTenures(rep *history.Report) {
 		// A write refused as stale is the owner's due only once its
 		// ownership may have ended: no fault excuses the store.
 		history.Refused(own.owners, own.refusals, rep.Base),
+		// A release the store answered as done frees only the ownership
+		// it names: none after a later claim of the partition returned.
+		history.StaleReleases(own.owners, own.releases, rep.Base),
 	} {
 		vs = append(vs, found...)
 	}

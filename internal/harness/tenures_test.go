@@ -125,4 +125,10 @@ func TestOwnerSpans(t *testing.T) {
 	if vs := history.Refused(owners, own.refusals, 0); len(vs) != 1 || vs[0].Key != "partition/0" {
 		t.Errorf("refusals %+v, want the one that came back while its ownership was in force", vs)
 	}
+	if len(own.releases) != 1 || own.releases[0] != (history.Act{Name: "partition/0", Client: 1, Token: 100, At: 300 * ms}) {
+		t.Errorf("releases %+v, want the disown of partition/0 at its send time", own.releases)
+	}
+	if vs := history.StaleReleases(owners, own.releases, 0); len(vs) != 0 {
+		t.Errorf("stale releases %+v, want none: no later claim of partition/0", vs)
+	}
 }

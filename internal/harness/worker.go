@@ -71,6 +71,9 @@ type worker struct {
 	invoked atomic.Int64
 	// tasks numbers the background tasks of Env.Task.
 	tasks atomic.Int64
+	// late holds a partition member's heartbeats and steps while armed
+	// (modeLate).
+	late lateGate
 }
 
 // serve is WorkerMain on in and out.
@@ -105,6 +108,9 @@ func (w *worker) control(sc *bufio.Scanner) {
 		case cmdHalt:
 			return
 		case cmdArm:
+			if w.armLate(c.Arm) {
+				continue
+			}
 			w.mu.Lock()
 			w.armed = c.Arm
 			w.mu.Unlock()
@@ -140,6 +146,7 @@ func (w *worker) clear() {
 		close(w.release)
 		w.release = nil
 	}
+	w.late.clear()
 }
 
 // step lets an operation blocked at a point go on and parks the next
@@ -176,6 +183,9 @@ func (w *worker) park(ctx context.Context, key string) {
 // the operation as having reached its write and, when the worker is armed
 // for it, fires the arm once.
 func (w *worker) point(ctx context.Context, name string) {
+	if w.memberPoint(ctx, name) {
+		return
+	}
 	if !strings.HasSuffix(name, "before-write") {
 		return
 	}
@@ -187,7 +197,7 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || (a.Key != "" && a.Key != ev.Key) {
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) {
 		w.mu.Unlock()
 		return
 	}

@@ -164,6 +164,36 @@ func Refused(ts []Tenure, refusals []Act, base Time) []Violation {
 	return out
 }
 
+// StaleRelease: a tenure released by the service after it had granted the
+// name to a later tenure — the release freed another holder's grant.
+const StaleRelease Anomaly = "release of a superseded tenure"
+
+// StaleReleases returns a violation for each release (an Act whose At is
+// when the request that the service answered with a release was sent) of a
+// tenure (Name, Client, Token) that a tenure of the same name with a higher
+// token had been granted before (its From, when its grant returned, before
+// At): a service releases only the tenure a request names, and that one was
+// no longer current when the request was sent — tokens only grow.
+func StaleReleases(ts []Tenure, releases []Act, base Time) []Violation {
+	d := &describer{base: base}
+	var out []Violation
+	for _, a := range releases {
+		var later *Tenure
+		for i := range ts {
+			t := &ts[i]
+			if t.Name == a.Name && t.Token > a.Token && t.From < a.At && (later == nil || t.From < later.From) {
+				later = t
+			}
+		}
+		if later != nil {
+			out = append(out, Violation{Key: a.Name, Anomaly: StaleRelease, Text: fmt.Sprintf(
+				"client %d's release of %s with %s, sent at %s, freed it after client %d had been granted it with %s (at %s)",
+				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), later.Client, tokenText(later.Token), d.at(later.From))})
+		}
+	}
+	return out
+}
+
 // tenureKey is a tenure's identity: the name, the holder and its token.
 type tenureKey struct {
 	name   string

@@ -101,3 +101,21 @@ func TestRefused(t *testing.T) {
 		t.Fatalf("violations %+v, want the one refusal within the tenure", vs)
 	}
 }
+
+func TestStaleReleases(t *testing.T) {
+	ts := []history.Tenure{
+		{Name: "p", Client: 1, Token: 7, From: 0, To: 100},
+		{Name: "p", Client: 2, Token: 8, From: 120, To: 300},
+		{Name: "q", Client: 2, Token: 3, From: 10, To: 300},
+	}
+	releases := []history.Act{
+		{Name: "p", Client: 1, Token: 7, At: 150}, // sent after client 2's claim returned: stale
+		{Name: "p", Client: 1, Token: 7, At: 110}, // sent before it: the claim may have come after
+		{Name: "p", Client: 2, Token: 8, At: 200}, // the current tenure's own release
+		{Name: "q", Client: 1, Token: 2, At: 5},   // before the later grant of q
+	}
+	vs := history.StaleReleases(ts, releases, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.StaleRelease || vs[0].Key != "p" || vs[0].Text == "" {
+		t.Fatalf("violations %+v, want the one release sent after a later claim", vs)
+	}
+}
