@@ -316,6 +316,12 @@ func runMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant st
 	cfg.Hits = func(_ harness.Approach, hits map[string]int64) { run.hits = hits[mutant] }
 	rep, err := harness.Run(context.Background(), sc, cfg, infra)
 	run.err = err
+	if err != nil {
+		// Why a fault did not take effect, or what went wrong.
+		for _, n := range rep.Notes {
+			t.Logf("%s on %s/%s: %s", mutant, tg.scenario, tg.approach, n)
+		}
+	}
 	for _, r := range rep.Results {
 		run.violations, run.checked, run.detail = r.Violations, r.Checked, r.Detail
 	}
