@@ -97,6 +97,10 @@ type Op struct {
 	took   atomic.Bool  // its effect committed (Took)
 	token  atomic.Int64 // of the last lease it was granted
 	task   string       // the ID of a task's background work (Env.Task)
+	// fetched and produced are a stream consumer's task's marks
+	// (markFetched, markApplied).
+	fetched  atomic.Bool
+	produced atomic.Pointer[string]
 }
 
 type opKey struct{}
@@ -142,7 +146,30 @@ func (e *Env) Task(ctx context.Context, key string, token int64) (context.Contex
 	op.task = "task-" + strconv.Itoa(e.Client) + "-" + strconv.FormatInt(e.w.tasks.Add(1), 10)
 	var once sync.Once
 	return context.WithValue(ctx, opKey{}, op), func() {
-		once.Do(func() { _ = e.w.out.event(event{Ev: evDone, T: history.Now(), Key: key, Op: op.task}) })
+		once.Do(func() {
+			ev := event{Ev: evDone, T: history.Now(), Key: key, Op: op.task}
+			if by := op.produced.Load(); by != nil {
+				ev.Produced = *by
+			}
+			_ = e.w.out.event(ev)
+		})
+	}
+}
+
+// markFetched marks the task of ctx as one whose worker holds events it
+// fetched from a stream and has written nothing of them yet: its
+// before-write point fires an arm for Fetched (the overtake fault).
+func markFetched(ctx context.Context) {
+	if op := opFrom(ctx); op != nil {
+		op.fetched.Store(true)
+	}
+}
+
+// markApplied marks the task of ctx as the application of an event that
+// the operation by produced ("" for none): its end reports by.
+func markApplied(ctx context.Context, by string) {
+	if op := opFrom(ctx); op != nil {
+		op.produced.Store(&by)
 	}
 }
 

@@ -25,6 +25,9 @@ type eventsAlternative struct{ kafkaEvents }
 
 func init() { RegisterApproach(eventsAlternative{}) }
 
+// marksFetched: its handler marks a batch it holds for the overtake fault.
+func (eventsAlternative) marksFetched() {}
+
 func (eventsAlternative) Scenario() string   { return "events" }
 func (eventsAlternative) Approach() Approach { return Alternative }
 func (eventsAlternative) Label() string {
@@ -83,13 +86,32 @@ func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
 // apply is the consumer's handler: a batch of one partition, in the
 // transaction that advances the inbox past it. Its before-write point comes
 // first, before any write: a member stopped there holds the batch and no
-// row lock.
+// row lock. On a partition another worker produces to, it is marked as such
+// (markFetched) for the overtake fault.
 func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 	p := msgs[0].Partition
+	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	if err != nil {
+		return err
+	}
 	tctx, done := c.env.Task(ctx, partitionKey(p), c.consumer.Assigned()[p])
-	onEnd(tx, done)
+	if onTask(tx, tctx, done) && c.othersProduceTo(p) {
+		markFetched(tctx)
+	}
+	markApplied(tctx, last.by)
 	c.env.BeforeWrite(tctx, "harness.events.alternative.before-write")
 	return applyBatch(ctx, tx, msgs, c.holder, c.group)
+}
+
+// othersProduceTo reports whether another worker's entity is sent to
+// partition p (spreadKey: entity i of all to partition i mod the clients).
+func (c *eventsAltClient) othersProduceTo(p int) bool {
+	for i := range c.env.Clients * c.env.Keys {
+		if i%c.env.Clients == p && i/c.env.Keys != c.env.Client {
+			return true
+		}
+	}
+	return false
 }
 
 // watch reports each partition the consumer claims and gives up as a lease

@@ -27,6 +27,10 @@ type eventsFenced struct{ kafkaEvents }
 
 func init() { RegisterApproach(eventsFenced{}) }
 
+// marksFetched: its handler marks a transaction's first event, held with
+// the rest of the batch, for the overtake fault.
+func (eventsFenced) marksFetched() {}
+
 func (eventsFenced) Scenario() string   { return "events" }
 func (eventsFenced) Approach() Approach { return FencedLock }
 func (eventsFenced) Label() string {
@@ -88,16 +92,34 @@ type eventsFencedClient struct {
 
 // apply is the consumer's handler: one event, in the transaction that
 // writes the entity's progress fenced by the lock's token. Its before-write
-// point comes before its write.
+// point comes before its write. The task of a transaction's first event, on
+// an entity another worker produces, is marked as holding fetched events
+// (markFetched): stopped there, the worker holds the batch and no row lock,
+// and the worker that takes its partition over can apply past the batch
+// while it is stopped (the overtake fault).
 func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 	e, err := decodeEvent(m.Value)
 	if err != nil {
 		return err
 	}
 	tctx, done := c.env.Task(ctx, e.entity, 0)
-	onEnd(tx, done)
+	if onTask(tx, tctx, done) && !c.produces(e.entity) {
+		markFetched(tctx)
+	}
+	markApplied(tctx, e.by)
 	c.env.BeforeWrite(tctx, "harness.events.fenced.before-write")
 	return applyBatch(ctx, tx, []kafka.Message{m}, c.holder, "")
+}
+
+// produces reports whether entity is one of the worker's own, which no
+// other worker produces.
+func (c *eventsFencedClient) produces(entity string) bool {
+	for k := range c.env.Keys {
+		if entityName(c.env.Client, k) == entity {
+			return true
+		}
+	}
+	return false
 }
 
 // Counts are the consumer's: transactions refused by the token (stale

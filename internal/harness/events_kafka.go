@@ -324,41 +324,64 @@ func (d taskDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	return &taskTx{Tx: tx}, nil
 }
 
-// taskTx is a transaction of taskDB: done, set by the handler that runs in
-// it, is called once it has committed or rolled back.
+// taskTx is a transaction of taskDB: the tasks of the handler that runs in
+// it (onEnd, onTask) end once it has committed or rolled back.
 type taskTx struct {
 	pgx.Tx
-	mu   sync.Mutex
-	done func()
+	mu    sync.Mutex
+	done  []func()
+	tasks []context.Context // the tasks whose positions it applies (onTask)
 }
 
-// onEnd sets the function called when tx ends, when tx is a taskTx.
+// onEnd adds a function called when tx ends, when tx is a taskTx.
 func onEnd(tx pgx.Tx, done func()) {
 	if t, ok := tx.(*taskTx); ok {
 		t.mu.Lock()
-		t.done = done
+		t.done = append(t.done, done)
 		t.mu.Unlock()
 	}
 }
 
-func (t *taskTx) end() {
+// onTask is onEnd for the task of tctx, which marks the event it applies
+// (markApplied): a task whose transaction does not commit applied nothing,
+// and its mark is cleared. It reports whether the
+// task is tx's first, before which tx wrote nothing of the handler's.
+func onTask(tx pgx.Tx, tctx context.Context, done func()) (first bool) {
+	t, ok := tx.(*taskTx)
+	if !ok {
+		return false
+	}
 	t.mu.Lock()
-	done := t.done
-	t.done = nil
+	defer t.mu.Unlock()
+	first = len(t.done) == 0
+	t.done = append(t.done, done)
+	t.tasks = append(t.tasks, tctx)
+	return first
+}
+
+func (t *taskTx) end(committed bool) {
+	t.mu.Lock()
+	done, tasks := t.done, t.tasks
+	t.done, t.tasks = nil, nil
 	t.mu.Unlock()
-	if done != nil {
-		done()
+	for _, ctx := range tasks {
+		if !committed {
+			markApplied(ctx, "")
+		}
+	}
+	for _, d := range done {
+		d()
 	}
 }
 
 func (t *taskTx) Commit(ctx context.Context) error {
 	err := t.Tx.Commit(ctx)
-	t.end()
+	t.end(err == nil)
 	return err
 }
 
 func (t *taskTx) Rollback(ctx context.Context) error {
 	err := t.Tx.Rollback(ctx)
-	t.end()
+	t.end(false)
 	return err
 }

@@ -219,8 +219,13 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 		}
 		// A mechanism that counts the stale writers it refused refused
 		// one after each pause: a stopped writer was taken over.
-		if n, ok := r.Extra["fenced"]; ok && f == harness.Pause && n == 0 {
+		if n, ok := r.Extra["fenced"]; ok && (f == harness.Pause || f == harness.Overtake) && n == 0 {
 			t.Errorf("%s: no transaction refused by a fence under %d × %s: no stopped writer was taken over", r.Approach, r.FaultsInjected[f], f)
+		}
+		// An overtaken consumer tried its batch again and found it
+		// applied by the one that overtook it.
+		if n, ok := r.Extra["skipped"]; ok && f == harness.Overtake && n == 0 {
+			t.Errorf("%s: no event found applied under %d × %s: no stopped consumer's batch was skipped", r.Approach, r.FaultsInjected[f], f)
 		}
 		if r.Ops == 0 {
 			t.Errorf("%s: no operation succeeded", r.Approach)

@@ -90,6 +90,8 @@ var faultKinds = []faultKind{
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
 	{name: LostCommit, network: true, victim: lostCommitOnce, skip: lostCommitSkip,
 		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
+	{name: Overtake, victim: overtakeOnce, skip: overtakeSkip,
+		how: "SIGSTOPs of a consumer holding a fetched batch it had written nothing of, each resumed past its session and after the worker that got its partition applied an event sent after the stop"},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
 	{name: Failover, bites: true, global: failoverFault,

@@ -34,6 +34,14 @@ type monitor struct {
 	goT    map[int]history.Time
 	// lastDone is when each client last completed an operation.
 	lastDone map[int]history.Time
+	// applied holds, by key, the tasks that committed the application of
+	// an event and named the operation that produced it.
+	applied map[string][]appliedSeen
+}
+
+type appliedSeen struct {
+	client   int
+	produced string // the ID of the operation that produced the event
 }
 
 type opSeen struct {
@@ -124,6 +132,12 @@ func (m *monitor) event(client int, ev event) {
 		// A task is no operation of the history: only its end is
 		// waited for.
 		m.done[ev.Op] = opSeen{client: client, key: ev.Key, call: ev.T, outcome: evDone}
+		if ev.Produced != "" {
+			if m.applied == nil {
+				m.applied = map[string][]appliedSeen{}
+			}
+			m.applied[ev.Key] = append(m.applied[ev.Key], appliedSeen{client: client, produced: ev.Produced})
+		}
 	}
 	m.changedLocked()
 }
@@ -179,6 +193,26 @@ func (m *monitor) takenOverLocked(victim int, key string, token int64, t history
 	}
 	for _, p := range m.points {
 		if p.client != victim && p.ev.Ev == evPoint && p.ev.Mode == modeHold && p.ev.Key == key && p.ev.T > t {
+			return true
+		}
+	}
+	return false
+}
+
+// overtakenLocked reports whether another client than victim committed the
+// application of an event of key produced by an operation invoked after t:
+// an event sent after t, when the victim was stopped, is past every event
+// it holds.
+func (m *monitor) overtakenLocked(victim int, key string, t history.Time) bool {
+	for _, a := range m.applied[key] {
+		if a.client == victim {
+			continue
+		}
+		o, ok := m.done[a.produced]
+		if !ok {
+			o, ok = m.open[a.produced]
+		}
+		if ok && o.call > t {
 			return true
 		}
 	}

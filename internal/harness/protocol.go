@@ -95,6 +95,9 @@ type arm struct {
 	// before-write point: a point of a library's background work
 	// (memberPoint).
 	Point string `json:"point,omitempty"`
+	// Fetched: only at a point of a task that holds events it fetched from
+	// a stream and has written nothing of them yet (markFetched).
+	Fetched bool `json:"fetched,omitempty"`
 }
 
 // The modes of an arm.
@@ -144,6 +147,9 @@ type event struct {
 	Op    string       `json:"op,omitempty"`
 	Stats *workerStats `json:"stats,omitempty"`
 	Msg   string       `json:"msg,omitempty"`
+	// Produced is, at the end of a task that committed, the ID of the
+	// operation that produced the last event it applied (markApplied).
+	Produced string `json:"produced,omitempty"`
 }
 
 // The events.

@@ -197,7 +197,7 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) {
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) {
 		w.mu.Unlock()
 		return
 	}
