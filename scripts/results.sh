@@ -268,8 +268,9 @@ fi
 # notes prints, after a scenario's cost table, what each approach sends PostgreSQL per operation
 # and why it cannot send less: the round trips/op column is counted by a pgx tracer on each
 # worker's pool (internal/harness/tracer.go), the hand counts below are checked against it by
-# `go test -run TestRoundTripsPerOp ./internal/harness` (inventory, documents, accounts) and the
-# packages' own round-trip tests (idempotency's and kafkawriter's roundtrips_test.go). On one hot
+# `go test -run TestRoundTripsPerOp ./internal/harness` (inventory, documents, accounts),
+# `-run TestGroupConsumerApply` (the events naive and Redis twins' member) and the packages' own
+# round-trip tests (idempotency's and kafkawriter's roundtrips_test.go). On one hot
 # key the lock-based approaches' figure is mostly waiting: each failed acquire of the busy lock
 # is one more round trip (fencedlock's polled Wait).
 notes() { # scenario

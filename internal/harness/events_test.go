@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
@@ -66,5 +70,76 @@ func TestEventMessageRoundTrip(t *testing.T) {
 		if _, err := decodeEvent([]byte(bad)); err == nil {
 			t.Errorf("decodeEvent(%q) = nil error", bad)
 		}
+	}
+}
+
+// The unfenced twins' member applies a run of an entity's messages in the
+// round trips docs/singlewriter.md and scripts/results.sh count — under the
+// lock, a plain read, then BEGIN, the events and the progress write in one
+// batch, COMMIT — skips what the progress says is applied, and a run found
+// applied costs the read alone.
+func TestGroupConsumerApply(t *testing.T) {
+	db := testdb.New(t, (events{}).Migrations()...)
+	ctx := context.Background()
+	if err := (events{}).Setup(ctx, db.Pool, Sizes{Keys: 1, Clients: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns, pc.MinConns = 1, 0 // one connection: its statements prepared once
+	tr := &tracer{}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	g := &groupConsumer{env: &Env{DB: pool}, topic: "t", holder: "worker-0", point: "p"}
+	const name = "1:t/0/entity-0-0"
+	run := func(from, to int64) []kafka.Message { // offsets from..to, event seq = offset + 1
+		var out []kafka.Message
+		for o := from; o <= to; o++ {
+			out = append(out, kafka.Message{Topic: "t", Partition: 0, Offset: o, Key: []byte("entity-0-0"),
+				Value: encodeEvent(pendingEvent{entity: "entity-0-0", seq: o + 1, by: "0/1"})})
+		}
+		return out
+	}
+	apply := func(msgs []kafka.Message) counts {
+		t.Helper()
+		before := tr.counts()
+		if err := g.apply(ctx, name, 0, msgs); err != nil {
+			t.Fatal(err)
+		}
+		after := tr.counts()
+		return counts{RoundTrips: after.RoundTrips - before.RoundTrips, Statements: after.Statements - before.Statements}
+	}
+	apply(run(0, 4)) // prepares the statements on the connection
+	if got := apply(run(3, 9)); got.RoundTrips != 4 || got.Statements != 9 {
+		t.Errorf("a run of 5 new events after 2 applied: %d round trips, %d statements; want 4 (read, BEGIN, batch, COMMIT) and 9", got.RoundTrips, got.Statements)
+	}
+	if got := apply(run(5, 9)); got.RoundTrips != 1 || got.Statements != 1 {
+		t.Errorf("a run found applied: %d round trips, %d statements; want the read alone", got.RoundTrips, got.Statements)
+	}
+	rows, err := pool.Query(ctx, sqlEventsApplied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	var entity, by string
+	var seq, prev int64
+	if _, err := pgx.ForEachRow(rows, []any{&entity, &seq, &prev, &by}, func() error {
+		seqs = append(seqs, seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seqs) != 10 || seqs[0] != 1 || seqs[9] != 10 {
+		t.Errorf("applied %v, want events 1 to 10 once each", seqs)
+	}
+	var last int64
+	if err := pool.QueryRow(ctx, sqlEventsProgress, name).Scan(&last); err != nil || last != 9 {
+		t.Errorf("progress = %d, %v; want offset 9", last, err)
 	}
 }
