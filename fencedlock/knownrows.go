@@ -71,11 +71,43 @@ func (f *insertFirst) record(fresh, free bool) {
 	default:
 		return
 	}
+	addBounded(&f.score, d, insertFirstBound)
+}
+
+// addBounded adds d to score, keeping it within ±bound.
+func addBounded(score *atomic.Int32, d, bound int32) {
 	for {
-		s := f.score.Load()
-		n := min(max(s+d, -insertFirstBound), insertFirstBound)
-		if n == s || f.score.CompareAndSwap(s, n) {
+		s := score.Load()
+		n := min(max(s+d, -bound), bound)
+		if n == s || score.CompareAndSwap(s, n) {
 			return
 		}
 	}
+}
+
+// heldFirst decides which statement a Postgres store sends first for a name
+// whose row it has seen: the update alone (sqlAcquireUpdate), cheapest for a
+// free row, or the statement that also answers a held row (sqlAcquireRow),
+// which spares a held row's second statement. It keeps a score of what such
+// rows lately turned out to be, bounded as insertFirst's: a held row counts
+// for the statement with the answer, a free one against it. A zero heldFirst
+// sends the update. It is safe for concurrent use.
+type heldFirst struct {
+	score atomic.Int32 // above 0: held rows came more often
+}
+
+// heldFirstBound bounds the score.
+const heldFirstBound = 8
+
+// held reports whether to send the statement that answers a held row first.
+func (f *heldFirst) held() bool { return f.score.Load() > 0 }
+
+// record counts an acquire of a name whose row the store had seen and found:
+// held, or free.
+func (f *heldFirst) record(held bool) {
+	d := int32(-1)
+	if held {
+		d = 1
+	}
+	addBounded(&f.score, d, heldFirstBound)
 }

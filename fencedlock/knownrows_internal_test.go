@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -212,4 +215,158 @@ func TestAcquireUnseenNameSwitches(t *testing.T) {
 	step("free-2", false) // taken by the full statement: still full
 	step("fresh-1", false)
 	step("fresh-2", true) // as many fresh names as free rows: the insert again
+}
+
+func TestHeldFirst(t *testing.T) {
+	var f heldFirst
+	if f.held() {
+		t.Fatal("a zero heldFirst does not send the update first")
+	}
+	f.record(true)
+	if !f.held() {
+		t.Fatal("after a held row it still sends the update first")
+	}
+	f.record(false)
+	if f.held() {
+		t.Fatal("after as many free rows as held ones it does not send the update first")
+	}
+	// Bounded: a long run of held rows is undone by heldFirstBound free
+	// ones.
+	for range 3 * heldFirstBound {
+		f.record(true)
+	}
+	for range heldFirstBound {
+		f.record(false)
+	}
+	if f.held() {
+		t.Errorf("score %d after a long run of held rows and %d free ones; want the update first", f.score.Load(), heldFirstBound)
+	}
+}
+
+// statementLog is a DB that records the acquire statements sent through it
+// and runs before, when set, ahead of each.
+type statementLog struct {
+	DB
+	names  map[string]string // statement → what the log calls it
+	sent   []string
+	before func(name string)
+}
+
+func (s *statementLog) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if name, ok := s.names[sql]; ok {
+		if s.before != nil {
+			s.before(name)
+		}
+		s.sent = append(s.sent, name)
+	}
+	return s.DB.QueryRow(ctx, sql, args...)
+}
+
+// take returns the statements sent since the last take.
+func (s *statementLog) take() []string {
+	sent := s.sent
+	s.sent = nil
+	return sent
+}
+
+// A name whose row the store has seen is acquired with the update alone
+// while such rows turn out free: one statement. A held row takes a second
+// statement, which reports the holder, and makes the store send that
+// statement first: one statement for the next held row, and for a free
+// one, until free rows have made up for the held ones and the update goes
+// first again. A refusal locks nothing on
+// either path, and a lock freed between the update and the second statement
+// is taken by the second.
+func TestAcquireSeenRow(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, Migrations()...)
+	owner, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{DB: db.Pool, names: map[string]string{}}
+	p, err := NewPostgres(log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.names = map[string]string{p.sql.acquireUpdate: "update", p.sql.acquireRow: "row", p.sql.acquire: "full", p.sql.acquireInsert: "insert"}
+	var last int64
+	hold := func(name, holder string) Lease {
+		t.Helper()
+		l, err := owner.Acquire(ctx, name, holder, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	step := func(name string, wantHeld bool, wantSent []string, wantHeldFirst bool) Lease {
+		t.Helper()
+		l, err := p.Acquire(ctx, name, "p", time.Minute)
+		var he *HeldError
+		switch {
+		case wantHeld && !errors.As(err, &he):
+			t.Fatalf("acquire of held %s: %+v, %v; want a HeldError", name, l, err)
+		case !wantHeld && (err != nil || l.Holder != "p" || l.Token <= last):
+			t.Fatalf("acquire of free %s: %+v, %v; want a lease for p with a token above %d", name, l, err, last)
+		case !wantHeld:
+			last = l.Token
+		}
+		if sent := log.take(); !slices.Equal(sent, wantSent) {
+			t.Errorf("acquire of %s sent %v, want %v", name, sent, wantSent)
+		}
+		if p.seen.held() != wantHeldFirst {
+			t.Errorf("after %s: held first %v, want %v (score %d)", name, !wantHeldFirst, wantHeldFirst, p.seen.score.Load())
+		}
+		if wantHeld {
+			var xmax string
+			if err := db.Pool.QueryRow(ctx, `SELECT xmax::text FROM lockfree_locks WHERE name = $1`, name).Scan(&xmax); err != nil {
+				t.Fatal(err)
+			}
+			if xmax != "0" {
+				t.Errorf("the refused acquire of %s locked the holder's row (xmax %s)", name, xmax)
+			}
+		}
+		return l
+	}
+	release := func(l Lease) {
+		t.Helper()
+		if err := p.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		release(step(name, false, []string{"insert"}, false)) // fresh: the row is seen now
+	}
+	last = hold("held-1", "owner").Token
+	_ = hold("held-2", "owner")
+	for _, name := range []string{"held-1", "held-2"} {
+		if _, err := p.Acquire(ctx, name, "p", time.Minute); !errors.Is(err, ErrHeld) {
+			t.Fatalf("first acquire of %s: %v, want ErrHeld", name, err)
+		}
+	}
+	p.seen.score.Store(0)
+	log.take()
+
+	step("held-1", true, []string{"update", "row"}, true) // held: the update takes nothing
+	step("held-2", true, []string{"row"}, true)           // held first: one statement
+	release(step("b", false, []string{"row"}, true))      // free, taken by the held-first statement
+	release(step("c", false, []string{"row"}, false))     // as many free rows as held ones
+	release(step("a", false, []string{"update"}, false))  // the update first again
+
+	// A lock freed between the update and the second statement is taken by
+	// the second.
+	freed := hold("freed", "owner")
+	if _, err := p.Acquire(ctx, "freed", "p", time.Minute); !errors.Is(err, ErrHeld) {
+		t.Fatalf("first acquire of freed: %v, want ErrHeld", err)
+	}
+	p.seen.score.Store(0)
+	log.take()
+	log.before = func(stmt string) {
+		if stmt == "row" {
+			if err := owner.Release(ctx, freed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step("freed", false, []string{"update", "row"}, true)
 }

@@ -94,6 +94,16 @@ func (c PostgresConfig) validate() error {
 // the row is gone (purged) or changed hands while it ran, it returns no row
 // and the store goes on as for a name it has not seen.
 //
+// sqlAcquireUpdate is acquireUpdate alone, sent first for a name whose row
+// the store has seen while such attempts mostly find the row free
+// (heldFirst): a free row costs the server what the bare lease's update
+// does, without the set-up of the held answer. An UPDATE whose condition
+// fails neither locks nor writes the row, so a refusal still writes nothing;
+// it returns no row, and sqlAcquireRow follows, which tries again and
+// reports the holder in one round trip. A store whose attempts on seen rows
+// mostly find them held sends sqlAcquireRow first, which answers a held lock
+// in one round trip.
+//
 // sqlAcquireInsert is the other half, for a name the store has not seen: it
 // only inserts, under the same purge fence, and answers with the name's row
 // when one exists — its holder while the lease runs, a NULL holder once it
@@ -134,7 +144,8 @@ const (
 	UNION ALL
 	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
-	sqlAcquireRow = `WITH upd AS (
+	sqlAcquireUpdate = acquireUpdate
+	sqlAcquireRow    = `WITH upd AS (
 		` + acquireUpdate + `
 	)
 	SELECT true, $2::text, token, expires_at, false FROM upd
@@ -190,13 +201,13 @@ const (
 )
 
 type pgStatements struct {
-	acquire, acquireRow, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	acquire, acquireRow, acquireUpdate, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return pgStatements{
-		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireUpdate: r(sqlAcquireUpdate), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 	}
@@ -214,6 +225,7 @@ type Postgres struct {
 	listener *listener    // nil unless Notify and db is a pool
 	known    *knownRows   // shared by WithDB's copies
 	unseen   *insertFirst // shared by WithDB's copies
+	seen     *heldFirst   // shared by WithDB's copies
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -229,7 +241,7 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables),
-		known: newKnownRows(), unseen: new(insertFirst)}
+		known: newKnownRows(), unseen: new(insertFirst), seen: new(heldFirst)}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
 		p.listener = &listener{pool: pool, channel: p.channel}
 	}
@@ -260,7 +272,9 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 }
 
 // Acquire implements Store. It is one statement, and one round trip unless
-// the lock was released or purged while the statement ran, the row of a
+// the lock was released or purged while the statement ran, a name the
+// store had seen is held while its attempts on such names mostly found them
+// free (see heldFirst), the row of a
 // name the store had seen was purged since, or a name the store had not seen
 // has a free row while such names mostly turned out fresh (see insertFirst):
 // then a second statement takes the row.
@@ -287,12 +301,12 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 }
 
 // acquireStatements are the statements of one acquire: full is sqlAcquire,
-// row sqlAcquireRow and insert sqlAcquireInsert, rendered, with a mutant's
-// change when one is on.
-type acquireStatements struct{ full, row, insert string }
+// row sqlAcquireRow, update sqlAcquireUpdate and insert sqlAcquireInsert,
+// rendered, with a mutant's change when one is on.
+type acquireStatements struct{ full, row, update, insert string }
 
 func (p *Postgres) acquireStatements() acquireStatements {
-	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, insert: p.sql.acquireInsert}
+	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, update: p.sql.acquireUpdate, insert: p.sql.acquireInsert}
 	if failpoint.Mutant("fencedlock.acquire.expired") {
 		// The update branch without its expiry condition, and a held row
 		// reported as free, so that it goes to the update.
@@ -300,7 +314,7 @@ func (p *Postgres) acquireStatements() acquireStatements {
 			sql = strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1)
 			return migrate.Render(strings.Replace(sql, acquireInsertHolder, "NULL::text", 1), p.tables)
 		}
-		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), insert: unexpired(sqlAcquireInsert)}
+		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), update: unexpired(sqlAcquireUpdate), insert: unexpired(sqlAcquireInsert)}
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
@@ -310,20 +324,63 @@ func (p *Postgres) acquireStatements() acquireStatements {
 	return s
 }
 
-// acquire runs one attempt: sqlAcquireRow when the name's row is known to
-// exist, and acquireUnseen when it is not or sqlAcquireRow found no row. It
+// acquire runs one attempt: acquireSeen when the name's row is known to
+// exist, and acquireUnseen when it is not or acquireSeen found no row. It
 // returns pgx.ErrNoRows when the statement it sent last found no row to take
 // or report.
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	s := p.acquireStatements()
 	if p.known.has(name) {
-		l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
+		l, err := p.acquireSeen(ctx, s, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
 		p.known.forget(name)
 	}
 	return p.acquireUnseen(ctx, s, name, holder, ttl)
+}
+
+// acquireSeen acquires a name whose row the store has seen, with
+// sqlAcquireUpdate (then sqlAcquireRow when it took nothing) or sqlAcquireRow
+// alone, as heldFirst says, and tells heldFirst whether the row was held. It
+// returns pgx.ErrNoRows when the row is gone.
+func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+	updateFirst := !p.seen.held()
+	if updateFirst {
+		l, err := p.update(ctx, s.update, name, holder, ttl)
+		if err == nil {
+			p.seen.record(false)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return l, err
+		}
+		// Held, or gone: sqlAcquireRow tells which, and takes a row freed
+		// meanwhile.
+	}
+	l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
+	var held *HeldError
+	switch {
+	case errors.As(err, &held):
+		p.seen.record(true)
+	case err == nil:
+		// After an update that took nothing, the row was held when it ran.
+		p.seen.record(updateFirst)
+	}
+	return l, err
+}
+
+// update runs sqlAcquireUpdate: the lease, or pgx.ErrNoRows when the row is
+// held or gone.
+func (p *Postgres) update(ctx context.Context, update, name, holder string, ttl time.Duration) (Lease, error) {
+	l := Lease{Name: name, Holder: holder, TTL: ttl, sent: time.Now()}
+	err := p.db.QueryRow(ctx, update, name, holder, ttl.Microseconds()).Scan(&l.Token, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Lease{}, err
+	case err != nil:
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+	}
+	return l, nil
 }
 
 // acquireUnseen acquires a name whose row the store has not seen, with
