@@ -42,15 +42,14 @@ func (k *knownRows) forget(name string) {
 
 // insertFirst decides which statement a Postgres store sends for a name whose
 // row it has not seen: the insert alone (sqlAcquireInsert), cheapest for a
-// fresh name and for a held one, or the statement that inserts or takes a
-// free row (sqlAcquire), which spares a free row's second statement. It
-// keeps a score of what such names lately turned out to be, bounded so that
-// it follows a change of workload within a few acquires: a fresh name counts
-// for the insert, an existing free row against it, a held row not at all
-// (both statements answer it in one round trip). A zero insertFirst sends
-// the insert. It is safe for concurrent use.
+// fresh name, or the statement that inserts, takes a free row or reports
+// the holder (sqlAcquire), which spares an existing row's second statement.
+// It keeps a score of what such names lately turned out to be, bounded so
+// that it follows a change of workload within a few acquires: a fresh name
+// counts for the insert, an existing row (free or held) against it. A zero
+// insertFirst sends the insert. It is safe for concurrent use.
 type insertFirst struct {
-	score atomic.Int32 // above 0: existing free rows came more often
+	score atomic.Int32 // above 0: existing rows came more often
 }
 
 // insertFirstBound bounds the score.
@@ -60,16 +59,11 @@ const insertFirstBound = 8
 func (f *insertFirst) insert() bool { return f.score.Load() <= 0 }
 
 // record counts an acquire of a name whose row the store had not seen: it
-// inserted the row (fresh), or found it free (free), or neither (held).
-func (f *insertFirst) record(fresh, free bool) {
-	var d int32
-	switch {
-	case fresh:
+// inserted the row (fresh), or found one.
+func (f *insertFirst) record(fresh bool) {
+	d := int32(1)
+	if fresh {
 		d = -1
-	case free:
-		d = 1
-	default:
-		return
 	}
 	addBounded(&f.score, d, insertFirstBound)
 }

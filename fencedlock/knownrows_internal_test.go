@@ -97,33 +97,33 @@ func TestInsertFirst(t *testing.T) {
 	if !f.insert() {
 		t.Fatal("a zero insertFirst does not send the insert")
 	}
-	f.record(false, false) // held: no evidence either way
-	f.record(false, true)
+	f.record(false)
 	if f.insert() {
-		t.Fatal("after an existing free row it still sends the insert")
+		t.Fatal("after an existing row it still sends the insert")
 	}
-	f.record(true, false)
+	f.record(true)
 	if !f.insert() {
-		t.Fatal("after as many fresh names as free rows it does not send the insert")
+		t.Fatal("after as many fresh names as existing rows it does not send the insert")
 	}
-	// Bounded: a long run of free rows is undone by insertFirstBound fresh
-	// names.
+	// Bounded: a long run of existing rows is undone by insertFirstBound
+	// fresh names.
 	for range 3 * insertFirstBound {
-		f.record(false, true)
+		f.record(false)
 	}
 	for range insertFirstBound {
-		f.record(true, false)
+		f.record(true)
 	}
 	if !f.insert() {
-		t.Errorf("score %d after a long run of free rows and %d fresh names; want the insert", f.score.Load(), insertFirstBound)
+		t.Errorf("score %d after a long run of existing rows and %d fresh names; want the insert", f.score.Load(), insertFirstBound)
 	}
 }
 
-// A store that has not seen a name's row acquires it in one statement when
-// the name is fresh or held, and takes a free row with a second one; with
-// the full statement, in one statement in every case. Either way the token
-// exceeds every earlier one, a held row is refused without being locked
-// (xmax stays 0: the refusal writes nothing), and the row is known after.
+// A store that has not seen a name's row acquires a fresh name with the
+// insert alone, and an existing row, free or held, with a second statement
+// that takes it or reports its holder; with the full statement, in one
+// statement in every case. Either way the token exceeds every earlier one,
+// a held row is refused without being locked (xmax stays 0: the refusal
+// writes nothing), and the row is known after.
 func TestAcquireUnseenName(t *testing.T) {
 	ctx := context.Background()
 	for _, full := range []bool{false, true} {
@@ -144,17 +144,24 @@ func TestAcquireUnseenName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := NewPostgres(db.Pool, nil)
+			log := &statementLog{DB: db.Pool}
+			p, err := NewPostgres(log, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			log.names = map[string]string{p.sql.acquireUpdate: "update", p.sql.acquireRow: "row", p.sql.acquire: "full", p.sql.acquireInsert: "insert"}
+			want := map[string][]string{"fresh": {"insert"}, "free": {"insert", "row"}, "held": {"insert", "row"}}
 			if full {
 				p.unseen.score.Store(insertFirstBound)
+				want = map[string][]string{"fresh": {"full"}, "free": {"full"}, "held": {"full"}}
 			}
 			for _, name := range []string{"fresh", "free"} {
 				l, err := p.Acquire(ctx, name, "p", time.Minute)
 				if err != nil || l.Holder != "p" || l.Token <= held.Token {
 					t.Fatalf("acquire of %s: %+v, %v; want a lease for p with a token above %d", name, l, err, held.Token)
+				}
+				if sent := log.take(); !slices.Equal(sent, want[name]) {
+					t.Errorf("acquire of %s sent %v, want %v", name, sent, want[name])
 				}
 				if !p.known.has(name) {
 					t.Errorf("%s's row is not known after its acquire", name)
@@ -164,6 +171,9 @@ func TestAcquireUnseenName(t *testing.T) {
 			var he *HeldError
 			if !errors.As(err, &he) || he.Holder != "owner" || he.Token != held.Token {
 				t.Fatalf("acquire of a held name: %v; want held by owner with token %d", err, held.Token)
+			}
+			if sent := log.take(); !slices.Equal(sent, want["held"]) {
+				t.Errorf("acquire of held sent %v, want %v", sent, want["held"])
 			}
 			if !p.known.has("held") {
 				t.Error("a refused name's row is not known")
@@ -179,9 +189,9 @@ func TestAcquireUnseenName(t *testing.T) {
 	}
 }
 
-// A store whose unseen names turn out to have free rows switches to the
-// statement that takes them in one round trip, and back once fresh names
-// come again.
+// A store whose unseen names turn out to have rows switches to the
+// statement that takes or refuses them in one round trip, and back once
+// fresh names come again.
 func TestAcquireUnseenNameSwitches(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, Migrations()...)
