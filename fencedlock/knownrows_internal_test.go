@@ -236,9 +236,15 @@ func TestHeldFirst(t *testing.T) {
 	if !f.held() {
 		t.Fatal("after a held row it still sends the update first")
 	}
+	for range heldFirstWeight - 1 {
+		f.record(false)
+	}
+	if !f.held() {
+		t.Fatalf("after a held row and %d free ones it sends the update first", heldFirstWeight-1)
+	}
 	f.record(false)
 	if f.held() {
-		t.Fatal("after as many free rows as held ones it does not send the update first")
+		t.Fatalf("after a held row and %d free ones it does not send the update first", heldFirstWeight)
 	}
 	// Bounded: a long run of held rows is undone by heldFirstBound free
 	// ones.
@@ -283,8 +289,8 @@ func (s *statementLog) take() []string {
 // while such rows turn out free: one statement. A held row takes a second
 // statement, which reports the holder, and makes the store send that
 // statement first: one statement for the next held row, and for a free
-// one, until free rows have made up for the held ones and the update goes
-// first again. A refusal locks nothing on
+// one, until free rows outweigh the held ones (a held row weighs
+// heldFirstWeight) and the update goes first again. A refusal locks nothing on
 // either path, and a lock freed between the update and the second statement
 // is taken by the second.
 func TestAcquireSeenRow(t *testing.T) {
@@ -359,9 +365,12 @@ func TestAcquireSeenRow(t *testing.T) {
 
 	step("held-1", true, []string{"update", "row"}, true) // held: the update takes nothing
 	step("held-2", true, []string{"row"}, true)           // held first: one statement
-	release(step("b", false, []string{"row"}, true))      // free, taken by the held-first statement
-	release(step("c", false, []string{"row"}, false))     // as many free rows as held ones
-	release(step("a", false, []string{"update"}, false))  // the update first again
+	// Free rows, taken by the held-first statement, until they outweigh
+	// the held ones.
+	for i := heldFirstBound; i > 0; i-- {
+		release(step("b", false, []string{"row"}, i > 1))
+	}
+	release(step("a", false, []string{"update"}, false)) // the update first again
 
 	// A lock freed between the update and the second statement is taken by
 	// the second.
