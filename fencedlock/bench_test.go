@@ -154,19 +154,24 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // the execution time PostgreSQL reports (EXPLAIN ANALYZE of the prepared
 // statement, without planning, commit or the round trip, which are the same
 // for all), median per statement, on two paths. used: a free name whose row
-// exists (acquired and released before) — lockfree's statement for a row the
-// store has seen (lockfree), the one that inserts or takes a free row, sent
-// for an unseen name once such names mostly turn out to exist
-// (lockfree-full), lockfree's with a plain nextval in place of fence_mint
-// (lockfree-nextval: the statement's shape alone), and the insert-first
-// statement, which finds the free row and leaves it (lockfree-insert: the
-// first of the two statements a store that mostly sees fresh names sends
-// for a free row it has not seen; lockfree is the second). fresh: a name
-// without a row — lockfree's insert-first statement for a name it has not
-// seen (lockfree-insert), the same without the purge lock
-// (lockfree-insert-unfenced: what the lock costs) and lockfree-full. Beside
-// each, the bare lease's
-// acquire with plain tokens (bare) and with era tokens (bare-era), so that
+// exists (acquired and released before) — lockfree's statement for a free
+// row the store has seen, the update alone (lockfree), the same with a
+// plain nextval in place of fence_mint (lockfree-nextval: the statement's
+// shape alone), the statement that also answers a held row, sent first once
+// seen rows mostly turn out held and after an update that took nothing
+// (lockfree-row; the one sent for every seen row before the update alone),
+// the same with nextval (lockfree-row-nextval), the one that inserts or
+// takes a free row, sent for an unseen name once such names mostly turn out
+// to exist (lockfree-full), and the insert-first statement, which finds the
+// free row and leaves it (lockfree-insert: the first of the two statements
+// a store that mostly sees fresh names sends for a free row it has not seen;
+// lockfree-row is the second). fresh: a name without a row — lockfree's
+// insert-first statement for a name it has not seen (lockfree-insert), the
+// same without the purge lock (lockfree-insert-unfenced: what the lock
+// costs), the same answering an existing row's holder in the statement
+// (lockfree-insert-answer: the insert-first statement before the insert
+// alone) and lockfree-full. Beside each, the bare lease's acquire with plain
+// tokens (bare) and with era tokens (bare-era), so that
 // lockfree - bare-era is what lockfree's statement adds and bare-era - bare
 // what the fence era costs. Each op runs every statement of the path once,
 // interleaved, each on its own connection and names, and releases what it
@@ -176,12 +181,17 @@ func BenchmarkAcquireRelease(b *testing.B) {
 //
 //	go test -run '^$' -bench 'AcquireServerTime$' -benchtime 2000x -count 5 ./fencedlock/
 func BenchmarkAcquireServerTime(b *testing.B) {
-	lockfree := fencedlock.AcquireRowSQL(migrate.Names{})
+	lockfree := fencedlock.AcquireUpdateSQL(migrate.Names{})
+	row := fencedlock.AcquireRowSQL(migrate.Names{})
 	full := fencedlock.AcquireSQL(migrate.Names{})
-	nextval := strings.ReplaceAll(lockfree, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)
-	if nextval == lockfree {
-		b.Fatal("lockfree-nextval: the acquire statement mints differently now")
+	withNextval := func(sql string) string {
+		s := strings.ReplaceAll(sql, `"lockfree_fence_mint"('"lockfree_lock_fences"')`, `nextval('"lockfree_lock_fences"')`)
+		if s == sql {
+			b.Fatal("lockfree-nextval: the acquire statement mints differently now")
+		}
+		return s
 	}
+	nextval, rowNextval := withNextval(lockfree), withNextval(row)
 	if norm := strings.NewReplacer(`"`, "", "\n", "", "\t", "").Replace; strings.Join(strings.Fields(norm(fencedlock.ReleaseSQL(migrate.Names{}))), " ") !=
 		strings.Join(strings.Fields(norm(bareRelease)), " ") {
 		b.Fatal("lockfree's release statement is no longer the bare lease's")
@@ -191,6 +201,11 @@ func BenchmarkAcquireServerTime(b *testing.B) {
 	if unfenced == insert {
 		b.Fatal("lockfree-insert-unfenced: the insert statement takes the purge lock differently now")
 	}
+	answer := `WITH ins AS (` + insert + `)
+		SELECT true, $2::text, token, expires_at, true FROM ins
+		UNION ALL
+		SELECT false, CASE WHEN expires_at > clock_timestamp() THEN holder END, token, expires_at, false FROM lockfree_locks
+		WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 	type impl struct{ name, sql string }
 	for _, path := range []struct {
 		name    string
@@ -198,9 +213,10 @@ func BenchmarkAcquireServerTime(b *testing.B) {
 		release bool // time the release, not the acquire
 		impls   []impl
 	}{
-		{"used", false, false, []impl{{"lockfree", lockfree}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-nextval", nextval}, {"lockfree-full", full}, {"lockfree-insert", insert}}},
+		{"used", false, false, []impl{{"lockfree", lockfree}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-nextval", nextval},
+			{"lockfree-row", row}, {"lockfree-row-nextval", rowNextval}, {"lockfree-full", full}, {"lockfree-insert", insert}}},
 		{"fresh", true, false, []impl{{"lockfree-insert", insert}, {"bare", bareAcquire}, {"bare-era", bareEraAcquire}, {"lockfree-full", full},
-			{"lockfree-insert-unfenced", unfenced}}},
+			{"lockfree-insert-unfenced", unfenced}, {"lockfree-insert-answer", answer}}},
 		{"release", false, true, []impl{{"release", bareAcquire}}},
 	} {
 		b.Run(path.name, func(b *testing.B) {

@@ -20,3 +20,12 @@ func ReleaseSQL(n migrate.Names) string { return renderStatements(n).release }
 // statement that inserts or takes a free row (sqlAcquire) rather than the
 // insert alone, as it does once such names mostly turned out to exist.
 func SendFullAcquire(p *Postgres) { p.unseen.score.Store(insertFirstBound) }
+
+// AcquireUpdateSQL is the update alone, sent first for a name whose row the
+// store has seen while such rows mostly turn out free.
+func AcquireUpdateSQL(n migrate.Names) string { return renderStatements(n).acquireUpdate }
+
+// SendHeldFirst makes p acquire names whose row it has seen with the
+// statement that also answers a held row rather than the update alone, as
+// it does once such rows mostly turned out held.
+func SendHeldFirst(p *Postgres) { p.seen.score.Store(heldFirstBound) }

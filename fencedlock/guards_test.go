@@ -123,6 +123,22 @@ func checkExclusionUnseen(t *testing.T, full bool) error {
 	return nil
 }
 
+// checkExclusionHeldFirst guards acquire only when free or expired, for a
+// store whose attempts on rows it has seen mostly found them held: the
+// acquire of a held name is answered by the statement that reports the
+// holder, not by the update alone (which checkExclusion's store sends).
+func checkExclusionHeldFirst(t *testing.T) error {
+	e := postgresEnv(t)
+	if _, err := e.store.Acquire(ctx, "exclusive", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fencedlock.SendHeldFirst(e.store.(*fencedlock.Postgres))
+	if l, err := e.store.Acquire(ctx, "exclusive", "b", time.Minute); !errors.Is(err, fencedlock.ErrHeld) {
+		return fmt.Errorf("a held lock was granted by the held-first statement (token %d): %v", l.Token, err)
+	}
+	return nil
+}
+
 // checkVerify guards Verify's check.
 func checkVerify(t *testing.T, e lockEnv) error {
 	a, _ := supersede(t, e, "verified")
@@ -204,6 +220,7 @@ func guards() []guard {
 		guard{"fencedlock.acquire.purge-fence/full", func(t *testing.T) error { return checkPurgeFence(t, true) }},
 		guard{"fencedlock.acquire.expired/postgres-unseen-insert", func(t *testing.T) error { return checkExclusionUnseen(t, false) }},
 		guard{"fencedlock.acquire.expired/postgres-unseen-full", func(t *testing.T) error { return checkExclusionUnseen(t, true) }},
+		guard{"fencedlock.acquire.expired/postgres-seen-held-first", checkExclusionHeldFirst},
 		guard{"fencedlock.fence.update.token", func(t *testing.T) error { return checkFencedUpdate(t, resourceDB(t)) }},
 		guard{"fencedlock.fence.read.stamp", func(t *testing.T) error { return checkStampedRead(t, resourceDB(t)) }},
 		guard{"fencedlock.gate.compare", checkGate},

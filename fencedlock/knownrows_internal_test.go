@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -94,33 +97,33 @@ func TestInsertFirst(t *testing.T) {
 	if !f.insert() {
 		t.Fatal("a zero insertFirst does not send the insert")
 	}
-	f.record(false, false) // held: no evidence either way
-	f.record(false, true)
+	f.record(false)
 	if f.insert() {
-		t.Fatal("after an existing free row it still sends the insert")
+		t.Fatal("after an existing row it still sends the insert")
 	}
-	f.record(true, false)
+	f.record(true)
 	if !f.insert() {
-		t.Fatal("after as many fresh names as free rows it does not send the insert")
+		t.Fatal("after as many fresh names as existing rows it does not send the insert")
 	}
-	// Bounded: a long run of free rows is undone by insertFirstBound fresh
-	// names.
+	// Bounded: a long run of existing rows is undone by insertFirstBound
+	// fresh names.
 	for range 3 * insertFirstBound {
-		f.record(false, true)
+		f.record(false)
 	}
 	for range insertFirstBound {
-		f.record(true, false)
+		f.record(true)
 	}
 	if !f.insert() {
-		t.Errorf("score %d after a long run of free rows and %d fresh names; want the insert", f.score.Load(), insertFirstBound)
+		t.Errorf("score %d after a long run of existing rows and %d fresh names; want the insert", f.score.Load(), insertFirstBound)
 	}
 }
 
-// A store that has not seen a name's row acquires it in one statement when
-// the name is fresh or held, and takes a free row with a second one; with
-// the full statement, in one statement in every case. Either way the token
-// exceeds every earlier one, a held row is refused without being locked
-// (xmax stays 0: the refusal writes nothing), and the row is known after.
+// A store that has not seen a name's row acquires a fresh name with the
+// insert alone, and an existing row, free or held, with a second statement
+// that takes it or reports its holder; with the full statement, in one
+// statement in every case. Either way the token exceeds every earlier one,
+// a held row is refused without being locked (xmax stays 0: the refusal
+// writes nothing), and the row is known after.
 func TestAcquireUnseenName(t *testing.T) {
 	ctx := context.Background()
 	for _, full := range []bool{false, true} {
@@ -141,17 +144,24 @@ func TestAcquireUnseenName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := NewPostgres(db.Pool, nil)
+			log := &statementLog{DB: db.Pool}
+			p, err := NewPostgres(log, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			log.names = map[string]string{p.sql.acquireUpdate: "update", p.sql.acquireRow: "row", p.sql.acquire: "full", p.sql.acquireInsert: "insert"}
+			want := map[string][]string{"fresh": {"insert"}, "free": {"insert", "row"}, "held": {"insert", "row"}}
 			if full {
 				p.unseen.score.Store(insertFirstBound)
+				want = map[string][]string{"fresh": {"full"}, "free": {"full"}, "held": {"full"}}
 			}
 			for _, name := range []string{"fresh", "free"} {
 				l, err := p.Acquire(ctx, name, "p", time.Minute)
 				if err != nil || l.Holder != "p" || l.Token <= held.Token {
 					t.Fatalf("acquire of %s: %+v, %v; want a lease for p with a token above %d", name, l, err, held.Token)
+				}
+				if sent := log.take(); !slices.Equal(sent, want[name]) {
+					t.Errorf("acquire of %s sent %v, want %v", name, sent, want[name])
 				}
 				if !p.known.has(name) {
 					t.Errorf("%s's row is not known after its acquire", name)
@@ -161,6 +171,9 @@ func TestAcquireUnseenName(t *testing.T) {
 			var he *HeldError
 			if !errors.As(err, &he) || he.Holder != "owner" || he.Token != held.Token {
 				t.Fatalf("acquire of a held name: %v; want held by owner with token %d", err, held.Token)
+			}
+			if sent := log.take(); !slices.Equal(sent, want["held"]) {
+				t.Errorf("acquire of held sent %v, want %v", sent, want["held"])
 			}
 			if !p.known.has("held") {
 				t.Error("a refused name's row is not known")
@@ -176,9 +189,9 @@ func TestAcquireUnseenName(t *testing.T) {
 	}
 }
 
-// A store whose unseen names turn out to have free rows switches to the
-// statement that takes them in one round trip, and back once fresh names
-// come again.
+// A store whose unseen names turn out to have rows switches to the
+// statement that takes or refuses them in one round trip, and back once
+// fresh names come again.
 func TestAcquireUnseenNameSwitches(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, Migrations()...)
@@ -212,4 +225,167 @@ func TestAcquireUnseenNameSwitches(t *testing.T) {
 	step("free-2", false) // taken by the full statement: still full
 	step("fresh-1", false)
 	step("fresh-2", true) // as many fresh names as free rows: the insert again
+}
+
+func TestHeldFirst(t *testing.T) {
+	var f heldFirst
+	if f.held() {
+		t.Fatal("a zero heldFirst does not send the update first")
+	}
+	f.record(true)
+	if !f.held() {
+		t.Fatal("after a held row it still sends the update first")
+	}
+	for range heldFirstWeight - 1 {
+		f.record(false)
+	}
+	if !f.held() {
+		t.Fatalf("after a held row and %d free ones it sends the update first", heldFirstWeight-1)
+	}
+	f.record(false)
+	if f.held() {
+		t.Fatalf("after a held row and %d free ones it does not send the update first", heldFirstWeight)
+	}
+	// Bounded: a long run of held rows is undone by heldFirstBound free
+	// ones.
+	for range 3 * heldFirstBound {
+		f.record(true)
+	}
+	for range heldFirstBound {
+		f.record(false)
+	}
+	if f.held() {
+		t.Errorf("score %d after a long run of held rows and %d free ones; want the update first", f.score.Load(), heldFirstBound)
+	}
+}
+
+// statementLog is a DB that records the acquire statements sent through it
+// and runs before, when set, ahead of each.
+type statementLog struct {
+	DB
+	names  map[string]string // statement → what the log calls it
+	sent   []string
+	before func(name string)
+}
+
+func (s *statementLog) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if name, ok := s.names[sql]; ok {
+		if s.before != nil {
+			s.before(name)
+		}
+		s.sent = append(s.sent, name)
+	}
+	return s.DB.QueryRow(ctx, sql, args...)
+}
+
+// take returns the statements sent since the last take.
+func (s *statementLog) take() []string {
+	sent := s.sent
+	s.sent = nil
+	return sent
+}
+
+// A name whose row the store has seen is acquired with the update alone
+// while such rows turn out free: one statement. A held row takes a second
+// statement, which reports the holder, and makes the store send that
+// statement first: one statement for the next held row, and for a free
+// one, until free rows outweigh the held ones (a held row weighs
+// heldFirstWeight) and the update goes first again. A refusal locks nothing on
+// either path, and a lock freed between the update and the second statement
+// is taken by the second.
+func TestAcquireSeenRow(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, Migrations()...)
+	owner, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &statementLog{DB: db.Pool, names: map[string]string{}}
+	p, err := NewPostgres(log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.names = map[string]string{p.sql.acquireUpdate: "update", p.sql.acquireRow: "row", p.sql.acquire: "full", p.sql.acquireInsert: "insert"}
+	var last int64
+	hold := func(name, holder string) Lease {
+		t.Helper()
+		l, err := owner.Acquire(ctx, name, holder, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	step := func(name string, wantHeld bool, wantSent []string, wantHeldFirst bool) Lease {
+		t.Helper()
+		l, err := p.Acquire(ctx, name, "p", time.Minute)
+		var he *HeldError
+		switch {
+		case wantHeld && !errors.As(err, &he):
+			t.Fatalf("acquire of held %s: %+v, %v; want a HeldError", name, l, err)
+		case !wantHeld && (err != nil || l.Holder != "p" || l.Token <= last):
+			t.Fatalf("acquire of free %s: %+v, %v; want a lease for p with a token above %d", name, l, err, last)
+		case !wantHeld:
+			last = l.Token
+		}
+		if sent := log.take(); !slices.Equal(sent, wantSent) {
+			t.Errorf("acquire of %s sent %v, want %v", name, sent, wantSent)
+		}
+		if p.seen.held() != wantHeldFirst {
+			t.Errorf("after %s: held first %v, want %v (score %d)", name, !wantHeldFirst, wantHeldFirst, p.seen.score.Load())
+		}
+		if wantHeld {
+			var xmax string
+			if err := db.Pool.QueryRow(ctx, `SELECT xmax::text FROM lockfree_locks WHERE name = $1`, name).Scan(&xmax); err != nil {
+				t.Fatal(err)
+			}
+			if xmax != "0" {
+				t.Errorf("the refused acquire of %s locked the holder's row (xmax %s)", name, xmax)
+			}
+		}
+		return l
+	}
+	release := func(l Lease) {
+		t.Helper()
+		if err := p.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		release(step(name, false, []string{"insert"}, false)) // fresh: the row is seen now
+	}
+	last = hold("held-1", "owner").Token
+	_ = hold("held-2", "owner")
+	for _, name := range []string{"held-1", "held-2"} {
+		if _, err := p.Acquire(ctx, name, "p", time.Minute); !errors.Is(err, ErrHeld) {
+			t.Fatalf("first acquire of %s: %v, want ErrHeld", name, err)
+		}
+	}
+	p.seen.score.Store(0)
+	log.take()
+
+	step("held-1", true, []string{"update", "row"}, true) // held: the update takes nothing
+	step("held-2", true, []string{"row"}, true)           // held first: one statement
+	// Free rows, taken by the held-first statement, until they outweigh
+	// the held ones.
+	for i := heldFirstBound; i > 0; i-- {
+		release(step("b", false, []string{"row"}, i > 1))
+	}
+	release(step("a", false, []string{"update"}, false)) // the update first again
+
+	// A lock freed between the update and the second statement is taken by
+	// the second.
+	freed := hold("freed", "owner")
+	if _, err := p.Acquire(ctx, "freed", "p", time.Minute); !errors.Is(err, ErrHeld) {
+		t.Fatalf("first acquire of freed: %v, want ErrHeld", err)
+	}
+	p.seen.score.Store(0)
+	log.take()
+	log.before = func(stmt string) {
+		if stmt == "row" {
+			if err := owner.Release(ctx, freed); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step("freed", false, []string{"update", "row"}, true)
 }

@@ -94,17 +94,29 @@ func (c PostgresConfig) validate() error {
 // the row is gone (purged) or changed hands while it ran, it returns no row
 // and the store goes on as for a name it has not seen.
 //
-// sqlAcquireInsert is the other half, for a name the store has not seen: it
-// only inserts, under the same purge fence, and answers with the name's row
-// when one exists — its holder while the lease runs, a NULL holder once it
-// is over — without touching it (ON CONFLICT DO NOTHING writes nothing to a
-// row it finds). A fresh name then costs the server what the bare lease's
-// insert does, instead of the set-up of both branches; a free row the store
-// had not seen costs a second statement, sqlAcquireRow. Which of the two
-// statements a name the store has not seen gets is decided by what such
+// sqlAcquireUpdate is acquireUpdate alone, sent first for a name whose row
+// the store has seen while such attempts mostly find the row free
+// (heldFirst): a free row costs the server what the bare lease's update
+// does, without the set-up of the held answer. An UPDATE whose condition
+// fails neither locks nor writes the row, so a refusal still writes nothing;
+// it returns no row, and sqlAcquireRow follows, which tries again and
+// reports the holder in one round trip. A store whose attempts on seen rows
+// mostly find them held sends sqlAcquireRow first, which answers a held lock
+// in one round trip.
+//
+// sqlAcquireInsert is the other half, for a name whose row the store has
+// not seen, and pays for the held answer the same way: it only inserts, under
+// the same purge fence, and returns no row when the name has one (ON
+// CONFLICT DO NOTHING locks and writes nothing on a row it finds). A fresh
+// name then costs the server what the bare lease's insert does, instead of
+// the set-up of both branches; an existing row, held or free, takes a second
+// statement, sqlAcquireRow, which takes it or reports its holder. Which of
+// the two statements a name the store has not seen gets is decided by what
+// such
 // names turned out to be lately (insertFirst): mostly fresh names,
-// sqlAcquireInsert; mostly existing free rows (many processes sharing many
-// names), sqlAcquire, which takes either in one statement. Its last column
+// sqlAcquireInsert; mostly existing rows (many processes sharing many
+// names), sqlAcquire, which inserts, takes a free row or reports the holder
+// in one statement. Its last column
 // says whether it inserted.
 const (
 	// purgeFence is the advisory lock that orders mints and purges of one
@@ -134,27 +146,19 @@ const (
 	UNION ALL
 	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
-	sqlAcquireRow = `WITH upd AS (
+	sqlAcquireUpdate = acquireUpdate
+	sqlAcquireRow    = `WITH upd AS (
 		` + acquireUpdate + `
 	)
 	SELECT true, $2::text, token, expires_at, false FROM upd
 	UNION ALL
 	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM upd)`
-	// acquireInsertHolder is what sqlAcquireInsert answers for an existing
-	// row: its holder while the lease runs, NULL once it is over.
-	acquireInsertHolder = `CASE WHEN expires_at > clock_timestamp() THEN holder END`
-	sqlAcquireInsert    = `WITH ins AS (
-		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
+	sqlAcquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
 		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
 		` + purgeFenceFrom + `
 		ON CONFLICT (name) DO NOTHING
-		RETURNING token, expires_at
-	)
-	SELECT true, $2::text, token, expires_at, true FROM ins
-	UNION ALL
-	SELECT false, ` + acquireInsertHolder + `, token, expires_at, false FROM {{locks}}
-	WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
+		RETURNING token, expires_at`
 	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
@@ -190,13 +194,13 @@ const (
 )
 
 type pgStatements struct {
-	acquire, acquireRow, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	acquire, acquireRow, acquireUpdate, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return pgStatements{
-		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireUpdate: r(sqlAcquireUpdate), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 	}
@@ -214,6 +218,7 @@ type Postgres struct {
 	listener *listener    // nil unless Notify and db is a pool
 	known    *knownRows   // shared by WithDB's copies
 	unseen   *insertFirst // shared by WithDB's copies
+	seen     *heldFirst   // shared by WithDB's copies
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -229,7 +234,7 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables),
-		known: newKnownRows(), unseen: new(insertFirst)}
+		known: newKnownRows(), unseen: new(insertFirst), seen: new(heldFirst)}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
 		p.listener = &listener{pool: pool, channel: p.channel}
 	}
@@ -260,7 +265,9 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 }
 
 // Acquire implements Store. It is one statement, and one round trip unless
-// the lock was released or purged while the statement ran, the row of a
+// the lock was released or purged while the statement ran, a name the
+// store had seen is held while its attempts on such names mostly found them
+// free (see heldFirst), the row of a
 // name the store had seen was purged since, or a name the store had not seen
 // has a free row while such names mostly turned out fresh (see insertFirst):
 // then a second statement takes the row.
@@ -287,20 +294,19 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 }
 
 // acquireStatements are the statements of one acquire: full is sqlAcquire,
-// row sqlAcquireRow and insert sqlAcquireInsert, rendered, with a mutant's
-// change when one is on.
-type acquireStatements struct{ full, row, insert string }
+// row sqlAcquireRow, update sqlAcquireUpdate and insert sqlAcquireInsert,
+// rendered, with a mutant's change when one is on.
+type acquireStatements struct{ full, row, update, insert string }
 
 func (p *Postgres) acquireStatements() acquireStatements {
-	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, insert: p.sql.acquireInsert}
+	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, update: p.sql.acquireUpdate, insert: p.sql.acquireInsert}
 	if failpoint.Mutant("fencedlock.acquire.expired") {
-		// The update branch without its expiry condition, and a held row
-		// reported as free, so that it goes to the update.
+		// The update without its expiry condition (the insert has none: a
+		// name with a row goes on to sqlAcquireRow).
 		unexpired := func(sql string) string {
-			sql = strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1)
-			return migrate.Render(strings.Replace(sql, acquireInsertHolder, "NULL::text", 1), p.tables)
+			return migrate.Render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
 		}
-		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), insert: unexpired(sqlAcquireInsert)}
+		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), update: unexpired(sqlAcquireUpdate), insert: s.insert}
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
@@ -310,14 +316,14 @@ func (p *Postgres) acquireStatements() acquireStatements {
 	return s
 }
 
-// acquire runs one attempt: sqlAcquireRow when the name's row is known to
-// exist, and acquireUnseen when it is not or sqlAcquireRow found no row. It
+// acquire runs one attempt: acquireSeen when the name's row is known to
+// exist, and acquireUnseen when it is not or acquireSeen found no row. It
 // returns pgx.ErrNoRows when the statement it sent last found no row to take
 // or report.
 func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	s := p.acquireStatements()
 	if p.known.has(name) {
-		l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
+		l, err := p.acquireSeen(ctx, s, name, holder, ttl)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
@@ -326,26 +332,74 @@ func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Du
 	return p.acquireUnseen(ctx, s, name, holder, ttl)
 }
 
-// acquireUnseen acquires a name whose row the store has not seen, with
-// sqlAcquireInsert (then sqlAcquireRow for a free row) or sqlAcquire, as
-// insertFirst says, and tells insertFirst what the name turned out to be.
-func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
-	insert := p.unseen.insert()
-	stmt := s.full
-	if insert {
-		stmt = s.insert
+// acquireSeen acquires a name whose row the store has seen, with
+// sqlAcquireUpdate (then sqlAcquireRow when it took nothing) or sqlAcquireRow
+// alone, as heldFirst says, and tells heldFirst whether the row was held. It
+// returns pgx.ErrNoRows when the row is gone.
+func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+	updateFirst := !p.seen.held()
+	if updateFirst {
+		l, err := p.take(ctx, s.update, name, holder, ttl)
+		if err == nil {
+			p.seen.record(false)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return l, err
+		}
+		// Held, or gone: sqlAcquireRow tells which, and takes a row freed
+		// meanwhile.
 	}
-	l, inserted, err := p.attempt(ctx, stmt, name, holder, ttl)
+	l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
 	var held *HeldError
 	switch {
-	case err == nil:
-		p.unseen.record(inserted, !insert && !inserted)
 	case errors.As(err, &held):
-		p.unseen.record(false, false)
-	case errors.Is(err, errRowFree):
-		// Only the insert reports a free row: take it.
-		p.unseen.record(false, true)
-		l, _, err = p.attempt(ctx, s.row, name, holder, ttl)
+		p.seen.record(true)
+	case err == nil:
+		// After an update that took nothing, the row was held when it ran.
+		p.seen.record(updateFirst)
+	}
+	return l, err
+}
+
+// take runs a statement that only takes the lock, sqlAcquireUpdate or
+// sqlAcquireInsert: the lease, or pgx.ErrNoRows when it took nothing.
+func (p *Postgres) take(ctx context.Context, stmt, name, holder string, ttl time.Duration) (Lease, error) {
+	l := Lease{Name: name, Holder: holder, TTL: ttl, sent: time.Now()}
+	err := p.db.QueryRow(ctx, stmt, name, holder, ttl.Microseconds()).Scan(&l.Token, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Lease{}, err
+	case err != nil:
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+	}
+	return l, nil
+}
+
+// acquireUnseen acquires a name whose row the store has not seen, with
+// sqlAcquireInsert (then sqlAcquireRow when the name has a row) or
+// sqlAcquire, as insertFirst says, and tells insertFirst what the name
+// turned out to be.
+func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+	var (
+		l        Lease
+		inserted bool
+		err      error
+	)
+	if p.unseen.insert() {
+		l, err = p.take(ctx, s.insert, name, holder, ttl)
+		inserted = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The name has a row: take it if free, or learn its holder.
+			l, _, err = p.attempt(ctx, s.row, name, holder, ttl)
+		}
+	} else {
+		l, inserted, err = p.attempt(ctx, s.full, name, holder, ttl)
+	}
+	var held *HeldError
+	if inserted {
+		p.unseen.record(true)
+	} else if err == nil || errors.As(err, &held) {
+		p.unseen.record(false)
 	}
 	if err == nil || errors.As(err, &held) {
 		p.known.add(name) // the row exists now
@@ -353,16 +407,12 @@ func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name,
 	return l, err
 }
 
-// errRowFree is what attempt returns when sqlAcquireInsert found the name's
-// row with its lease over: the row exists, and sqlAcquireRow can take it.
-var errRowFree = errors.New("fencedlock: the row exists and is free")
-
 // attempt runs one acquire statement and reports whether it inserted the
 // name's row.
 func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, ttl time.Duration) (Lease, bool, error) {
 	sent := time.Now()
 	var acquired, inserted bool
-	var cur *string
+	var cur string
 	l := Lease{Name: name}
 	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &cur, &l.Token, &l.Expires, &inserted)
 	switch {
@@ -370,12 +420,10 @@ func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, tt
 		return Lease{}, false, err
 	case err != nil:
 		return Lease{}, false, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
-	case cur == nil:
-		return Lease{}, false, errRowFree
 	case !acquired:
-		return Lease{}, false, &HeldError{Name: name, Holder: *cur, Token: l.Token}
+		return Lease{}, false, &HeldError{Name: name, Holder: cur, Token: l.Token}
 	}
-	l.Holder = *cur
+	l.Holder = cur
 	l.TTL, l.sent = ttl, sent
 	return l, inserted, nil
 }
