@@ -91,6 +91,8 @@ type arm struct {
 	Mode string        `json:"mode"`
 	Key  string        `json:"key,omitempty"`
 	For  time.Duration `json:"for,omitempty"`
+	// Token is the lease of a late-renewal arm (modeRenew).
+	Token int64 `json:"token,omitempty"`
 }
 
 // The modes of an arm.

@@ -71,6 +71,8 @@ type worker struct {
 	invoked atomic.Int64
 	// tasks numbers the background tasks of Env.Task.
 	tasks atomic.Int64
+	// lateRenewal is the worker's part of the late-renewal fault.
+	lateRenewal lateRenewal
 }
 
 // serve is WorkerMain on in and out.
@@ -112,6 +114,8 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.clear()
 		case cmdStep:
 			w.step(c.Arm)
+		case cmdLate:
+			w.late(c.Arm)
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
