@@ -170,7 +170,7 @@ func (w *worker) answered(key, name string, token int64, err error) {
 func lateRenewalSkip(def ApproachDef) string {
 	p := Params{LeaseTTL: time.Second}
 	if prot := def.Protection(p); prot.What != lockTTL(p).What {
-		return "its workers renew no lease of the harness's PostgreSQL lock service for late-renewal to hold"
+		return "what protects its clients is not a lease of the harness's PostgreSQL lock service (" + prot.What + "), whose renewals late-renewal holds"
 	}
 	if _, leased := def.(paymentsLeasedAlternative); leased {
 		return "its attempts' leases are idempotency's, not the lock service's, whose renewals late-renewal holds"

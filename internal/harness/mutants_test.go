@@ -226,7 +226,7 @@ func reachedSites(t *testing.T, infra harness.Infra, base harness.Config, notes 
 // fault catches it.
 func targetsOf(reached map[string][]reach, mutant string) [][]reach {
 	direct := reached[mutant]
-	if firstRunOnly(mutant) {
+	if _, known := mutantHoles[mutant]; known {
 		return [][]reach{direct} // its reason says why; the hunt keeps within its minutes
 	}
 	var more []reach
@@ -278,7 +278,7 @@ func huntMutant(t *testing.T, infra harness.Infra, base harness.Config, mutant s
 // (or, for a known hole, when its first run is made). *last is the last run
 // tried.
 func huntPass(t *testing.T, infra harness.Infra, base harness.Config, mutant string, targets []reach, last *mutantRun) (mutantRun, bool) {
-	known := firstRunOnly(mutant)
+	_, known := mutantHoles[mutant]
 	for _, tr := range mutantTrials {
 		var tries []reach
 		for _, tg := range targets {
@@ -364,7 +364,7 @@ func (m mutantRun) verdict() string {
 	case m.test != nil && !m.fails:
 		return "HOLE: its package test passes with the mutant on"
 	case m.test != nil && m.scenario != "":
-		return fmt.Sprintf("caught by its package test, not by a scenario (%s; its run on %s/%s under %s did not catch it)", m.test.why, m.scenario, m.approach, m.faultName())
+		return fmt.Sprintf("caught by its package test, not by a scenario (%s; no run of its hunt caught it, the last on %s/%s under %s)", m.test.why, m.scenario, m.approach, m.faultName())
 	case m.test != nil:
 		return "caught by its package test, not by a scenario (" + string(m.test.why) + ")"
 	case m.scenario == "":
@@ -447,8 +447,8 @@ func (c packageCatcher) where() string {
 // if its package test, run in a test binary built with the mutants and
 // $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
 // fails on a listed site a scenario may reach: one of inMemory whose site
-// is in a file other than memory.go, and one of inOneStatement that its
-// first scenario run (the hunt's first, as for a hole) catches.
+// is in a file other than memory.go, and one of inOneStatement that a run
+// of its hunt (the scenarios', as for any mutant) catches.
 var packageCatchers = map[string]packageCatcher{
 	"occ.fenced.read.stamp":   {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
 	"occ.fenced.write.token":  {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
@@ -477,23 +477,14 @@ var outOfReachNotes = map[outOfReach]string{
 	inOneStatement: "A mutant whose race lies inside one SQL statement (`fencedlock.acquire.purge-fence`: a fresh row's token minted, then its insert waiting on " +
 		"another session's uncommitted row of the name) is out of every process fault's reach: only that other session's own transaction can act in between, " +
 		"by giving the name a newer tenure and purging it before it commits, which no scenario's workload does. It is caught, not by a scenario, when the package test " +
-		"named in its row, which drives the two sessions step by step, fails with the mutant on and passes with it off; TestMutants also runs it once in a scenario, " +
-		"as a hole's first run, and fails if that run catches it.",
-}
-
-// firstRunOnly: the hunt makes mutant's first scenario run only, which
-// shows whether a scenario catches it — a known hole, or a site caught by
-// its package test because the race lies inside one statement.
-func firstRunOnly(mutant string) bool {
-	_, hole := mutantHoles[mutant]
-	c, ok := packageCatchers[mutant]
-	return hole || ok && c.why == inOneStatement
+		"named in its row, which drives the two sessions step by step, fails with the mutant on and passes with it off; TestMutants also hunts it with the scenarios, " +
+		"as any other mutant, and fails if a run catches it (the row's verdict names the last run tried).",
 }
 
 // catchInPackage runs c's package test with mutant and without (runPackageTest),
 // after checking that no scenario reaches the site: a site inMemory must be
-// in memory.go files alone, and a site inOneStatement gets one scenario run,
-// as a hole's first, which must not catch it.
+// in memory.go files alone, and a site inOneStatement is hunted with the
+// scenarios, as any other mutant, whose runs must not catch it.
 func catchInPackage(t *testing.T, infra harness.Infra, base harness.Config, mutant string, c packageCatcher, reached map[string][]reach) mutantRun {
 	run := mutantRun{mutant: mutant}
 	switch c.why {
