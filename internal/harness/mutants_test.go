@@ -359,6 +359,8 @@ func (m mutantRun) verdict() string {
 		return "HOLE in this run; unsteady: " + why
 	}
 	switch {
+	case m.test != nil && m.scenarioCaught:
+		return fmt.Sprintf("listed as out of every scenario's reach (%s), but caught by %s/%s under %s", m.test.why, m.scenario, m.approach, m.faultName())
 	case m.test != nil && !m.passedWithout:
 		return "HOLE: its package test fails without the mutant too"
 	case m.test != nil && !m.fails:
