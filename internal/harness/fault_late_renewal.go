@@ -226,7 +226,9 @@ func lateRenewalSteps(ctx context.Context, r *run, v *proc, at event, others []*
 	}) {
 		return false, fmt.Sprintf("its lease with token %d was not renewed within %v", at.Token, r.reachBound())
 	}
+	r.mon.mu.Lock()
 	last, ok := r.mon.lastLeaseLocked(v.client, at.Token)
+	r.mon.mu.Unlock()
 	if !ok {
 		return false, fmt.Sprintf("no grant of its lease with token %d was seen", at.Token)
 	}
