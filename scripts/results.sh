@@ -68,13 +68,15 @@ mutants() {
 	echo "mutant on in its workers (\`LOCKFREE_MUTANTS\`) and runs a scenario's approach that reaches the site —"
 	echo "the naive lock without faults, then the alternative and the fenced lock under \`pause\`, then accounts'"
 	echo "\`verified-lock\` and \`verified-alternative\` under \`pause\`, then the alternative and the fenced lock"
-	echo "under \`delay\`, then the alternative under \`lost-commit\`, \`late-heartbeat\` and \`handoff-pause\`, then the fenced lock under \`overtake\` — with"
+	echo "under \`delay\`, then the alternative under \`lost-commit\`, \`late-heartbeat\` and \`handoff-pause\`, then the fenced lock under \`overtake\` and \`late-renewal\` — with"
 	echo "4 workers, 1 key, 1.5 s (four of the approach's leases under a fault, when longer), until one run shows"
 	echo "violations — the scenario's check's, or the exclusivity check's of every run (overlapping tenures,"
 	echo "revived leases, calls after a tenure lapsed, releases of a superseded tenure). Each row is that run, or the last one tried"
 	echo "(how it works: [compare.md](compare.md#mutants-can-the-proof-fail))."
 	echo "\"site hits\" is how often the workers reached the mutant's site in it. A HOLE is a mutant no run catches:"
-	echo "the proof does not yet show that its condition matters."
+	echo "the proof does not yet show that its condition matters. A row whose scenario reads \"package test …\" was caught"
+	echo "by that package test, not by a scenario: its site is out of every process fault's reach (a memory backend's,"
+	echo "or a race inside one statement), as the note under the table says."
 	if [ "$status" -ne 0 ]; then
 		echo
 		echo "**The hunt failed (exit $status): a mutant is not caught and not listed as a known hole, or a run could not be made.**"

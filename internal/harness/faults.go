@@ -88,6 +88,8 @@ var faultKinds = []faultKind{
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then reset (the write never lands)"},
 	{name: Delay, network: true, bites: true, victim: func(ctx context.Context, r *run, v *proc) { cutOnce(ctx, r, v, true) },
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
+	{name: LateRenewal, victim: lateRenewalOnce, skip: lateRenewalSkip,
+		how: "renewals held past their lease's expiry, the other workers kept from the key meanwhile, then sent: the renewal of a lease expired and free, which the lock service must refuse"},
 	{name: LostCommit, network: true, victim: lostCommitOnce, skip: lostCommitSkip,
 		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
 	{name: Overtake, victim: overtakeOnce, skip: overtakeSkip,

@@ -26,6 +26,7 @@ var (
 )
 
 func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	r.w.gated(ctx) // closed by the late-renewal fault
 	sent := history.Now()
 	l, err := r.Store.Acquire(ctx, name, holder, ttl)
 	if err == nil {
@@ -47,11 +48,24 @@ func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fenc
 	}
 	done := make(chan answer, 1)
 	go func() {
+		var key string
+		if op := opFrom(ctx); op != nil {
+			key = op.key
+		}
+		// The late-renewal fault may hold it: it is sent when the fault
+		// lets it go, whoever still waits for it.
+		held, sent := r.w.renewalHeld(key, lease.Name, lease.Token), sent
+		if held {
+			sent = history.Now()
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 		defer cancel()
 		l, err := r.Store.Renew(rctx, lease)
 		if err == nil {
 			r.report(ctx, evRenew, l, sent)
+		}
+		if held {
+			r.w.answered(key, lease.Name, lease.Token, err)
 		}
 		done <- answer{l, err}
 	}()

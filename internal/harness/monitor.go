@@ -124,7 +124,7 @@ func (m *monitor) event(client int, ev event) {
 		m.tenures[client] = append(m.tenures[client], ev)
 	case evMember, evLeave, evClaim, evDisown, evAct, evRefuse:
 		m.owners[client] = append(m.owners[client], ev)
-	case evPoint, evResumed:
+	case evPoint, evResumed, evGated, evAnswered:
 		m.points = append(m.points, pointSeen{client: client, ev: ev})
 	case evGo:
 		m.goT[client] = ev.T

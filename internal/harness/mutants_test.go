@@ -48,7 +48,9 @@ var (
 // a member stopped in a handoff until others claimed what it releases (the
 // release's epoch condition); then the fenced lock under a consumer stopped
 // with a fetched batch until another applied past it (the skip of events
-// already applied).
+// already applied); last the fenced lock under a renewal held past its
+// lease's expiry while no other worker could take the key (late-renewal),
+// which the lock service must refuse.
 var mutantTrials = []struct {
 	approach harness.Approach
 	fault    harness.Fault // "" for none
@@ -64,6 +66,7 @@ var mutantTrials = []struct {
 	{harness.Alternative, harness.LateHeartbeat},
 	{harness.Alternative, harness.HandoffPause},
 	{harness.FencedLock, harness.Overtake},
+	{harness.FencedLock, harness.LateRenewal},
 }
 
 // mutantTargets is how many of the scenarios whose approach reaches a
@@ -83,10 +86,12 @@ type mutantRun struct {
 	hits        int64  // how often the workers reached the mutant's site
 	detail      string // what the check found, from the report
 	err         error
-	// test is the package test run for a memory-only site (memoryOnly),
-	// with how it ended without the mutant and with it.
-	test                 *packageTest
+	// test is the package test run for a site out of every scenario's
+	// reach (packageCatchers), with how it ended without the mutant and
+	// with it; scenarioCaught: a scenario's run caught it all the same.
+	test                 *packageCatcher
 	passedWithout, fails bool
+	scenarioCaught       bool
 }
 
 func (m mutantRun) caught() bool {
@@ -129,15 +134,15 @@ func TestMutants(t *testing.T) {
 	}
 	var notes []string
 	var reached map[string][]reach
-	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { _, ok := memoryOnly[p.Name]; return !ok }) {
+	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { c, ok := packageCatchers[p.Name]; return !ok || c.why != inMemory }) {
 		reached = reachedSites(t, infra, base, &notes)
 	}
 	var rows []mutantRun
-	memoryRows := false
+	whys := map[outOfReach]bool{}
 	for _, p := range hunted {
 		var row mutantRun
-		if pt, ok := memoryOnly[p.Name]; ok {
-			row, memoryRows = runPackageTest(t, p.Name, pt), true
+		if c, ok := packageCatchers[p.Name]; ok {
+			row, whys[c.why] = catchInPackage(t, infra, base, p.Name, c, reached), true
 		} else {
 			row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name)...)
 		}
@@ -146,8 +151,10 @@ func TestMutants(t *testing.T) {
 		rows = append(rows, row)
 	}
 	table := mutantMarkdown(rows)
-	if memoryRows {
-		table += "\n" + memoryOnlyNote + "\n"
+	for _, why := range []outOfReach{inMemory, inOneStatement} {
+		if whys[why] {
+			table += "\n" + outOfReachNotes[why] + "\n"
+		}
 	}
 	for _, n := range notes {
 		table += "\n" + n + "\n"
@@ -162,6 +169,9 @@ func TestMutants(t *testing.T) {
 		_, known := mutantHoles[r.mutant]
 		_, unsteady := mutantUnsteady[r.mutant]
 		switch {
+		case r.test != nil && r.scenarioCaught:
+			t.Errorf("%s is listed in packageCatchers as out of every scenario's reach (%s), but %s/%s under %s caught it: remove it from packageCatchers",
+				r.mutant, r.test.why, r.scenario, r.approach, r.faultName())
 		case unsteady:
 			// Either outcome is what its reason says: the table shows which.
 		case r.caught() && known:
@@ -363,12 +373,16 @@ func (m mutantRun) verdict() string {
 		return "HOLE in this run; unsteady: " + why
 	}
 	switch {
+	case m.test != nil && m.scenarioCaught:
+		return fmt.Sprintf("listed as out of every scenario's reach (%s), but caught by %s/%s under %s", m.test.why, m.scenario, m.approach, m.faultName())
 	case m.test != nil && !m.passedWithout:
 		return "HOLE: its package test fails without the mutant too"
 	case m.test != nil && !m.fails:
 		return "HOLE: its package test passes with the mutant on"
+	case m.test != nil && m.scenario != "":
+		return fmt.Sprintf("caught by its package test, not by a scenario (%s; no run of its hunt caught it, the last on %s/%s under %s)", m.test.why, m.scenario, m.approach, m.faultName())
 	case m.test != nil:
-		return "caught by its package test"
+		return "caught by its package test, not by a scenario (" + string(m.test.why) + ")"
 	case m.scenario == "":
 		return "HOLE: no approach of mutantTrials reaches its site"
 	case m.caught():
@@ -396,7 +410,7 @@ func mutantMarkdown(rows []mutantRun) string {
 		sc, ap, f, hits := "—", "—", "—", fmt.Sprint(r.hits)
 		switch {
 		case r.test != nil:
-			sc, ap, hits = fmt.Sprintf("package test `%s` (`%s`)", r.test.name, r.test.pkg), "in-process (memory.go)", "—"
+			sc, ap, hits = fmt.Sprintf("package test `%s` (`%s`)", r.test.name, r.test.pkg), r.test.where(), "—"
 			v = "fails"
 			if !r.fails {
 				v = "passes"
@@ -410,38 +424,118 @@ func mutantMarkdown(rows []mutantRun) string {
 }
 
 // packageTest is a test of a library package, by its package and its name
-// (a test and a subtest, slash-separated).
+// (a test and its subtests, slash-separated).
 type packageTest struct{ pkg, name string }
 
-// memoryOnly are the mutant sites of memory backends alone, each with the
-// package test that guards it. No scenario can reach them: the harness's
-// workers are processes that share their state through PostgreSQL (and
-// Redis, and Kafka), never through one process's memory. So each is caught
-// only if its package test, run in a test binary built with the mutants and
-// $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
-// checks that every site listed is in memory.go files alone, and fails
-// otherwise: a site a worker can reach must be hunted by the scenarios.
-var memoryOnly = map[string]packageTest{
-	"occ.fenced.read.stamp":   {"./occ", "TestGuards/occ.fenced.read.stamp/memory"},
-	"occ.fenced.write.token":  {"./occ", "TestGuards/occ.fenced.write.token/memory"},
-	"fencedlock.gate.compare": {"./fencedlock", "TestGuards/fencedlock.gate.compare"},
+// outOfReach says why no scenario can reach a mutant: the workers are
+// processes, and the harness's faults act on them — stop one, stall it at a
+// point, hold its traffic, restart the server — never inside a statement
+// the server runs, nor inside one process's memory that no other shares.
+type outOfReach string
+
+const (
+	// inMemory: the site is in memory backends alone (memory.go files),
+	// whose state no two workers share.
+	inMemory outOfReach = "a memory backend's site"
+	// inOneStatement: the race the mutant opens lies inside one SQL
+	// statement, between two of its steps, with only another session's
+	// open transaction able to act in between.
+	inOneStatement outOfReach = "a race inside one statement"
+)
+
+// packageCatcher is a site out of every scenario's reach, with the package
+// test that guards it and why no scenario reaches it.
+type packageCatcher struct {
+	packageTest
+	why outOfReach
 }
 
-const memoryOnlyNote = "A mutant whose site is in memory backends only (a `memory.go`) is out of every scenario's reach: " +
-	"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught when the package test named in its row, " +
-	"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
-	"TestMutants checks that each such site is in `memory.go` files alone."
+// where says what runs the package test, for the table.
+func (c packageCatcher) where() string {
+	if c.why == inMemory {
+		return "in-process (memory.go)"
+	}
+	return "sessions driven step by step (postgres.go)"
+}
+
+// packageCatchers are the mutant sites out of every process fault's reach,
+// each with the package test that guards it and why: each is caught only
+// if its package test, run in a test binary built with the mutants and
+// $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
+// fails on a listed site a scenario may reach: one of inMemory whose site
+// is in a file other than memory.go, and one of inOneStatement that a run
+// of its hunt (the scenarios', as for any mutant, but on the naive lock)
+// catches.
+var packageCatchers = map[string]packageCatcher{
+	"occ.fenced.read.stamp":   {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
+	"occ.fenced.write.token":  {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
+	"fencedlock.gate.compare": {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
+	// A fresh row's mint and its insert are one statement (sqlAcquireInsert,
+	// sqlAcquire's fresh-row branch), which waits only on another
+	// session's uncommitted row of the same name: the mutant shows only
+	// when that session's transaction, which holds the purge lock, gives
+	// the name a tenure with a newer token and purges its row before it
+	// commits (checkPurgeFence builds it). A user can do that with the
+	// public API (Postgres.WithDB on an open transaction: Purge, Acquire,
+	// Release, Acquire, Release, Purge), but no workload of a scenario
+	// does, and no fault can open the race otherwise: a whole tenure —
+	// insert, release, purge, each committed — would have to fit between
+	// one statement's mint and its insert.
+	"fencedlock.acquire.purge-fence": {packageTest{"./fencedlock", "TestGuards/fencedlock.acquire.purge-fence/insert"}, inOneStatement},
+}
+
+// outOfReachNotes are the notes under the table, one for each kind of
+// site caught by a package test.
+var outOfReachNotes = map[outOfReach]string{
+	inMemory: "A mutant whose site is in memory backends only (a `memory.go`) is out of every scenario's reach: " +
+		"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught, not by a scenario, when the package test named in its row, " +
+		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
+		"TestMutants checks that each such site is in `memory.go` files alone.",
+	inOneStatement: "A mutant whose race lies inside one SQL statement (`fencedlock.acquire.purge-fence`: a fresh row's token minted, then its insert waiting on " +
+		"another session's uncommitted row of the name) is out of every process fault's reach: only that other session's own transaction can act in between, " +
+		"by giving the name a newer tenure and purging it before it commits, which no scenario's workload does. It is caught, not by a scenario, when the package test " +
+		"named in its row, which drives the two sessions step by step, fails with the mutant on and passes with it off; TestMutants also hunts it with the scenarios, " +
+		"as any other mutant but on the naive lock (which cannot see a token's order, and loses updates without a mutant on a loaded machine), " +
+		"and fails if a run catches it (the row's verdict names the last run tried).",
+}
+
+// catchInPackage runs c's package test with mutant and without (runPackageTest),
+// after checking that no scenario reaches the site: a site inMemory must be
+// in memory.go files alone, and a site inOneStatement is hunted with the
+// scenarios, as any other mutant but on the naive lock, whose runs must not
+// catch it.
+func catchInPackage(t *testing.T, infra harness.Infra, base harness.Config, mutant string, c packageCatcher, reached map[string][]reach) mutantRun {
+	run := mutantRun{mutant: mutant}
+	switch c.why {
+	case inMemory:
+		root := moduleRoot(t)
+		if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != "memory.go" }) {
+			t.Errorf("%s is listed in packageCatchers as a memory backend's, but its site is in %v: only a site in memory.go files alone is out of the scenarios' reach", mutant, files)
+			return run
+		}
+	case inOneStatement:
+		// Not on the naive lock: what such a race breaks is a token's
+		// order, which only a fence or the exclusivity check can see, and
+		// the naive lock without faults loses updates on a loaded machine
+		// whenever a worker is descheduled past its lease — a catch there
+		// would not be the mutant's.
+		passes := targetsOf(reached, mutant)
+		for i := range passes {
+			passes[i] = slices.DeleteFunc(slices.Clone(passes[i]), func(r reach) bool { return r.approach == harness.NaiveLock })
+		}
+		run = huntMutant(t, infra, base, mutant, passes...)
+		run.scenarioCaught = run.caught()
+	}
+	run.test = &c
+	run.passedWithout, run.fails = runPackageTest(t, mutant, c.packageTest)
+	return run
+}
 
 // runPackageTest runs pt in a test binary built with the mutants, first
-// without mutant and then with $LOCKFREE_MUTANTS naming it, after checking
-// that mutant's site is in memory.go files alone.
-func runPackageTest(t *testing.T, mutant string, pt packageTest) mutantRun {
-	run := mutantRun{mutant: mutant, test: &pt}
+// without mutant and then with $LOCKFREE_MUTANTS naming it, and reports
+// whether it passed without it and failed with it.
+func runPackageTest(t *testing.T, mutant string, pt packageTest) (passedWithout, fails bool) {
 	root := moduleRoot(t)
-	if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != "memory.go" }) {
-		t.Errorf("%s is listed in memoryOnly, but its site is in %v: only a site in memory.go files alone is out of the scenarios' reach", mutant, files)
-		return run
-	}
 	var pattern []string
 	for _, part := range strings.Split(pt.name, "/") {
 		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
@@ -456,9 +550,9 @@ func runPackageTest(t *testing.T, mutant string, pt packageTest) mutantRun {
 		t.Logf("%s (%s) with LOCKFREE_MUTANTS=%q: err %v\n%s", pt.name, pt.pkg, mutants, err, out)
 		return passed, failed
 	}
-	run.passedWithout, _ = goTest("")
-	_, run.fails = goTest(mutant)
-	return run
+	passedWithout, _ = goTest("")
+	_, fails = goTest(mutant)
+	return passedWithout, fails
 }
 
 // moduleRoot is the directory of the module's go.mod.
@@ -505,7 +599,5 @@ var mutantUnsteady = map[string]string{}
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
 var mutantHoles = map[string]string{
-	"fencedlock.acquire.purge-fence": "a fresh row's mint and its insert are one statement, which waits only on an uncommitted row of the same name: the mutant shows only when the transaction that inserted that row purges it before it commits (checkPurgeFence builds it; TestMutantsAreCaught catches it), and a purge beside churning leases would need a whole tenure — insert, release, purge, each committed — to fit between one statement's mint and its insert; no run purges in an open transaction",
-	"fencedlock.renew.expired":       "it shows only when a renewal reaches the server after its lease expired and before anyone else took the lock (then the lease is revived, which the exclusivity check sees: a renewal held in a cut, delivered after the lease's expiry); the delay fault delivers the held bytes only after a takeover, when the renewal by (holder, token) matches nothing, so only a lock no other worker wants (a payments key) shows it: caught in 3 of 4 hunts, not in every one",
-	"partition.join.live":            "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
+	"partition.join.live": "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
 }

@@ -98,6 +98,8 @@ type arm struct {
 	// Fetched: only at a point of a task that holds events it fetched from
 	// a stream and has written nothing of them yet (markFetched).
 	Fetched bool `json:"fetched,omitempty"`
+	// Token is the lease of a late-renewal arm (modeRenew).
+	Token int64 `json:"token,omitempty"`
 }
 
 // The modes of an arm.

@@ -74,6 +74,8 @@ type worker struct {
 	// late holds a partition member's heartbeats and steps while armed
 	// (modeLate).
 	late lateGate
+	// lateRenewal is the worker's part of the late-renewal fault.
+	lateRenewal lateRenewal
 }
 
 // serve is WorkerMain on in and out.
@@ -118,6 +120,8 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.clear()
 		case cmdStep:
 			w.step(c.Arm)
+		case cmdLateRenewal:
+			w.renewalArm(c.Arm)
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
