@@ -16,7 +16,8 @@ import (
 )
 
 // faultTests lists, per scenario, the faults its test runs: every scenario
-// under the faults a stale holder's write lands under (pause, delay), and the
+// under the faults a stale holder's write lands under (pause, delay) and
+// under crash (each restart meets its own name's lease), and the
 // first scenario with an approach a fault can take effect in (FaultSkip)
 // under the others too, to keep the suite within minutes;
 // LOCKFREE_FAULT_TESTS=all runs every scenario under every fault.
@@ -38,7 +39,7 @@ func faultTests() []struct {
 			if len(faultApproaches(sc.Name(), f)) == 0 {
 				continue
 			}
-			if all || !first[f] || harness.Bites(f) {
+			if all || !first[f] || harness.Bites(f) || f == harness.Crash {
 				first[f] = true
 				out = append(out, struct {
 					scenario string

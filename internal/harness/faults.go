@@ -92,6 +92,7 @@ var faultKinds = []faultKind{
 		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
+	{name: Crash, victim: crashOnce, skip: crashSkip, how: crashHow},
 	{name: Failover, bites: true, global: failoverFault,
 		how: "failovers of the lock service's database mid-run (its standby held from WAL while leases were granted, the primary killed, the standby promoted), a client stopped across each holding a lease whose WAL was lost, resumed after another took its key over on the promoted node"},
 }
@@ -288,7 +289,8 @@ func (r *run) takeover(ctx context.Context, v *proc, at event) bool {
 // one taker held back is the interleaving sought, and the rest of the
 // workers run on.
 func (r *run) holdOne(ctx context.Context, v *proc, at event) {
-	for _, p := range r.procs {
+	procs := r.procs // the crash fault adds to r.procs meanwhile
+	for _, p := range procs {
 		if p != v {
 			p.command(command{Cmd: cmdArm, Arm: &arm{Mode: modeHold, Key: at.Key}})
 		}
@@ -301,7 +303,7 @@ func (r *run) holdOne(ctx context.Context, v *proc, at event) {
 		}) {
 			return // finish clears them all
 		}
-		for _, p := range r.procs {
+		for _, p := range procs {
 			if p != v && !slices.Contains(held, p.client) {
 				p.command(command{Cmd: cmdDisarm})
 			}

@@ -43,7 +43,9 @@ var (
 // partition's Postgres.Verify);
 // then under the late delivery of a cut worker's write; then the
 // alternative under a COMMIT whose answer was lost, which its worker
-// retries (the inbox's offset condition).
+// retries (the inbox's offset condition); then the alternative under a
+// crash, whose replacement starts under the crashed worker's names while
+// its lease is in force (a member's Join).
 var mutantTrials = []struct {
 	approach harness.Approach
 	fault    harness.Fault // "" for none
@@ -56,6 +58,7 @@ var mutantTrials = []struct {
 	{harness.Alternative, harness.Delay},
 	{harness.FencedLock, harness.Delay},
 	{harness.Alternative, harness.LostCommit},
+	{harness.Alternative, harness.Crash},
 }
 
 // mutantTargets is how many of the scenarios whose approach reaches a
@@ -495,7 +498,6 @@ var mutantUnsteady = map[string]string{
 var mutantHoles = map[string]string{
 	"fencedlock.acquire.purge-fence": "a fresh row's mint and its insert are one statement, which waits only on an uncommitted row of the same name: the mutant shows only when the transaction that inserted that row purges it before it commits (checkPurgeFence builds it; TestMutantsAreCaught catches it), and a purge beside churning leases would need a whole tenure — insert, release, purge, each committed — to fit between one statement's mint and its insert; no run purges in an open transaction",
 	"fencedlock.renew.expired":       "it shows only when a renewal reaches the server after its lease expired and before anyone else took the lock (then the lease is revived, which the exclusivity check sees: a renewal held in a cut, delivered after the lease's expiry); the delay fault delivers the held bytes only after a takeover, when the renewal by (holder, token) matches nothing, so only a lock no other worker wants (a payments key) shows it: caught in 3 of 4 hunts, not in every one",
-	"partition.join.live":            "a member rejoins only once its own lease lapsed on its clock (TTL after its last heartbeat was sent), and each worker's member has its own name: no Join meets a live lease of its name; the exclusivity check (two leases of one name in force) would see one that does",
 	"partition.member.paused":        "the branch is taken only while a member's heartbeats are late and its lease still current, with a call arriving meanwhile: no fault delays a member's heartbeats while its calls go on (a worker's proxy carries both, a stopped worker makes no call, and stall and pause fire at a write's point, not at the heartbeat's partition.member.heartbeat); the exclusivity check (a call after its tenure lapsed) would see one",
 	"partition.release.epoch":        "a release frees a partition only after its member handed it off (the ring moved it) and drained it, and none is ever stale in a run: the member's lease would have to lapse between its handoff and its release (a fault during a drain), which no fault aims at; the check that would see it is in place — a write of the successor refused while its ownership was certainly in force (history.Refused)",
 }

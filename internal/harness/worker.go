@@ -348,6 +348,11 @@ func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
 		rec:   history.NewRecorder(historyWriter{w.out}),
 		w:     w,
 	}
+	if w.cfg.Replaces != nil {
+		// It runs as the crashed worker, its history its own.
+		lane := w.cfg.Client
+		env.Client, env.replacement = *w.cfg.Replaces, &lane
+	}
 	if len(w.cfg.KafkaRoutes) > 0 {
 		env.KafkaDial = faultproxy.Redirect(w.cfg.KafkaRoutes)
 	}
