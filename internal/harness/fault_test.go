@@ -209,6 +209,9 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 	if r.FaultsInjected[f] == 0 {
 		t.Errorf("%s: %s not injected", r.Approach, f)
 	}
+	if n := r.FaultsInjected[harness.CrashRestartFailed]; n > 0 {
+		t.Errorf("%s: %d of %d crashed workers not restarted", r.Approach, n, r.FaultsInjected[harness.Crash])
+	}
 	if !r.Checked {
 		t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
 		return
