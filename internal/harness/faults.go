@@ -90,9 +90,9 @@ var faultKinds = []faultKind{
 		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
 	{name: LostCommit, network: true, victim: lostCommitOnce, skip: lostCommitSkip,
 		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
+	{name: Crash, victim: crashOnce, skip: crashSkip, how: crashHow},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
-	{name: Crash, victim: crashOnce, skip: crashSkip, how: crashHow},
 	{name: Failover, bites: true, global: failoverFault,
 		how: "failovers of the lock service's database mid-run (its standby held from WAL while leases were granted, the primary killed, the standby promoted), a client stopped across each holding a lease whose WAL was lost, resumed after another took its key over on the promoted node"},
 }

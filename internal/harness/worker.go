@@ -252,7 +252,13 @@ func (w *worker) run(ctx context.Context) error {
 	env.MeterProvider = meter.meterProvider()
 	restore := failpoint.Handle(w.point)
 	defer restore()
-	client, err := def.NewClient(ctx, env)
+	client, err := w.newClient(ctx, def, env)
+	if err != nil && w.cfg.Replaces != nil && w.halted() {
+		// A crashed worker's replacement halted before its client
+		// started (a member waiting for its name's lease, or for a fleet
+		// that is leaving): it ran no operation.
+		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.counts().Connects}})
+	}
 	if err != nil {
 		return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
 	}
@@ -300,6 +306,32 @@ func (w *worker) run(ctx context.Context) error {
 		st.Counts = c.Counts()
 	}
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
+}
+
+// newClient starts def's client on env. A crashed worker's replacement's
+// start ends at the halt: it may be waiting for its name's lease to lapse,
+// or for a fleet to settle that is leaving as the run ends. Once started,
+// the client keeps ctx.
+func (w *worker) newClient(ctx context.Context, def ApproachDef, env *Env) (Client, error) {
+	if w.cfg.Replaces == nil {
+		return def.NewClient(ctx, env)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{})
+	go func() {
+		select {
+		case <-w.haltCh:
+			cancel()
+		case <-started:
+		}
+	}()
+	c, err := def.NewClient(sctx, env)
+	close(started)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return c, nil // sctx lives on with the client; a halt as it started may end it, and the worker halts
 }
 
 // op runs one operation under the operation timeout.
