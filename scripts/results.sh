@@ -68,7 +68,7 @@ mutants() {
 	echo "mutant on in its workers (\`LOCKFREE_MUTANTS\`) and runs a scenario's approach that reaches the site —"
 	echo "the naive lock without faults, then the alternative and the fenced lock under \`pause\`, then accounts'"
 	echo "\`verified-lock\` and \`verified-alternative\` under \`pause\`, then the alternative and the fenced lock"
-	echo "under \`delay\`, then the alternative under \`lost-commit\`, \`late-heartbeat\` and \`handoff-pause\`, then the fenced lock under \`overtake\` and \`late-renewal\` — with"
+	echo "under \`delay\`, then the alternative under \`lost-commit\`, \`late-heartbeat\` and \`handoff-pause\`, then the fenced lock under \`overtake\` and \`late-renewal\`, then the alternative under \`crash\` — with"
 	echo "4 workers, 1 key, 1.5 s (four of the approach's leases under a fault, when longer), until one run shows"
 	echo "violations — the scenario's check's, or the exclusivity check's of every run (overlapping tenures,"
 	echo "revived leases, calls after a tenure lapsed, releases of a superseded tenure). Each row is that run, or the last one tried"
@@ -369,7 +369,7 @@ for sc in $scenarios; do
 	if [ -n "${FAULTS:-}" ]; then
 		faults=$FAULTS
 	elif [ "$sc" = "$first" ]; then
-		faults="none pause delay stall isolate restart"
+		faults="none pause delay stall isolate crash restart"
 	else
 		faults="none pause delay"
 	fi

@@ -153,12 +153,13 @@ func (documents) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, 
 }
 
 // docEdit starts a client's next operation on a random document: its name
-// is the client and its own count of operations, unique among the
+// is the client's lane in the history (a replacement of a crashed worker
+// has its own) and its own count of operations, unique among the
 // document's. One time in deleteOdds it deletes the document (del);
 // otherwise it edits it, or creates it if it finds it deleted.
 func docEdit(ctx context.Context, env *Env, n *int) (_ context.Context, _ *Op, name string, del bool, _ error) {
 	*n++
-	name = "c" + strconv.Itoa(env.Client) + "-" + strconv.Itoa(*n)
+	name = "c" + strconv.Itoa(env.lane()) + "-" + strconv.Itoa(*n)
 	del = env.Rand.IntN(deleteOdds) == 0
 	ctx, op, err := env.Invoke(ctx, Key("doc-", env.Rand.IntN(env.Keys)), history.KindEdit, history.DocInput{Edit: name, Delete: del})
 	return ctx, op, name, del, err

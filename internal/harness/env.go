@@ -19,7 +19,9 @@ import (
 // Env is what a client runs on, in its worker process. Its fields are set
 // before NewClient and never change; it is safe for concurrent use.
 type Env struct {
-	// Client is the worker's client number: its lane in the history.
+	// Client is the worker's client number: its identity (its member and
+	// holder names) and, unless it replaces a crashed worker, its lane in
+	// the history.
 	Client int
 	Params
 	// DB is the worker's pool, through the worker's own proxy when the
@@ -46,7 +48,19 @@ type Env struct {
 	MeterProvider metric.MeterProvider
 
 	rec *history.Recorder
-	w   *worker
+	// replacement, when set, is the client number the history of a
+	// worker started in place of a crashed one is recorded under: a
+	// recorder's client number is its alone.
+	replacement *int
+	w           *worker
+}
+
+// lane is the client number the client's history is recorded under.
+func (e *Env) lane() int {
+	if e.replacement != nil {
+		return *e.replacement
+	}
+	return e.Client
 }
 
 // recording wraps a lock service of the client's own like Locks: each lease
@@ -66,7 +80,7 @@ func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.
 	if e.w != nil {
 		e.w.park(ctx, key)
 	}
-	call, err := e.rec.Invoke(e.Client, key, kind, input)
+	call, err := e.rec.Invoke(e.lane(), key, kind, input)
 	if err != nil {
 		return ctx, nil, err
 	}
@@ -143,7 +157,7 @@ func (e *Env) Task(ctx context.Context, key string, token int64) (context.Contex
 	if e.w == nil {
 		return context.WithValue(ctx, opKey{}, op), func() {}
 	}
-	op.task = "task-" + strconv.Itoa(e.Client) + "-" + strconv.FormatInt(e.w.tasks.Add(1), 10)
+	op.task = "task-" + strconv.Itoa(e.lane()) + "-" + strconv.FormatInt(e.w.tasks.Add(1), 10)
 	var once sync.Once
 	return context.WithValue(ctx, opKey{}, op), func() {
 		once.Do(func() {

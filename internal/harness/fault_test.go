@@ -16,7 +16,8 @@ import (
 )
 
 // faultTests lists, per scenario, the faults its test runs: every scenario
-// under the faults a stale holder's write lands under (pause, delay), and the
+// under the faults a stale holder's write lands under (pause, delay) and
+// under crash (each restart meets its own name's lease), and the
 // first scenario with an approach a fault can take effect in (FaultSkip)
 // under the others too, to keep the suite within minutes;
 // LOCKFREE_FAULT_TESTS=all runs every scenario under every fault.
@@ -38,7 +39,7 @@ func faultTests() []struct {
 			if len(faultApproaches(sc.Name(), f)) == 0 {
 				continue
 			}
-			if all || !first[f] || harness.Bites(f) {
+			if all || !first[f] || harness.Bites(f) || f == harness.Crash {
 				first[f] = true
 				out = append(out, struct {
 					scenario string
@@ -207,6 +208,9 @@ func checkResult(t *testing.T, f harness.Fault, r report.Result) {
 	}
 	if r.FaultsInjected[f] == 0 {
 		t.Errorf("%s: %s not injected", r.Approach, f)
+	}
+	if n := r.FaultsInjected[harness.CrashRestartFailed]; n > 0 {
+		t.Errorf("%s: %d of %d crashed workers not restarted", r.Approach, n, r.FaultsInjected[harness.Crash])
 	}
 	if !r.Checked {
 		t.Errorf("%s: not checked: %s", r.Approach, r.Detail)

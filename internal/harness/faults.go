@@ -94,6 +94,7 @@ var faultKinds = []faultKind{
 		how: "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"},
 	{name: Overtake, victim: overtakeOnce, skip: overtakeSkip,
 		how: "SIGSTOPs of a consumer holding a fetched batch it had written nothing of, each resumed past its session and after the worker that got its partition applied an event sent after the stop"},
+	{name: Crash, victim: crashOnce, skip: crashSkip, how: crashHow},
 	{name: Restart, global: restartFault,
 		how: "restarts of the PostgreSQL server mid-run"},
 	{name: Failover, bites: true, global: failoverFault,
@@ -296,7 +297,8 @@ func (r *run) takeover(ctx context.Context, v *proc, at event) bool {
 // one taker held back is the interleaving sought, and the rest of the
 // workers run on.
 func (r *run) holdOne(ctx context.Context, v *proc, at event) {
-	for _, p := range r.procs {
+	procs := r.procs // the crash fault adds to r.procs meanwhile
+	for _, p := range procs {
 		if p != v {
 			p.command(command{Cmd: cmdArm, Arm: &arm{Mode: modeHold, Key: at.Key}})
 		}
@@ -309,7 +311,7 @@ func (r *run) holdOne(ctx context.Context, v *proc, at event) {
 		}) {
 			return // finish clears them all
 		}
-		for _, p := range r.procs {
+		for _, p := range procs {
 			if p != v && !slices.Contains(held, p.client) {
 				p.command(command{Cmd: cmdDisarm})
 			}

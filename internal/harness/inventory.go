@@ -208,7 +208,7 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 	}
 	c.holds++
 	row := Key("hold-", i) + "-" + strconv.Itoa(c.env.Rand.IntN(inventoryHolds))
-	holder := int64(c.env.Client)<<32 | c.holds
+	holder := int64(c.env.lane())<<32 | c.holds // a replacement of a crashed worker counts its own
 	ctx, op, err := invoke(history.KindHold, history.StoreInput{Rows: []string{row}, Value: holder})
 	if err != nil {
 		return err

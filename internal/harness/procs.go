@@ -21,6 +21,7 @@ import (
 type proc struct {
 	client int
 	cmd    *exec.Cmd
+	cfg    workerConfig      // what it was configured with
 	proxy  *faultproxy.Proxy // nil unless the run injects network faults
 	// kafka are the proxies of the worker's Kafka brokers, when the run
 	// injects network faults into an approach that consumes from Kafka.
@@ -37,6 +38,9 @@ type proc struct {
 
 	done    chan struct{} // closed once the process has exited and its output is read
 	exitErr error
+	// crashed: the crash fault killed it (set by the injector, read once
+	// it is over).
+	crashed bool
 }
 
 // tail keeps the last bytes a worker wrote on stderr, for the report of a
@@ -71,7 +75,20 @@ func (t *tail) String() string {
 // startProc starts worker client and sends it cfg; its lines go to mon as
 // they arrive.
 func startProc(exe string, args, env []string, cfg workerConfig, proxy *faultproxy.Proxy, mon *monitor, stderr io.Writer) (*proc, error) {
-	p := &proc{client: cfg.Client, proxy: proxy, done: make(chan struct{})}
+	p, err := spawnProc(exe, args, env, cfg.Client, mon, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.configure(cfg, proxy, nil); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// spawnProc starts the process of worker client, which waits for its
+// configuration (configure); its lines go to mon as they arrive.
+func spawnProc(exe string, args, env []string, client int, mon *monitor, stderr io.Writer) (*proc, error) {
+	p := &proc{client: client, done: make(chan struct{})}
 	p.stderr.out = stderr
 	p.cmd = exec.Command(exe, args...)
 	p.cmd.Env = append(append(os.Environ(), envWorker+"=1"), env...)
@@ -88,19 +105,27 @@ func startProc(exe string, args, env []string, cfg workerConfig, proxy *faultpro
 		return nil, err
 	}
 	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("harness: starting worker %d: %w", cfg.Client, err)
+		return nil, fmt.Errorf("harness: starting worker %d: %w", client, err)
 	}
 	go p.read(stdout, mon)
+	return p, nil
+}
+
+// configure sends a spawned worker its configuration, which it runs its
+// client with, through proxy and kafka (its proxies, when the run injects
+// network faults); the worker is killed if it cannot take it.
+func (p *proc) configure(cfg workerConfig, proxy *faultproxy.Proxy, kafka []*faultproxy.Proxy) error {
+	p.cfg, p.proxy, p.kafka = cfg, proxy, kafka
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		p.kill()
-		return nil, err
+		return err
 	}
 	if err := p.send(b); err != nil {
 		p.kill()
-		return nil, fmt.Errorf("harness: configuring worker %d: %w", cfg.Client, err)
+		return fmt.Errorf("harness: configuring worker %d: %w", cfg.Client, err)
 	}
-	return p, nil
+	return nil
 }
 
 // read demultiplexes the worker's stdout until it ends, then waits for the

@@ -34,6 +34,11 @@ type workerConfig struct {
 	Approach Approach `json:"approach"`
 	// Client is the worker's client number in the history.
 	Client int `json:"client"`
+	// Replaces, when set, is the client number of the crashed worker this
+	// one was started in place of (the crash fault): its client runs as
+	// that one (Env.Client: the same member and holder names), its history
+	// under Client, a number of its own.
+	Replaces *int `json:"replaces,omitempty"`
 	// DB connects to the run's schema, through the worker's own proxy
 	// when the run injects network faults.
 	DB string `json:"db"`

@@ -227,6 +227,9 @@ type run struct {
 	// cuts lists, by client, when a network fault held the worker's
 	// traffic (noteCut): what it sent then reached no server before.
 	cuts map[int][]cut
+	// replaced maps the lane of each worker started in place of a crashed
+	// one to the client it runs as (crashOnce).
+	replaced map[int]int
 }
 
 func (r *run) note(format string, args ...any) {
@@ -259,7 +262,7 @@ func (r *run) seconds(t history.Time) float64 { return float64(t-r.base) / 1e9 }
 func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, infra Infra) (*run, report.Result, error) {
 	sizes := Sizes{Keys: cfg.Keys, Clients: cfg.Clients}
 	r := &run{cfg: cfg, infra: infra, sc: sc, def: def, mon: newMonitor(),
-		injected: map[Fault]int64{}, spans: map[int][]report.Span{}}
+		injected: map[Fault]int64{}, spans: map[int][]report.Span{}, replaced: map[int]int{}}
 	r.params = Params{Sizes: sizes, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
 	r.prot = def.Protection(r.params)
 	if r.params.OpTimeout == 0 {
@@ -470,6 +473,9 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		}
 	}
 	for _, p := range r.procs {
+		if p.crashed {
+			continue // the crash fault's, counted
+		}
 		if err := p.died(); err != nil {
 			r.note("%v; its open operations count as unknown", err)
 		}

@@ -132,3 +132,35 @@ func TestOwnerSpans(t *testing.T) {
 		t.Errorf("stale releases %+v, want none: no later claim of partition/0", vs)
 	}
 }
+
+// A crashed member's replacement (the crash fault) joins under the same name
+// from a lane of its own: a Join that returned while the crashed member's
+// lease was certainly in force is two leases of one name at once, and one
+// that returned after it lapsed is none.
+func TestReplacementJoin(t *testing.T) {
+	ttl := time.Second
+	crashed := []event{
+		{Ev: evMember, Name: "worker-3", Token: 10, TTL: ttl, Sent: 0, T: 5 * ms},
+		{Ev: evMember, Name: "worker-3", Token: 10, TTL: ttl, Sent: 100 * ms, T: 105 * ms},
+	}
+	lapsed := 100*ms + history.Time(ttl) // the store's expiry: after the check's end of it
+	for _, tc := range []struct {
+		name   string
+		joined history.Time // when the replacement's Join returned
+		want   int
+	}{
+		{"at once", 300 * ms, 1},
+		{"after the lapse", lapsed + 5*ms, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := map[int][]event{
+				3:  crashed,
+				11: {{Ev: evMember, Name: "worker-3", Token: 11, TTL: ttl, Sent: tc.joined - 5*ms, T: tc.joined}},
+			}
+			own := ownerSpans(evs, nil)
+			if vs := history.Exclusive(own.members, 0); len(vs) != tc.want {
+				t.Errorf("violations %+v, want %d", vs, tc.want)
+			}
+		})
+	}
+}

@@ -24,12 +24,19 @@ const (
 func (r *run) timeline(ops []history.Op, rep *history.Report) *report.Timeline {
 	t := &report.Timeline{}
 	lanes := map[int]*report.Lane{}
+	r.mu.Lock()
+	restarted := maps.Clone(r.replaced) // lanes of replacements of crashed workers
+	r.mu.Unlock()
 	lane := func(c int) *report.Lane {
 		if l, ok := lanes[c]; ok {
 			return l
 		}
 		name := "worker " + strconv.Itoa(c)
-		if c >= r.cfg.Clients {
+		as, replaced := restarted[c]
+		switch {
+		case replaced:
+			name = "worker " + strconv.Itoa(as) + ", restarted"
+		case c >= r.cfg.Clients:
 			name = "check"
 		}
 		l := &report.Lane{Name: name}

@@ -266,7 +266,13 @@ func (w *worker) run(ctx context.Context) error {
 	env.MeterProvider = meter.meterProvider()
 	restore := failpoint.Handle(w.point)
 	defer restore()
-	client, err := def.NewClient(ctx, env)
+	client, err := w.newClient(ctx, def, env)
+	if err != nil && w.cfg.Replaces != nil && w.halted() {
+		// A crashed worker's replacement halted before its client
+		// started (a member waiting for its name's lease, or for a fleet
+		// that is leaving): it ran no operation.
+		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.counts().Connects}})
+	}
 	if err != nil {
 		return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
 	}
@@ -316,6 +322,32 @@ func (w *worker) run(ctx context.Context) error {
 	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
 }
 
+// newClient starts def's client on env. A crashed worker's replacement's
+// start ends at the halt: it may be waiting for its name's lease to lapse,
+// or for a fleet to settle that is leaving as the run ends. Once started,
+// the client keeps ctx.
+func (w *worker) newClient(ctx context.Context, def ApproachDef, env *Env) (Client, error) {
+	if w.cfg.Replaces == nil {
+		return def.NewClient(ctx, env)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{})
+	go func() {
+		select {
+		case <-w.haltCh:
+			cancel()
+		case <-started:
+		}
+	}()
+	c, err := def.NewClient(sctx, env)
+	close(started)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return c, nil // sctx lives on with the client; a halt as it started may end it, and the worker halts
+}
+
 // op runs one operation under the operation timeout.
 func (w *worker) op(ctx context.Context, c Client) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Params.OpTimeout)
@@ -361,6 +393,11 @@ func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
 		Rand:  rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Client))),
 		rec:   history.NewRecorder(historyWriter{w.out}),
 		w:     w,
+	}
+	if w.cfg.Replaces != nil {
+		// It runs as the crashed worker, its history its own.
+		lane := w.cfg.Client
+		env.Client, env.replacement = *w.cfg.Replaces, &lane
 	}
 	if len(w.cfg.KafkaRoutes) > 0 {
 		env.KafkaDial = faultproxy.Redirect(w.cfg.KafkaRoutes)

@@ -38,6 +38,8 @@ const (
 	SpanPause   SpanKind = "pause"
 	SpanIsolate SpanKind = "isolate"
 	SpanStall   SpanKind = "stall"
+	// SpanCrash is a worker killed (SIGKILL) at its point and replaced.
+	SpanCrash SpanKind = "crash"
 	// SpanRestart and SpanFailover are database-wide.
 	SpanRestart  SpanKind = "restart"
 	SpanFailover SpanKind = "failover"
