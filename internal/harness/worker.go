@@ -42,7 +42,7 @@ func IsWorker() bool { return os.Getenv(envWorker) != "" }
 // code.
 func WorkerMain() int {
 	if err := serve(context.Background(), os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "lockfree worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s%v\n", workerErrPrefix, err)
 		return 1
 	}
 	return 0
@@ -365,6 +365,11 @@ func hits() map[string]int64 {
 	}
 	return out
 }
+
+// workerErrPrefix starts the line a worker writes on stderr when it stops
+// on an error: the coordinator tells from it a worker that failed from a
+// process that never ran as one.
+const workerErrPrefix = "lockfree worker: "
 
 // errNoWorker is returned when a started process never behaves as a worker:
 // its binary does not call WorkerMain when IsWorker.
