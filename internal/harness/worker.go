@@ -237,6 +237,9 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
+	if err := firstConnection(ctx, pool, startBound(w.cfg.Params.Clients)); err != nil {
+		return err
+	}
 	meter := newWorkerMeter(w.cfg.Metrics)
 	locks := pool
 	if w.cfg.LockDB != "" {
@@ -320,6 +323,24 @@ func (w *worker) op(ctx context.Context, c Client) error {
 // other worker.
 func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
 	return dial(ctx, "database", w.cfg.DB, tr)
+}
+
+// firstConnection waits until pool has connected once, trying again within
+// bound: 64 workers starting at once on a loaded machine make the server
+// fork a backend for each, and a first connection may miss the pool's
+// connect timeout, which bounds the connections made later, mid-run.
+func firstConnection(ctx context.Context, pool *pgxpool.Pool, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("database: no connection within %v: %w", bound, err)
+		}
+	}
 }
 
 // dial is a worker's pool on url (what, in errors), sized as pool says.
