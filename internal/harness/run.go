@@ -486,7 +486,11 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		p.command(command{Cmd: cmdClear})
 		p.command(command{Cmd: cmdHalt})
 	}
-	bound := r.params.OpTimeout + 30*time.Second
+	// Half a minute, and a second more per worker: after the halt a
+	// pipeline's workers drain (events: 64 consumers of one group on a
+	// loaded machine rebalance for over 40 s), and a worker killed while
+	// draining leaves events it never applied, which the check counts.
+	bound := r.params.OpTimeout + 30*time.Second + time.Duration(r.cfg.Clients)*time.Second
 	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	for _, p := range r.procs {
