@@ -236,7 +236,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				cfg := harness.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
 					Metrics: f.metrics}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
-				if err != nil && !errors.Is(err, harness.ErrNotInjected) {
+				if err != nil && !partial(err) {
 					return err
 				}
 				missed = append(missed, err)
@@ -286,12 +286,20 @@ func printReport(w io.Writer, rep report.Report, asJSON bool) error {
 	return err
 }
 
+// partial reports whether err, from a run that returned its report, leaves
+// that report worth printing and the sweep worth going on: a fault that did
+// not take effect somewhere, or an approach that failed (the report says
+// which and why). The command still exits non-zero.
+func partial(err error) bool {
+	return errors.Is(err, harness.ErrNotInjected) || errors.Is(err, harness.ErrApproachFailed)
+}
+
 // runPoint runs every approach of s at one size: once, or --rounds times
 // interleaved (round 1: every approach, round 2: every approach, …) so that
 // a drift of the machine's load hits every approach alike. It returns the
-// report with an error matching harness.ErrNotInjected when a requested
-// fault did not take effect somewhere. Live progress goes to stderr only
-// when it is a terminal, closed before the caller prints on stdout.
+// report with an error that partial accepts when a requested fault did not
+// take effect somewhere or an approach failed. Live progress goes to stderr
+// only when it is a terminal, closed before the caller prints on stdout.
 func runPoint(ctx context.Context, s harness.Scenario, cfg harness.Config, infra harness.Infra, rounds int, stderr io.Writer) (report.Report, error) {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		live := report.NewTerminalProgress(stderr)
@@ -313,7 +321,7 @@ func runPoint(ctx context.Context, s harness.Scenario, cfg harness.Config, infra
 		for _, a := range order {
 			cfg.Approaches = []harness.Approach{a}
 			rep, err := harness.Run(ctx, s, cfg, infra)
-			if err != nil && !errors.Is(err, harness.ErrNotInjected) {
+			if err != nil && !partial(err) {
 				return rep, fmt.Errorf("round %d: %w", r+1, err)
 			}
 			missed = append(missed, err)

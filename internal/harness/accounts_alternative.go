@@ -32,12 +32,18 @@ SELECT id, $2, $4, $7, (SELECT epoch FROM lockfree_partition_owners WHERE partit
 // it changed nothing.
 var errStaleSeq = errors.New("harness: accounts: last sequence number changed since it was read")
 
-// The member lease of the alternative: every worker is a member, and one
-// that stops heartbeating leaves the live set after accountsMemberTTL.
-const (
-	accountsMemberTTL      = time.Second
-	accountsMemberInterval = 100 * time.Millisecond
-)
+// accountsMembers is the membership schedule of the alternative's fleet of
+// clients members: every worker is a member, and one that stops
+// heartbeating leaves the live set after ttl. Up to 16 members: a 1 s lease,
+// heartbeats and reads of the fleet every 100 ms, every 10 ms while
+// partitions move. A larger fleet stretches all three by clients/16: 64
+// members on two loaded cores, each heartbeating 10 times a second and
+// reading the ring 100 times a second while they settle, kept missing
+// their 1 s leases, and the fleet never settled.
+func accountsMembers(clients int) (ttl, interval, move time.Duration) {
+	s := time.Duration(max(1, clients/16))
+	return s * time.Second, s * 100 * time.Millisecond, s * 10 * time.Millisecond
+}
 
 // accountsAlternative appends as the owner of the entity's partition: every
 // worker is a partition.Member, appending to the entities of the partitions
@@ -53,8 +59,9 @@ func (accountsAlternative) Approach() Approach { return Alternative }
 func (accountsAlternative) Label() string {
 	return "partition.Member.Do: each worker a member; the owner's serial executor reads and writes the next number and the event, fenced by the epoch"
 }
-func (accountsAlternative) Protection(Params) Protection {
-	return Protection{Lease: accountsMemberTTL + accountsMemberInterval, What: "the member lease and a heartbeat"}
+func (accountsAlternative) Protection(p Params) Protection {
+	ttl, interval, _ := accountsMembers(p.Clients)
+	return Protection{Lease: ttl + interval, What: "the member lease and a heartbeat"}
 }
 
 // runsMember: each worker is a partition member (the member faults).
@@ -101,9 +108,10 @@ func newAccountsAlt(ctx context.Context, env *Env, verify bool) (Client, error) 
 	if err != nil {
 		return nil, err
 	}
+	ttl, interval, move := accountsMembers(env.Clients)
 	m, err := partition.NewMember(recordingMembership{Membership: store, env: env}, &partition.Config{
-		Name: "worker-" + strconv.Itoa(env.Client), TTL: accountsMemberTTL,
-		Interval: accountsMemberInterval, MoveInterval: 10 * time.Millisecond,
+		Name: "worker-" + strconv.Itoa(env.Client), TTL: ttl,
+		Interval: interval, MoveInterval: move,
 		MeterProvider: env.MeterProvider,
 	})
 	if err != nil {
@@ -122,10 +130,12 @@ func newAccountsAlt(ctx context.Context, env *Env, verify bool) (Client, error) 
 
 // settle waits until the member sees the whole fleet and owns exactly the
 // partitions the ring places on it, so that the run does not measure the
-// fleet's first handovers. A minute: eight members settling on a loaded
-// machine have been seen to need more than thirty seconds.
+// fleet's first handovers; within startBound: eight members settling on a
+// loaded machine have been seen to need more than thirty seconds, and the
+// last of 64 workers starts tens of seconds after the first.
 func (c *accountsAltClient) settle(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	bound := startBound(c.env.Clients)
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	for {
 		r := c.member.Ring()
@@ -135,11 +145,13 @@ func (c *accountsAltClient) settle(ctx context.Context) error {
 				want++
 			}
 		}
-		if len(r.Members()) == c.env.Clients && len(c.member.Owned()) == want {
+		members, owned := len(r.Members()), len(c.member.Owned())
+		if members == c.env.Clients && owned == want {
 			return nil
 		}
 		if !sleep(ctx, 10*time.Millisecond) {
-			return fmt.Errorf("harness: accounts: the partitions did not settle on %d members: %w", c.env.Clients, ctx.Err())
+			return fmt.Errorf("harness: accounts: the partitions did not settle on %d members within %v (this member saw %d, owned %d of the %d partitions the ring places on it): %w",
+				c.env.Clients, bound, members, owned, want, ctx.Err())
 		}
 	}
 }

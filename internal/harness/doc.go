@@ -51,7 +51,10 @@
 // the coordinator waits for its transaction to end before the worker held
 // behind it goes on. Restart restarts the
 // server. A run in which a requested fault never took effect fails with
-// ErrNotInjected.
+// ErrNotInjected. An approach whose run could not be made (its workers did
+// not get ready in time) is reported as failed, with why, and the run goes
+// on with the next approach; the run's error then matches
+// ErrApproachFailed.
 //
 // # Checks and figures
 //

@@ -91,10 +91,26 @@ func kafkaSkip(ctx context.Context, infra Infra) string {
 
 // advertisedBrokers returns the addresses the cluster at bootstrap
 // advertises for its brokers: what a client dials once it has read the
-// metadata, and so what a worker's proxies must stand in for.
+// metadata, and so what a worker's proxies must stand in for. It asks again
+// while the metadata lists no broker, as it does for a moment when a broker
+// on a loaded machine missed its controller's session and was fenced.
 func advertisedBrokers(ctx context.Context, bootstrap []string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	for {
+		out, err := listBrokers(ctx, bootstrap)
+		if err != nil || len(out) > 0 {
+			return out, err
+		}
+		if !sleep(ctx, 500*time.Millisecond) {
+			return nil, fmt.Errorf("harness: reading the Kafka brokers: the cluster at %s listed none: %w", strings.Join(bootstrap, ","), ctx.Err())
+		}
+	}
+}
+
+// listBrokers reads the advertised brokers from the first of bootstrap
+// that answers.
+func listBrokers(ctx context.Context, bootstrap []string) ([]string, error) {
 	var errs []error
 	for _, b := range bootstrap {
 		conn, err := kafka.DialContext(ctx, "tcp", b)

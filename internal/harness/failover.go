@@ -90,10 +90,11 @@ const failoverOpTimeout = time.Minute
 // the lock service (an alternative keeps nothing there).
 const sqlLostMarker = `CREATE TABLE failover_lost AS SELECT clock_timestamp() AS held_at`
 
-// failoverSkip says why def does not run in a run with cfg's faults, or "":
-// a fault that cannot take effect in it (FaultSkip), or the failover's
-// reasons.
-func failoverSkip(cfg Config, def ApproachDef) string {
+// skipForFaults says why def does not run under cfg's faults, or "": a
+// fault that cannot take effect in it (FaultSkip), or the failover fault's
+// own reasons (its foil runs only under it; some approaches and scenarios
+// do not run under it).
+func skipForFaults(cfg Config, def ApproachDef) string {
 	for _, f := range cfg.Faults {
 		if why := FaultSkip(f, def); why != "" {
 			return why

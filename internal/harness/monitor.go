@@ -112,6 +112,13 @@ func (m *monitor) history(line []byte) {
 	m.changedLocked()
 }
 
+// exited wakes the waiters when a worker's process has exited.
+func (m *monitor) exited() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.changedLocked()
+}
+
 // event takes in one event of worker client.
 func (m *monitor) event(client int, ev event) {
 	m.mu.Lock()

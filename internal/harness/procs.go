@@ -129,8 +129,10 @@ func (p *proc) configure(cfg workerConfig, proxy *faultproxy.Proxy, kafka []*fau
 }
 
 // read demultiplexes the worker's stdout until it ends, then waits for the
-// process.
+// process, and wakes mon's waiters once done is closed: a wait for every
+// worker to get ready ends as soon as one has exited instead.
 func (p *proc) read(stdout io.Reader, mon *monitor) {
+	defer mon.exited()
 	defer close(p.done)
 	br := bufio.NewReaderSize(stdout, 64<<10)
 	for {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 // fault took effect not once for some approach: such a run proves nothing
 // about that fault, and must not pass for one that does.
 var ErrNotInjected = errors.New("harness: a requested fault was not injected")
+
+// ErrApproachFailed is matched by the error of a run in which some
+// approach's run could not be made (its workers did not get ready, its
+// schema could not be set up, …): the report holds that approach as a
+// Failed result, with why, and the run went on with the next approach.
+var ErrApproachFailed = errors.New("harness: an approach's run failed")
 
 // ErrInvalid is matched by the errors of a bad configuration, returned
 // before anything runs.
@@ -146,7 +153,9 @@ func (c Config) validate() error {
 // Run runs every approach of sc, one after the other, under cfg's faults,
 // and checks each one's history. It returns the report, and with it an
 // error matching ErrNotInjected when a requested fault took effect not once
-// in some approach's run; any other error means the run could not be made.
+// in some approach's run, and one matching ErrApproachFailed for each
+// approach whose run could not be made (the others ran); any other error
+// means the run could not be made at all (a bad configuration, ctx ended).
 func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Report, error) {
 	cfg = cfg.withDefaults()
 	rep := report.Report{Scenario: sc.Name(), Backend: "postgres", Clients: cfg.Clients, Keys: cfg.Keys,
@@ -169,7 +178,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, def.Approach()) {
 			continue
 		}
-		why := failoverSkip(cfg, def)
+		why := skipForFaults(cfg, def)
 		if why == "" {
 			why = skipReason(ctx, def, infra)
 		}
@@ -182,7 +191,12 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %s", def.Approach(), n))
 		}
 		if err != nil {
-			return rep, fmt.Errorf("%s/%s: %w", sc.Name(), def.Approach(), err)
+			if ctx.Err() != nil {
+				return rep, fmt.Errorf("%s/%s: %w", sc.Name(), def.Approach(), err)
+			}
+			rep.Results = append(rep.Results, report.Result{Approach: def.Approach(), Label: def.Label(), Failed: err.Error()})
+			missed = append(missed, fmt.Errorf("%w: %s/%s: %w", ErrApproachFailed, sc.Name(), def.Approach(), err))
+			continue
 		}
 		if cfg.Hits != nil {
 			cfg.Hits(def.Approach(), r.stats().Hits)
@@ -352,7 +366,9 @@ func (r *run) start(ctx context.Context, url string) error {
 		p.kafka = kafkaProxies
 		r.procs = append(r.procs, p)
 	}
-	bound := r.cfg.Warmup + r.params.OpTimeout + time.Minute
+	// A worker that cannot get ready within startBound says why itself;
+	// this bound is for one that hangs.
+	bound := r.cfg.Warmup + r.params.OpTimeout + startBound(r.cfg.Clients) + 30*time.Second
 	ready := r.mon.wait(ctx, bound, func() bool {
 		for _, p := range r.procs {
 			p.mu.Lock()
@@ -367,13 +383,27 @@ func (r *run) start(ctx context.Context, url string) error {
 	for _, p := range r.procs {
 		if p.exited() {
 			<-p.done
-			return fmt.Errorf("%w: %w", errNoWorker, p.died())
+			err := p.died()
+			if strings.Contains(err.Error(), workerErrPrefix) {
+				// It ran as a worker, and said why it stopped.
+				return fmt.Errorf("harness: a worker did not get ready: %w", err)
+			}
+			return fmt.Errorf("%w: %w", errNoWorker, err)
 		}
 	}
 	if !ready {
 		return fmt.Errorf("harness: the workers were not ready within %v", bound)
 	}
 	return nil
+}
+
+// startBound bounds how long a fleet of clients workers takes to start and
+// settle (accounts' members on their partitions, every worker's first
+// connections): a minute, and a second more per worker — the last of 64
+// worker processes starting on two loaded cores begins tens of seconds
+// after the first, and each member that joins moves partitions again.
+func startBound(clients int) time.Duration {
+	return time.Minute + time.Duration(clients)*time.Second
 }
 
 // proxied starts a proxy in front of url's server and returns it with url
@@ -459,7 +489,11 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		p.command(command{Cmd: cmdClear})
 		p.command(command{Cmd: cmdHalt})
 	}
-	bound := r.params.OpTimeout + 30*time.Second
+	// Half a minute, and a second more per worker: after the halt a
+	// pipeline's workers drain (events: 64 consumers of one group on a
+	// loaded machine rebalance for over 40 s), and a worker killed while
+	// draining leaves events it never applied, which the check counts.
+	bound := r.params.OpTimeout + 30*time.Second + time.Duration(r.cfg.Clients)*time.Second
 	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	for _, p := range r.procs {

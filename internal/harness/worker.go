@@ -42,7 +42,7 @@ func IsWorker() bool { return os.Getenv(envWorker) != "" }
 // code.
 func WorkerMain() int {
 	if err := serve(context.Background(), os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "lockfree worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s%v\n", workerErrPrefix, err)
 		return 1
 	}
 	return 0
@@ -251,6 +251,9 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
+	if err := firstConnection(ctx, pool, startBound(w.cfg.Params.Clients)); err != nil {
+		return err
+	}
 	meter := newWorkerMeter(w.cfg.Metrics)
 	locks := pool
 	if w.cfg.LockDB != "" {
@@ -368,6 +371,24 @@ func (w *worker) pool(ctx context.Context, tr *tracer) (*pgxpool.Pool, error) {
 	return dial(ctx, "database", w.cfg.DB, tr)
 }
 
+// firstConnection waits until pool has connected once, trying again within
+// bound: 64 workers starting at once on a loaded machine make the server
+// fork a backend for each, and a first connection may miss the pool's
+// connect timeout, which bounds the connections made later, mid-run.
+func firstConnection(ctx context.Context, pool *pgxpool.Pool, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("database: no connection within %v: %w", bound, err)
+		}
+	}
+}
+
 // dial is a worker's pool on url (what, in errors), sized as pool says.
 func dial(ctx context.Context, what, url string, tr *tracer) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
@@ -416,6 +437,11 @@ func hits() map[string]int64 {
 	}
 	return out
 }
+
+// workerErrPrefix starts the line a worker writes on stderr when it stops
+// on an error: the coordinator tells from it a worker that failed from a
+// process that never ran as one.
+const workerErrPrefix = "lockfree worker: "
 
 // errNoWorker is returned when a started process never behaves as a worker:
 // its binary does not call WorkerMain when IsWorker.

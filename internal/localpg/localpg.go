@@ -102,7 +102,9 @@ func (s *Server) init(ctx context.Context) error {
 	if out, err := s.run(ctx, "initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"); err != nil {
 		return fmt.Errorf("localpg: initdb: %w\n%s", err, out)
 	}
-	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nmax_connections = 200\nshared_buffers = 128MB\n", s.port, s.dir)
+	// 600 connections: `lockfree compare --clients 64` runs 64 worker
+	// processes, each with a pool of up to 8 and a lock service's.
+	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nmax_connections = 600\nshared_buffers = 128MB\n", s.port, s.dir)
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return err

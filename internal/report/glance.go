@@ -11,16 +11,19 @@ import (
 // glanceCell is one approach's violations over a scenario's reports (sweep
 // points and rounds summed).
 type glanceCell struct {
-	violations      int64
-	checked, failed bool // some result checked; some not checked
-	skipped         bool
+	violations         int64
+	checked, unchecked bool // some result checked; some not checked
+	skipped            bool
+	failed             bool // some result failed: its run could not be made
 }
 
 func (c glanceCell) String() string {
 	switch {
 	case c.violations > 0:
 		return fmt.Sprint(c.violations)
-	case c.failed || !c.checked && !c.skipped:
+	case c.failed && !c.checked:
+		return "failed"
+	case c.unchecked || !c.checked && !c.skipped:
 		return "—"
 	case c.skipped:
 		return "skipped"
@@ -48,11 +51,13 @@ func glance(reps []Report) (scenarios []string, order []Approach, cells map[stri
 			switch {
 			case r.Skipped != "":
 				c.skipped = true
+			case r.Failed != "":
+				c.failed = true
 			case r.Checked:
 				c.checked = true
 				c.violations += r.Violations
 			default:
-				c.failed = true
+				c.unchecked = true
 			}
 		}
 	}
@@ -69,7 +74,8 @@ func rank(a Approach) int {
 
 // WriteGlance writes the verdict at a glance: a grid of the violations each
 // approach's check found in each scenario ("—" not checked), then one
-// sentence on which approaches lost data where, wrapped at width columns.
+// sentence on what each approach got wrong where, in the words of each
+// scenario's verdict, wrapped at width columns.
 func WriteGlance(w io.Writer, reps []Report, width int) {
 	scenarios, order, cells := glance(reps)
 	if len(scenarios) == 0 {
@@ -97,29 +103,38 @@ func WriteGlance(w io.Writer, reps []Report, width int) {
 	fmt.Fprintln(w, wrap(glanceSentence(scenarios, order, cells), width, "  ", "  "))
 }
 
-// glanceSentence is "naive-lock lost data in 4 of 4 scenarios (…);
-// alternative, fenced-lock and raw lost none".
+// glanceSentence is "naive-lock showed 12 anomalies in inventory and
+// mis-applied 3 events in events (2 of 4 scenarios); alternative,
+// fenced-lock and raw: nothing wrong in any scenario", each scenario's count
+// in the words of its verdict.
 func glanceSentence(scenarios []string, order []Approach, cells map[string]map[Approach]*glanceCell) string {
-	var parts []string
+	var parts, failures []string
 	var clean, unchecked []Approach
 	for _, a := range order {
-		var lost []string
+		var lost, failed []string
 		ran, checkedAll := 0, true
 		for _, s := range scenarios {
 			c, ok := cells[s][a]
-			if !ok || c.skipped && !c.checked {
+			if ok && c.failed {
+				failed = append(failed, s)
+			}
+			if !ok || (c.skipped || c.failed) && !c.checked && !c.unchecked {
 				continue
 			}
 			ran++
 			if c.violations > 0 {
-				lost = append(lost, s)
+				h := harmOf(s)
+				lost = append(lost, fmt.Sprintf(h.brief()+" in %s", plural(int(c.violations), h.one, h.many), s))
 			}
-			checkedAll = checkedAll && !c.failed && c.checked
+			checkedAll = checkedAll && !c.unchecked && c.checked
+		}
+		if len(failed) > 0 {
+			failures = append(failures, fmt.Sprintf("%s failed in %s", a, andStrings(failed)))
 		}
 		switch {
 		case ran == 0:
 		case len(lost) > 0:
-			parts = append(parts, fmt.Sprintf("%s lost data in %d of %s (%s)", a, len(lost), plural(ran, "scenario", "scenarios"), strings.Join(lost, ", ")))
+			parts = append(parts, fmt.Sprintf("%s %s (%d of %s)", a, andStrings(lost), len(lost), plural(ran, "scenario", "scenarios")))
 		case checkedAll:
 			clean = append(clean, a)
 		default:
@@ -127,10 +142,11 @@ func glanceSentence(scenarios []string, order []Approach, cells map[string]map[A
 		}
 	}
 	if len(clean) > 0 {
-		parts = append(parts, and(clean)+" lost none")
+		parts = append(parts, and(clean)+": nothing wrong in any scenario")
 	}
 	if len(unchecked) > 0 {
 		parts = append(parts, and(unchecked)+": not checked everywhere (—), nothing found where checked")
 	}
+	parts = append(parts, failures...)
 	return strings.Join(parts, "; ") + "."
 }

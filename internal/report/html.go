@@ -102,7 +102,7 @@ func metricRows(rep Report) []metricRow {
 	}
 	var rows []metricRow
 	for _, r := range rep.Results {
-		if r.Skipped != "" {
+		if !r.Ran() {
 			continue
 		}
 		if len(r.Metrics) == 0 {
@@ -120,7 +120,7 @@ type headView struct{ Head, Title string }
 type chip struct{ Approach, Text, Class, Color string }
 
 type rowView struct {
-	Approach, Color, Label, Skipped string
+	Approach, Color, Label, Missing string // Missing: why it did not run
 	Cells                           []string
 	Bad                             bool
 }
@@ -157,7 +157,7 @@ func htmlScenario(rep Report, i int, inSweep bool) scenarioView {
 	}
 	for _, r := range rep.Results {
 		sv.Chips = append(sv.Chips, resultChip(r))
-		row := rowView{Approach: string(r.Approach), Color: Color(r.Approach), Label: describeResult(r), Skipped: r.Skipped,
+		row := rowView{Approach: string(r.Approach), Color: Color(r.Approach), Label: describeResult(r), Missing: r.why(),
 			Bad: r.Checked && r.Violations > 0}
 		for _, c := range cols {
 			row.Cells = append(row.Cells, c.cell(r))
@@ -188,8 +188,8 @@ func tieWord(r Ratio) string {
 func resultChip(r Result) chip {
 	c := chip{Approach: string(r.Approach), Color: Color(r.Approach)}
 	switch {
-	case r.Skipped != "":
-		c.Text, c.Class = "skipped", "skip"
+	case !r.Ran():
+		c.Text, c.Class = r.missing(), "skip"
 	case !r.Checked:
 		c.Text, c.Class = "— not checked", "skip"
 	case r.Violations > 0:
@@ -206,8 +206,8 @@ func barSVG(rep Report, m metric) template.HTML {
 		w, h, w, h, barPanel(rep, m, w, h)))
 }
 
-// timelines draws the recorded timelines, the approaches that lost data
-// first, then the fenced lock (the contrast), then the rest.
+// timelines draws the recorded timelines, the approaches whose check found
+// violations first, then the fenced lock (the contrast), then the rest.
 func timelines(rep Report, id string) []timelineView {
 	rs := slices.Clone(rep.Results)
 	rank := func(r Result) int {
@@ -268,8 +268,11 @@ func htmlSweep(s Sweep, i int) sweepView {
 		Axes: fmt.Sprintf("clients %s × keys %s", ints(s.Clients), ints(s.Keys)), Verdict: SweepVerdict(s)}
 	for _, a := range s.Order {
 		var lost int64
-		var at, unchecked int
+		var at, unchecked, failed int
 		for _, p := range s.Points {
+			if _, ok := p.Failed[a]; ok {
+				failed++
+			}
 			if v := p.By[a].Violations; v != nil && *v > 0 {
 				lost, at = lost+*v, at+1
 			} else if _, ok := p.By[a]; ok && v == nil {
@@ -283,6 +286,9 @@ func htmlSweep(s Sweep, i int) sweepView {
 			sv.Lost = true
 		case unchecked > 0:
 			c.Text, c.Class = fmt.Sprintf("— not checked at %d points", unchecked), "skip"
+		}
+		if failed > 0 {
+			c.Text += fmt.Sprintf(", failed at %d", failed)
 		}
 		sv.Chips = append(sv.Chips, c)
 	}
@@ -306,7 +312,8 @@ func htmlSweep(s Sweep, i int) sweepView {
 }
 
 // sweepChart draws one line per approach along xs; at maps an x to its
-// (clients, keys) point. An approach that lost data anywhere is dashed.
+// (clients, keys) point. An approach whose check found violations anywhere is dashed; its
+// line breaks where it has no figure, with an × where it failed.
 func sweepChart(s Sweep, title, xLabel string, xs []int, at func(int) (int, int), value func(PointSum) float64) template.HTML {
 	var ss []series
 	for _, a := range s.Order {
@@ -316,6 +323,12 @@ func sweepChart(s Sweep, title, xLabel string, xs []int, at func(int) (int, int)
 			p, ok := s.At(c, k)
 			sum, ok2 := p.By[a]
 			if !ok || !ok2 {
+				if _, failed := p.Failed[a]; failed {
+					if sr.failed == nil {
+						sr.failed = map[int]bool{}
+					}
+					sr.failed[len(sr.ys)] = true
+				}
 				sr.ys = append(sr.ys, math.NaN())
 				continue
 			}

@@ -21,10 +21,13 @@ func Markdown(reps []Report) string {
 		b.WriteString("\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
 		for _, r := range rep.Results {
 			fmt.Fprintf(&b, "| %s |", r.Approach)
-			for _, c := range cols {
+			for i, c := range cols {
 				cell := c.cell(r)
-				if r.Skipped != "" {
-					cell = "skipped"
+				if !r.Ran() {
+					cell = "" // the first column says why, the rest are a gap
+					if i == 0 {
+						cell = r.missing()
+					}
 				}
 				fmt.Fprintf(&b, " %s |", mdEscape(cell))
 			}
@@ -57,7 +60,9 @@ func markdownSweep(b *strings.Builder, s Sweep) {
 	for _, p := range s.Points {
 		fmt.Fprintf(b, "| %d | %d |", p.Clients, p.Keys)
 		for _, a := range s.Order {
-			if sum, ok := p.By[a]; ok {
+			if _, failed := p.Failed[a]; failed {
+				b.WriteString(" failed | | |")
+			} else if sum, ok := p.By[a]; ok {
 				fmt.Fprintf(b, " %.0f | %.2f | %s |", sum.OpsPerSec, sum.P99ms, optional(sum.RoundTripsPerOp))
 			} else {
 				b.WriteString(" — | — | — |")
@@ -66,6 +71,12 @@ func markdownSweep(b *strings.Builder, s Sweep) {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+	if fs := s.Failures(); len(fs) > 0 {
+		for _, f := range fs {
+			fmt.Fprintf(b, "- failed: %s\n", mdEscape(f))
+		}
+		b.WriteString("\n")
+	}
 }
 
 // mdEscape keeps text from breaking a table or turning into markup.

@@ -219,7 +219,7 @@ func WriteMetrics(w io.Writer, rep Report) {
 	fmt.Fprintln(tw, "approach\tmetric\tattributes\tvalue")
 	for _, r := range rep.Results {
 		switch {
-		case r.Skipped != "":
+		case !r.Ran():
 			continue
 		case len(r.Metrics) == 0:
 			fmt.Fprintf(tw, "%s\t(none: no lockfree component)\t\t\n", r.Approach)

@@ -223,7 +223,8 @@ func (s *syncBuffer) String() string {
 }
 
 // TestWriteGlance: the grid sums a scenario's reports per approach, shows —
-// for an unchecked result, and the sentence names who lost data where.
+// for an unchecked result, and the sentence says what each approach got
+// wrong where in the words of the scenario's verdict.
 func TestWriteGlance(t *testing.T) {
 	inv := inventoryReport()
 	docs := inventoryReport()
@@ -246,7 +247,7 @@ func TestWriteGlance(t *testing.T) {
 		t.Errorf("documents row %q", lines[2])
 	}
 	sentence := strings.Join(strings.Fields(strings.Join(lines[3:], " ")), " ")
-	want := "naive-lock lost data in 1 of 2 scenarios (inventory); alternative and fenced-lock lost none; raw: not checked everywhere (—), nothing found where checked."
+	want := "naive-lock showed 74 anomalies in inventory (1 of 2 scenarios); alternative and fenced-lock: nothing wrong in any scenario; raw: not checked everywhere (—), nothing found where checked."
 	if sentence != want {
 		t.Errorf("sentence %q, want %q", sentence, want)
 	}

@@ -90,7 +90,7 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{range .Sweeps}}
 <section class="sweep" id="{{.ID}}">
 <h2>{{.Scenario}}: sweep</h2>
-<p class="setting">{{.Axes}} — a dashed line is an approach that lost data at some point of the sweep; each point's table is further down.</p>
+<p class="setting">{{.Axes}} — a dashed line is an approach whose check found violations at some point of the sweep, an × a point where it failed; each point's table is further down.</p>
 <p>{{.Verdict}}</p>
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
 </section>
@@ -107,7 +107,7 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 <tbody>
 {{- range .Rows}}
 <tr class="{{if .Bad}}bad{{end}}"><td class="approach"><i style="background:{{.Color}}"></i>{{.Approach}}</td>
-{{- if .Skipped}}<td colspan="{{len .Cells}}" class="unchecked">skipped: {{.Skipped}}</td>
+{{- if .Missing}}<td colspan="{{len .Cells}}" class="unchecked">{{.Missing}}</td>
 {{- else}}{{range $i, $c := .Cells}}<td{{if eq $c "—"}} class="unchecked"{{end}}>{{$c}}</td>{{end}}{{end}}</tr>
 {{- end}}
 </tbody>

@@ -113,8 +113,8 @@ func (t *plainTask) Done(res Result) {
 
 // outcome is the one-line summary of a finished run.
 func outcome(res Result, took time.Duration) string {
-	if res.Skipped != "" {
-		return "skipped: " + res.Skipped
+	if !res.Ran() {
+		return res.why()
 	}
 	var faults int64
 	for _, n := range res.Faults() {

@@ -70,6 +70,12 @@ type Result struct {
 	// Skipped, when set, says why the approach could not run (no Redis,
 	// …); the other fields are then meaningless.
 	Skipped string `json:"skipped,omitempty"`
+	// Failed, when set, says why the approach's run could not be made at
+	// this size (a worker that never got ready, a schema that could not be
+	// set up, …) while the other approaches ran. As with Skipped, the
+	// other fields are then meaningless: tables and charts show a gap, not
+	// a zero, and JSON leaves them out.
+	Failed string `json:"failed,omitempty"`
 	// RoundTripsPerOp and StatementsPerOp are measured by a database
 	// tracer; nil when not measured (the memory backend).
 	RoundTripsPerOp *float64 `json:"round_trips_per_op,omitempty"`
@@ -114,8 +120,18 @@ type Report struct {
 	Rounds *Rounds `json:"rounds,omitempty"`
 }
 
-// MarshalJSON writes "violations": null for a result that was not checked.
+// MarshalJSON writes "violations": null for a result that was not checked,
+// and only the approach, its label and the reason for one that was skipped
+// or failed: a figure it never measured must not read as a zero.
 func (r Result) MarshalJSON() ([]byte, error) {
+	if !r.Ran() {
+		return json.Marshal(struct {
+			Approach Approach `json:"approach"`
+			Label    string   `json:"label"`
+			Skipped  string   `json:"skipped,omitempty"`
+			Failed   string   `json:"failed,omitempty"`
+		}{r.Approach, r.Label, r.Skipped, r.Failed})
+	}
 	type plain Result
 	v := struct {
 		plain
@@ -145,6 +161,31 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		r.Checked = v.Checked == nil || *v.Checked
 	}
 	return nil
+}
+
+// Ran reports whether the approach ran: neither skipped nor failed, so that
+// its figures mean something.
+func (r Result) Ran() bool { return r.Skipped == "" && r.Failed == "" }
+
+// missing is what a table shows in place of the figures of a result that
+// did not run: "skipped" or "failed".
+func (r Result) missing() string {
+	if r.Skipped != "" {
+		return "skipped"
+	}
+	return "failed"
+}
+
+// why is "skipped: REASON" or "failed: REASON" for a result that did not
+// run, "" for one that did.
+func (r Result) why() string {
+	switch {
+	case r.Skipped != "":
+		return "skipped: " + r.Skipped
+	case r.Failed != "":
+		return "failed: " + r.Failed
+	}
+	return ""
 }
 
 // Faults returns the faults that took effect, by kind: FaultsInjected, or

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -90,8 +91,12 @@ func mergeResults(rs []Result) Result {
 	m.Ops, m.Retries, m.Rejected, m.Violations, m.Errors, m.Uncertain, m.Pauses, m.Submitted = 0, 0, 0, 0, 0, 0, 0, 0
 	m.FaultsInjected, m.Extra, m.Timeline, m.Metrics = nil, nil, nil, nil
 	var ops, p50, p99 []float64
-	for _, r := range rs {
-		if r.Skipped != "" {
+	for i, r := range rs {
+		switch {
+		case r.Skipped != "":
+			return r
+		case r.Failed != "":
+			r.Failed = fmt.Sprintf("round %d: %s", i+1, r.Failed)
 			return r
 		}
 		ops, p50, p99 = append(ops, r.OpsPerSec), append(p50, r.P50ms), append(p99, r.P99ms)
@@ -135,7 +140,7 @@ func roundRatio(of, to []Result) (Ratio, bool) {
 	n := min(len(of), len(to))
 	var r Ratio
 	for i := 0; i < n; i++ {
-		if of[i].Skipped != "" || to[i].Skipped != "" || to[i].OpsPerSec <= 0 {
+		if !of[i].Ran() || !to[i].Ran() || to[i].OpsPerSec <= 0 {
 			continue
 		}
 		r.PerRound = append(r.PerRound, of[i].OpsPerSec/to[i].OpsPerSec)

@@ -80,8 +80,8 @@ func barPanel(rep Report, m metric, w, h int) string {
 		x := j*slot + (slot-barW)/2
 		cx := x + barW/2
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`, cx, base+15, esc(string(r.Approach)))
-		if r.Skipped != "" {
-			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" fill="#777">skipped</text>`, cx, base-6)
+		if !r.Ran() {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" fill="#777">%s</text>`, cx, base-6, r.missing())
 			continue
 		}
 		v := m.value(r)
@@ -101,13 +101,18 @@ func barPanel(rep Report, m metric, w, h int) string {
 	return b.String()
 }
 
-// series is one line of a line chart; NaN marks a missing point.
+// series is one line of a line chart; NaN marks a missing point, where the
+// line breaks.
 type series struct {
 	name  string
 	color string
 	ys    []float64
-	// dashed lines mark approaches that lost data at some point.
+	// dashed lines mark approaches whose check found violations at some
+	// point.
 	dashed bool
+	// failed marks, by index, the missing points at which the approach
+	// failed: an × on the axis.
+	failed map[int]bool
 }
 
 // lineChart draws series against xs (spaced by their logarithm, as sweeps
@@ -152,18 +157,32 @@ func lineChart(title, xLabel string, xs []int, ss []series, w, h int) string {
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#333">%s</text>`, left+pw/2, h-4, esc(xLabel))
 	for k, s := range ss {
-		var pts []string
-		for i, y := range s.ys {
-			if i < len(xs) && !math.IsNaN(y) {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", xpos(i), ypos(y)))
-				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s at %d: %s</title></circle>`, xpos(i), ypos(y), s.color, esc(s.name), xs[i], compact(y))
-			}
-		}
 		dash := ""
 		if s.dashed {
 			dash = ` stroke-dasharray="5 3"`
 		}
-		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`, strings.Join(pts, " "), s.color, dash)
+		var pts []string
+		line := func() {
+			if len(pts) > 0 {
+				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`, strings.Join(pts, " "), s.color, dash)
+			}
+			pts = nil
+		}
+		for i, y := range s.ys {
+			if i >= len(xs) {
+				break
+			}
+			if math.IsNaN(y) {
+				line()
+				if s.failed[i] {
+					fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-weight="bold" fill="%s">×<title>%s failed at %d</title></text>`, xpos(i), top+ph-4, s.color, esc(s.name), xs[i])
+				}
+				continue
+			}
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xpos(i), ypos(y)))
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s at %d: %s</title></circle>`, xpos(i), ypos(y), s.color, esc(s.name), xs[i], compact(y))
+		}
+		line()
 		ly := float64(top + 14 + 16*k)
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/><text x="%.1f" y="%.1f" fill="#333">%s</text>`,
 			left+pw+10, left+pw+26, ly, ly, s.color, dash, left+pw+30, ly+4, esc(s.name))

@@ -21,11 +21,15 @@ type Sweep struct {
 	Order    []Approach `json:"approaches"`
 }
 
-// Point is one size of a sweep, summarised per approach.
+// Point is one size of a sweep, summarised per approach. An approach that
+// failed at this size is in Failed, not in By: a gap in the sweep, not a
+// zero.
 type Point struct {
 	Clients int                   `json:"clients"`
 	Keys    int                   `json:"keys"`
 	By      map[Approach]PointSum `json:"by_approach"`
+	// Failed says, per approach that failed here, why.
+	Failed map[Approach]string `json:"failed,omitempty"`
 }
 
 // PointSum is one approach's figures at one point.
@@ -57,6 +61,13 @@ func Sweeps(reps []Report) []Sweep {
 			}
 			if !slices.Contains(s.Order, r.Approach) {
 				s.Order = append(s.Order, r.Approach)
+			}
+			if r.Failed != "" {
+				if p.Failed == nil {
+					p.Failed = map[Approach]string{}
+				}
+				p.Failed[r.Approach] = r.Failed
+				continue
 			}
 			sum := PointSum{OpsPerSec: r.OpsPerSec, P99ms: r.P99ms, RoundTripsPerOp: r.RoundTripsPerOp}
 			if r.Checked {
@@ -91,6 +102,20 @@ func (s Sweep) At(clients, keys int) (Point, bool) {
 		}
 	}
 	return Point{}, false
+}
+
+// Failures lists the points at which an approach failed, with why, in
+// point order: "redis-lock at 64 clients, 100 keys: REASON".
+func (s Sweep) Failures() []string {
+	var out []string
+	for _, p := range s.Points {
+		for _, a := range s.Order {
+			if why, ok := p.Failed[a]; ok {
+				out = append(out, fmt.Sprintf("%s at %s, %s: %s", a, plural(p.Clients, "client", "clients"), plural(p.Keys, "key", "keys"), why))
+			}
+		}
+	}
+	return out
 }
 
 // ParseInts parses a comma-separated list of integers within [lo, hi], such

@@ -107,8 +107,8 @@ func WriteTable(w io.Writer, rep Report) {
 	fmt.Fprintln(tw)
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t", r.Approach)
-		if r.Skipped != "" {
-			fmt.Fprintf(tw, "skipped\t%s\n", strings.Repeat("\t", len(cols)-1))
+		if !r.Ran() {
+			fmt.Fprintf(tw, "%s\t%s\n", r.missing(), strings.Repeat("\t", len(cols)-1))
 			continue
 		}
 		for _, c := range cols {
@@ -129,8 +129,8 @@ func WriteTable(w io.Writer, rep Report) {
 func describeResult(r Result) string {
 	s := r.Label
 	switch {
-	case r.Skipped != "":
-		s += " — skipped: " + r.Skipped
+	case !r.Ran():
+		s += " — " + r.why()
 	case r.Detail != "":
 		s += " — " + r.Detail
 	}
@@ -177,6 +177,10 @@ func WriteSweep(w io.Writer, s Sweep) {
 		fmt.Fprintf(tw, "%d\t%d\t", p.Clients, p.Keys)
 		for _, a := range s.Order {
 			sum, ok := p.By[a]
+			if _, failed := p.Failed[a]; failed {
+				fmt.Fprint(tw, "failed\t\t\t\t")
+				continue
+			}
 			if !ok {
 				fmt.Fprint(tw, "—\t—\t—\t—\t")
 				continue
@@ -190,6 +194,9 @@ func WriteSweep(w io.Writer, s Sweep) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	for _, f := range s.Failures() {
+		fmt.Fprintf(w, "  failed: %s\n", f)
+	}
 }
 
 func ints(xs []int) string {

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Verdict is what a scenario's run showed, in words: who lost data, what the
+// Verdict is what a scenario's run showed, in words: who got what wrong, what the
 // safe alternative cost or saved against the fenced lock, and what was
 // injected.
 type Verdict struct {
@@ -16,9 +16,10 @@ type Verdict struct {
 	// order.
 	Losses []Loss
 	// Clean were checked and found no violation; Unchecked were not
-	// checked; Skipped could not run.
+	// checked; Skipped could not run; Failed ran into an error that left
+	// no figures.
 	Clean, Unchecked []Approach
-	Skipped          []Loss // Detail holds the reason
+	Skipped, Failed  []Loss // Detail holds the reason
 	// VsFenced and VsRaw compare the alternative's throughput with the
 	// fenced lock's and with raw SQL's; nil when one of them is missing.
 	VsFenced, VsRaw *Comparison
@@ -43,6 +44,20 @@ type Comparison struct {
 }
 
 type harmWords struct{ one, many, bad, none string }
+
+// brief is bad without its explanation: "showed %s", "got %s wrong".
+func (h harmWords) brief() string {
+	s, _, _ := strings.Cut(h.bad, " (")
+	return s
+}
+
+// harmOf is the words of scenario's verdict.
+func harmOf(scenario string) harmWords {
+	if h, ok := harm[scenario]; ok {
+		return h
+	}
+	return harmWords{"violation", "violations", "had %s", "had none"}
+}
 
 // harm says, per scenario, what a violation is, and what to say when an
 // approach had none.
@@ -73,6 +88,8 @@ func Judge(rep Report) Verdict {
 		switch {
 		case r.Skipped != "":
 			v.Skipped = append(v.Skipped, Loss{Approach: r.Approach, Detail: r.Skipped})
+		case r.Failed != "":
+			v.Failed = append(v.Failed, Loss{Approach: r.Approach, Detail: r.Failed})
 		case !r.Checked:
 			v.Unchecked = append(v.Unchecked, r.Approach)
 		case r.Violations > 0:
@@ -88,12 +105,15 @@ func Judge(rep Report) Verdict {
 }
 
 func compare(rep Report, of, to Approach) *Comparison {
+	a, ok1 := rep.Result(of)
+	b, ok2 := rep.Result(to)
+	if !ok1 || !ok2 || !a.Ran() || !b.Ran() {
+		return nil
+	}
 	if r, ok := rep.Ratio(of, to); ok {
 		return &Comparison{Ratio: r.Median, Min: r.Min, Max: r.Max, Rounds: len(r.PerRound), Tie: r.Tie()}
 	}
-	a, ok1 := rep.Result(of)
-	b, ok2 := rep.Result(to)
-	if !ok1 || !ok2 || a.Skipped != "" || b.Skipped != "" || b.OpsPerSec <= 0 {
+	if b.OpsPerSec <= 0 {
 		return nil
 	}
 	x := a.OpsPerSec / b.OpsPerSec
@@ -142,7 +162,7 @@ func injected(rep Report) string {
 	return "Injected: " + strings.Join(parts, "; ") + "."
 }
 
-// Lines returns the verdict as sentences: who lost data, the throughput
+// Lines returns the verdict as sentences: who got what wrong, the throughput
 // ratios, and what was injected.
 func (v Verdict) Lines() []string {
 	return []string{v.Scenario + ": " + v.safety(), v.speed(), v.Injected}
@@ -160,10 +180,7 @@ func (v Verdict) String() string {
 }
 
 func (v Verdict) safety() string {
-	h, ok := harm[v.Scenario]
-	if !ok {
-		h = harmWords{"violation", "violations", "had %s", "had none"}
-	}
+	h := harmOf(v.Scenario)
 	var s []string
 	for _, l := range v.Losses {
 		noun := h.many
@@ -190,6 +207,12 @@ func (v Verdict) safety() string {
 			out += "; "
 		}
 		out += fmt.Sprintf("%s skipped: %s", sk.Approach, sk.Detail)
+	}
+	for _, f := range v.Failed {
+		if out != "" {
+			out += "; "
+		}
+		out += fmt.Sprintf("%s failed: %s", f.Approach, f.Detail)
 	}
 	if out == "" {
 		out = "nothing ran"
@@ -250,6 +273,11 @@ func and(as []Approach) string {
 	for i, a := range as {
 		s[i] = string(a)
 	}
+	return andStrings(s)
+}
+
+// andStrings joins s as "a", "a and b", "a, b and c".
+func andStrings(s []string) string {
 	if len(s) <= 1 {
 		return strings.Join(s, "")
 	}
@@ -270,7 +298,7 @@ func Closing(reps []Report) string {
 		"A lock with a lease (naive-lock) only tells a client that it held the lock a moment ago; " +
 		"a client that pauses past its lease still writes after another took over"
 	if lost {
-		s += ", which is the data the naive lock lost above. "
+		s += ", which is what the locks without a fence got wrong above. "
 	} else {
 		s += ". "
 	}
@@ -279,18 +307,19 @@ func Closing(reps []Report) string {
 		"the ratios say what that safety costs, or saves."
 }
 
-// SweepVerdict says what a sweep showed across its points: which approaches
-// lost data, at how many points, and how far apart the alternative and the
-// fenced lock were, and where the gap was widest.
+// SweepVerdict says what a sweep showed across its points, in the words of
+// the scenario's verdict: which approaches got what wrong, at how many
+// points, which failed where, how far apart the alternative and the fenced
+// lock were, and where the gap was widest.
 func SweepVerdict(s Sweep) string {
-	h, ok := harm[s.Scenario]
-	if !ok {
-		h = harmWords{"violation", "violations", "had %s", "had none"}
-	}
-	var bad, clean, unchecked []string
+	h := harmOf(s.Scenario)
+	var bad, clean, unchecked, failures []string
 	for _, a := range s.Order {
-		var at, total, notChecked int
+		var at, total, notChecked, failed int
 		for _, p := range s.Points {
+			if _, ok := p.Failed[a]; ok {
+				failed++
+			}
 			sum, ok := p.By[a]
 			switch {
 			case !ok:
@@ -303,11 +332,14 @@ func SweepVerdict(s Sweep) string {
 		}
 		switch {
 		case at > 0:
-			bad = append(bad, fmt.Sprintf("%s lost data at %d of %d points (%s in all)", a, at, len(s.Points), plural(total, h.one, h.many)))
+			bad = append(bad, fmt.Sprintf("%s "+h.bad+" at %d of %d points", a, plural(total, h.one, h.many), at, len(s.Points)))
 		case notChecked > 0:
 			unchecked = append(unchecked, fmt.Sprintf("%s was not checked at %d points", a, notChecked))
-		default:
+		case failed < len(s.Points):
 			clean = append(clean, string(a))
+		}
+		if failed > 0 {
+			failures = append(failures, fmt.Sprintf("%s failed at %d of %d points", a, failed, len(s.Points)))
 		}
 	}
 	out := s.Scenario + " over " + fmt.Sprint(len(s.Points)) + " points: " + strings.Join(bad, "; ")
@@ -315,10 +347,10 @@ func SweepVerdict(s Sweep) string {
 		if len(bad) > 0 {
 			out += "; "
 		}
-		out += and(approaches(clean)) + " lost none at any point"
+		out += and(approaches(clean)) + " " + h.none + " at any point"
 	}
-	if len(unchecked) > 0 {
-		out += "; " + strings.Join(unchecked, "; ")
+	for _, x := range append(unchecked, failures...) {
+		out += "; " + x
 	}
 	return out + "." + sweepSpeed(s)
 }

@@ -125,7 +125,7 @@ func TestClosing(t *testing.T) {
 	lost := Closing([]Report{inventoryReport()})
 	clean := inventoryReport()
 	clean.Results[2].Violations = 0
-	if !strings.Contains(lost, "the data the naive lock lost above") || strings.Contains(Closing([]Report{clean}), "lost above") {
+	if !strings.Contains(lost, "what the locks without a fence got wrong above") || strings.Contains(Closing([]Report{clean}), "wrong above") {
 		t.Errorf("closing paragraph does not follow the results:\n%s", lost)
 	}
 	if n := strings.Count(lost, ". "); n < 1 || n > 3 {
