@@ -52,6 +52,39 @@ sync_pages() {
 	go test -count=1 -run '^TestPagesQuoteResults$' ./internal/docsync -args -update >&2
 }
 
+# splice LEVEL NEW: replaces, in docs/results.md, each section of NEW (headings of LEVEL, "##" or
+# "###") with the new one, up to the next heading of that level or above or a generated block's
+# marker; a section results.md does not have yet goes after the last replaced one of its group
+# (the words before " — ": its scenario).
+splice() { # LEVEL NEW [BEGIN END: only between these marker lines]
+	local level=$1 new=$2 begin=${3:-} end=${4:-} spliced
+	spliced=$(mktemp)
+	awk -v f="$new" -v lv="$level " -v b="$begin" -v e="$end" '
+		function group(h) { sub(/ — .*/, "", h); return h }
+		function flush(g,   i) {
+			for (i = 1; i <= n; i++) if (!(order[i] in used) && group(order[i]) == g) { printf "%s", text[order[i]]; used[order[i]] = 1 }
+		}
+		BEGIN {
+			while ((getline l < f) > 0) {
+				if (index(l, lv) == 1) { h = l; order[++n] = h }
+				if (h != "") text[h] = text[h] l "\n"
+			}
+		}
+		b != "" && $0 == b { inside = 1 }
+		b != "" && $0 == e { inside = 0 }
+		{ heading = index($0, lv) == 1 || /^## / || /^# / || /^<!-- / }
+		b != "" && !inside { if (last != "") flush(group(last)); last = ""; skip = 0; print; next }
+		heading && last != "" && !($0 in text) { flush(group(last)); last = "" }
+		heading { skip = 0 }
+		index($0, lv) == 1 && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; last = $0; next }
+		!skip { print }
+		END {
+			if (last != "") flush(group(last))
+			for (i = 1; i <= n; i++) if (!(order[i] in used)) { print "results.sh: no place for \"" order[i] "\": run the full regeneration" > "/dev/stderr"; exit 1 }
+		}' "$out" >"$spliced"
+	mv "$spliced" "$out"
+}
+
 # mutants prints the section of the mutant hunt, between markers that
 # ONLY=mutants finds it by; it sets failed when the hunt failed.
 mutants() {
@@ -258,7 +291,17 @@ if [ "${ONLY:-}" = sweeps ]; then
 	failed=0
 	section=$(mktemp)
 	sweeps_section >"$section"
-	if grep -qF "$sweeps_begin" "$out"; then
+	if [ -n "${SCENARIOS:-}" ] && grep -qF "$sweeps_begin" "$out"; then
+		# Only these scenarios' sweeps, each saying when it ran.
+		sub=$(mktemp)
+		awk '/^### / {on = 1} /^<!-- / {on = 0} on' "$section" | awk -v note="Regenerated alone (\`SCENARIOS=\"$SCENARIOS\" ONLY=sweeps scripts/results.sh\`) on $(date -u +%Y-%m-%d), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg) at its end." \
+			'{print} /^### / {print ""; print note}' >"$sub"
+		splice "###" "$sub" "$sweeps_begin" "$sweeps_end"
+		rm -f "$sub" "$section"
+		sync_pages
+		echo "results.sh: replaced the sweeps of $SCENARIOS in $out" >&2
+		exit $failed
+	elif grep -qF "$sweeps_begin" "$out"; then
 		awk -v b="$sweeps_begin" -v e="$sweeps_end" -v f="$section" \
 			'$0 == b {while ((getline l < f) > 0) print l; skip = 1; next} $0 == e {skip = 0; next} !skip' "$out" >"$tmp"
 	else
@@ -358,7 +401,7 @@ run() { # scenario faults [keys [what the key count makes of the run]]
 		echo
 		if [ "${ONLY:-}" = scenarios ]; then
 			echo
-			echo "Regenerated alone (\`ONLY=scenarios SCENARIOS=$sc scripts/results.sh\`) on $(date -u +%Y-%m-%d), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg) at its end."
+			echo "Regenerated alone (\`ONLY=scenarios SCENARIOS=$sc FAULTS=$faults scripts/results.sh\`) on $(date -u +%Y-%m-%d), at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg) at its end."
 		fi
 		echo
 		sed '1,3d' "$md"
@@ -403,23 +446,9 @@ for sc in $scenarios; do
 	done
 done
 if [ "${ONLY:-}" = scenarios ]; then
-	# Each new section replaces the one of the same heading, up to the next
-	# section or generated block; a heading results.md does not have fails.
-	spliced=$(mktemp)
-	awk -v f="$tmp" '
-		BEGIN {
-			while ((getline l < f) > 0) {
-				if (l ~ /^## /) { h = l; order[++n] = h }
-				text[h] = text[h] l "\n"
-			}
-		}
-		/^## / || /^<!-- / { skip = 0 }
-		/^## / && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; next }
-		!skip { print }
-		END {
-			for (i = 1; i <= n; i++) if (!(order[i] in used)) { print "results.sh: no section \"" order[i] "\" to replace: run the full regeneration" > "/dev/stderr"; exit 1 }
-		}' "$out" >"$spliced"
-	mv "$spliced" "$out"
+	# Each new section replaces the one of the same heading; a new one goes
+	# after its scenario's last.
+	splice "##" "$tmp"
 	rm -f "$tmp"
 	sync_pages
 	echo "results.sh: replaced the sections of $scenarios in $out" >&2
