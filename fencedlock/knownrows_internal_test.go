@@ -389,3 +389,38 @@ func TestAcquireSeenRow(t *testing.T) {
 	}
 	step("freed", false, []string{"update", "row"}, true)
 }
+
+// TestInsertFindingARowMintsNothing holds sqlAcquireInsert to minting only
+// for a name that has no row: an INSERT computes its values before it finds
+// its conflict, so without its guard every unseen name that has a row, held
+// or free, would use up a token. The next mint after such attempts is the
+// one right after the last grant.
+func TestInsertFindingARowMintsNothing(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t, Migrations()...)
+	owner, err := NewPostgres(db.Pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := owner.Acquire(ctx, "held", "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		p, err := NewPostgres(db.Pool, nil) // a store that has not seen the row
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = p.attempt(ctx, p.sql.acquireInsert, "held", fmt.Sprint("other-", i), time.Minute)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("the insert of a name with a row: %v, want no row", err)
+		}
+	}
+	next, err := owner.Acquire(ctx, "other", "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token != held.Token+1 {
+		t.Errorf("the next mint is %d, want %d: the inserts that found a row used up tokens", next.Token, held.Token+1)
+	}
+}

@@ -107,7 +107,11 @@ func (c PostgresConfig) validate() error {
 // sqlAcquireInsert is the other half, for a name whose row the store has
 // not seen, and pays for the held answer the same way: it only inserts, under
 // the same purge fence, and returns no row when the name has one (ON
-// CONFLICT DO NOTHING locks and writes nothing on a row it finds). A fresh
+// CONFLICT DO NOTHING locks and writes nothing on a row it finds). Its guard
+// (WHERE NOT EXISTS) keeps it from minting for a name that has a row: the
+// values of an INSERT are computed before its conflict is found, so without
+// it every such attempt would use up a token (only an insert racing another
+// of the same name still does). A fresh
 // name then costs the server what the bare lease's insert does, instead of
 // the set-up of both branches; an existing row, held or free, takes a second
 // statement, sqlAcquireRow, which takes it or reports its holder. Which of
@@ -157,6 +161,7 @@ const (
 	sqlAcquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
 		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
 		` + purgeFenceFrom + `
+		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
 		RETURNING token, expires_at`
 	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
