@@ -72,16 +72,18 @@ splice() { # LEVEL NEW [BEGIN END: only between these marker lines]
 		}
 		b != "" && $0 == b { inside = 1 }
 		b != "" && $0 == e { inside = 0 }
+		b != "" && !inside { if (cur != "") flush(cur); cur = ""; skip = 0; print; next }
 		{ heading = index($0, lv) == 1 || /^## / || /^# / || /^<!-- / }
-		b != "" && !inside { if (last != "") flush(group(last)); last = ""; skip = 0; print; next }
-		heading && last != "" && !($0 in text) { flush(group(last)); last = "" }
+		# Leaving a group (a scenario): its new sections go after its last.
+		heading && cur != "" && (index($0, lv) != 1 || group($0) != cur) { flush(cur); cur = "" }
 		heading { skip = 0 }
-		index($0, lv) == 1 && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; last = $0; next }
+		index($0, lv) == 1 { cur = group($0) }
+		index($0, lv) == 1 && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; next }
 		!skip { print }
 		END {
-			if (last != "") flush(group(last))
+			if (cur != "") flush(cur)
 			for (i = 1; i <= n; i++) if (!(order[i] in used)) { print "results.sh: no place for \"" order[i] "\": run the full regeneration" > "/dev/stderr"; exit 1 }
-		}' "$out" >"$spliced"
+		}' "$out" >"$spliced" || { rm -f "$spliced"; return 1; }
 	mv "$spliced" "$out"
 }
 
