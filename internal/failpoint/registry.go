@@ -53,7 +53,7 @@ var registry = []Point{
 	{"idempotency.memory.before-write", InjectPoint, "Memory.Do after the work, before its result is recorded"},
 	{"idempotency.postgres.before-write", InjectPoint, "Postgres.Do after the work, before its result is recorded (with COMMIT in its own transaction)"},
 	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
-	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran, before the progress write fenced by the token"},
+	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran (or as it sends its first pgx.Batch, which carries the write), before the progress write fenced by the token"},
 	{"kafkawriter.fenced.read.stamp", MutantSite, "Fenced.Apply's progress read checks the token but does not raise the row's token to it"},
 	{"kafkawriter.fenced.skip.seq", MutantSite, "Fenced.Apply runs events whose sequence number the progress already records"},
 	{"kafkawriter.fenced.write.token", MutantSite, "Fenced.Apply's progress write runs without its token condition"},

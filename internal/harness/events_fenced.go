@@ -14,11 +14,12 @@ import (
 )
 
 // eventsFenced is kafkawriter's fenced-lock twin on the same topic and the
-// same consumer group as the alternative: kafkawriter.FencedConsumer, every
-// worker a member; per entity and batch, lock the entity
-// (fencedlock.Locker) → fenced read of its progress (raising its token) →
-// skip the events applied → apply the rest and write the progress fenced by
-// the token, in one transaction → release, then commit the Kafka offsets.
+// same consumer group as the alternative: kafkawriter.FencedConsumer with a
+// batch handler, every worker a member; per entity and batch, lock the
+// entity (fencedlock.Locker) → fenced read of its progress (raising its
+// token) → skip the events applied → apply the rest and write the progress
+// fenced by the token, in one transaction, one pipelined round trip →
+// release, then commit the Kafka offsets.
 // A member stopped past its session timeout is evicted, another member gets
 // its partition, fetches the events whose offsets were not committed, and
 // takes the entity's lock, whose lease ran out long before: the stopped
@@ -34,7 +35,7 @@ func (eventsFenced) marksFetched() {}
 func (eventsFenced) Scenario() string   { return "events" }
 func (eventsFenced) Approach() Approach { return FencedLock }
 func (eventsFenced) Label() string {
-	return "kafkawriter.FencedConsumer: the same consumer group; per entity lock → fenced read of its progress → skip if applied → apply + fenced progress write → release → commit the Kafka offset"
+	return "kafkawriter.FencedConsumer: the same consumer group; per entity lock → fenced read of its progress → skip if applied → apply + fenced progress write, pipelined → release → commit the Kafka offset"
 }
 
 // Protection is the consumer group's, as the alternative's: nobody else
@@ -62,7 +63,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
 	}
 	holder := "worker-" + strconv.Itoa(env.Client)
 	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
-	c.consumer, err = kafkawriter.NewFencedConsumer(taskDB{env.DB}, entityLocks{env.recording(store), env},
+	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.recording(store), env},
 		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.FencedConsumerConfig{
 			LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
@@ -90,25 +91,27 @@ type eventsFencedClient struct {
 	holder   string
 }
 
-// apply is the consumer's handler: one event, in the transaction that
-// writes the entity's progress fenced by the lock's token. Its before-write
-// point comes before its write. The task of a transaction's first event, on
-// an entity another worker produces, is marked as holding fetched events
-// (markFetched): stopped there, the worker holds the batch and no row lock,
-// and the worker that takes its partition over can apply past the batch
-// while it is stopped (the overtake fault).
-func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
-	e, err := decodeEvent(m.Value)
+// apply is the consumer's batch handler: an entity's events of a fetched
+// batch, sent in one pgx.Batch that also carries the entity's progress write
+// fenced by the lock's token (FencedConsumer appends it), in one round trip
+// as the naive twin's. The events are one task (the naive twin's one per
+// entity and batch), whose before-write point comes before that round trip.
+// On an entity another worker produces it is marked as holding fetched
+// events (markFetched): stopped there, the worker holds the batch and no row
+// lock, and the worker that takes its partition over can apply past the
+// batch while it is stopped (the overtake fault).
+func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	last, err := decodeEvent(msgs[len(msgs)-1].Value)
 	if err != nil {
 		return err
 	}
-	tctx, done := c.env.Task(ctx, e.entity, 0)
-	if onTask(tx, tctx, done) && !c.produces(e.entity) {
+	tctx, done := c.env.Task(ctx, last.entity, 0)
+	if onTask(tx, tctx, done) && !c.produces(last.entity) {
 		markFetched(tctx)
 	}
-	markApplied(tctx, e.by)
+	markApplied(tctx, last.by)
 	c.env.BeforeWrite(tctx, "harness.events.fenced.before-write")
-	return applyBatch(ctx, tx, []kafka.Message{m}, c.holder, "")
+	return applyBatch(ctx, tx, msgs, c.holder, "")
 }
 
 // produces reports whether entity is one of the worker's own, which no

@@ -351,7 +351,7 @@ type taskTx struct {
 
 // onEnd adds a function called when tx ends, when tx is a taskTx.
 func onEnd(tx pgx.Tx, done func()) {
-	if t, ok := tx.(*taskTx); ok {
+	if t, ok := taskTxOf(tx); ok {
 		t.mu.Lock()
 		t.done = append(t.done, done)
 		t.mu.Unlock()
@@ -363,7 +363,7 @@ func onEnd(tx pgx.Tx, done func()) {
 // and its mark is cleared. It reports whether the
 // task is tx's first, before which tx wrote nothing of the handler's.
 func onTask(tx pgx.Tx, tctx context.Context, done func()) (first bool) {
-	t, ok := tx.(*taskTx)
+	t, ok := taskTxOf(tx)
 	if !ok {
 		return false
 	}
@@ -373,6 +373,22 @@ func onTask(tx pgx.Tx, tctx context.Context, done func()) (first bool) {
 	t.done = append(t.done, done)
 	t.tasks = append(t.tasks, tctx)
 	return first
+}
+
+// taskTxOf returns the taskTx that tx is or wraps (kafkawriter's fenced
+// twin hands its handler the transaction wrapped, so that the handler's
+// batch carries the fenced write).
+func taskTxOf(tx pgx.Tx) (*taskTx, bool) {
+	for {
+		if t, ok := tx.(*taskTx); ok {
+			return t, true
+		}
+		w, ok := tx.(interface{ Unwrap() pgx.Tx })
+		if !ok {
+			return nil, false
+		}
+		tx = w.Unwrap()
+	}
 }
 
 func (t *taskTx) end(committed bool) {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/failpoint"
@@ -84,7 +85,10 @@ func renderProgress(n migrate.Names) progressStatements {
 // to Apply. It must do all its database writes on tx, which commits them
 // with the entity's progress or rolls them back. Apply runs it under the
 // entity's lock, on a goroutine of its own (a panic or runtime.Goexit is
-// contained and returned as an error).
+// contained and returned as an error). The first pgx.Batch it sends on tx
+// (tx.SendBatch) carries the entity's fenced progress write as its last
+// statement, so that the events and their record cost one round trip;
+// without one, the write follows fn's statements on its own.
 type ApplyFunc func(ctx context.Context, tx pgx.Tx, after int64) error
 
 // Fenced applies per-entity events exactly once the lock-based way: under
@@ -99,8 +103,9 @@ type ApplyFunc func(ctx context.Context, tx pgx.Tx, after int64) error
 // Compared with the inbox, whose transaction costs BEGIN, a compare-and-set
 // and COMMIT per batch of any entities' events, a run of one entity's events
 // costs six round trips besides fn's statements (acquire, fenced read,
-// BEGIN, fenced write, COMMIT, release), and a paused holder delays its
-// entity by up to the lease TTL.
+// BEGIN, fenced write, COMMIT, release), or five and fn's when fn sends its
+// statements in a pgx.Batch, which carries the fenced write; and a paused
+// holder delays its entity by up to the lease TTL.
 type Fenced struct {
 	db     TxDB
 	locker *fencedlock.Locker
@@ -195,16 +200,59 @@ func (f *Fenced) apply(ctx context.Context, name string, token, seq int64, fn Ap
 		return false, nil
 	}
 	err = pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
-		if err := contain(func() error { return fn(ctx, tx, after) }); err != nil {
+		ptx := &pipelinedTx{Tx: tx, f: f, name: name, token: token, seq: seq}
+		if err := contain(func() error { return fn(ctx, ptx, after) }); err != nil {
 			return err
 		}
-		// Between the handler's writes and the fenced write that decides
-		// whether they commit: where a pause lets another holder take over.
-		failpoint.Inject(ctx, "kafkawriter.fenced.before-write")
+		if ptx.sent {
+			if ptx.wrote {
+				return f.written(ctx, tx, name, token, ptx.tag)
+			}
+			// fn read the write's result itself (or it did not run): the
+			// fenced write is idempotent, and runs again on its own.
+		} else {
+			// Between the handler's writes and the fenced write that
+			// decides whether they commit: where a pause lets another
+			// holder take over.
+			failpoint.Inject(ctx, "kafkawriter.fenced.before-write")
+		}
 		return f.write(ctx, tx, name, token, seq)
 	})
 	return err == nil, err
 }
+
+// pipelinedTx is the transaction an ApplyFunc runs in: the first batch it
+// sends (SendBatch) carries the fenced progress write as its last
+// statement, so that a function that sends its statements in one pgx.Batch
+// applies the events and records them in one round trip. The write takes the
+// progress row's lock, so no newer tenure can stamp the row between it and
+// the commit, wherever it falls among fn's statements.
+type pipelinedTx struct {
+	pgx.Tx
+	f           *Fenced
+	name        string
+	token, seq  int64
+	sent, wrote bool // the write was queued; its result was read
+	tag         pgconn.CommandTag
+}
+
+// SendBatch sends b with the fenced progress write appended, the first time.
+func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if !t.sent && b != nil {
+		t.sent = true
+		// Between fn's decision to send its writes and the fenced write
+		// that decides whether they commit.
+		failpoint.Inject(ctx, "kafkawriter.fenced.before-write")
+		b.Queue(t.f.writeStatement(), t.name, t.seq, t.token).Exec(func(tag pgconn.CommandTag) error {
+			t.wrote, t.tag = true, tag
+			return nil
+		})
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+// Unwrap returns the transaction t wraps.
+func (t *pipelinedTx) Unwrap() pgx.Tx { return t.Tx }
 
 // read is the fenced read: it stamps the entity's progress with token and
 // returns the highest sequence number applied.
@@ -227,14 +275,25 @@ func (f *Fenced) read(ctx context.Context, name string, token int64) (int64, err
 // write records seq as the entity's highest applied sequence number, in tx,
 // if no newer tenure has read the progress since this one did.
 func (f *Fenced) write(ctx context.Context, tx pgx.Tx, name string, token, seq int64) error {
-	write := f.sql.write
-	if failpoint.Mutant("kafkawriter.fenced.write.token") {
-		write = f.sql.mutantWrite
-	}
-	tag, err := tx.Exec(ctx, write, name, seq, token)
+	tag, err := tx.Exec(ctx, f.writeStatement(), name, seq, token)
 	if err != nil {
 		return fmt.Errorf("kafkawriter: fenced write of %s: %w", short.Quote(name), err)
 	}
+	return f.written(ctx, tx, name, token, tag)
+}
+
+// writeStatement is the fenced write's statement, whose parameters are the
+// entity's name, the sequence number and the token.
+func (f *Fenced) writeStatement() string {
+	if failpoint.Mutant("kafkawriter.fenced.write.token") {
+		return f.sql.mutantWrite
+	}
+	return f.sql.write
+}
+
+// written returns nil if the fenced write's tag says it wrote the row, or
+// the *fencedlock.FencedError of its refusal.
+func (f *Fenced) written(ctx context.Context, tx pgx.Tx, name string, token int64, tag pgconn.CommandTag) error {
 	if tag.RowsAffected() == 1 {
 		return nil
 	}

@@ -64,7 +64,23 @@ func TestFencedApplyRejectsPausedHolder(t *testing.T) {
 	}
 }
 
-func checkPausedHolder(t *testing.T) error {
+// The same with a handler that sends its statements in one pgx.Batch, which
+// carries the fenced write: the token refuses the stale holder's whole
+// transaction, its events included.
+func TestFencedApplyRejectsPausedBatchHolder(t *testing.T) {
+	t.Parallel()
+	if err := checkPausedBatchHolder(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkPausedHolder(t *testing.T) error { return checkPausedHolderWith(t, false) }
+
+func checkPausedBatchHolder(t *testing.T) error { return checkPausedHolderWith(t, true) }
+
+// checkPausedHolderWith pauses A's handler before its writes, sent in a
+// pgx.Batch when batched, or after them.
+func checkPausedHolderWith(t *testing.T, batched bool) error {
 	db, locks := fencedEnv(t)
 	a := newFenced(t, db, locks, &kafkawriter.FencedConfig{LockerConfig: pausable("A", 300*time.Millisecond)})
 	b := newFenced(t, db, locks, &kafkawriter.FencedConfig{LockerConfig: pausable("B", 300*time.Millisecond)})
@@ -72,6 +88,16 @@ func checkPausedHolder(t *testing.T) error {
 	inA := make(chan struct{}, 1)
 	apply := func(f *kafkawriter.Fenced, who string, pause <-chan struct{}) (bool, error) {
 		return f.Apply(ctx, "orders", "order-1", msg.Offset, func(ctx context.Context, tx pgx.Tx, after int64) error {
+			if batched {
+				if pause != nil {
+					inA <- struct{}{}
+					<-pause
+				}
+				b := &pgx.Batch{}
+				b.Queue(`INSERT INTO applied (partition, off, key, value, consumer) VALUES ($1, $2, $3, $4, $5)`,
+					msg.Partition, msg.Offset, string(msg.Key), string(msg.Value), who)
+				return tx.SendBatch(ctx, b).Close()
+			}
 			if err := insertApplied(ctx, tx, msg, who); err != nil {
 				return err
 			}
@@ -102,7 +128,7 @@ func checkPausedHolder(t *testing.T) error {
 	}
 	var fe *fencedlock.FencedError
 	if !errors.As(r.err, &fe) || r.applied || fe.Presented >= fe.Required || count != 1 {
-		return fmt.Errorf("paused holder: applied %v, %v; %d applications, want a *FencedError and 1", r.applied, r.err, count)
+		return fmt.Errorf("paused holder (batched %v): applied %v, %v; %d applications, want a *FencedError and 1", batched, r.applied, r.err, count)
 	}
 	return nil
 }

@@ -92,7 +92,7 @@ func (c *FencedConsumerConfig) settings() settings {
 // concurrent use.
 type FencedConsumer struct {
 	src     Source
-	handler Handler
+	handler BatchHandler
 	stream  string
 	set     settings
 	fenced  *Fenced
@@ -114,6 +114,21 @@ type FencedConsumer struct {
 // bad src or cfg give an error matching ErrInvalid. It does no I/O: Start
 // joins the group.
 func NewFencedConsumer(db TxDB, locks fencedlock.Store, src Source, handler Handler, cfg *FencedConsumerConfig) (*FencedConsumer, error) {
+	if handler == nil {
+		return nil, fmt.Errorf("%w: a consumer needs a handler", ErrInvalid)
+	}
+	return NewFencedBatchConsumer(db, locks, src, eachMessage(handler), cfg)
+}
+
+// NewFencedBatchConsumer is NewFencedConsumer with a handler that receives
+// each transaction's messages at once (an entity's run in a fetched batch,
+// up to BatchSize; see BatchHandler), as NewBatchConsumer. The first
+// pgx.Batch the handler sends on tx carries the fenced progress write as its
+// last statement (see Fenced.Apply): a handler that sends its statements in
+// one batch applies the run and records it in one round trip. The
+// guarantee is the same: the progress advances past the run, fenced by the
+// lock's token, in the transaction that applies it.
+func NewFencedBatchConsumer(db TxDB, locks fencedlock.Store, src Source, handler BatchHandler, cfg *FencedConsumerConfig) (*FencedConsumer, error) {
 	if handler == nil {
 		return nil, fmt.Errorf("%w: a consumer needs a handler", ErrInvalid)
 	}
@@ -319,17 +334,12 @@ func (c *FencedConsumer) apply(stopping, work context.Context, log *slog.Logger,
 	for {
 		var ran int64
 		applied, err := c.fenced.Apply(work, c.stream, entity, msgs[len(msgs)-1].Offset, func(ctx context.Context, tx pgx.Tx, after int64) error {
-			ran = 0
-			for _, m := range msgs {
-				if m.Offset <= after {
-					continue
-				}
-				if err := callHandler(ctx, c.handler, tx, m); err != nil {
-					return err
-				}
-				ran++
+			todo := msgs
+			for len(todo) > 0 && todo[0].Offset <= after {
+				todo = todo[1:] // applied already: offsets increase in a run
 			}
-			return nil
+			ran = int64(len(todo))
+			return callBatch(ctx, c.handler, tx, todo)
 		})
 		switch {
 		case err == nil:

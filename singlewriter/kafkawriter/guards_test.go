@@ -33,6 +33,7 @@ func guards() []guard {
 			return checkStoppedProcess(t, []string{"kafkawriter.inbox.advance.offset", "kafkawriter.inbox.advance.epoch"})
 		}},
 		{"fenced write", []string{"kafkawriter.fenced.write.token"}, checkPausedHolder},
+		{"fenced write in the handler's batch", []string{"kafkawriter.fenced.write.token"}, checkPausedBatchHolder},
 		{"fenced read stamp", []string{"kafkawriter.fenced.read.stamp"}, checkPausedHolder},
 		{"applied events skipped", []string{"kafkawriter.fenced.skip.seq"}, checkSkipsApplied},
 		{"paused fenced consumer", []string{"kafkawriter.fenced.write.token"}, checkPausedFencedConsumer},

@@ -191,9 +191,10 @@ func validText(what, s string) error {
 type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 
 // BatchHandler applies a batch of messages of one partition, in offset
-// order, inside tx, the transaction that also advances the inbox past the
-// last of them: what a Handler does for one message, for up to
-// ConsumerConfig.BatchSize at once, so that it can apply them in fewer round
+// order, inside tx, the transaction that also records them as applied (the
+// inbox's offset; for a FencedConsumer, whose batches are one entity's
+// messages, the entity's progress): what a Handler does for one message, for up to
+// the configured BatchSize at once, so that it can apply them in fewer round
 // trips (one pgx.Batch for all their statements, or one set-based
 // statement). The same rules hold: all its writes on tx; a returned error, a
 // panic or runtime.Goexit rolls the whole batch back. A batch that fails is
@@ -245,15 +246,6 @@ func unwrapHandler(err error) error {
 		return he.err
 	}
 	return err
-}
-
-// callHandler runs h on m, contained, and marks its failure as the
-// handler's.
-func callHandler(ctx context.Context, h Handler, tx pgx.Tx, m kafka.Message) error {
-	if err := contain(func() error { return h(ctx, tx, m) }); err != nil {
-		return &handlerError{err}
-	}
-	return nil
 }
 
 // callBatch runs h on msgs, contained, and marks its failure as the

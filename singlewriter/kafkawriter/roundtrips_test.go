@@ -75,7 +75,8 @@ func tracedPool(t testing.TB, db *testdb.DB, r *roundTrips) *pgxpool.Pool {
 // entity's events costs six round trips besides the handler's own
 // statements — acquire, fenced read, BEGIN, fenced progress write, COMMIT,
 // release — whatever the run's length; a run found applied costs three
-// (acquire, fenced read, release).
+// (acquire, fenced read, release). A handler that sends its statements in one
+// pgx.Batch sends the fenced write with them: six in all.
 func TestFencedApplyRoundTrips(t *testing.T) {
 	t.Parallel()
 	db, _ := fencedEnv(t)
@@ -89,10 +90,17 @@ func TestFencedApplyRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply := func(seq int64, handlerStatements int) (bool, int64, []string) {
+	apply := func(seq int64, handlerStatements int, batched bool) (bool, int64, []string) {
 		t.Helper()
 		r.reset()
 		applied, err := f.Apply(ctx, "stream", "entity", seq, func(ctx context.Context, tx pgx.Tx, after int64) error {
+			if batched {
+				b := &pgx.Batch{}
+				for range handlerStatements {
+					b.Queue(`SELECT 1`)
+				}
+				return tx.SendBatch(ctx, b).Close()
+			}
 			for range handlerStatements {
 				if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 					return err
@@ -106,21 +114,26 @@ func TestFencedApplyRoundTrips(t *testing.T) {
 		n, log := r.reset()
 		return applied, n, log
 	}
-	apply(1, 1) // prepares every statement on the one connection
+	apply(1, 1, false) // prepares every statement on the one connection
 	for _, c := range []struct {
 		seq      int64
 		handler  int
+		batched  bool
 		applied  bool
 		expected int64
 	}{
 		{seq: 5, handler: 0, applied: true, expected: 6},
 		{seq: 9, handler: 4, applied: true, expected: 6 + 4},
 		{seq: 9, handler: 4, applied: false, expected: 3},
+		// A handler's pgx.Batch carries the fenced write: the events and
+		// their record are one round trip, as in the naive twin.
+		{seq: 12, handler: 4, batched: true, applied: true, expected: 6},
+		{seq: 12, handler: 4, batched: true, applied: false, expected: 3},
 	} {
-		applied, n, log := apply(c.seq, c.handler)
+		applied, n, log := apply(c.seq, c.handler, c.batched)
 		if applied != c.applied || n != c.expected {
-			t.Errorf("Apply(seq %d, %d handler statements): applied=%v in %d round trips, want %v in %d: %q",
-				c.seq, c.handler, applied, n, c.applied, c.expected, log)
+			t.Errorf("Apply(seq %d, %d handler statements, batched %v): applied=%v in %d round trips, want %v in %d: %q",
+				c.seq, c.handler, c.batched, applied, n, c.applied, c.expected, log)
 		}
 	}
 }

@@ -73,6 +73,11 @@ func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) 
 			errs = append(errs, err)
 			continue
 		}
+		// The deadline bounds the controller lookup too: a broker that
+		// accepts and never answers held DeleteTopic forever.
+		if d, ok := ctx.Deadline(); ok {
+			_ = conn.SetDeadline(d)
+		}
 		c, err := conn.Controller()
 		conn.Close()
 		if err != nil {
