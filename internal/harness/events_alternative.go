@@ -42,11 +42,7 @@ func (eventsAlternative) Protection(Params) Protection {
 }
 
 func (eventsAlternative) NewClient(ctx context.Context, env *Env) (Client, error) {
-	topic, err := runTopic(ctx, env)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newKafkaProducer(env, topic)
+	p, topic, err := runProducer(ctx, env)
 	if err != nil {
 		return nil, err
 	}

@@ -46,11 +46,7 @@ func (eventsFenced) Protection(p Params) Protection {
 }
 
 func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
-	topic, err := runTopic(ctx, env)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newKafkaProducer(env, topic)
+	p, topic, err := runProducer(ctx, env)
 	if err != nil {
 		return nil, err
 	}

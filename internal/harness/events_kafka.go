@@ -165,6 +165,17 @@ func kafkaBrokers(env *Env) ([]string, error) {
 // kafkaProducer is a worker's producing side on Kafka: each operation sends
 // the next events of one of its entities in one call, keyed so that the
 // entity's events go to one partition, and waits until every in-sync replica
+// runProducer makes the run's topic (runTopic) and a producer on it: every
+// Kafka approach's client starts so.
+func runProducer(ctx context.Context, env *Env) (*kafkaProducer, string, error) {
+	topic, err := runTopic(ctx, env)
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := newKafkaProducer(env, topic)
+	return p, topic, err
+}
+
 // has them (kafkawriter.Producer: acks=all).
 type kafkaProducer struct {
 	*producer

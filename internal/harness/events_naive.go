@@ -68,11 +68,7 @@ type groupClient struct {
 // locks are lock and whose before-write point is point; closing, if not nil,
 // is called on Close.
 func newGroupClient(ctx context.Context, env *Env, holder, point string, lock entityLock, closing func() error) (Client, error) {
-	topic, err := runTopic(ctx, env)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newKafkaProducer(env, topic)
+	p, topic, err := runProducer(ctx, env)
 	if err != nil {
 		return nil, err
 	}
