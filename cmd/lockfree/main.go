@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lockfree-go/lockfree/internal/cli"
-	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/cli"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
 )
 
 func main() {

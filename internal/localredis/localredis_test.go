@@ -3,11 +3,11 @@ package localredis_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
+	"time"
 
 	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/testdb"
@@ -29,13 +29,8 @@ func TestStartStop(t *testing.T) {
 	if err != nil || host != "127.0.0.1" {
 		t.Errorf("address %s, want 127.0.0.1:port (%v)", s.Addr, err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer c.Close()
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
-		t.Fatalf("GET k = %q, %v", v, err)
+	if got := exchange(t, s.Addr, "SET k v\r\nGET k\r\n", len("+OK\r\n$1\r\nv\r\n")); got != "+OK\r\n$1\r\nv\r\n" {
+		t.Fatalf("SET k v, GET k answered %q", got)
 	}
 	if err := localredis.Ping(ctx, s.Addr); err != nil {
 		t.Errorf("Ping: %v", err)
@@ -82,4 +77,24 @@ func TestResolve(t *testing.T) {
 	} else {
 		stop()
 	}
+}
+
+// exchange sends inline commands to the server at addr and returns the
+// first n bytes of its answers.
+func exchange(t *testing.T, addr, commands string, n int) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(commands)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("reading the answers: %v (got %q)", err, buf)
+	}
+	return string(buf)
 }

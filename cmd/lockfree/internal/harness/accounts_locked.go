@@ -1,0 +1,125 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+)
+
+// The twins' write: the entity's new last number and its event in one
+// statement, fenced by the lease's token — or not, for the naive lock.
+const (
+	sqlAccountsFencedWrite = `WITH u AS (
+	UPDATE accounts SET last_seq = $2, fencing_token = $4 WHERE id = $1 AND fencing_token <= $4 RETURNING id)
+INSERT INTO account_events (account, seq, appended_by) SELECT id, $2, $3 FROM u`
+	sqlAccountsNaiveWrite = `WITH u AS (
+	UPDATE accounts SET last_seq = $2 WHERE id = $1 RETURNING id)
+INSERT INTO account_events (account, seq, appended_by) SELECT id, $2, $3 FROM u`
+)
+
+// accountsFence is the fenced twin's token on each entity.
+var accountsFence = fencedlock.Fence{Table: "accounts", Key: "id"}
+
+// accountsFenced appends under a fenced lease lock: lock the entity, fenced
+// read of its last number (raising its token), one statement that writes
+// the next number and the event only while no later token has, release.
+// A holder stopped past its lease wakes with a stale token: its append is
+// refused.
+type accountsFenced struct{}
+
+func init() { RegisterApproach(accountsFenced{}) }
+
+func (accountsFenced) Scenario() string   { return "accounts" }
+func (accountsFenced) Approach() Approach { return FencedLock }
+func (accountsFenced) Label() string {
+	return "fencedlock.Locker: lock entity → fenced read (stamps the token) → one statement: fenced write + event → release"
+}
+func (accountsFenced) Protection(p Params) Protection {
+	return lockTTL(p)
+}
+
+func (accountsFenced) NewClient(_ context.Context, env *Env) (Client, error) {
+	return newAccountsLocked(env, false)
+}
+
+// accountsNaive is the same lock and statements without the token: a holder
+// stopped past its lease appends the number the holder that took over
+// appended too.
+type accountsNaive struct{}
+
+func init() { RegisterApproach(accountsNaive{}) }
+
+func (accountsNaive) Scenario() string   { return "accounts" }
+func (accountsNaive) Approach() Approach { return NaiveLock }
+func (accountsNaive) Label() string {
+	return "lease lock (fencedlock.Locker): lock entity → SELECT → one statement: write + event, no token → release"
+}
+func (accountsNaive) Protection(p Params) Protection {
+	return lockTTL(p)
+}
+
+func (accountsNaive) NewClient(_ context.Context, env *Env) (Client, error) {
+	return newAccountsLocked(env, true)
+}
+
+func newAccountsLocked(env *Env, naive bool) (Client, error) {
+	l, err := newNaiveLocker(env, "accounts/")
+	if err != nil {
+		return nil, err
+	}
+	return &accountsLockedClient{env: env, locker: l, naive: naive}, nil
+}
+
+type accountsLockedClient struct {
+	env    *Env
+	locker *fencedlock.Locker
+	naive  bool
+}
+
+func (c *accountsLockedClient) Op(ctx context.Context) error {
+	ctx, op, err := accountAppend(ctx, c.env, accountKey(c.env))
+	if err != nil {
+		return err
+	}
+	var seq int64
+	err = c.locker.Do(ctx, op.key, func(_ context.Context, lease fencedlock.Lease) error {
+		var err error
+		seq, err = c.append(ctx, op, lease.Token)
+		return err
+	})
+	return op.Finish(history.SeqOutput{Seq: seq}, err, errFenced)
+}
+
+// append reads the entity's last number and writes the next, on the
+// operation's context: a stopped process does not see its lease's context
+// end, and the fence must hold without it.
+func (c *accountsLockedClient) append(ctx context.Context, op *Op, token int64) (int64, error) {
+	var last int64
+	var err error
+	if c.naive {
+		err = c.env.DB.QueryRow(ctx, sqlAccountsRead, op.key).Scan(&last)
+	} else {
+		err = accountsFence.Read(ctx, c.env.DB, op.key, token, "last_seq", &last)
+	}
+	if err != nil {
+		return 0, err
+	}
+	point := map[bool]string{false: "harness.accounts.fenced.before-write", true: "harness.accounts.naive.before-write"}[c.naive]
+	c.env.BeforeWrite(ctx, point)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if c.naive {
+		_, err = c.env.DB.Exec(wctx, sqlAccountsNaiveWrite, op.key, last+1, op.ID())
+		return last + 1, err
+	}
+	tag, err := c.env.DB.Exec(wctx, sqlAccountsFencedWrite, op.key, last+1, op.ID(), token)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = fmt.Errorf("harness: accounts: append to %s with token %s: %w", op.key, strconv.FormatInt(token, 10), errFenced)
+	}
+	return last + 1, err
+}
+
+func (c *accountsLockedClient) Close() error { return nil }

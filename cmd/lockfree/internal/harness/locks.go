@@ -1,0 +1,109 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+)
+
+// recordingLocks is the lock service of a worker: the store it wraps, with
+// each lease it grants, renews and releases reported as an event, with the
+// time its request was sent (the tenures of the timeline and of the
+// exclusivity check, and the evidence of a takeover the fault injector
+// waits for) and noted on the operation that asked for it. It keeps
+// the store's wake-ups.
+type recordingLocks struct {
+	fencedlock.Store
+	w *worker
+}
+
+var (
+	_ fencedlock.Store   = recordingLocks{}
+	_ fencedlock.Wakeups = recordingLocks{}
+)
+
+func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	r.w.gated(ctx) // closed by the late-renewal fault
+	sent := history.Now()
+	l, err := r.Store.Acquire(ctx, name, holder, ttl)
+	if err == nil {
+		r.report(ctx, evLease, l, sent)
+	}
+	return l, err
+}
+
+// Renew waits for the service's answer even after the caller stopped
+// waiting (a renewal loop gives up at its lease's local deadline), and
+// reports a renewal the service made then too: a renewal held by a fault
+// and delivered late extends a lease all the same, and the exclusivity
+// check must see it. The caller gets the answer only if it comes in time.
+func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
+	sent := history.Now()
+	type answer struct {
+		l   fencedlock.Lease
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var key string
+		if op := opFrom(ctx); op != nil {
+			key = op.key
+		}
+		// The late-renewal fault may hold it: it is sent when the fault
+		// lets it go, whoever still waits for it.
+		held, sent := r.w.renewalHeld(key, lease.Name, lease.Token), sent
+		if held {
+			sent = history.Now()
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		defer cancel()
+		l, err := r.Store.Renew(rctx, lease)
+		if err == nil {
+			r.report(ctx, evRenew, l, sent)
+		}
+		if held {
+			r.w.answered(key, lease.Name, lease.Token, err)
+		}
+		done <- answer{l, err}
+	}()
+	select {
+	case a := <-done:
+		return a.l, a.err
+	case <-ctx.Done():
+		return fencedlock.Lease{}, fmt.Errorf("harness: renew %s token %d: %w", lease.Name, lease.Token, context.Cause(ctx))
+	}
+}
+
+func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
+	sent := history.Now()
+	err := r.Store.Release(ctx, lease)
+	if err == nil {
+		r.report(ctx, evRelease, lease, sent)
+	}
+	return err
+}
+
+// Released implements fencedlock.Wakeups with the wrapped store's, if any.
+func (r recordingLocks) Released(name string) (<-chan struct{}, func()) {
+	if w, ok := r.Store.(fencedlock.Wakeups); ok {
+		return w.Released(name)
+	}
+	return nil, func() {}
+}
+
+// report reports ev of lease l, whose request was sent at sent.
+func (r recordingLocks) report(ctx context.Context, ev string, l fencedlock.Lease, sent history.Time) {
+	e := event{Ev: ev, T: history.Now(), Sent: sent, Name: l.Name, Token: l.Token, TTL: l.TTL}
+	if op := opFrom(ctx); op != nil {
+		e.Key, e.Op = op.key, op.ID()
+		if ev == evLease {
+			op.token.Store(l.Token)
+		}
+	}
+	// The event is evidence for the fault injector and the timeline; a
+	// worker whose output is gone is halted by its run loop.
+	_ = r.w.out.event(e)
+}
