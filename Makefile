@@ -77,7 +77,7 @@ test-mutants: services
 # The harness against every mutant site of failpoint's registry: one test
 # binary with all of them compiled in, the mutant of each run chosen by
 # $$LOCKFREE_MUTANTS in its workers, each run under the fault scenarios until
-# one catches it (TestMutants, cmd/lockfree/internal/harness/mutants_test.go). It fails on
+# one catches it (TestMutants, cmd/lockfree/internal/engine/mutants_test.go). It fails on
 # a mutant that no scenario catches, unless the test's mutantHoles names it
 # with why. It prints the table mutant → scenario → violations;
 # MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
@@ -88,7 +88,7 @@ MUTANTS_TABLE ?=
 
 mutants: services
 	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 20m -tags lockfree_mutants -run '^TestMutants$$' \
-		./cmd/lockfree/internal/harness $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
+		./cmd/lockfree/internal/engine $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
 
 services:
 	@scripts/postgres.sh up

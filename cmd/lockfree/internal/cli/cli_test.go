@@ -17,7 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/cli"
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -31,8 +32,8 @@ func run(t *testing.T, args ...string) (int, string, string) {
 // TestMain lets `lockfree compare` re-execute this test binary as its
 // worker processes.
 func TestMain(m *testing.M) {
-	if harness.IsWorker() {
-		os.Exit(harness.WorkerMain())
+	if engine.IsWorker() {
+		os.Exit(engine.WorkerMain())
 	}
 	os.Exit(m.Run())
 }
@@ -246,7 +247,7 @@ func TestCompareList(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	names := harness.Names()
+	names := engine.Names()
 	if len(lines) != len(names)+1 {
 		t.Fatalf("%d lines, want one per scenario and the faults:\n%s", len(lines), out)
 	}

@@ -15,12 +15,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/localpg"
 	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
 	"github.com/lockfree-go/lockfree/internal/replpair"
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/short"
 
 	"golang.org/x/term"
@@ -47,11 +47,11 @@ const (
 // compareFlags are the parsed flags of `lockfree compare`.
 type compareFlags struct {
 	names             []string
-	approaches        []harness.Approach
+	approaches        []engine.Approach
 	clients, keys     []int
 	rounds            int
 	duration          time.Duration
-	faults            []harness.Fault
+	faults            []engine.Fault
 	pgURL, restartCmd string
 	kafka             string
 	redis             string
@@ -65,7 +65,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	var f compareFlags
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(harness.Names(), ",")+"), or all")
+	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(engine.Names(), ",")+"), or all")
 	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,verified-alternative and verified-lock (accounts only),fenced-lock,naive-lock,redis-lock,redsync-lock,raw,plain-token-lock (under --faults failover only; added to the default list there), or all")
 	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
@@ -94,7 +94,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 		return f, usageError{fmt.Errorf("unknown backend %s (want auto or postgres: the harness's workers are processes that share PostgreSQL)", short.Quote(*backend))}
 	}
 	var err error
-	if f.faults, err = harness.ParseFaults(*faults); err != nil {
+	if f.faults, err = engine.ParseFaults(*faults); err != nil {
 		return f, usageError{err}
 	}
 	if f.clients, err = report.ParseInts(*clients, 1, 256); err != nil {
@@ -114,15 +114,15 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	}
 	// The failover fault's foil runs beside the default approaches: it is
 	// what shows the fault bit.
-	if slices.Contains(f.faults, harness.Failover) && *approaches == defaultApproaches {
-		f.approaches = append(f.approaches, harness.PlainTokenLock)
+	if slices.Contains(f.faults, engine.Failover) && *approaches == defaultApproaches {
+		f.approaches = append(f.approaches, engine.PlainTokenLock)
 	}
 	return f, nil
 }
 
 func faultList() string {
 	var s []string
-	for _, f := range harness.FaultNames() {
+	for _, f := range engine.FaultNames() {
 		s = append(s, string(f))
 	}
 	return strings.Join(s, ", ")
@@ -131,13 +131,13 @@ func faultList() string {
 // parseScenarios parses "all" or a comma-separated list of scenarios.
 func parseScenarios(list string) ([]string, error) {
 	if list == "all" || list == "" {
-		return harness.Names(), nil
+		return engine.Names(), nil
 	}
 	var names []string
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
-		if _, ok := harness.Lookup(n); !ok {
-			return nil, usageError{fmt.Errorf("unknown scenario %s (want %s, or all)", short.Quote(n), strings.Join(harness.Names(), ", "))}
+		if _, ok := engine.Lookup(n); !ok {
+			return nil, usageError{fmt.Errorf("unknown scenario %s (want %s, or all)", short.Quote(n), strings.Join(engine.Names(), ", "))}
 		}
 		if !slices.Contains(names, n) {
 			names = append(names, n)
@@ -148,20 +148,20 @@ func parseScenarios(list string) ([]string, error) {
 
 // wantsRedis reports whether the chosen approaches (nil: all) include a
 // lock held in Redis.
-func wantsRedis(as []harness.Approach) bool {
-	return as == nil || slices.Contains(as, harness.RedisLock) || slices.Contains(as, harness.RedsyncLock)
+func wantsRedis(as []engine.Approach) bool {
+	return as == nil || slices.Contains(as, engine.RedisLock) || slices.Contains(as, engine.RedsyncLock)
 }
 
 // parseApproaches parses "all" (nil: every approach of each scenario) or a
 // comma-separated list of approaches.
-func parseApproaches(list string) ([]harness.Approach, error) {
+func parseApproaches(list string) ([]engine.Approach, error) {
 	if list == "all" || list == "" {
 		return nil, nil
 	}
-	known := []harness.Approach{harness.Alternative, harness.VerifiedAlternative, harness.FencedLock, harness.VerifiedLock, harness.NaiveLock, harness.RedisLock, harness.RedsyncLock, harness.Raw, harness.PlainTokenLock}
-	var out []harness.Approach
+	known := []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock, engine.NaiveLock, engine.RedisLock, engine.RedsyncLock, engine.Raw, engine.PlainTokenLock}
+	var out []engine.Approach
 	for _, n := range strings.Split(list, ",") {
-		a := harness.Approach(strings.TrimSpace(n))
+		a := engine.Approach(strings.TrimSpace(n))
 		if !slices.Contains(known, a) {
 			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, verified-alternative, fenced-lock, verified-lock, naive-lock, redis-lock, redsync-lock, raw, plain-token-lock, or all)", short.Quote(string(a)))}
 		}
@@ -211,7 +211,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer cleanup()
-	if slices.Contains(f.faults, harness.Failover) {
+	if slices.Contains(f.faults, engine.Failover) {
 		pair, stop, err := startPair(ctx, stderr)
 		if err != nil {
 			return err
@@ -230,10 +230,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var reports []report.Report
 	var missed []error
 	for _, n := range f.names {
-		s, _ := harness.Lookup(n)
+		s, _ := engine.Lookup(n)
 		for _, c := range f.clients {
 			for _, k := range f.keys {
-				cfg := harness.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
+				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
 					Metrics: f.metrics}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {
@@ -262,9 +262,9 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // writeList prints the registry, for scripts: "scenario NAME APPROACH…" per
 // scenario in report order, then "faults FAULT…".
 func writeList(w io.Writer) {
-	for _, sc := range harness.Scenarios() {
+	for _, sc := range engine.Scenarios() {
 		fmt.Fprintf(w, "scenario %s", sc.Name())
-		for _, d := range harness.Approaches(sc.Name()) {
+		for _, d := range engine.Approaches(sc.Name()) {
 			fmt.Fprintf(w, " %s", d.Approach())
 		}
 		fmt.Fprintln(w)
@@ -291,7 +291,7 @@ func printReport(w io.Writer, rep report.Report, asJSON bool) error {
 // not take effect somewhere, or an approach that failed (the report says
 // which and why). The command still exits non-zero.
 func partial(err error) bool {
-	return errors.Is(err, harness.ErrNotInjected) || errors.Is(err, harness.ErrApproachFailed)
+	return errors.Is(err, engine.ErrNotInjected) || errors.Is(err, engine.ErrApproachFailed)
 }
 
 // runPoint runs every approach of s at one size: once, or --rounds times
@@ -300,17 +300,17 @@ func partial(err error) bool {
 // report with an error that partial accepts when a requested fault did not
 // take effect somewhere or an approach failed. Live progress goes to stderr
 // only when it is a terminal, closed before the caller prints on stdout.
-func runPoint(ctx context.Context, s harness.Scenario, cfg harness.Config, infra harness.Infra, rounds int, stderr io.Writer) (report.Report, error) {
+func runPoint(ctx context.Context, s engine.Scenario, cfg engine.Config, infra engine.Infra, rounds int, stderr io.Writer) (report.Report, error) {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		live := report.NewTerminalProgress(stderr)
 		defer live.Close()
 		cfg.Live = live
 	}
 	if rounds == 1 {
-		return harness.Run(ctx, s, cfg, infra)
+		return engine.Run(ctx, s, cfg, infra)
 	}
-	var order []harness.Approach
-	for _, d := range harness.Approaches(s.Name()) {
+	var order []engine.Approach
+	for _, d := range engine.Approaches(s.Name()) {
 		if cfg.Approaches == nil || slices.Contains(cfg.Approaches, d.Approach()) {
 			order = append(order, d.Approach())
 		}
@@ -319,8 +319,8 @@ func runPoint(ctx context.Context, s harness.Scenario, cfg harness.Config, infra
 	var missed []error
 	for r := range all {
 		for _, a := range order {
-			cfg.Approaches = []harness.Approach{a}
-			rep, err := harness.Run(ctx, s, cfg, infra)
+			cfg.Approaches = []engine.Approach{a}
+			rep, err := engine.Run(ctx, s, cfg, infra)
 			if err != nil && !partial(err) {
 				return rep, fmt.Errorf("round %d: %w", r+1, err)
 			}
@@ -357,13 +357,13 @@ func writeFiles(f compareFlags, reps []report.Report) error {
 
 // resolveBackend picks the database: --postgres or $DATABASE_URL, else a
 // throwaway local server.
-func resolveBackend(ctx context.Context, url, restartCmd string, stderr io.Writer) (harness.Infra, func(), error) {
+func resolveBackend(ctx context.Context, url, restartCmd string, stderr io.Writer) (engine.Infra, func(), error) {
 	nothing := func() {}
 	if url == "" {
 		url = os.Getenv("DATABASE_URL")
 	}
 	if url != "" {
-		infra := harness.Infra{URL: url}
+		infra := engine.Infra{URL: url}
 		if restartCmd != "" {
 			infra.Restart = func(ctx context.Context) error {
 				out, err := exec.CommandContext(ctx, "bash", "-c", restartCmd).CombinedOutput()
@@ -377,14 +377,14 @@ func resolveBackend(ctx context.Context, url, restartCmd string, stderr io.Write
 		return infra, nothing, nil
 	}
 	if !localpg.Available() {
-		return harness.Infra{}, nothing, errors.New("no database: give --postgres or DATABASE_URL, or install PostgreSQL's server binaries (initdb, pg_ctl) for an embedded throwaway server")
+		return engine.Infra{}, nothing, errors.New("no database: give --postgres or DATABASE_URL, or install PostgreSQL's server binaries (initdb, pg_ctl) for an embedded throwaway server")
 	}
 	fmt.Fprintln(stderr, "lockfree: no database given: starting a throwaway local PostgreSQL")
 	srv, err := localpg.Start(ctx)
 	if err != nil {
-		return harness.Infra{}, nothing, err
+		return engine.Infra{}, nothing, err
 	}
-	return harness.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
+	return engine.Infra{URL: srv.URL, Restart: srv.Restart}, srv.Stop, nil
 }
 
 // startPair starts the primary and standby that --faults failover fails

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 )
 
 // TestCompareDefaults: with no flags, compare injects real pauses into
@@ -17,19 +17,19 @@ func TestCompareDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(f.faults, []harness.Fault{harness.Pause}) {
+	if !slices.Equal(f.faults, []engine.Fault{engine.Pause}) {
 		t.Errorf("faults = %v, want pause", f.faults)
 	}
 	if !slices.Equal(f.names, []string{"inventory", "documents", "payments", "accounts"}) {
 		t.Errorf("scenarios = %v", f.names)
 	}
-	want := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.RedisLock, harness.Raw}
+	want := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.RedisLock, engine.Raw}
 	if !slices.Equal(f.approaches, want) || !slices.Equal(f.clients, []int{6}) || f.rounds != 1 {
 		t.Errorf("approaches %v, clients %v, rounds %d", f.approaches, f.clients, f.rounds)
 	}
 	all, err := parseCompare([]string{"--scenario", "all"}, io.Discard)
-	if err != nil || !slices.Equal(all.names, harness.Names()) {
-		t.Errorf("--scenario all = %v (%v), want %v", all.names, err, harness.Names())
+	if err != nil || !slices.Equal(all.names, engine.Names()) {
+		t.Errorf("--scenario all = %v (%v), want %v", all.names, err, engine.Names())
 	}
 }
 

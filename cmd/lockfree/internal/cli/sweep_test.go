@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/migrate"
@@ -27,27 +27,27 @@ func (startupScenario) Name() string                    { return "startup" }
 func (startupScenario) Order() int                      { return 1000 }
 func (startupScenario) Description() string             { return "workers that start, or not" }
 func (startupScenario) Migrations() []migrate.Migration { return nil }
-func (startupScenario) Setup(context.Context, *pgxpool.Pool, harness.Sizes) error {
+func (startupScenario) Setup(context.Context, *pgxpool.Pool, engine.Sizes) error {
 	return nil
 }
-func (startupScenario) Check(context.Context, *pgxpool.Pool, []history.Op, harness.Sizes) (*history.Report, error) {
+func (startupScenario) Check(context.Context, *pgxpool.Pool, []history.Op, engine.Sizes) (*history.Report, error) {
 	return &history.Report{Checker: "none"}, nil
 }
 
 // startupApproach is one approach of startupScenario; failsFrom is the
 // number of clients from which its clients cannot start (0: never).
 type startupApproach struct {
-	approach  harness.Approach
+	approach  engine.Approach
 	failsFrom int
 }
 
-func (a startupApproach) Scenario() string           { return "startup" }
-func (a startupApproach) Approach() harness.Approach { return a.approach }
-func (a startupApproach) Label() string              { return "a client that does nothing" }
-func (a startupApproach) Protection(harness.Params) harness.Protection {
-	return harness.Protection{}
+func (a startupApproach) Scenario() string          { return "startup" }
+func (a startupApproach) Approach() engine.Approach { return a.approach }
+func (a startupApproach) Label() string             { return "a client that does nothing" }
+func (a startupApproach) Protection(engine.Params) engine.Protection {
+	return engine.Protection{}
 }
-func (a startupApproach) NewClient(_ context.Context, env *harness.Env) (harness.Client, error) {
+func (a startupApproach) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	if a.failsFrom > 0 && env.Clients >= a.failsFrom {
 		return nil, errors.New("cannot start beside another client")
 	}
@@ -66,9 +66,9 @@ func (idleClient) Op(ctx context.Context) error {
 func (idleClient) Close() error { return nil }
 
 func init() {
-	harness.Register(startupScenario{})
-	harness.RegisterApproach(startupApproach{approach: harness.Alternative, failsFrom: 2})
-	harness.RegisterApproach(startupApproach{approach: harness.Raw})
+	engine.Register(startupScenario{})
+	engine.RegisterApproach(startupApproach{approach: engine.Alternative, failsFrom: 2})
+	engine.RegisterApproach(startupApproach{approach: engine.Raw})
 }
 
 // TestCompareSweepGoesOnPastAFailedPoint: an approach whose workers cannot

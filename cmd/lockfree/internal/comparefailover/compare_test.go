@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
@@ -20,7 +20,7 @@ import (
 // The fenced lock, its tokens minted in fence eras, and the alternative
 // lose nothing; the naive lock and the foil — the same fenced lock, its
 // tokens a plain nextval — let the stopped client's write through, in every
-// run. The run fails (harness.ErrNotInjected) when no WAL was lost or when
+// run. The run fails (engine.ErrNotInjected) when no WAL was lost or when
 // the foil's tokens did not go back.
 //
 // The foil bites only when the taker is granted the stopped client's very
@@ -49,8 +49,8 @@ func TestCompareFailover(t *testing.T) {
 // injected, no violation for the alternative and the fenced lock, and one
 // at least for the naive lock and the foil.
 func compareFailover(t *testing.T, pair *replpair.Pair, name string) {
-	approaches := []harness.Approach{harness.Alternative, harness.FencedLock, harness.NaiveLock, harness.PlainTokenLock}
-	sc, _ := harness.Lookup(name)
+	approaches := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.PlainTokenLock}
+	sc, _ := engine.Lookup(name)
 	var (
 		rep report.Report
 		err error
@@ -62,14 +62,14 @@ func compareFailover(t *testing.T, pair *replpair.Pair, name string) {
 	// taker's grant), and then nothing collides. Every run that counts is
 	// checked in full.
 	for run := 1; run <= failoverRuns; run++ {
-		rep, err = harness.Run(context.Background(), sc, harness.Config{
-			Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []harness.Fault{harness.Failover},
+		rep, err = engine.Run(context.Background(), sc, engine.Config{
+			Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []engine.Fault{engine.Failover},
 			Approaches: approaches,
-		}, harness.Infra{URL: testdb.URL(t), Failover: pair})
+		}, engine.Infra{URL: testdb.URL(t), Failover: pair})
 		for _, n := range rep.Notes {
 			t.Log(n)
 		}
-		if !errors.Is(err, harness.ErrNotInjected) || run == failoverRuns {
+		if !errors.Is(err, engine.ErrNotInjected) || run == failoverRuns {
 			break
 		}
 		t.Logf("run %d of at most %d: %v; again", run, failoverRuns, err)
@@ -85,9 +85,9 @@ func compareFailover(t *testing.T, pair *replpair.Pair, name string) {
 			t.Errorf("%s skipped: %s", r.Approach, r.Skipped)
 		case !r.Checked:
 			t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
-		case r.FaultsInjected[harness.Failover] == 0:
+		case r.FaultsInjected[engine.Failover] == 0:
 			t.Errorf("%s: failover not injected", r.Approach)
-		case r.Approach == harness.Alternative || r.Approach == harness.FencedLock:
+		case r.Approach == engine.Alternative || r.Approach == engine.FencedLock:
 			if r.Violations != 0 || r.Ops == 0 {
 				t.Errorf("%s: %d violations, %d operations; want none and some", r.Approach, r.Violations, r.Ops)
 			}

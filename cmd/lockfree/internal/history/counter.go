@@ -34,7 +34,7 @@ type CounterOutput struct {
 func Stock(n int64) CounterOutput { return CounterOutput{Stock: &n} }
 
 // Counter is the model of a stock that sales take one unit at a time from,
-// never below a floor (the inventory scenario): each key starts at Initial;
+// never below a floor: each key starts at Initial;
 // a sale takes one unit if the stock is at least Floor+1 and is refused as
 // insufficient otherwise; a read returns the stock. Nothing adds stock.
 //

@@ -171,12 +171,12 @@ func TestCheckRejectsHistories(t *testing.T) {
 		if _, err := Check(context.Background(), inventory, ops, Config{}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Check, %s: %v, want ErrInvalid", name, err)
 		}
-		charges := append([]Op(nil), ops...)
-		for i := range charges {
-			charges[i].Kind = KindCharge
+		produces := append([]Op(nil), ops...)
+		for i := range produces {
+			produces[i].Kind = KindProduce
 		}
-		if _, err := ExactlyOnce(charges, nil); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ExactlyOnce, %s: %v, want ErrInvalid", name, err)
+		if _, err := Delivery(produces, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Delivery, %s: %v, want ErrInvalid", name, err)
 		}
 	}
 }

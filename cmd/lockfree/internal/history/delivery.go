@@ -12,9 +12,10 @@ import (
 // producer was refused, each after the one applied before it (a higher
 // sequence number, and on top of it when the Effect has Prev), each whose
 // By is known made by an operation of its key that was not refused. It is
-// the events scenario's invariant: exactly once, in order, per key.
+// the invariant of a stream applied by consumers: exactly once, in order,
+// per key.
 func Delivery(ops []Op, applied []Effect) (*Report, error) {
-	inv, err := newInvariant("delivery", ops, applied, KindProduce)
+	inv, err := NewInvariant("delivery", ops, applied, KindProduce)
 	if err != nil {
 		return nil, err
 	}
@@ -27,14 +28,14 @@ func Delivery(ops []Op, applied []Effect) (*Report, error) {
 		seen := map[int64]bool{}
 		var last int64
 		for _, e := range ks.effects {
-			inv.made(k, e, fmt.Sprintf("event %d", e.Seq))
+			inv.Made(k, e, fmt.Sprintf("event %d", e.Seq))
 			inv.applied(k, e, producer[e.Seq], seen[e.Seq], last)
 			seen[e.Seq] = true
 			last = e.Seq
 		}
 		inv.unapplied(k, ks.ops, producer, seen)
 	}
-	return inv.report(), nil
+	return inv.Report(), nil
 }
 
 // producers maps each key's sequence numbers to the operation that
@@ -59,31 +60,31 @@ func producers(key string, ops []*Op) (map[int64]*Op, error) {
 }
 
 // applied checks one application: a duplicate, a phantom, or out of order.
-func (inv *invariant) applied(k string, e Effect, producer *Op, again bool, last int64) {
+func (inv *Invariant) applied(k string, e Effect, producer *Op, again bool, last int64) {
 	ev := fmt.Sprintf("event %d of key %s", e.Seq, quote(k))
 	switch {
 	case again:
-		inv.add(k, Violation{Anomaly: Duplicate, Marks: inv.marks([]Effect{e}, Culprit),
-			Text: fmt.Sprintf("%s was applied twice%s", ev, inv.byWhom([]Effect{e}))})
+		inv.Add(k, Violation{Anomaly: Duplicate, Marks: inv.Marks([]Effect{e}, Culprit),
+			Text: fmt.Sprintf("%s was applied twice%s", ev, inv.ByWhom([]Effect{e}))})
 	case producer == nil:
-		inv.add(k, Violation{Anomaly: Phantom, Text: ev + " was applied but never produced"})
+		inv.Add(k, Violation{Anomaly: Phantom, Text: ev + " was applied but never produced"})
 	case producer.Outcome == Fail:
-		inv.add(k, Violation{Anomaly: Phantom, Marks: []Mark{{*producer, Culprit}},
+		inv.Add(k, Violation{Anomaly: Phantom, Marks: []Mark{{*producer, Culprit}},
 			Text: fmt.Sprintf("%s was applied, but %s was refused", ev, inv.d.did(producer, "produce"))})
 	}
 	switch {
 	case again:
 	case e.Seq <= last:
-		inv.add(k, Violation{Anomaly: Disorder, Marks: inv.marks([]Effect{e}, Culprit),
+		inv.Add(k, Violation{Anomaly: Disorder, Marks: inv.Marks([]Effect{e}, Culprit),
 			Text: fmt.Sprintf("%s was applied after event %d", ev, last)})
 	case e.HasPrev && e.Prev != last:
-		inv.add(k, Violation{Anomaly: Disorder, Marks: inv.marks([]Effect{e}, Culprit),
+		inv.Add(k, Violation{Anomaly: Disorder, Marks: inv.Marks([]Effect{e}, Culprit),
 			Text: fmt.Sprintf("%s was applied on top of event %d, but the last applied was event %d", ev, e.Prev, last)})
 	}
 }
 
 // unapplied reports, per producer, the acknowledged events never applied.
-func (inv *invariant) unapplied(k string, ops []*Op, producer map[int64]*Op, seen map[int64]bool) {
+func (inv *Invariant) unapplied(k string, ops []*Op, producer map[int64]*Op, seen map[int64]bool) {
 	missing := map[*Op][]int64{}
 	for _, n := range sortedKeys(producer) {
 		if op := producer[n]; op.Outcome == OK && !seen[n] {
@@ -92,7 +93,7 @@ func (inv *invariant) unapplied(k string, ops []*Op, producer map[int64]*Op, see
 	}
 	for _, op := range ops {
 		if ns := missing[op]; len(ns) > 0 {
-			inv.add(k, Violation{Anomaly: Missing, Marks: []Mark{{*op, Clobbered}},
+			inv.Add(k, Violation{Anomaly: Missing, Marks: []Mark{{*op, Clobbered}},
 				Text: fmt.Sprintf("events %v of key %s, acknowledged to %s, were never applied", ns, quote(k), inv.d.did(op, "produce"))})
 		}
 	}

@@ -35,13 +35,12 @@
 //
 // # Models
 //
-// Check holds each key's operations to a Model, keys being independent in
-// these scenarios. Counter is a stock that only sales change: sales take
-// one unit if the stock is above a floor, reads return the stock; it
-// catches lost updates
+// Check holds each key's operations to a Model, keys being independent.
+// Counter is a stock that only sales change: sales take one unit if the
+// stock is above a floor, reads return the stock; it catches lost updates
 // (two sales that left the same stock, stock that went back up), phantoms
-// (stock gone that no sale explains) and oversells. Document is the
-// documents scenario: each edit reads the document and writes it back with
+// (stock gone that no sale explains) and oversells. Document is a document
+// that clients edit: each edit reads the document and writes it back with
 // one more edit; the document carries its version and the last edit's name
 // as the writer computed them, so a lost update (an accepted edit
 // overwritten) and a phantom (an edit present that was refused or never
@@ -51,7 +50,7 @@
 // update too. A final read that lists the edits names each accepted edit
 // missing.
 //
-// CheckStoreOrder holds the store's history (inventory) to a sequential
+// CheckStoreOrder holds a store's history (Store) to a sequential
 // model of its rows with porcupine, by partition (a SKU's rows: its stock,
 // its case's, its price, bid and slots), each partition bounded by a
 // timeout and NotChecked when it runs out; in a partition, the rows that
@@ -59,21 +58,18 @@
 // catches what CheckStore's counts cannot: answers whose values chain but
 // not in the order the operations ran.
 //
-// The invariant checkers need no search: CheckStore (inventory, a store
-// whose stock is sold, sold in baskets and restocked, with prices, bids
-// and holds: stock within its floor and capacity, the stocks found and
-// left chained from the initial to the final one, stock conserved with
-// baskets all or nothing, bids rising, one holder per slot), ExactlyOnce
-// (payments: each key
-// charged exactly once once a client was told so, never when every
-// attempt was refused, and no client told so that asked for another amount
-// than the charge's: a reused key), Sequences (accounts: per entity, no sequence number
-// twice or missing, every number a client was told in the log) and Delivery
-// (events: every acknowledged event applied exactly once, in order, per
-// entity). They take the effects found in the system after the run; an
-// effect that names the operation that made it (Effect.By, from Call.ID)
-// is also checked to come from an operation of its own key that was not
-// refused.
+// The invariant checkers need no search: CheckStore (a store whose stock
+// is sold, sold in baskets and restocked, with prices, bids and holds:
+// stock within its floor and capacity, the stocks found and left chained
+// from the initial to the final one, stock conserved with baskets all or
+// nothing, bids rising, one holder per slot) and Delivery (every
+// acknowledged event applied exactly once, in order, per entity). An
+// Invariant is what they share, and what a scenario's own invariant
+// checker builds on (its package, cmd/lockfree/internal/scenario/<name>,
+// holds the checks that belong to it alone). They take the effects found
+// in the system after the run; an effect that names the operation that
+// made it (Effect.By, from Call.ID) is also checked to come from an
+// operation of its own key that was not refused.
 //
 // # Bounds
 //

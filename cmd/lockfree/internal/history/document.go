@@ -56,8 +56,7 @@ type docAt struct {
 }
 
 // Document is the model of a document that clients edit by reading it and
-// writing it back with one more edit (the documents scenario), under the
-// rule that every accepted edit stays in it.
+// writing it back with one more edit, under the rule that every accepted edit stays in it.
 //
 // The system must store, with the document, its Version and its Head as
 // the writer computed them from what it read (not a counter the database

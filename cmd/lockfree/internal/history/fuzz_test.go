@@ -43,7 +43,13 @@ func FuzzReadCheck(f *testing.F) {
 		}
 		effects := []Effect{{Key: "doc", Seq: 1, By: "1/1"}, {Key: "sku", Seq: 2, By: "9/9"}}
 		for name, check := range map[string]func([]Op, []Effect) (*Report, error){
-			"exactly-once": ExactlyOnce, "sequence": Sequences, "delivery": Delivery,
+			"delivery": Delivery, "invariant": func(ops []Op, effects []Effect) (*Report, error) {
+				inv, err := NewInvariant("invariant", ops, effects, "charge")
+				if err != nil {
+					return nil, err
+				}
+				return inv.Report(), nil
+			},
 		} {
 			if _, err := check(ops, effects); err != nil && !errors.Is(err, ErrInvalid) {
 				t.Fatalf("%s: %v is not an ErrInvalid", name, err)

@@ -1,46 +1,13 @@
 package history
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 )
 
-// Operation kinds of the invariant checkers.
-const (
-	// KindCharge asks for a key's one effect (a payment's charge). OK: the
-	// client was told the key is charged, now or earlier (a replay).
-	KindCharge = "charge"
-	// KindAppend appends the next number of a key's sequence (an entity's
-	// event log). Output, optional: a SeqOutput with the number it got.
-	KindAppend = "append"
-	// KindProduce produces events of a key (an entity). Input: a
-	// ProduceInput with their sequence numbers. OK: acknowledged.
-	KindProduce = "produce"
-)
-
-// ChargeInput is the Input of a charge, optional: the request's amount.
-// Charges of one key with different amounts are different requests that
-// reuse the key: only those of the charge's amount may be told it is
-// charged, the others must be refused.
-type ChargeInput struct {
-	Amount int64 `json:"amount"`
-}
-
-// ChargeOutput is the Output of a charge, optional: whether this operation
-// stored the key's answer — its execution ran and its record was kept —
-// rather than replaying an earlier one or finding its record refused. A key
-// has at most one such operation: a second means that a stale or duplicate
-// execution's record was stored over the first's, or the first's record
-// was lost and the key executed again.
-type ChargeOutput struct {
-	Recorded bool `json:"recorded"`
-}
-
-// SeqOutput is the Output of an append.
-type SeqOutput struct {
-	Seq int64 `json:"seq"`
-}
+// KindProduce produces events of a key (an entity), for Delivery. Input: a
+// ProduceInput with their sequence numbers. OK: acknowledged.
+const KindProduce = "produce"
 
 // ProduceInput is the Input of a produce.
 type ProduceInput struct {
@@ -66,9 +33,12 @@ type Effect struct {
 	At Time
 }
 
-// invariant is what the three checkers share: the history by key, and the
-// report they fill.
-type invariant struct {
+// Invariant is what the invariant checkers share — Delivery here, a
+// scenario's own elsewhere: the history by key with the effects found after
+// the run, and the report they fill. A checker makes one (NewInvariant),
+// goes over each key's operations and effects, adds the violations it
+// finds, and closes the report (Report). It is not safe for concurrent use.
+type Invariant struct {
 	rep  *Report
 	d    *describer
 	keys map[string]*keyState
@@ -81,11 +51,14 @@ type keyState struct {
 	found   []Violation
 }
 
-func newInvariant(checker string, ops []Op, effects []Effect, kind string) (*invariant, error) {
+// NewInvariant readies the check named checker of ops, every one of kind,
+// against effects. An error (wrapping ErrInvalid) means the history does not
+// fit the checker, and nothing was checked.
+func NewInvariant(checker string, ops []Op, effects []Effect, kind string) (*Invariant, error) {
 	if err := validate(checker, ops); err != nil {
 		return nil, err
 	}
-	inv := &invariant{rep: &Report{Checker: checker}, keys: map[string]*keyState{}, byID: map[string]*Op{}}
+	inv := &Invariant{rep: &Report{Checker: checker}, keys: map[string]*keyState{}, byID: map[string]*Op{}}
 	for i := range ops {
 		op := &ops[i]
 		if op.Kind != kind {
@@ -105,7 +78,7 @@ func newInvariant(checker string, ops []Op, effects []Effect, kind string) (*inv
 	return inv, nil
 }
 
-func (inv *invariant) key(k string) *keyState {
+func (inv *Invariant) key(k string) *keyState {
 	ks := inv.keys[k]
 	if ks == nil {
 		ks = &keyState{}
@@ -114,14 +87,27 @@ func (inv *invariant) key(k string) *keyState {
 	return ks
 }
 
-func (inv *invariant) add(key string, v Violation) {
+// Keys returns the keys of the operations and of the effects, sorted.
+func (inv *Invariant) Keys() []string { return sortedKeys(inv.keys) }
+
+// Ops returns key's operations, by Call.
+func (inv *Invariant) Ops(key string) []*Op { return inv.key(key).ops }
+
+// Effects returns key's effects, in the order given.
+func (inv *Invariant) Effects(key string) []Effect { return inv.key(key).effects }
+
+// Op returns the operation whose ID is id, or nil.
+func (inv *Invariant) Op(id string) *Op { return inv.byID[id] }
+
+// Add adds a violation of key.
+func (inv *Invariant) Add(key string, v Violation) {
 	v.Key = key
 	ks := inv.key(key)
 	ks.found = append(ks.found, v)
 }
 
-// report closes the report: one KeyReport per key, sorted.
-func (inv *invariant) report() *Report {
+// Report closes the report: one KeyReport per key, sorted.
+func (inv *Invariant) Report() *Report {
 	for _, k := range sortedKeys(inv.keys) {
 		ks := inv.keys[k]
 		kr := KeyReport{Key: k, Ops: len(ks.ops), Violations: ks.found}
@@ -131,28 +117,28 @@ func (inv *invariant) report() *Report {
 	return inv.rep
 }
 
-// made checks an effect's By: the operation it names must exist, be of the
-// same key, and not have been refused.
-func (inv *invariant) made(key string, e Effect, what string) {
+// Made checks an effect's By: the operation it names must exist, be of the
+// same key, and not have been refused. what names the effect ("a charge").
+func (inv *Invariant) Made(key string, e Effect, what string) {
 	if e.By == "" {
 		return
 	}
 	op := inv.byID[e.By]
 	switch {
 	case op == nil:
-		inv.add(key, Violation{Anomaly: Phantom, Text: fmt.Sprintf("%s of key %s was made by operation %s, which the history does not have",
+		inv.Add(key, Violation{Anomaly: Phantom, Text: fmt.Sprintf("%s of key %s was made by operation %s, which the history does not have",
 			what, quote(key), quote(e.By))})
 	case op.Key != key:
-		inv.add(key, Violation{Anomaly: Phantom, Marks: []Mark{{*op, Culprit}},
+		inv.Add(key, Violation{Anomaly: Phantom, Marks: []Mark{{*op, Culprit}},
 			Text: fmt.Sprintf("%s of key %s was made by %s on key %s", what, quote(key), inv.d.did(op, op.Kind), quote(op.Key))})
 	case op.Outcome == Fail:
-		inv.add(key, Violation{Anomaly: Phantom, Marks: []Mark{{*op, Culprit}},
+		inv.Add(key, Violation{Anomaly: Phantom, Marks: []Mark{{*op, Culprit}},
 			Text: fmt.Sprintf("%s of key %s was made by %s, which was refused", what, quote(key), inv.d.did(op, op.Kind))})
 	}
 }
 
-// marks marks the operations that made effects, when the effects say.
-func (inv *invariant) marks(es []Effect, role Role) []Mark {
+// Marks marks the operations that made effects, when the effects say.
+func (inv *Invariant) Marks(es []Effect, role Role) []Mark {
 	var out []Mark
 	for _, e := range es {
 		if op := inv.byID[e.By]; op != nil {
@@ -162,8 +148,9 @@ func (inv *invariant) marks(es []Effect, role Role) []Mark {
 	return out
 }
 
-// byWhom lists who made effects: "by client 3's charge at t=…, by …".
-func (inv *invariant) byWhom(es []Effect) string {
+// ByWhom lists who made effects: " (by client 3's charge at t=…, by …)",
+// or "" when the effects do not say.
+func (inv *Invariant) ByWhom(es []Effect) string {
 	var parts []string
 	for _, e := range es {
 		switch op := inv.byID[e.By]; {
@@ -179,7 +166,12 @@ func (inv *invariant) byWhom(es []Effect) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-func count(ops []*Op, o Outcome) (n int64, first *Op) {
+// Did words an operation: "client 3's <what> at t=1.820s" (when it
+// returned), or, for one of unknown outcome, when it was invoked.
+func (inv *Invariant) Did(op *Op, what string) string { return inv.d.did(op, what) }
+
+// Count counts the operations of ops with outcome o, and returns the first.
+func Count(ops []*Op, o Outcome) (n int64, first *Op) {
 	for _, op := range ops {
 		if op.Outcome == o {
 			if first == nil {
@@ -189,95 +181,4 @@ func count(ops []*Op, o Outcome) (n int64, first *Op) {
 		}
 	}
 	return n, first
-}
-
-// ExactlyOnce checks that each key has exactly one effect once a client was
-// told it has (an OK charge), at most one while only operations of unknown
-// outcome asked, and none when every attempt was refused; and that each
-// effect whose By is known was made by an operation of its key that was not
-// refused. When the charges have a ChargeInput, a client told a key is
-// charged must have asked for the amount of the charge made (Reused); when
-// they have a ChargeOutput, at most one may have stored the key's answer. It
-// is the payments scenario's invariant: effects are the charges found after
-// the run.
-func ExactlyOnce(ops []Op, effects []Effect) (*Report, error) {
-	inv, err := newInvariant("exactly-once", ops, effects, KindCharge)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range sortedKeys(inv.keys) {
-		ks := inv.keys[k]
-		ok, told := count(ks.ops, OK)
-		unsure, _ := count(ks.ops, Unknown)
-		n := len(ks.effects)
-		charged := fmt.Sprintf("key %s was charged %s%s", quote(k), times(n), inv.byWhom(ks.effects))
-		switch {
-		case len(ks.ops) == 0:
-			inv.add(k, Violation{Anomaly: Phantom, Marks: inv.marks(ks.effects, Culprit), Text: charged + ", but no operation asked for it"})
-		case ok > 0 && n == 0:
-			inv.add(k, Violation{Anomaly: Missing, Marks: []Mark{{*told, Witness}},
-				Text: fmt.Sprintf("%s was told key %s is charged, but no charge exists", inv.d.did(told, "charge"), quote(k))})
-		case n > 1 && ok+unsure > 0:
-			inv.add(k, Violation{Anomaly: Duplicate, Marks: inv.marks(ks.effects, Culprit), Text: charged})
-		case n > 0 && ok+unsure == 0:
-			inv.add(k, Violation{Anomaly: Phantom, Marks: inv.marks(ks.effects, Culprit), Text: charged + ", but every attempt was refused"})
-		}
-		for _, e := range ks.effects {
-			inv.made(k, e, "a charge")
-		}
-		inv.reused(k, ks)
-		inv.recorded(k, ks)
-	}
-	return inv.report(), nil
-}
-
-// recorded checks that at most one operation of key k was told it stored
-// the key's answer (ChargeOutput.Recorded).
-func (inv *invariant) recorded(k string, ks *keyState) {
-	var first *Op
-	for _, op := range ks.ops {
-		var out ChargeOutput
-		if op.Outcome != OK || len(op.Output) == 0 || json.Unmarshal(op.Output, &out) != nil || !out.Recorded {
-			continue
-		}
-		if first == nil {
-			first = op
-			continue
-		}
-		inv.add(k, Violation{Anomaly: Duplicate, Marks: []Mark{{*op, Culprit}, {*first, Witness}},
-			Text: fmt.Sprintf("%s stored the answer of key %s, which %s had stored: a stale or second execution's record was kept",
-				inv.d.did(op, "charge"), quote(k), inv.d.did(first, "charge"))})
-	}
-}
-
-// reused checks, when the charges record their requests (ChargeInput), that
-// each client told key k is charged asked for the amount of the charge
-// made: one that asked for another reused the key with another request,
-// and was answered with the first one's result instead of a refusal.
-func (inv *invariant) reused(k string, ks *keyState) {
-	var maker *Op
-	var want ChargeInput
-	for _, e := range ks.effects {
-		if op := inv.byID[e.By]; op != nil && op.Key == k && chargeInput(op, &want) {
-			maker = op
-			break
-		}
-	}
-	if maker == nil {
-		return
-	}
-	for _, op := range ks.ops {
-		var in ChargeInput
-		if op.Outcome != OK || !chargeInput(op, &in) || in.Amount == want.Amount {
-			continue
-		}
-		inv.add(k, Violation{Anomaly: Reused, Marks: []Mark{{*op, Culprit}, {*maker, Witness}},
-			Text: fmt.Sprintf("%s of amount %d was told key %s is charged, but its charge is of amount %d, made by %s: a reuse of the key with another request was not refused",
-				inv.d.did(op, "charge"), in.Amount, quote(k), want.Amount, inv.d.did(maker, "charge"))})
-	}
-}
-
-// chargeInput decodes op's ChargeInput into in, if it has one.
-func chargeInput(op *Op, in *ChargeInput) bool {
-	return len(op.Input) > 0 && json.Unmarshal(op.Input, in) == nil
 }

@@ -45,8 +45,8 @@ type StoreOutput struct {
 	Next int64 `json:"next,omitempty"`
 }
 
-// Store describes the store the Store checker holds a history to (the
-// inventory scenario): stock rows that start at Stock and stay within
+// Store describes the store the Store checker holds a history to: stock
+// rows that start at Stock and stay within
 // [0, Capacity], prices that start at Price, bids that start at 0, holds
 // that start absent.
 type Store struct {

@@ -4,14 +4,15 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
 )
 
 // TestMain lets the real run of the browser test re-execute this test
 // binary as the harness's workers.
 func TestMain(m *testing.M) {
-	if harness.IsWorker() {
-		os.Exit(harness.WorkerMain())
+	if engine.IsWorker() {
+		os.Exit(engine.WorkerMain())
 	}
 	os.Exit(m.Run())
 }

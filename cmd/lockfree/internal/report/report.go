@@ -3,7 +3,7 @@
 // stderr, Markdown, an SVG chart, and one self-contained HTML file with
 // charts, sweeps and a timeline per approach.
 //
-// The harness (internal/harness) fills in a [Report] per scenario run; the
+// The engine (cmd/lockfree/internal/engine) fills in a [Report] per scenario run; the
 // functions here only read it. Report and [Result] serialise to the public
 // JSON of `lockfree compare --json`: fields are added, never renamed. A
 // result whose invariants were not checked has Checked false and renders as
@@ -32,10 +32,22 @@ type Approach string
 // The approaches the harness runs, in report order.
 const (
 	Alternative Approach = "alternative"
-	FencedLock  Approach = "fenced-lock"
-	NaiveLock   Approach = "naive-lock"
-	RedisLock   Approach = "redis-lock"
+	// VerifiedAlternative is an alternative whose write proves its
+	// ownership with the library's Verify in the write's transaction
+	// instead of a condition in its statement.
+	VerifiedAlternative Approach = "verified-alternative"
+	FencedLock          Approach = "fenced-lock"
+	// VerifiedLock is the lease lock fenced by fencedlock.Postgres.Verify:
+	// the fencing a resource in the lock's own database needs.
+	VerifiedLock Approach = "verified-lock"
+	NaiveLock    Approach = "naive-lock"
+	RedisLock    Approach = "redis-lock"
+	// RedsyncLock is redis-lock with go-redsync's Mutex on one Redis node.
+	RedsyncLock Approach = "redsync-lock"
 	Raw         Approach = "raw"
+	// PlainTokenLock is the failover fault's foil: the fenced lock with
+	// its tokens a plain nextval (no fence era).
+	PlainTokenLock Approach = "plain-token-lock"
 )
 
 // Fault is a fault injected while a scenario runs ("pause", "partition",

@@ -1,0 +1,16 @@
+package engine
+
+// Delay is Isolate that heals: the held bytes are delivered late, in order,
+// after another worker took over — the delayed packet (fault_isolate.go's
+// cut, delivered instead of reset).
+const Delay Fault = "delay"
+
+type delay struct{}
+
+func (delay) Name() Fault { return Delay }
+func (delay) How() string {
+	return "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"
+}
+func (delay) networked()            {}
+func (delay) bites()                {}
+func (delay) start(r *run) injector { return cutRun{r: r, f: Delay, deliver: true} }
