@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,9 +56,13 @@ type MiddlewareConfig struct {
 	// the path and query, and the body (not the headers).
 	Fingerprint func(r *http.Request, body []byte) Fingerprint
 	// MaxRequestBody is the largest request body read (for the
-	// fingerprint); a larger one gives 413. Defaults to 1 MiB.
+	// fingerprint), in bytes; a larger one gives 413 and the handler does
+	// not run. math.MaxInt64 means no limit; zero means the default; a
+	// negative value is refused (ErrInvalid). Defaults to 1 MiB.
 	MaxRequestBody int64
-	// MaxResponseBody is the largest response body stored. A handler that writes more has done its
+	// MaxResponseBody is the largest response body stored, in bytes.
+	// math.MaxInt means no limit; zero means the default; a negative value
+	// is refused (ErrInvalid). A handler that writes more has done its
 	// work, but its response cannot be replayed: the client gets a 500
 	// ProblemResponseLost, which is stored in its place, so the key is
 	// spent and a retry gets that answer again — except on a *Postgres,
@@ -317,11 +322,11 @@ func (m *Middleware) read(r *http.Request) (request, error) {
 	if err := key.Validate(); err != nil {
 		return request{}, err
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
+	body, over, err := readAtMost(r.Body, m.cfg.MaxRequestBody)
 	switch {
 	case err != nil:
 		return request{}, errUnreadableBody
-	case int64(len(body)) > m.cfg.MaxRequestBody:
+	case over:
 		return request{}, &tooLargeError{m.cfg.MaxRequestBody}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -339,6 +344,18 @@ func (m *Middleware) tenant(r *http.Request) (string, error) {
 		err = fmt.Errorf("%w: the Tenant function named no caller", ErrInvalid)
 	}
 	return tenant, err
+}
+
+// readAtMost reads r whole if it holds at most limit bytes (limit ≥ 0),
+// and reports over when it holds more. A limit of math.MaxInt64 reads r
+// whole: no reader holds more.
+func readAtMost(r io.Reader, limit int64) (body []byte, over bool, err error) {
+	n := limit
+	if n < math.MaxInt64 {
+		n++ // one byte more than the limit tells a longer body
+	}
+	body, err = io.ReadAll(io.LimitReader(r, n))
+	return body, int64(len(body)) > limit, err
 }
 
 // run runs the handler for a first execution and returns what to store,
