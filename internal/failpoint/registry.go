@@ -51,6 +51,7 @@ var registry = []Point{
 	{"idempotency.leased.complete.token", MutantSite, "Complete stores a leased attempt's result whatever the record's token"},
 	{"idempotency.leased.release.token", MutantSite, "Release deletes or ends a leased record whatever its token"},
 	{"idempotency.memory.before-write", InjectPoint, "Memory.Do after the work, before its result is recorded"},
+	{"idempotency.middleware.lost-response", MutantSite, "Middleware releases the key of a handler that ran to the end but whose response it cannot store (over MaxResponseBody, status outside 200–599), instead of storing ProblemResponseLost in its place"},
 	{"idempotency.postgres.before-write", InjectPoint, "Postgres.Do after the work, before its result is recorded (with COMMIT in its own transaction)"},
 	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
 	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran (or as it sends its first pgx.Batch, which carries the write), before the progress write fenced by the token"},
