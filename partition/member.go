@@ -221,9 +221,11 @@ type Member struct {
 	ring        *Ring
 	addrs       map[string]string
 	execs       map[int]*executor
-	handing     map[int]bool      // partitions being drained and released
-	incoming    map[int]time.Time // handovers to this member: since when seen
-	leavingFrom time.Time         // when Stop marked the member leaving
+	handing     map[int]bool            // partitions being drained and released
+	incoming    map[int]time.Time       // handovers to this member: since when seen
+	leavingFrom time.Time               // when Stop marked the member leaving
+	stopWanted  bool                    // Stop was called: no Start may begin
+	endStart    context.CancelCauseFunc // ends the Start in progress, if any
 }
 
 // NewMember returns a member of the fleet kept in store; Start makes it
