@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
@@ -29,17 +31,20 @@ const ForwardedHeader = "Lockfree-Forwarded-By"
 //
 // serve writes to a buffer that is copied to the client after it returns, so
 // a client that goes away cannot leave serve writing to a finished response.
+// Informational answers (1xx but 101, e.g. 103 Early Hints) go to the client
+// as serve sends them, with serve's headers at that moment, as net/http
+// sends them; the final status is serve's.
 // A member that receives an already forwarded request for a key it does not
 // own answers 503 instead of forwarding again, so two members whose rings
 // disagree for a moment cannot bounce a request between them.
 func Forward(m *Member, key func(*http.Request) string, serve func(w http.ResponseWriter, r *http.Request, e Epoch)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var buf bufferedResponse
+		buf := newBufferedResponse(w)
 		err := m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
-			buf.reset()
-			serve(&buf, r, e)
+			serve(buf, r, e)
 			return nil
 		})
+		buf.close()
 		var notOwner *NotOwnerError
 		var panicked *PanicError
 		switch {
@@ -87,24 +92,75 @@ func (m *Member) servePanic(w http.ResponseWriter, p *PanicError) {
 	}{"about:blank", "Internal Server Error", http.StatusInternalServerError, "the request handler failed"})
 }
 
-// bufferedResponse is an http.ResponseWriter that keeps the response.
+// bufferedResponse is the http.ResponseWriter that serve writes to on the
+// executor: it keeps the final response, for the handler's goroutine to
+// copy to the client once serve has returned, and passes informational
+// answers (1xx but 101) through to the client as serve sends them — unless
+// the handler has already answered (close), as it does when the request's
+// context ends while serve runs.
 type bufferedResponse struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+
+	mu     sync.Mutex // orders informational answers against close
+	w      http.ResponseWriter
+	closed bool
 }
 
-func (b *bufferedResponse) reset() {
-	b.header, b.status = http.Header{}, 0
-	b.body.Reset()
+func newBufferedResponse(w http.ResponseWriter) *bufferedResponse {
+	return &bufferedResponse{header: http.Header{}, w: w}
 }
 
 func (b *bufferedResponse) Header() http.Header { return b.header }
 
 func (b *bufferedResponse) WriteHeader(status int) {
-	if b.status == 0 {
-		b.status = status
+	if status < 100 || status > 999 {
+		// net/http's own check; on the executor it becomes a 500.
+		panic(fmt.Sprintf("partition: invalid WriteHeader code %v", status))
 	}
+	if b.status != 0 {
+		return
+	}
+	if status < 200 && status != http.StatusSwitchingProtocols {
+		b.inform(status)
+		return
+	}
+	b.status = status
+}
+
+// inform sends an informational answer with serve's headers so far, as
+// net/http does, and leaves the client's response headers as they were.
+func (b *bufferedResponse) inform(status int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	h := b.w.Header()
+	saved := http.Header{}
+	for k, v := range b.header {
+		if old, ok := h[k]; ok {
+			saved[k] = old
+		}
+		h[k] = v
+	}
+	b.w.WriteHeader(status)
+	for k := range b.header {
+		if old, ok := saved[k]; ok {
+			h[k] = old
+		} else {
+			delete(h, k)
+		}
+	}
+}
+
+// close ends the informational answers: from now on only the handler's
+// goroutine writes to the client.
+func (b *bufferedResponse) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
 }
 
 func (b *bufferedResponse) Write(p []byte) (int, error) {
@@ -112,6 +168,7 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 	return b.body.Write(p)
 }
 
+// copyTo sends the final response; serve has returned.
 func (b *bufferedResponse) copyTo(w http.ResponseWriter) {
 	for k, v := range b.header {
 		w.Header()[k] = v
@@ -121,5 +178,5 @@ func (b *bufferedResponse) copyTo(w http.ResponseWriter) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(b.body.Len()))
 	w.WriteHeader(b.status)
-	w.Write(b.body.Bytes())
+	_, _ = w.Write(b.body.Bytes()) // a write error means the client went away
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +147,82 @@ func TestForwardPanicIs500(t *testing.T) {
 	resp, body = getServed(t, srv.URL+"/")
 	if resp.StatusCode != http.StatusOK || string(body) != "served" {
 		t.Fatalf("after the panic: %d %s", resp.StatusCode, body)
+	}
+}
+
+// serveAlone starts a member alone in store under cfg, and an HTTP server
+// for Forward(m, key "k" or the query's key, serve).
+func serveAlone(t *testing.T, store partition.Membership, cfg partition.Config, serve func(http.ResponseWriter, *http.Request, partition.Epoch)) (*partition.Member, *httptest.Server) {
+	t.Helper()
+	m, _ := startMember(t, store, cfg)
+	srv := httptest.NewServer(partition.Forward(m, func(r *http.Request) string {
+		if k := r.URL.Query().Get("key"); k != "" {
+			return k
+		}
+		return "k"
+	}, serve))
+	t.Cleanup(srv.Close)
+	return m, srv
+}
+
+// Informational answers (103 Early Hints) reach the client as such, with
+// the headers the handler had set then; the final status is the handler's.
+func TestForwardPassesInformationalResponses(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig
+			cfg.Name = "solo"
+			_, srv := serveAlone(t, b.new(t), cfg, func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+				w.Header().Set("Link", "</style.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+				w.Header().Del("Link")
+				w.Header().Set("Content-Type", "text/plain")
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "created")
+			})
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				var hints []string
+				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+					hints = append(hints, fmt.Sprint(code, " ", h.Get("Link")))
+					return nil
+				}}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, srv.URL, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond) // between leases on a loaded machine
+					continue
+				}
+				if resp.StatusCode != http.StatusCreated || string(body) != "created" || resp.Header.Get("Link") != "" {
+					t.Fatalf("answer = %d %q %v, want 201 created without Link", resp.StatusCode, body, resp.Header)
+				}
+				if want := []string{"103 </style.css>; rel=preload"}; fmt.Sprint(hints) != fmt.Sprint(want) {
+					t.Fatalf("informational answers %q, want %q", hints, want)
+				}
+				return
+			}
+		})
+	}
+}
+
+// A handler that writes a status net/http refuses (42) gets a 500 problem
+// answer, as a panic does, instead of breaking the connection.
+func TestForwardInvalidStatusIs500(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig
+	cfg.Name = "solo"
+	_, srv := serveAlone(t, newMemory(nil), cfg, func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+		w.WriteHeader(42)
+	})
+	resp, body := getServed(t, srv.URL)
+	if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("status 42 from the handler: %d %s", resp.StatusCode, body)
 	}
 }
 
