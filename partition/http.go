@@ -11,34 +11,44 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
-
-// ForwardedHeader marks a request that Forward proxied to the owner; its
-// value is the forwarding member's name.
-const ForwardedHeader = "Lockfree-Forwarded-By"
 
 // Forward is an example of routing HTTP requests to their key's owner. The
 // returned handler serves a request whose key (key(r)) this member owns by
 // running serve on the partition's executor through m.Do; it proxies a
 // request whose partition another member owns to that member's Addr
-// (httputil.ReverseProxy, plain HTTP); and it answers 503 Service
+// (httputil.ReverseProxy, plain HTTP), signing it as forwarded by this
+// member (ForwardedHeader, ForwardConfig.Secret); and it answers 503 Service
 // Unavailable with Retry-After: 1 while the partition moves. A serve that
-// panics gets 500 Internal Server Error with an application/problem+json
-// body; the panic's value and stack go to Config.Logger, and the process and
-// the executor live on.
+// panics gets 500 Internal Server Error; the panic's value and stack go to
+// Config.Logger, and the process and the executor live on.
+//
+// Forward's own answers (400 to 599) have an application/problem+json body
+// that names nothing internal: no member, address, partition or error text.
+// The errors behind its 500 and 502 answers go to Config.Logger.
 //
 // serve writes to a buffer that is copied to the client after it returns, so
 // a client that goes away cannot leave serve writing to a finished response.
 // Informational answers (1xx but 101, e.g. 103 Early Hints) go to the client
 // as serve sends them, with serve's headers at that moment, as net/http
 // sends them; the final status is serve's.
-// A member that receives an already forwarded request for a key it does not
-// own answers 503 instead of forwarding again, so two members whose rings
-// disagree for a moment cannot bounce a request between them.
+//
+// A member that receives a request forwarded by a peer (a valid signature)
+// for a key it does not own answers 503 instead of forwarding again, so two
+// members whose rings disagree for a moment cannot bounce a request between
+// them. Without a valid signature, the header is removed: serve sees
+// ForwardedHeader only as the name of the peer that forwarded the request.
 func Forward(m *Member, key func(*http.Request) string, serve func(w http.ResponseWriter, r *http.Request, e Epoch)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peer := m.forwardedBy(r, time.Now())
+		r = r.Clone(r.Context()) // serve's header, the peer's name or nothing
+		r.Header.Del(ForwardedHeader)
+		if peer != "" {
+			r.Header.Set(ForwardedHeader, peer)
+		}
 		buf := newBufferedResponse(w)
 		err := m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
 			serve(buf, r, e)
@@ -52,21 +62,50 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 			buf.copyTo(w)
 		case errors.As(err, &panicked):
 			m.servePanic(w, panicked)
-		case errors.As(err, &notOwner) && notOwner.Addr != "" && r.Header.Get(ForwardedHeader) == "":
-			m.tel.forwards.Add(r.Context(), 1)
-			proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(&url.URL{Scheme: "http", Host: notOwner.Addr})
-				pr.Out.Host = r.Host
-				pr.Out.Header.Set(ForwardedHeader, m.Name())
-			}}
-			proxy.ServeHTTP(w, r)
+		case errors.As(err, &notOwner) && notOwner.Addr != "" && peer == "" && len(m.fwd.Secret) > 0:
+			m.proxy(w, r, notOwner.Addr)
 		case errors.Is(err, ErrNotOwner), errors.Is(err, ErrMoving), errors.Is(err, ErrStopped):
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			problem(w, http.StatusServiceUnavailable, "The request cannot be served at the moment; retry shortly.")
 		default:
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			m.warn("partition: request failed", telemetry.Err(err))
+			problem(w, http.StatusInternalServerError, "The request could not be completed.")
 		}
 	})
+}
+
+// proxy forwards r to the member at addr, signed as forwarded by m.
+func (m *Member) proxy(w http.ResponseWriter, r *http.Request, addr string) {
+	m.tel.forwards.Add(r.Context(), 1)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
+			pr.Out.Host = r.Host
+			pr.Out.Header.Set(ForwardedHeader, m.signForward(pr.Out, time.Now()))
+		},
+		// Not ReverseProxy's default, which logs to the log package and
+		// sends an empty 502.
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			m.warn("partition: forwarding failed", telemetry.Err(err))
+			w.Header().Set("Retry-After", "1")
+			problem(w, http.StatusBadGateway, "The request could not be forwarded; retry shortly.")
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+// problem answers with an application/problem+json body (RFC 9457) whose
+// detail is fixed text: the answer shows nothing of the fleet or its errors.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	// A write error means the client went away: nothing to do.
+	_ = json.NewEncoder(w).Encode(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(status), status, detail})
 }
 
 // servePanic answers a request whose serve panicked on the executor: 500
@@ -81,15 +120,7 @@ func (m *Member) servePanic(w http.ResponseWriter, p *PanicError) {
 	if m.cfg.Logger != nil {
 		m.cfg.Logger.Error("partition: handler panicked", telemetry.Member, m.cfg.Name, telemetry.Panic, p.Value, telemetry.PanicStack, string(p.Stack))
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(http.StatusInternalServerError)
-	// A write error means the client went away: nothing to do.
-	_ = json.NewEncoder(w).Encode(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{"about:blank", "Internal Server Error", http.StatusInternalServerError, "the request handler failed"})
+	problem(w, http.StatusInternalServerError, "The request handler failed.")
 }
 
 // bufferedResponse is the http.ResponseWriter that serve writes to on the

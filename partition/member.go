@@ -29,6 +29,10 @@ type Config struct {
 	// Addr is where other members forward requests for this member's keys,
 	// e.g. "10.0.0.7:8080". Defaults to "".
 	Addr string
+	// Forward configures Forward on this member: the secret with which
+	// members recognise each other's forwarded requests. Defaults to the
+	// ForwardConfig defaults (no secret: Forward proxies nothing).
+	Forward *ForwardConfig
 	// Ring shapes the ring; every member of a fleet must use the same.
 	// Defaults to the RingConfig defaults.
 	Ring *RingConfig
@@ -121,6 +125,9 @@ func (c Config) validate() error {
 	case c.QueueSize < 1:
 		return fmt.Errorf("%w: queue size %d", ErrInvalid, c.QueueSize)
 	}
+	if err := c.Forward.withDefaults().validate(); err != nil {
+		return err
+	}
 	return c.Ring.withDefaults().validate()
 }
 
@@ -203,6 +210,7 @@ type Member struct {
 	ringCfg RingConfig
 	store   Membership
 	ringID  string
+	fwd     ForwardConfig
 	tel     *memberTelemetry
 
 	life     chan struct{} // held by Start and Stop: one at a time
@@ -245,7 +253,7 @@ func NewMember(store Membership, cfg *Config) (*Member, error) {
 		return nil, err
 	}
 	return &Member{
-		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, tel: newMemberTelemetry(c),
+		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, fwd: c.Forward.withDefaults(), tel: newMemberTelemetry(c),
 		life: make(chan struct{}, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
 	}, nil
