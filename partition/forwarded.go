@@ -40,6 +40,19 @@ type ForwardConfig struct {
 	// nothing (a request for a key another member owns gets 503) and
 	// honours no ForwardedHeader.
 	Secret []byte
+	// MaxRequestBody is the largest request body Forward reads, in bytes;
+	// a larger one gets 413 Content Too Large, and serve does not run.
+	// Defaults to 1 MiB.
+	MaxRequestBody int64
+	// RequestBodyTimeout bounds the reading of a request body, from when
+	// Forward starts to read it (Server.ReadHeaderTimeout bounds the
+	// headers); a client that has not sent it all by then gets 408 Request
+	// Timeout, and serve does not run. Forward sets it as the read deadline
+	// of the request (http.ResponseController) and clears it once the body
+	// is read, replacing Server.ReadTimeout's deadline for that request.
+	// Behind a ResponseWriter that cannot set one, the body is read without
+	// a deadline — still before serve is queued. Defaults to 30s.
+	RequestBodyTimeout time.Duration
 }
 
 func (c *ForwardConfig) withDefaults() ForwardConfig {
@@ -48,12 +61,23 @@ func (c *ForwardConfig) withDefaults() ForwardConfig {
 		d = *c
 	}
 	d.Secret = bytes.Clone(d.Secret) // the caller's slice may change
+	if d.MaxRequestBody == 0 {
+		d.MaxRequestBody = 1 << 20
+	}
+	if d.RequestBodyTimeout == 0 {
+		d.RequestBodyTimeout = 30 * time.Second
+	}
 	return d
 }
 
 func (c ForwardConfig) validate() error {
-	if len(c.Secret) > 0 && len(c.Secret) < MinSecretLen {
+	switch {
+	case len(c.Secret) > 0 && len(c.Secret) < MinSecretLen:
 		return fmt.Errorf("%w: forward secret of %d bytes, shorter than %d", ErrInvalid, len(c.Secret), MinSecretLen)
+	case c.MaxRequestBody < 0:
+		return fmt.Errorf("%w: negative MaxRequestBody %d", ErrInvalid, c.MaxRequestBody)
+	case c.RequestBodyTimeout < 0:
+		return fmt.Errorf("%w: negative RequestBodyTimeout %v", ErrInvalid, c.RequestBodyTimeout)
 	}
 	return nil
 }

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +28,12 @@ import (
 // Unavailable with Retry-After: 1 while the partition moves. A serve that
 // panics gets 500 Internal Server Error; the panic's value and stack go to
 // Config.Logger, and the process and the executor live on.
+//
+// Forward reads the request body before it queues serve, on the request's
+// goroutine, so that a client sending its body slowly holds no executor: at
+// most ForwardConfig.MaxRequestBody bytes (more: 413 Content Too Large),
+// within ForwardConfig.RequestBodyTimeout (slower: 408 Request Timeout).
+// serve then reads the body from memory.
 //
 // Forward's own answers (400 to 599) have an application/problem+json body
 // that names nothing internal: no member, address, partition or error text.
@@ -49,8 +58,18 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 		if peer != "" {
 			r.Header.Set(ForwardedHeader, peer)
 		}
+		body, err := m.readBody(w, r)
+		if err != nil {
+			refuseBody(w, err)
+			return
+		}
+		r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, int64(len(body)), nil
+		if len(body) > 0 {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
 		buf := newBufferedResponse(w)
-		err := m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
+		err = m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
 			serve(buf, r, e)
 			return nil
 		})
@@ -72,6 +91,45 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 			problem(w, http.StatusInternalServerError, "The request could not be completed.")
 		}
 	})
+}
+
+// readBody reads r's body whole on the request's goroutine, before serve is
+// queued: a client that sends its body slowly then holds no executor, and
+// the other keys of its partition do not wait for it. It reads at most
+// MaxRequestBody bytes (a larger body is a *http.MaxBytesError, also when
+// its Content-Length announces it) until RequestBodyTimeout from now.
+func (m *Member) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	limit := m.fwd.MaxRequestBody
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(m.fwd.RequestBodyTimeout)) == nil {
+		// Cleared once read: net/http reads the connection in the
+		// background while serve runs, and a read that failed at the
+		// deadline would end the request's context.
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// refuseBody answers a request whose body readBody refused: 413 when it was
+// too large, 408 when it came too slowly, 400 when it could not be read.
+func refuseBody(w http.ResponseWriter, err error) {
+	var tooLarge *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooLarge):
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("The request body may have at most %d bytes.", tooLarge.Limit))
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
+		w.Header().Set("Connection", "close")
+		problem(w, http.StatusRequestTimeout, "The request body did not arrive in time.")
+	default:
+		problem(w, http.StatusBadRequest, "The request body could not be read.")
+	}
 }
 
 // proxy forwards r to the member at addr, signed as forwarded by m.

@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -48,8 +50,9 @@ func forwardFleet(t *testing.T, store partition.Membership, fcfg *partition.Forw
 		m, _ := startMember(t, store, cfg)
 		handler := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
 			func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+				body, _ := io.ReadAll(r.Body)
 				w.Header().Set("X-Served-By", e.Owner)
-				fmt.Fprintf(w, "partition %d epoch %d forwarded by %q", e.Partition, e.Token, r.Header.Get(partition.ForwardedHeader))
+				fmt.Fprintf(w, "partition %d epoch %d body %q forwarded by %q", e.Partition, e.Token, body, r.Header.Get(partition.ForwardedHeader))
 			})
 		h.Store(&handler)
 		members[n], servers[n] = m, srv
@@ -118,12 +121,13 @@ func TestForward(t *testing.T) {
 				if owner == "b" {
 					forwarded++
 				}
-				req, _ := http.NewRequest("GET", servers["a"].URL+"/?key="+key, nil)
+				req, _ := http.NewRequest("POST", servers["a"].URL+"/?key="+key, strings.NewReader("payload "+key))
 				resp, body := send(t, req, false)
 				if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Served-By") != owner {
 					t.Fatalf("%s: %d served by %q: %s; want %s", key, resp.StatusCode, resp.Header.Get("X-Served-By"), body, owner)
 				}
-				wantFwd := map[bool]string{true: `forwarded by ""`, false: `forwarded by "a"`}[owner == "a"]
+				wantFwd := map[bool]string{true: `body "payload %s" forwarded by ""`, false: `body "payload %s" forwarded by "a"`}[owner == "a"]
+				wantFwd = fmt.Sprintf(wantFwd, key)
 				if !strings.HasSuffix(body, wantFwd) {
 					t.Fatalf("%s: %s, want %s", key, body, wantFwd)
 				}
@@ -263,6 +267,169 @@ func TestForwardErrorShowsNothingInternal(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "db-7.internal") {
 		t.Fatalf("the error was not logged: %s", logs.String())
+	}
+}
+
+// notingBody calls waiting when a Read begins after some of the body has
+// been read: the reader now waits for the client.
+type notingBody struct {
+	io.ReadCloser
+	read    int
+	waiting func()
+}
+
+func (b *notingBody) Read(p []byte) (int, error) {
+	if b.read > 0 {
+		b.waiting()
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += n
+	return n, err
+}
+
+// keyInPartitionOf returns a key other than key in key's partition on m.
+func keyInPartitionOf(m *partition.Member, key string) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if k != key && m.Partition(k) == m.Partition(key) {
+			return k
+		}
+	}
+}
+
+// rawPost sends a POST for key over a new TCP connection with the given
+// Content-Length and the first bytes of the body, and returns the
+// connection to send the rest and read the answer.
+func rawPost(t *testing.T, srv *httptest.Server, key string, length int, first string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST /?key=%s HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n%s", key, length, first)
+	return conn
+}
+
+// readAnswer reads the HTTP answer on conn, for at most 30s.
+func readAnswer(t *testing.T, conn net.Conn) (*http.Response, string) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// A client that sends its body slowly holds no executor: while it is still
+// sending, a request for another key of the same partition is served; the
+// slow request is served once its body has arrived.
+func TestForwardSlowBodyHoldsNoExecutor(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig
+			cfg.Name, cfg.Forward = "solo", &partition.ForwardConfig{RequestBodyTimeout: time.Minute}
+			m, _ := startMember(t, b.new(t), cfg)
+			slow := "slow"
+			fast := keyInPartitionOf(m, slow)
+			reading := make(chan struct{})
+			var once sync.Once
+			forward := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
+				func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+					body, _ := io.ReadAll(r.Body)
+					fmt.Fprintf(w, "%s", body)
+				})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("key") == slow {
+					r.Body = &notingBody{ReadCloser: r.Body, waiting: func() { once.Do(func() { close(reading) }) }}
+				}
+				forward.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			if err := doOwned(m, slow, func(context.Context, partition.Epoch) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			conn := rawPost(t, srv, slow, 2, "x") // one byte of two
+			select {
+			case <-reading:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the slow body was never read")
+			}
+			client := &http.Client{Timeout: 30 * time.Second}
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				resp, err := client.Post(srv.URL+"/?key="+fast, "text/plain", strings.NewReader("fast"))
+				if err != nil {
+					t.Fatalf("a request for another key of the partition, while a client sends its body slowly: %v", err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond) // between leases on a loaded machine
+					continue
+				}
+				if resp.StatusCode != http.StatusOK || string(body) != "fast" {
+					t.Fatalf("the other key: %d %s", resp.StatusCode, body)
+				}
+				break
+			}
+			io.WriteString(conn, "y")
+			resp, body := readAnswer(t, conn)
+			if resp.StatusCode != http.StatusOK || body != "xy" {
+				if resp.StatusCode != http.StatusServiceUnavailable {
+					t.Fatalf("the slow request: %d %s, want 200 xy", resp.StatusCode, body)
+				}
+				t.Logf("the slow request found the partition moving: %d", resp.StatusCode) // a late heartbeat
+			}
+		})
+	}
+}
+
+// Forward reads the body before serve is queued, and refuses one that is
+// too large (413) or too slow (408) with a problem answer; serve does not
+// run. A body within the limit reaches serve whole, chunked or not.
+func TestForwardBodyLimits(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig
+			cfg.Name = "solo"
+			cfg.Forward = &partition.ForwardConfig{MaxRequestBody: 16, RequestBodyTimeout: 100 * time.Millisecond}
+			var ran atomic.Int64
+			_, srv := serveAlone(t, b.new(t), cfg, func(w http.ResponseWriter, r *http.Request, e partition.Epoch) {
+				ran.Add(1)
+				body, _ := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "%s", body)
+			})
+			post := func(body io.Reader) (*http.Response, string) {
+				req, _ := http.NewRequest("POST", srv.URL, body)
+				return send(t, req, false)
+			}
+			sixteen := strings.Repeat("x", 16)
+			chunked := func(s string) io.Reader { return io.MultiReader(strings.NewReader(s)) } // no length: chunked
+			for name, body := range map[string]io.Reader{"sized": strings.NewReader(sixteen), "chunked": chunked(sixteen)} {
+				if resp, got := post(body); resp.StatusCode != http.StatusOK || got != sixteen {
+					t.Fatalf("%s body at the limit: %d %q", name, resp.StatusCode, got)
+				}
+			}
+			served := ran.Load()
+			for _, body := range []io.Reader{strings.NewReader(sixteen + "x"), chunked(sixteen + "x")} {
+				resp, got := post(body)
+				assertGenericProblem(t, resp, got, http.StatusRequestEntityTooLarge, nil)
+			}
+			resp, got := readAnswer(t, rawPost(t, srv, "k", 1<<30, "")) // announced too large: not read
+			assertGenericProblem(t, resp, got, http.StatusRequestEntityTooLarge, nil)
+			resp, got = readAnswer(t, rawPost(t, srv, "k", 2, "x")) // the second byte never comes
+			assertGenericProblem(t, resp, got, http.StatusRequestTimeout, nil)
+			if n := ran.Load(); n != served {
+				t.Fatalf("serve ran %d times for refused bodies", n-served)
+			}
+		})
 	}
 }
 

@@ -423,6 +423,8 @@ func TestNewMemberRejectsBadConfig(t *testing.T) {
 		{"negative drain", partition.Config{Name: "a", DrainTimeout: -1}},
 		{"negative queue", partition.Config{Name: "a", QueueSize: -1}},
 		{"load below 1", partition.Config{Name: "a", Ring: &partition.RingConfig{Load: 0.9}}},
+		{"negative body limit", partition.Config{Name: "a", Forward: &partition.ForwardConfig{MaxRequestBody: -1}}},
+		{"negative body timeout", partition.Config{Name: "a", Forward: &partition.ForwardConfig{RequestBodyTimeout: -1}}},
 		{"short forward secret", partition.Config{Name: "a", Forward: &partition.ForwardConfig{Secret: make([]byte, partition.MinSecretLen-1)}}},
 	}
 	for _, tt := range tests {
