@@ -29,9 +29,10 @@ type Config struct {
 	// Addr is where other members forward requests for this member's keys,
 	// e.g. "10.0.0.7:8080". Defaults to "".
 	Addr string
-	// Forward configures Forward on this member: the secret with which
-	// members recognise each other's forwarded requests. Defaults to the
-	// ForwardConfig defaults (no secret: Forward proxies nothing).
+	// Forward configures Forward on this member: how members recognise
+	// each other's forwarded requests, and the bounds on reading a request
+	// body. Defaults to the ForwardConfig defaults (no secret: Forward
+	// proxies nothing).
 	Forward *ForwardConfig
 	// Ring shapes the ring; every member of a fleet must use the same.
 	// Defaults to the RingConfig defaults.
