@@ -601,4 +601,12 @@ var mutantUnsteady = map[string]string{}
 // holes in the proof that remain to be closed with a sharper scenario.
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
-var mutantHoles = map[string]string{}
+var mutantHoles = map[string]string{
+	// The scenarios' workloads have no failing handler: no batch is
+	// retried one message at a time, where a lost answer resyncs
+	// mid-batch.
+	"kafkawriter.consumer.apply.below-stored": "no scenario's reader delivers a batch below the stored offset (the resync drops the batch held; " +
+		"see kafkawriter.consumer.resync.drop); kafkawriter's TestConsumerDropsOffsetsBelowStored catches it (TestMutantsAreCaught)",
+	"kafkawriter.consumer.resync.drop": "no scenario's handler fails, so no batch is retried one message at a time, where a lost answer resyncs " +
+		"mid-batch; kafkawriter's TestConsumerLostAnswerMidRetry catches it (TestMutantsAreCaught)",
+}

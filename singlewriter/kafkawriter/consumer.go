@@ -384,8 +384,19 @@ type partitionRun struct {
 }
 
 // apply applies a batch: in one transaction if it succeeds, otherwise one
-// message at a time with retries and dead-lettering.
+// message at a time with retries and dead-lettering. When a write finds the
+// stored offset ahead (its earlier attempt committed, the answer was lost),
+// the reader is sought to the stored offset and the rest of the batch is
+// dropped: the reader delivers it again.
 func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error {
+	err := pp.applyBatch(ctx, batch)
+	if errors.Is(err, errResynced) {
+		return nil
+	}
+	return err
+}
+
+func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) error {
 	if len(batch) > 1 {
 		err := pp.tx(ctx, batch)
 		if err == nil || !isHandlerError(err) {
@@ -395,14 +406,16 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 		pp.log.Debug("kafkawriter: batch failed; retrying one by one", telemetry.Err(err))
 	}
 	for _, m := range batch {
-		if pp.expected >= 0 && m.Offset < pp.expected {
-			continue // applied by the batch before its failure was reported
-		}
 		err := pp.c.set.attempt(ctx, pp.log, pp.c.dlq, m, pp.failed, func() error {
 			return pp.tx(ctx, []kafka.Message{m})
 		})
 		if errors.Is(err, errDeadLettered) {
 			err = pp.skip(ctx, m)
+		}
+		// The mutant is asked only after a resync: its site counts the
+		// batches the check drops.
+		if errors.Is(err, errResynced) && failpoint.Mutant("kafkawriter.consumer.resync.drop") {
+			continue // the old batch's next messages are applied from it
 		}
 		if err != nil {
 			return err
@@ -411,16 +424,43 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 	return nil
 }
 
+// errResynced reports that the stored offset was ahead of the expected one,
+// and that the reader now resumes from it: the caller drops the messages it
+// holds, which the reader delivers again.
+var errResynced = errors.New("kafkawriter: resumed from the stored offset")
+
+// unapplied returns msgs without the messages below the stored offset: a
+// batch the reader delivered again after a resync, whose first messages the
+// inbox already counts as applied. Offsets increase within a batch.
+func (pp *partitionRun) unapplied(msgs []kafka.Message) []kafka.Message {
+	// The mutant is asked only of a batch that starts below the stored
+	// offset: its site counts the batches the check drops from.
+	if pp.expected < 0 || len(msgs) == 0 || msgs[0].Offset >= pp.expected ||
+		failpoint.Mutant("kafkawriter.consumer.apply.below-stored") {
+		return msgs
+	}
+	i := 0
+	for i < len(msgs) && msgs[i].Offset < pp.expected {
+		i++
+	}
+	return msgs[i:]
+}
+
 // failed counts a failed attempt of the handler.
 func (pp *partitionRun) failed() {
 	pp.c.stats.failed.Add(1)
 	pp.c.tel.failures.Add(context.Background(), 1, pp.c.tel.source.Add()...)
 }
 
-// tx runs the handler over msgs and advances the inbox in one transaction.
-// Errors other than the handler's own and fencing (a lost connection, a
-// failed commit) are retried here, until ctx ends.
+// tx runs the handler over msgs, those at or above the stored offset, and
+// advances the inbox in one transaction. Errors other than the handler's own
+// and fencing (a lost connection, a failed commit) are retried here, until
+// ctx ends; a retry that finds the stored offset ahead resyncs
+// (errResynced).
 func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
+	if msgs = pp.unapplied(msgs); len(msgs) == 0 {
+		return nil
+	}
 	for {
 		err := pp.tryTx(pp.work, msgs)
 		var stale *StaleOffsetError
@@ -477,9 +517,14 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 	return nil
 }
 
+// resync makes the stored offset the expected one and seeks the reader to
+// it. It returns errResynced, or the seek's error.
 func (pp *partitionRun) resync(stored int64) error {
 	pp.expected = stored
-	return pp.reader.SetOffset(stored)
+	if err := pp.reader.SetOffset(stored); err != nil {
+		return err
+	}
+	return errResynced
 }
 
 // skip advances the inbox past m, which was dead-lettered (retried until ctx
@@ -498,14 +543,23 @@ func (pp *partitionRun) skip(ctx context.Context, m kafka.Message) error {
 	var stale *StaleOffsetError
 	switch {
 	case errors.As(err, &stale):
+		// Only this epoch moves the offset: an earlier attempt of this
+		// advance went through, its answer lost.
+		if stale.Actual > m.Offset {
+			pp.deadLettered(ctx)
+		}
 		return pp.resync(stale.Actual)
 	case err != nil:
 		return err
 	}
 	pp.expected = m.Offset + 1
+	pp.deadLettered(ctx)
+	return nil
+}
+
+func (pp *partitionRun) deadLettered(ctx context.Context) {
 	pp.c.stats.dead.Add(1)
 	pp.c.tel.deadLettered.Add(ctx, 1, pp.c.tel.source.Add()...)
-	return nil
 }
 
 // mirror commits the stored offset to Kafka for lag monitoring.
