@@ -55,6 +55,7 @@ var registry = []Point{
 	{"kafkawriter.consumer.apply.below-stored", MutantSite, "Consumer's transaction applies a batch's messages below the stored offset (delivered again) instead of dropping them"},
 	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
 	{"kafkawriter.consumer.resync.drop", MutantSite, "Consumer goes on applying the batch it holds after finding the stored offset ahead, instead of leaving the rest to the reader, sought to that offset"},
+	{"kafkawriter.deadletter.permanent", MutantSite, "a consumer retries a dead-letter write that failed for good (a permanent Kafka error) as if the failure were transient"},
 	{"kafkawriter.fenced.before-write", InjectPoint, "Fenced.Apply's transaction after the handler ran (or as it sends its first pgx.Batch, which carries the write), before the progress write fenced by the token"},
 	{"kafkawriter.fenced.read.stamp", MutantSite, "Fenced.Apply's progress read checks the token but does not raise the row's token to it"},
 	{"kafkawriter.fenced.skip.seq", MutantSite, "Fenced.Apply runs events whose sequence number the progress already records"},
