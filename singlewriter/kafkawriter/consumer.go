@@ -53,8 +53,11 @@ type ConsumerConfig struct {
 	MaxRetryBackoff time.Duration
 	// DeadLetterTopic receives messages that failed MaxAttempts times, with
 	// the reason in headers (HeaderTopic…); the partition then moves on.
-	// The topic must exist. Defaults to none: a poison message then stops
-	// the consumer with a *PoisonError rather than being dropped.
+	// The topic must exist. A record it refuses for its size is replaced by
+	// a marker without the value (HeaderTruncated); any other permanent
+	// refusal stops the consumer with a *PoisonError (its DeadLetter).
+	// Defaults to none: a poison message then stops the consumer with a
+	// *PoisonError rather than being dropped.
 	DeadLetterTopic string
 
 	// MirrorOffsets also commits the stored offsets to Kafka, at most once
@@ -377,6 +380,9 @@ type partitionRun struct {
 	expected int64 // the stored next offset, as this owner last wrote it
 	reader   *kafka.Reader
 	log      *slog.Logger
+	// unsure is the last transaction's messages when its COMMIT failed: it
+	// may have committed. A resync tells whether it did.
+	unsure []kafka.Message
 
 	mirrored     int64
 	mirroredAt   time.Time
@@ -472,6 +478,7 @@ func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 			// outcome we missed (connection lost during COMMIT) went through.
 			pp.c.tel.rejections.Add(ctx, 1, pp.c.tel.staleOffset.Add()...)
 			pp.log.Info("kafkawriter: stored offset ahead; resuming from it", "expected", stale.Expected, "stored", stale.Actual)
+			pp.settle(ctx, stale.Actual)
 			return pp.resync(stale.Actual)
 		case ctx.Err() != nil:
 			return ctx.Err() // not the message's fault: never counted as an attempt
@@ -508,13 +515,34 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		pp.unsure = msgs
 		return err
 	}
+	pp.unsure = nil
 	pp.expected = next
+	pp.committed(ctx, msgs)
+	return nil
+}
+
+// committed counts msgs as applied by one transaction.
+func (pp *partitionRun) committed(ctx context.Context, msgs []kafka.Message) {
+	next := msgs[len(msgs)-1].Offset + 1
 	pp.c.stats.txs.Add(1)
 	pp.c.stats.applied.Add(int64(len(msgs)))
 	pp.c.tel.committed(ctx, int64(len(msgs)), msgs[len(msgs)-1].HighWaterMark-next)
-	return nil
+}
+
+// settle counts the unsure transaction as applied if the stored offset
+// passed its messages (its COMMIT went through, the answer was lost), and
+// reports whether it did.
+func (pp *partitionRun) settle(ctx context.Context, stored int64) bool {
+	unsure := pp.unsure
+	pp.unsure = nil
+	if len(unsure) == 0 || unsure[len(unsure)-1].Offset >= stored {
+		return false
+	}
+	pp.committed(ctx, unsure)
+	return true
 }
 
 // resync makes the stored offset the expected one and seeks the reader to
@@ -544,14 +572,16 @@ func (pp *partitionRun) skip(ctx context.Context, m kafka.Message) error {
 	switch {
 	case errors.As(err, &stale):
 		// Only this epoch moves the offset: an earlier attempt of this
-		// advance went through, its answer lost.
-		if stale.Actual > m.Offset {
+		// advance went through, its answer lost — unless the handler's
+		// transaction of m did (then m counts as applied).
+		if !pp.settle(ctx, stale.Actual) && stale.Actual > m.Offset {
 			pp.deadLettered(ctx)
 		}
 		return pp.resync(stale.Actual)
 	case err != nil:
 		return err
 	}
+	pp.unsure = nil // m's transaction did not commit: the advance from m went through
 	pp.expected = m.Offset + 1
 	pp.deadLettered(ctx)
 	return nil

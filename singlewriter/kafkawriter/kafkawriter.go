@@ -220,7 +220,9 @@ type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) err
 
 // Stats counts what a consumer did since it was created. Each message is
 // counted once, in one of Applied, Skipped and DeadLettered, however often
-// Kafka delivered it to this consumer.
+// Kafka delivered it to this consumer; a message whose COMMIT answer was
+// lost counts once too, when the consumer learns that it committed (a
+// Consumer: Applied; a FencedConsumer, which finds it applied: Skipped).
 type Stats struct {
 	Claims       int64 // partitions claimed in the inbox (Consumer: one per assignment)
 	Applied      int64 // messages applied and committed
@@ -229,7 +231,7 @@ type Stats struct {
 	Failed       int64 // failed handler attempts
 	DeadLettered int64 // messages sent to the dead-letter topic and skipped
 	Mirrored     int64 // offset commits mirrored to Kafka (Consumer)
-	Skipped      int64 // messages found already applied by another consumer (FencedConsumer)
+	Skipped      int64 // messages found already applied, by another consumer or by a COMMIT whose answer was lost (FencedConsumer)
 	Redelivered  int64 // deliveries of messages this consumer had already handled, dropped (FencedConsumer)
 }
 
