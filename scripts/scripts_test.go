@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/internal/localredis"
 )
 
 // Default ports of scripts/postgres.sh (main, faults).
@@ -321,7 +323,8 @@ func testPostgres(t *testing.T, root, as string) {
 }
 
 // TestRedis: the Redis server of a private copy, with the default port taken,
-// answers PING where env says, and is gone after down --purge.
+// answers PING where env says (with the password env's address carries), and
+// is gone after down --purge.
 func TestRedis(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -341,35 +344,14 @@ func TestRedis(t *testing.T) {
 	if addr == "" || strings.HasSuffix(addr, ":56379") {
 		t.Fatalf("TEST_REDIS_ADDR=%q: want the copy's own port, 56379 is taken", addr)
 	}
-	if reply := ping(t, addr); reply != "+PONG" {
-		t.Fatalf("PING %s: %q", addr, reply)
+	if err := localredis.Ping(context.Background(), addr); err != nil {
+		t.Fatalf("PING %s: %v", localredis.Addr(addr), err)
 	}
 	mustScript(t, root, "", "redis.sh", "down", "--purge")
-	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", localredis.Addr(addr), 5*time.Second); err == nil {
 		c.Close()
-		t.Errorf("after down, %s still answers", addr)
+		t.Errorf("after down, %s still answers", localredis.Addr(addr))
 	}
-}
-
-func ping(t *testing.T, addr string) string {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(buf[:n]))
 }
 
 // TestMissingPrerequisite: a missing server program is one line that names
