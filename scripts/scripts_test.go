@@ -269,6 +269,9 @@ func testPostgres(t *testing.T, root, as string) {
 		t.Fatalf("both URLs reach the server of %s", dataDirs[0])
 	}
 
+	t.Run("password", func(t *testing.T) { testPostgresAuth(t, root, as, vars) })
+	t.Run("trust cluster migrated", func(t *testing.T) { testPostgresTrustMigrated(t, root, as, vars, dataDirs) })
+
 	// up is idempotent and env agrees with the running servers.
 	mustScript(t, root, as, "postgres.sh", "up")
 	if again := exports(t, mustScript(t, root, as, "postgres.sh", "env")); again["TEST_DATABASE_URL"] != vars["TEST_DATABASE_URL"] {
