@@ -147,7 +147,7 @@ launch() {
 	fi
 	[ -f "$data/PG_VERSION" ] || die "no cluster in $data: run scripts/pg-replication.sh up"
 	if port_taken "$port"; then
-		die "port $port is taken$(port_holder "$port") by another process; scripts/pg-replication.sh" \
+		die "port $port is taken$(port_holder "$port"); scripts/pg-replication.sh" \
 			"down, then up, chooses another"
 	fi
 	# A standby follows the other node wherever its port is now.

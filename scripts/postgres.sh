@@ -168,7 +168,7 @@ start() {
 	port=$(remembered_port)
 	[ -n "$port" ] || die "no port remembered for $instance: run scripts/postgres.sh up"
 	if port_taken "$port"; then
-		die "port $port is taken$(port_holder "$port") by another process;" \
+		die "port $port is taken$(port_holder "$port");" \
 			"scripts/postgres.sh up chooses another"
 	fi
 	moving=no launch

@@ -167,7 +167,7 @@ choose_port() {
 		if [ -n "$p" ] && port_taken "$p"; then
 			d=$p
 			p=$(block_port "$offset" "$d" "$@")
-			say "port $d of $name is taken$(port_holder "$d") by another process; using $p" \
+			say "port $d of $name is taken$(port_holder "$d"); using $p" \
 				"(set $var to choose)"
 		elif [ -z "$p" ]; then
 			p=$default
