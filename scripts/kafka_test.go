@@ -15,6 +15,7 @@ import (
 // bound after the probe, starts Kafka on free ports (it used to stop with
 // "set KAFKA_PORT to a free port", as if the user had set it).
 func TestKafkaPortsTaken(t *testing.T) {
+	t.Parallel()
 	for _, prog := range []string{"java", "mvn"} {
 		if _, err := exec.LookPath(prog); err != nil {
 			if os.Getenv("CI") == "true" {

@@ -197,6 +197,7 @@ func testPostgresTrustMigrated(t *testing.T, root, as string, vars map[string]st
 // error, and its target is left as it was: not handed to postgres, not
 // written.
 func TestPostgresRefusesPlantedLinks(t *testing.T) {
+	t.Parallel()
 	postgresAvailable(t)
 	if os.Getuid() != 0 {
 		t.Skip("only root's data goes to /var/lib/postgresql; the test plants links as the postgres account")
@@ -315,6 +316,7 @@ func snapshot(t *testing.T, dir string) string {
 // moment). Then two checkouts that remember the same ports start at the
 // same moment, and both come up.
 func TestPostgresPortsTaken(t *testing.T) {
+	t.Parallel()
 	postgresAvailable(t)
 	t.Run("remembered ports taken", func(t *testing.T) {
 		root := checkout(t)
@@ -363,6 +365,7 @@ func TestPostgresPortsTaken(t *testing.T) {
 // standby streams with it). A pair made before passwords (trust) is made
 // anew by up, which says so.
 func TestReplicationPassword(t *testing.T) {
+	t.Parallel()
 	postgresAvailable(t)
 	root := checkout(t)
 	t.Cleanup(func() { script(root, "", nil, "pg-replication.sh", "down", "--purge") })

@@ -39,6 +39,7 @@ func redisUp(t *testing.T, root string) string {
 // of .services/redis.password, which env's address carries; a server started
 // before passwords is restarted with one.
 func TestRedisPassword(t *testing.T) {
+	t.Parallel()
 	redisAvailable(t)
 	root := checkout(t)
 	t.Cleanup(func() { script(root, "", nil, "redis.sh", "down", "--purge") })
@@ -114,6 +115,7 @@ func waitPing(t *testing.T, addr string) {
 // the probe; two checkouts that remember the same port, started at the same
 // moment, both come up, each on a port of its own.
 func TestRedisPortsTaken(t *testing.T) {
+	t.Parallel()
 	redisAvailable(t)
 	for _, tc := range []struct {
 		name string

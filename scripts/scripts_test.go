@@ -1,7 +1,8 @@
 // Package scripts_test runs the service scripts the way a newcomer does: from
 // a fresh copy of the checkout in a folder only its owner can enter, as the
 // user running the test (root in CI), while the default ports are taken by
-// someone else.
+// someone else. The tests run in parallel: each has checkouts and ports of
+// its own.
 package scripts_test
 
 import (
@@ -105,7 +106,7 @@ func command(ctx context.Context, as string, argv ...string) *exec.Cmd {
 // script runs root/scripts/name with args and the given extra environment,
 // as user as when set, and returns its stdout and stderr.
 func script(root, as string, env []string, name string, args ...string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := command(ctx, as, append([]string{filepath.Join(root, "scripts", name)}, args...)...)
 	cmd.Dir = root
@@ -199,6 +200,7 @@ func urlPort(t *testing.T, u string) int {
 // (root in CI: PostgreSQL then runs as postgres, which cannot enter the
 // folder) and, when that is root, as an ordinary user too.
 func TestPostgresPrivateFolderTakenPorts(t *testing.T) {
+	t.Parallel()
 	postgresAvailable(t)
 	occupy(t, postgresDefaults)
 	t.Run("test's user", func(t *testing.T) { testPostgres(t, checkout(t), "") })
@@ -329,6 +331,7 @@ func testPostgres(t *testing.T, root, as string) {
 // answers PING where env says (with the password env's address carries), and
 // is gone after down --purge.
 func TestRedis(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getuid() != 0 {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("redis-server is not installed (apt-get install redis-server)")
@@ -360,6 +363,7 @@ func TestRedis(t *testing.T) {
 // TestMissingPrerequisite: a missing server program is one line that names
 // the package to install, not a stack of errors.
 func TestMissingPrerequisite(t *testing.T) {
+	t.Parallel()
 	root := checkout(t)
 	empty := t.TempDir()
 	for _, tc := range []struct {
