@@ -3,18 +3,16 @@ package localredis_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
-// A throwaway server answers on loopback, keeps what it is told, and is gone
-// after Stop.
+// A throwaway server answers on loopback, to its password only, keeps what
+// it is told, and is gone after Stop.
 func TestStartStop(t *testing.T) {
 	if !localredis.Available() {
 		testdb.Missing(t, "redis-server", "not on PATH")
@@ -29,15 +27,32 @@ func TestStartStop(t *testing.T) {
 	if err != nil || host != "127.0.0.1" {
 		t.Errorf("address %s, want 127.0.0.1:port (%v)", s.Addr, err)
 	}
-	if got := exchange(t, s.Addr, "SET k v\r\nGET k\r\n", len("+OK\r\n$1\r\nv\r\n")); got != "+OK\r\n$1\r\nv\r\n" {
-		t.Fatalf("SET k v, GET k answered %q", got)
+	// Another local account knows the port, not the password.
+	if _, err := localredis.Do(ctx, s.Addr, "SET", "k", "stranger"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("SET without the password: %v, want NOAUTH", err)
 	}
-	if err := localredis.Ping(ctx, s.Addr); err != nil {
+	if err := localredis.Ping(ctx, s.Addr); err == nil {
+		t.Error("Ping without the password succeeded")
+	}
+	e, err := localredis.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Addr != s.Addr || e.Password == "" {
+		t.Errorf("Parse(URL) = %s with password %v, want %s with one", e.Addr, e.Password != "", s.Addr)
+	}
+	if _, err := localredis.Do(ctx, s.URL, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := localredis.Do(ctx, s.URL, "GET", "k"); err != nil || v != "v" {
+		t.Fatalf("GET k = %q, %v", v, err)
+	}
+	if err := localredis.Ping(ctx, s.URL); err != nil {
 		t.Errorf("Ping: %v", err)
 	}
 	s.Stop()
 	s.Stop() // twice is fine
-	if err := localredis.Ping(ctx, s.Addr); err == nil {
+	if err := localredis.Ping(ctx, s.URL); err == nil {
 		t.Error("the server still answers after Stop")
 	}
 }
@@ -79,22 +94,29 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// exchange sends inline commands to the server at addr and returns the
-// first n bytes of its answers.
-func exchange(t *testing.T, addr, commands string, n int) string {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+// Parse and Addr read host:port and redis:// URLs; Addr never shows the
+// password, and neither does a bad URL's error.
+func TestParseAddr(t *testing.T) {
+	for _, tc := range []struct{ in, addr, user, password string }{
+		{"127.0.0.1:6379", "127.0.0.1:6379", "", ""},
+		{"redis://:s3cret@127.0.0.1:56379", "127.0.0.1:56379", "", "s3cret"},
+		{"redis://app:s3cret@[::1]:7000/2", "[::1]:7000", "app", "s3cret"},
+	} {
+		e, err := localredis.Parse(tc.in)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.in, err)
+			continue
+		}
+		if e.Addr != tc.addr || e.Username != tc.user || e.Password != tc.password {
+			t.Errorf("Parse(%q) = %s %q %q, want %s %q %q", tc.in, e.Addr, e.Username, e.Password, tc.addr, tc.user, tc.password)
+		}
+		if got := localredis.Addr(tc.in); got != tc.addr || strings.Contains(got, "s3cret") {
+			t.Errorf("Addr(%q) = %q, want %q", tc.in, got, tc.addr)
+		}
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte(commands)); err != nil {
-		t.Fatal(err)
+	for _, bad := range []string{"nohost", "redis://:s3cret@127.0.0.1:notaport", "rediss://:s3cret@127.0.0.1:1", "redis://:s3cret@127.0.0.1:1/x"} {
+		if _, err := localredis.Parse(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Parse(%q): %v, want an error without the password", bad, err)
+		}
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		t.Fatalf("reading the answers: %v (got %q)", err, buf)
-	}
-	return string(buf)
 }

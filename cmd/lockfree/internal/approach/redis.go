@@ -97,7 +97,7 @@ func (RedisLib) Unavailable(ctx context.Context, infra engine.Infra) string {
 		return "no Redis server (give lockfree compare --redis host:port, or install redis-server for a throwaway one)"
 	}
 	if err := localredis.Ping(ctx, infra.Redis); err != nil {
-		return fmt.Sprintf("Redis at %s does not answer: %v", infra.Redis, err)
+		return fmt.Sprintf("Redis at %s does not answer: %v", localredis.Addr(infra.Redis), err)
 	}
 	return ""
 }
@@ -124,13 +124,27 @@ func newRedisConn(ctx context.Context, env *engine.Env) (*RedisConn, error) {
 	if err := env.DB.QueryRow(ctx, "SELECT current_schema()").Scan(&c.prefix); err != nil {
 		return nil, fmt.Errorf("approach: naming the run's Redis keys: %w", err)
 	}
-	c.client = redis.NewClient(&redis.Options{Addr: addr})
+	opts, err := RedisOptions(addr)
+	if err != nil {
+		return nil, fmt.Errorf("approach: %w", err)
+	}
+	c.client = redis.NewClient(opts)
 	c.client.AddHook(redisTrips{})
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		_ = c.client.Close()
-		return nil, fmt.Errorf("approach: Redis at %s: %w", addr, err)
+		return nil, fmt.Errorf("approach: Redis at %s: %w", localredis.Addr(addr), err)
 	}
 	return c, nil
+}
+
+// RedisOptions are the go-redis options of a Redis address: host:port, or
+// a URL redis://[[user]:password@]host:port[/db] (localredis.Parse).
+func RedisOptions(addr string) (*redis.Options, error) {
+	e, err := localredis.Parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &redis.Options{Addr: e.Addr, Username: e.Username, Password: e.Password, DB: e.DB}, nil
 }
 
 // name is the Redis key of the lock of a scenario's key.

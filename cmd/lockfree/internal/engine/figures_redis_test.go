@@ -15,6 +15,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/approach"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -94,7 +95,11 @@ func measureLockCosts(t *testing.T, addr string, n int) lockCosts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
+	opts, err := approach.RedisOptions(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
 	defer rc.Close()
 	locker := redislock.New(rc)
 	rs := redsync.New(goredis.NewPool(rc))
