@@ -71,6 +71,12 @@ var (
 	// ErrStopped reports a Start of a consumer that was stopped: a consumer
 	// runs once.
 	ErrStopped = errors.New("kafkawriter: consumer stopped")
+	// ErrUncertain reports a send whose outcome is unknown: the request
+	// may have reached the brokers and been written (the connection broke
+	// before their answer, or the context ended first). Sending the
+	// messages again may write them twice, as records at later offsets
+	// that consumers apply again.
+	ErrUncertain = errors.New("kafkawriter: send outcome unknown")
 	// ErrFenceEra reports a Claim that the database refused to mint an
 	// epoch for, because it could be lower than one already handed out: the
 	// database moved to a cluster whose WAL timeline is lower than the era
