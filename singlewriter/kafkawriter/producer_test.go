@@ -184,7 +184,11 @@ func TestProducerRetriesARefusedSend(t *testing.T) {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 		}
 		return d.DialContext(ctx, network, address)
-	}}
+	},
+		// The transport keeps a failed metadata dial's error until its
+		// metadata expires (6 s by default): a short TTL lets the retries
+		// dial again within their backoff.
+		MetadataTTL: 100 * time.Millisecond}
 	defer tr.CloseIdleConnections()
 	p, err := kafkawriter.NewProducer(brokers, topic, &kafkawriter.ProducerConfig{Transport: tr})
 	if err != nil {
