@@ -202,10 +202,10 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 // messages, the entity's progress): what a Handler does for one message, for up to
 // the configured BatchSize at once, so that it can apply them in fewer round
 // trips (one pgx.Batch for all their statements, or one set-based
-// statement). The same rules hold: all its writes on tx; a returned error, a
-// panic or runtime.Goexit rolls the whole batch back. A batch that fails is
-// retried one message at a time (msgs of length one), so that a poison
-// message is isolated and dead-lettered alone.
+// statement). msgs is never empty. The same rules hold: all its writes on
+// tx; a returned error, a panic or runtime.Goexit rolls the whole batch back.
+// A batch that fails is retried one message at a time (msgs of length one),
+// so that a poison message is isolated and dead-lettered alone.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
 
 // Stats counts what a consumer did since it was created. Each message is
