@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,8 +161,9 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--clients", "4,4"},
 		{"compare", "--keys", "1,0"},
 		{"compare", "--rounds", "0"},
-		{"compare", "--backend", "oracle"},
-		{"compare", "--backend", "memory"},
+		{"compare", "--backend", "postgres"},
+		{"compare", "--out", "report.md"},
+		{"compare", "--nosuchflag"},
 		{"compare", "--approaches", "alternative,nope"},
 		{"compare", "--scenario", "inventory,nope"},
 		{"compare", "--faults", "partition"},
@@ -225,7 +227,7 @@ func TestComparePostgresConnectionStrings(t *testing.T) {
 		url.User(cfg.User), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), url.PathEscape(cfg.Database), url.QueryEscape(password))
 	want := fmt.Sprintf("backend postgres at %s/%s", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.Database)
 	for name, conn := range map[string]string{"key/value": kv, "URL": u} {
-		code, out, errs := run(t, "compare", "--backend", "postgres", "--postgres", conn, "--scenario", "inventory",
+		code, out, errs := run(t, "compare", "--postgres", conn, "--scenario", "inventory",
 			"--approaches", "naive-lock", "--duration", "2s", "--clients", "3", "--faults", "delay", "--json")
 		if code != 0 {
 			t.Errorf("%s: exit %d: %s", name, code, errs)
@@ -240,23 +242,38 @@ func TestComparePostgresConnectionStrings(t *testing.T) {
 }
 
 // TestCompareList: --list prints the registry that scripts/results.sh runs:
-// every scenario with its approaches, in report order, and the faults.
+// every scenario with its approaches, in report order, the folder of its
+// package and the faults that apply to it; then the faults, each with its
+// traits.
 func TestCompareList(t *testing.T) {
 	code, out, errs := run(t, "compare", "--list")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	names := engine.Names()
-	if len(lines) != len(names)+1 {
-		t.Fatalf("%d lines, want one per scenario and the faults:\n%s", len(lines), out)
+	byKind := map[string][][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		byKind[f[0]] = append(byKind[f[0]], f)
 	}
-	for i, n := range names {
-		if f := strings.Fields(lines[i]); len(f) < 3 || f[0] != "scenario" || f[1] != n {
-			t.Errorf("line %d = %q, want scenario %s and its approaches", i, lines[i], n)
+	names := engine.Names()
+	for kind, min := range map[string]int{"scenario": 3, "package": 3, "applies": 2} {
+		lines := byKind[kind]
+		if len(lines) != len(names) {
+			t.Fatalf("%d %s lines, want one per scenario:\n%s", len(lines), kind, out)
+		}
+		for i, n := range names {
+			if f := lines[i]; len(f) < min || f[1] != n {
+				t.Errorf("%s line %d = %q, want %s", kind, i, f, n)
+			}
 		}
 	}
-	if !strings.HasPrefix(lines[len(names)], "faults pause ") {
-		t.Errorf("last line %q", lines[len(names)])
+	if p := byKind["package"][0]; p[2] != "cmd/lockfree/internal/scenario/"+names[0] {
+		t.Errorf("package line %q, want the scenario's folder", p)
+	}
+	if f := byKind["faults"]; len(f) != 1 || len(f[0]) != len(engine.FaultNames())+1 || f[0][1] != "pause" {
+		t.Errorf("faults lines %q", f)
+	}
+	if f := byKind["fault"]; len(f) != len(engine.FaultNames()) || !slices.Equal(f[0], []string{"fault", "pause", "bites"}) {
+		t.Errorf("fault lines %q", f)
 	}
 }

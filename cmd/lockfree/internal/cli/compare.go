@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,20 +30,19 @@ import (
 // The defaults of `lockfree compare`: a run that shows, in about a minute on
 // a two-core machine with the embedded server, each approach under real
 // pauses past its lease — enough workers that another takes over while one
-// is stopped, long enough for several pauses per approach. The events
-// scenario is left out: its consumers drain the backlog the producers left
-// after the measured part, which takes its lock-based approaches tens of
-// seconds on a loaded machine (`--scenario all` runs it).
+// is stopped, long enough for several pauses per approach. The scenarios
+// are every registered one but those run on request only
+// (engine.OnRequest).
 const (
-	defaultScenarios = "inventory,documents,payments,accounts"
-	defaultClients   = "6"
-	defaultDuration  = 2 * time.Second
-	defaultFaults    = "pause"
-	// The default run shows the Redis lock most teams run today beside ours;
-	// redsync-lock, its variant, runs on request (the default stays near a
-	// minute).
-	defaultApproaches = "alternative,fenced-lock,naive-lock,redis-lock,raw"
+	defaultClients  = "6"
+	defaultDuration = 2 * time.Second
+	defaultFaults   = "pause"
 )
+
+// defaultApproaches: the default run shows the Redis lock most teams run
+// today beside ours; redsync-lock, its variant, runs on request (the
+// default stays near a minute).
+var defaultApproaches = []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.RedisLock, engine.Raw}
 
 // compareFlags are the parsed flags of `lockfree compare`.
 type compareFlags struct {
@@ -65,33 +65,31 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	var f compareFlags
 	fs := flag.NewFlagSet("lockfree compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sc := fs.String("scenario", defaultScenarios, "scenarios, comma-separated ("+strings.Join(engine.Names(), ",")+"), or all")
-	approaches := fs.String("approaches", defaultApproaches, "approaches, comma-separated: alternative,verified-alternative and verified-lock (accounts only),fenced-lock,naive-lock,redis-lock,redsync-lock,raw,plain-token-lock (under --faults failover only; added to the default list there), or all")
+	sc := fs.String("scenario", strings.Join(defaultScenarios(), ","), "scenarios, comma-separated ("+strings.Join(engine.Names(), ", ")+"), or all")
+	approaches := fs.String("approaches", approachList(defaultApproaches), "approaches, comma-separated: "+approachHelp()+"; or all")
 	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
 	fs.DurationVar(&f.duration, "duration", defaultDuration, "how long each approach is measured (per point and round), after a warm-up")
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
-	backend := fs.String("backend", "auto", "auto|postgres: the harness always runs on PostgreSQL (--postgres, $DATABASE_URL, or an embedded server)")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
-	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for redis-lock and redsync-lock; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
-	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario's approaches but raw, which consume from a topic; without brokers that answer, those are reported as skipped")
-	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
+	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(redisApproaches()), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
+	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the approaches that consume from a topic ("+kafkaHelp()+"); without brokers that answer, those are reported as skipped")
+	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches, the faults and where each applies, one line each, and exit")
 	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
 	fs.StringVar(&f.markdown, "markdown", "", "also write a Markdown report to this file")
-	fs.StringVar(&f.markdown, "out", "", "same as --markdown")
 	fs.StringVar(&f.chart, "chart", "", "also write an SVG bar chart (throughput and p99 per approach) to this file")
 	fs.StringVar(&f.html, "html", "", "also write one self-contained HTML report (verdict, tables, charts, sweeps, timelines) to this file")
 	if err := fs.Parse(args); err != nil {
-		return f, err
+		if errors.Is(err, flag.ErrHelp) {
+			return f, err
+		}
+		return f, usageError{err}
 	}
 	if fs.NArg() > 0 {
 		return f, usageError{fmt.Errorf("unexpected arguments %s", short.Quote(strings.Join(fs.Args(), " ")))}
-	}
-	if *backend != "auto" && *backend != "postgres" {
-		return f, usageError{fmt.Errorf("unknown backend %s (want auto or postgres: the harness's workers are processes that share PostgreSQL)", short.Quote(*backend))}
 	}
 	var err error
 	if f.faults, err = engine.ParseFaults(*faults); err != nil {
@@ -112,10 +110,10 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	if f.approaches, err = parseApproaches(*approaches); err != nil {
 		return f, err
 	}
-	// The failover fault's foil runs beside the default approaches: it is
-	// what shows the fault bit.
-	if slices.Contains(f.faults, engine.Failover) && *approaches == defaultApproaches {
-		f.approaches = append(f.approaches, engine.PlainTokenLock)
+	// A foil of a requested fault runs beside the default approaches: it
+	// is what shows the fault bit.
+	if *approaches == approachList(defaultApproaches) {
+		f.approaches = append(f.approaches, foilsOf(f.faults)...)
 	}
 	return f, nil
 }
@@ -126,6 +124,101 @@ func faultList() string {
 		s = append(s, string(f))
 	}
 	return strings.Join(s, ", ")
+}
+
+func approachList(as []engine.Approach) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = string(a)
+	}
+	return strings.Join(s, ",")
+}
+
+// defaultScenarios are the registered scenarios but those run on request
+// only.
+func defaultScenarios() []string {
+	var out []string
+	for _, sc := range engine.Scenarios() {
+		if _, ok := sc.(engine.OnRequest); !ok {
+			out = append(out, sc.Name())
+		}
+	}
+	return out
+}
+
+// approachHelp lists every registered approach, each with the scenarios it
+// is limited to, or the fault it runs under alone, when it is.
+func approachHelp() string {
+	var out []string
+	all := engine.Names()
+	for _, a := range engine.ApproachNames() {
+		var in []string
+		var foil engine.Fault
+		for _, sc := range all {
+			for _, d := range engine.Approaches(sc) {
+				if d.Approach() != a {
+					continue
+				}
+				in = append(in, sc)
+				if fo, ok := d.(engine.Foil); ok {
+					foil, _ = fo.FoilOf()
+				}
+			}
+		}
+		var notes []string
+		if len(in) < len(all) {
+			notes = append(notes, strings.Join(in, ", ")+" only")
+		}
+		if foil != "" {
+			notes = append(notes, "under --faults "+string(foil)+" only, added to the default list there")
+		}
+		if len(notes) > 0 {
+			out = append(out, string(a)+" ("+strings.Join(notes, "; ")+")")
+		} else {
+			out = append(out, string(a))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// redisApproaches are the approaches whose locks live in Redis.
+func redisApproaches() []engine.Approach {
+	return []engine.Approach{engine.RedisLock, engine.RedsyncLock}
+}
+
+// kafkaHelp names the approaches whose clients consume from Kafka, by
+// scenario.
+func kafkaHelp() string {
+	var out []string
+	for _, sc := range engine.Names() {
+		var as []engine.Approach
+		for _, d := range engine.Approaches(sc) {
+			if _, ok := d.(engine.KafkaUser); ok {
+				as = append(as, d.Approach())
+			}
+		}
+		if len(as) > 0 {
+			out = append(out, sc+": "+strings.ReplaceAll(approachList(as), ",", ", "))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// foilsOf are the approaches that run under one of faults alone.
+func foilsOf(faults []engine.Fault) []engine.Approach {
+	var out []engine.Approach
+	for _, sc := range engine.Names() {
+		for _, d := range engine.Approaches(sc) {
+			fo, ok := d.(engine.Foil)
+			if !ok {
+				continue
+			}
+			if f, _ := fo.FoilOf(); slices.Contains(faults, f) && !slices.Contains(out, d.Approach()) {
+				out = append(out, d.Approach())
+			}
+		}
+	}
+	return out
 }
 
 // parseScenarios parses "all" or a comma-separated list of scenarios.
@@ -149,7 +242,10 @@ func parseScenarios(list string) ([]string, error) {
 // wantsRedis reports whether the chosen approaches (nil: all) include a
 // lock held in Redis.
 func wantsRedis(as []engine.Approach) bool {
-	return as == nil || slices.Contains(as, engine.RedisLock) || slices.Contains(as, engine.RedsyncLock)
+	if as == nil {
+		return true
+	}
+	return slices.ContainsFunc(redisApproaches(), func(a engine.Approach) bool { return slices.Contains(as, a) })
 }
 
 // parseApproaches parses "all" (nil: every approach of each scenario) or a
@@ -158,12 +254,12 @@ func parseApproaches(list string) ([]engine.Approach, error) {
 	if list == "all" || list == "" {
 		return nil, nil
 	}
-	known := []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock, engine.NaiveLock, engine.RedisLock, engine.RedsyncLock, engine.Raw, engine.PlainTokenLock}
+	known := engine.ApproachNames()
 	var out []engine.Approach
 	for _, n := range strings.Split(list, ",") {
 		a := engine.Approach(strings.TrimSpace(n))
 		if !slices.Contains(known, a) {
-			return nil, usageError{fmt.Errorf("unknown approach %s (want alternative, verified-alternative, fenced-lock, verified-lock, naive-lock, redis-lock, redsync-lock, raw, plain-token-lock, or all)", short.Quote(string(a)))}
+			return nil, usageError{fmt.Errorf("unknown approach %s (want %s, or all)", short.Quote(string(a)), strings.ReplaceAll(approachList(known), ",", ", "))}
 		}
 		out = append(out, a)
 	}
@@ -261,6 +357,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // writeList prints the registry, for scripts: "scenario NAME APPROACH…" per
 // scenario in report order, then "faults FAULT…".
+// writeList writes what scripts/results.sh reads, one line each: every
+// scenario with its approaches, the folder of its package and its cost
+// runs (engine.Coster), the faults that take effect in it, and every fault
+// with its traits.
 func writeList(w io.Writer) {
 	for _, sc := range engine.Scenarios() {
 		fmt.Fprintf(w, "scenario %s", sc.Name())
@@ -268,8 +368,31 @@ func writeList(w io.Writer) {
 			fmt.Fprintf(w, " %s", d.Approach())
 		}
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "package %s %s\n", sc.Name(), strings.TrimPrefix(reflect.TypeOf(sc).PkgPath(), "github.com/lockfree-go/lockfree/"))
+		if c, ok := sc.(engine.Coster); ok {
+			for _, run := range c.CostRuns() {
+				fmt.Fprintf(w, "cost %s %d %s\n", sc.Name(), run.Keys, run.What)
+			}
+		}
+		fmt.Fprintf(w, "applies %s", sc.Name())
+		for _, f := range engine.FaultNames() {
+			if engine.FaultApplies(f, sc.Name()) {
+				fmt.Fprintf(w, " %s", f)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "faults %s\n", strings.ReplaceAll(faultList(), ",", ""))
+	for _, f := range engine.FaultNames() {
+		fmt.Fprintf(w, "fault %s", f)
+		if engine.Bites(f) {
+			fmt.Fprint(w, " bites")
+		}
+		if engine.WholeRun(f) {
+			fmt.Fprint(w, " whole-run")
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func printReport(w io.Writer, rep report.Report, asJSON bool) error {

@@ -26,12 +26,13 @@ type startupScenario struct{}
 func (startupScenario) Name() string                    { return "startup" }
 func (startupScenario) Order() int                      { return 1000 }
 func (startupScenario) Description() string             { return "workers that start, or not" }
+func (startupScenario) OnRequest() string               { return "a test's own" }
 func (startupScenario) Migrations() []migrate.Migration { return nil }
 func (startupScenario) Setup(context.Context, *pgxpool.Pool, engine.Sizes) error {
 	return nil
 }
-func (startupScenario) Check(context.Context, *pgxpool.Pool, []history.Op, engine.Sizes) (*history.Report, error) {
-	return &history.Report{Checker: "none"}, nil
+func (startupScenario) Check(context.Context, *pgxpool.Pool, []history.Op, engine.Sizes) (*history.Findings, error) {
+	return &history.Findings{Checker: "none"}, nil
 }
 
 // startupApproach is one approach of startupScenario; failsFrom is the

@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+)
 
 // What the engine must know about a scenario or an approach beyond its
 // registry entry, each declares by implementing one of these small
@@ -56,4 +60,29 @@ type Foil interface{ FoilOf() (Fault, string) }
 // WAL-logged when the standby was held (fault_failover.go).
 type FailoverTarget interface {
 	FailoverVictim() (key string, slack int64)
+}
+
+// Harmer is a Scenario that says what a violation of it is, in the words
+// of its verdicts ("3 payments got wrong"); one that does not gets words
+// that fit any scenario ("3 violations").
+type Harmer interface{ Harm() Harm }
+
+// Harm is what a violation of a scenario is, in the words of its verdicts.
+type Harm = report.Harm
+
+// OnRequest is a Scenario that `lockfree compare` runs only when asked
+// for by name (or with --scenario all): OnRequest says why it is left out
+// of the default run.
+type OnRequest interface{ OnRequest() string }
+
+// Coster is a Scenario whose cost runs (no faults) scripts/results.sh makes
+// at key counts of its own, each named for what it shows; one that is not
+// is run at 1 key.
+type Coster interface{ CostRuns() []CostRun }
+
+// CostRun is one cost run of a Coster: its key count, and what that count
+// makes of the run.
+type CostRun struct {
+	Keys int
+	What string
 }

@@ -78,10 +78,10 @@ func (e *Env) Recording(s fencedlock.Store) fencedlock.Store {
 func Key(prefix string, i int) string { return prefix + strconv.Itoa(i) }
 
 // Invoke records that the client is about to send an operation of kind on
-// key, and returns the Op to complete and the context to run it with: the
+// key, and returns the Invocation to complete and the context to run it with: the
 // before-write points the operation reaches with that context are the ones
 // the fault injector arms.
-func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.Context, *Op, error) {
+func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.Context, *Invocation, error) {
 	if e.w != nil {
 		e.w.park(ctx, key)
 	}
@@ -89,7 +89,7 @@ func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.
 	if err != nil {
 		return ctx, nil, err
 	}
-	op := &Op{call: call, key: key}
+	op := &Invocation{call: call, key: key}
 	if e.w != nil {
 		e.w.invoked.Add(1)
 	}
@@ -105,11 +105,11 @@ func (e *Env) BeforeWrite(ctx context.Context, name string) {
 	}
 }
 
-// Op is an operation in flight, invoked with Env.Invoke: complete it once,
+// Invocation is an operation in flight, invoked with Env.Invoke: complete it once,
 // with Ok or Finish. It is used by the one goroutine that runs the
 // operation, except for what the lock service and the before-write points
 // note on it, which is safe for concurrent use.
-type Op struct {
+type Invocation struct {
 	call   *history.Call
 	key    string
 	passed atomic.Bool  // it reached a before-write point
@@ -125,15 +125,15 @@ type Op struct {
 type opKey struct{}
 
 // opFrom returns the operation ctx belongs to, or nil.
-func opFrom(ctx context.Context) *Op {
-	op, _ := ctx.Value(opKey{}).(*Op)
+func opFrom(ctx context.Context) *Invocation {
+	op, _ := ctx.Value(opKey{}).(*Invocation)
 	return op
 }
 
 // ID is the operation's ID in the history ("client/seq"): store it beside
 // the effects it makes. It is "" for background work (Env.Background), and
 // the task's own ID for a task (Env.Task).
-func (o *Op) ID() string {
+func (o *Invocation) ID() string {
 	if o.call == nil {
 		return o.task
 	}
@@ -145,7 +145,7 @@ func (o *Op) ID() string {
 // before-write points it reaches with that context are armed like an
 // operation's, and the leases it takes are reported on key.
 func (e *Env) Background(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, opKey{}, &Op{key: key})
+	return context.WithValue(ctx, opKey{}, &Invocation{key: key})
 }
 
 // Task returns the context of background work on key, like Background,
@@ -157,7 +157,7 @@ func (e *Env) Background(ctx context.Context, key string) context.Context {
 // worker reports the end as the task's completion; done may be called more
 // than once.
 func (e *Env) Task(ctx context.Context, key string, token int64) (context.Context, func()) {
-	op := &Op{key: key}
+	op := &Invocation{key: key}
 	op.token.Store(token)
 	if e.w == nil {
 		return context.WithValue(ctx, opKey{}, op), func() {}
@@ -233,7 +233,7 @@ const (
 
 // Report reports ev, when the client runs in a worker, with the operation
 // or task of ctx it belongs to; a grant with a fencing token is noted on
-// that operation (Op.Token). It is evidence for the fault injector, the
+// that operation (Invocation.Token). It is evidence for the fault injector, the
 // timeline and the checks only: a worker whose output is gone is halted by
 // its run loop.
 func (e *Env) Report(ctx context.Context, ev Evidence) {
@@ -256,18 +256,18 @@ func (e *Env) Report(ctx context.Context, ev Evidence) {
 
 // Token is the fencing token of the last lease the operation was granted
 // through Env.Locks, 0 for none.
-func (o *Op) Token() int64 { return o.token.Load() }
+func (o *Invocation) Token() int64 { return o.token.Load() }
 
 // Key is the key the operation was invoked on.
-func (o *Op) Key() string { return o.key }
+func (o *Invocation) Key() string { return o.key }
 
 // ReachedWrite records that the operation has reached its write, as a
 // before-write point does: an error from here on may come after its effect
 // (Finish).
-func (o *Op) ReachedWrite() { o.passed.Store(true) }
+func (o *Invocation) ReachedWrite() { o.passed.Store(true) }
 
 // Set attaches a note to the operation ("retries").
-func (o *Op) Set(key, value string) { o.call.Set(key, value) }
+func (o *Invocation) Set(key, value string) { o.call.Set(key, value) }
 
 // Took records that the operation's effect committed — the transaction
 // that made it returned from COMMIT — before the operation's other steps
@@ -275,10 +275,10 @@ func (o *Op) Set(key, value string) { o.call.Set(key, value) }
 // then ends with, nothing undoes the effect: Finish records it as of
 // unknown outcome, never as a failure, so that the check does not take the
 // effect for one made by a refused operation.
-func (o *Op) Took() { o.took.Store(true) }
+func (o *Invocation) Took() { o.took.Store(true) }
 
 // Ok records that the operation completed with output.
-func (o *Op) Ok(output any) error { return o.call.Ok(output) }
+func (o *Invocation) Ok(output any) error { return o.call.Ok(output) }
 
 // MetaRefused marks an operation the mechanism refused (a fenced write, a
 // conflict): a certain failure that is the mechanism doing its job.
@@ -290,7 +290,7 @@ const MetaRefused = "refused"
 // a certain failure when err came before the operation reached its
 // before-write point — every approach's effect is the write after it, so
 // nothing took effect; otherwise as history.Classify says.
-func (o *Op) Finish(output any, err error, refusals ...error) error {
+func (o *Invocation) Finish(output any, err error, refusals ...error) error {
 	switch {
 	case err == nil:
 		return o.call.Ok(output)

@@ -129,6 +129,25 @@ func Bites(f Fault) bool {
 	return ok
 }
 
+// WholeRun reports whether f hits every worker at once, for the whole run
+// (a restart, a failover), rather than one worker at a time.
+func WholeRun(f Fault) bool {
+	k, _ := faultByName(f)
+	_, ok := k.(wholeRun)
+	return ok
+}
+
+// FaultApplies reports whether f can take effect in the runs of some
+// approach of scenario (FaultSkip).
+func FaultApplies(f Fault, scenario string) bool {
+	for _, d := range Approaches(scenario) {
+		if FaultSkip(f, d) == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // FaultSkip says why f cannot take effect in def's runs (the engine skips
 // the approach under it), or "" when it can: the fault's own reasons, then
 // the approach's and its scenario's (FaultSkipper).

@@ -66,7 +66,7 @@ type Scenario interface {
 	// included), and the state the run left in db to the scenario's
 	// model, and returns the checker's report. An error means nothing was
 	// checked.
-	Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s Sizes) (*history.Report, error)
+	Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s Sizes) (*history.Findings, error)
 }
 
 // Tallier is a Scenario that sorts the operations that completed into
@@ -179,6 +179,9 @@ func Register(s Scenario) {
 		panic(fmt.Sprintf("engine: scenario %s registered twice", s.Name()))
 	}
 	registry.scenarios[s.Name()] = s
+	if h, ok := s.(Harmer); ok {
+		report.SetHarm(s.Name(), h.Harm())
+	}
 }
 
 // RegisterApproach adds an approach to its scenario, which may be registered
@@ -238,16 +241,32 @@ func Approaches(scenario string) []ApproachDef {
 		}
 	}
 	registry.RUnlock()
-	rank := func(a Approach) int {
-		if i := slices.Index(approachOrder, a); i >= 0 {
-			return i
-		}
-		return len(approachOrder)
-	}
 	slices.SortFunc(out, func(a, b ApproachDef) int {
-		return cmp.Or(cmp.Compare(rank(a.Approach()), rank(b.Approach())), cmp.Compare(a.Approach(), b.Approach()))
+		return cmp.Or(cmp.Compare(approachRank(a.Approach()), approachRank(b.Approach())), cmp.Compare(a.Approach(), b.Approach()))
 	})
 	return out
+}
+
+// ApproachNames returns the name of every approach some scenario has, in
+// report order.
+func ApproachNames() []Approach {
+	var out []Approach
+	for _, sc := range Names() {
+		for _, d := range Approaches(sc) {
+			if !slices.Contains(out, d.Approach()) {
+				out = append(out, d.Approach())
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Approach) int { return cmp.Compare(approachRank(a), approachRank(b)) })
+	return out
+}
+
+func approachRank(a Approach) int {
+	if i := slices.Index(approachOrder, a); i >= 0 {
+		return i
+	}
+	return len(approachOrder)
 }
 
 // lookupApproach returns the approach a of scenario.

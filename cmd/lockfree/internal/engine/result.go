@@ -46,7 +46,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 
 // check runs the scenario's check, again while the server comes back from a
 // restart.
-func (r *run) check(ctx context.Context, sch *schema, ops []history.Op) (*history.Report, error) {
+func (r *run) check(ctx context.Context, sch *schema, ops []history.Op) (*history.Findings, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	sizes := Sizes{Keys: r.cfg.Keys, Clients: r.cfg.Clients}
@@ -156,7 +156,7 @@ func percentile(sorted []float64, p float64) float64 {
 
 // detail sums a check up: the violations by anomaly and the first one in
 // words, or why part of it was not checked.
-func detail(rep *history.Report) string {
+func detail(rep *history.Findings) string {
 	byAnomaly := map[history.Anomaly]int{}
 	var first *history.Violation
 	var notes []string

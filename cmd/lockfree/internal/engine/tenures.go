@@ -203,7 +203,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 
 // checkTenures adds the lock's and the partition members' violations to
 // rep, each lock, member and partition its own key of the report.
-func (r *run) checkTenures(rep *history.Report) {
+func (r *run) checkTenures(rep *history.Findings) {
 	r.mon.mu.Lock()
 	leases := make(map[int][]event, len(r.mon.tenures))
 	for c, evs := range r.mon.tenures {
@@ -247,5 +247,5 @@ func (r *run) checkTenures(rep *history.Report) {
 	for _, v := range vs {
 		rep.Add(v)
 	}
-	slices.SortFunc(rep.Keys, func(a, b history.KeyReport) int { return cmp.Compare(a.Key, b.Key) })
+	slices.SortFunc(rep.Keys, func(a, b history.KeyFindings) int { return cmp.Compare(a.Key, b.Key) })
 }

@@ -21,7 +21,7 @@ const (
 // operations — writes accepted, refused, uncertain — from the history; each
 // violation is drawn on the operation the check blames, with a reference to
 // the write it clobbered.
-func (r *run) timeline(ops []history.Op, rep *history.Report) *report.Timeline {
+func (r *run) timeline(ops []history.Op, rep *history.Findings) *report.Timeline {
 	t := &report.Timeline{}
 	lanes := map[int]*report.Lane{}
 	r.log.mu.Lock()
@@ -96,7 +96,7 @@ func (r *run) mark(op *history.Op) (report.Mark, bool) {
 // blame turns the mark of the operation each violation blames (its stale
 // write, else its culprit, else its witness) into a violation mark that
 // refers to the write it clobbered.
-func (r *run) blame(lanes map[int]*report.Lane, rep *history.Report) {
+func (r *run) blame(lanes map[int]*report.Lane, rep *history.Findings) {
 	find := func(id string) *report.Mark {
 		for _, l := range lanes {
 			for i := range l.Marks {

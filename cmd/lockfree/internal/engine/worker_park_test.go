@@ -40,7 +40,7 @@ func TestStepParksTheNextOperation(t *testing.T) {
 			w.armed = &arm{Mode: modeHold, Key: "k"}
 			ops := make(chan string)
 			go func() {
-				ctx := context.WithValue(context.Background(), opKey{}, &Op{key: "k"})
+				ctx := context.WithValue(context.Background(), opKey{}, &Invocation{key: "k"})
 				w.park(ctx, "k") // not armed for it: goes on
 				w.point(ctx, "harness.test.before-write")
 				ops <- "wrote"

@@ -54,7 +54,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // Model is a sequential specification that Check holds each key's
-// operations to: Counter or Document.
+// operations to: Document.
 type Model interface {
 	name() string
 	validate() error
@@ -96,7 +96,7 @@ type keyModel interface {
 // evidence. Keys are checked in parallel. When ctx ends, the windows not yet
 // searched are reported as not checked. An error (wrapping ErrInvalid) means
 // the history does not fit the model, and nothing was checked.
-func Check(ctx context.Context, m Model, ops []Op, cfg Config) (*Report, error) {
+func Check(ctx context.Context, m Model, ops []Op, cfg Config) (*Findings, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -141,8 +141,8 @@ type keyOps struct {
 
 // groupByKey splits a history by key, each key's ops sorted by Call, and
 // starts the report.
-func groupByKey(ops []Op) ([]keyOps, *Report) {
-	rep := &Report{}
+func groupByKey(ops []Op) ([]keyOps, *Findings) {
+	rep := &Findings{}
 	byKey := map[string]int{}
 	var keys []keyOps
 	for i := range ops {
@@ -161,14 +161,14 @@ func groupByKey(ops []Op) ([]keyOps, *Report) {
 	slices.SortFunc(keys, func(a, b keyOps) int { return cmp.Compare(a.key, b.key) })
 	for _, k := range keys {
 		slices.SortStableFunc(k.ops, func(a, b *Op) int { return cmp.Compare(a.Call, b.Call) })
-		rep.Keys = append(rep.Keys, KeyReport{Key: k.key, Ops: len(k.ops)})
+		rep.Keys = append(rep.Keys, KeyFindings{Key: k.key, Ops: len(k.ops)})
 	}
 	return keys, rep
 }
 
 // window is one search: a slice of one key's searched operations.
 type window struct {
-	key                 int // index in Report.Keys
+	key                 int // index in Findings.Keys
 	index               int // among the key's windows
 	km                  keyModel
 	first               bool
@@ -285,7 +285,7 @@ func (w *window) search(ctx context.Context, timeout time.Duration) {
 // report adds the window's verdict to its key's: an Illegal window that no
 // pattern already explains gets a violation explained from the longest
 // order the search found.
-func (w *window) report(k *KeyReport, km keyModel, d *describer) {
+func (w *window) report(k *KeyFindings, km keyModel, d *describer) {
 	k.Windows++
 	switch w.result {
 	case porcupine.Ok:
@@ -335,7 +335,7 @@ func (w *window) explained(vs []Violation, km keyModel) (Violation, bool) {
 }
 
 // settle sets a key's status from its violations and unchecked windows.
-func (k *KeyReport) settle() {
+func (k *KeyFindings) settle() {
 	switch {
 	case len(k.Violations) > 0:
 		k.Status = Violated

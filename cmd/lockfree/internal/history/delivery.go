@@ -14,7 +14,7 @@ import (
 // By is known made by an operation of its key that was not refused. It is
 // the invariant of a stream applied by consumers: exactly once, in order,
 // per key.
-func Delivery(ops []Op, applied []Effect) (*Report, error) {
+func Delivery(ops []Op, applied []Effect) (*Findings, error) {
 	inv, err := NewInvariant("delivery", ops, applied, KindProduce)
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func Delivery(ops []Op, applied []Effect) (*Report, error) {
 		}
 		inv.unapplied(k, ks.ops, producer, seen)
 	}
-	return inv.Report(), nil
+	return inv.Findings(), nil
 }
 
 // producers maps each key's sequence numbers to the operation that

@@ -48,3 +48,12 @@ func times(n int) string {
 	}
 	return fmt.Sprintf("%d times", n)
 }
+
+// describeMeta describes an operation's metadata on porcupine's page: who
+// ran it, and what became of it.
+func describeMeta(m any) string {
+	if op, ok := m.(*Op); ok {
+		return fmt.Sprintf("client %d, operation %s, %s", op.Client, op.ID(), op.Outcome)
+	}
+	return ""
+}

@@ -36,10 +36,7 @@
 // # Models
 //
 // Check holds each key's operations to a Model, keys being independent.
-// Counter is a stock that only sales change: sales take one unit if the
-// stock is above a floor, reads return the stock; it catches lost updates
-// (two sales that left the same stock, stock that went back up), phantoms
-// (stock gone that no sale explains) and oversells. Document is a document
+// Document is a document
 // that clients edit: each edit reads the document and writes it back with
 // one more edit; the document carries its version and the last edit's name
 // as the writer computed them, so a lost update (an accepted edit
@@ -91,11 +88,11 @@
 // found over the whole history whatever the windows.
 //
 // A window whose search runs out of time is not checked, and a key with
-// one is NotChecked unless a violation was found in it. Report.Figure
+// one is NotChecked unless a violation was found in it. Findings.Figure
 // writes such a check as "—", or "≥n" when it found n violations
 // elsewhere: never as 0, since an unfinished check is not a pass.
 //
-// Report.Visualize writes porcupine's page of a violating window — the
+// Findings.Visualize writes porcupine's page of a violating window — the
 // operations on their clients' rows, the longest orders the search found,
 // the violation's operations marked — as a debugging artifact, with the
 // fault windows given as notes.

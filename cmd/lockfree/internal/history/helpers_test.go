@@ -45,7 +45,7 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // check runs Check and fails the test on an error.
-func check(t *testing.T, m Model, ops []Op, cfg Config) *Report {
+func check(t *testing.T, m Model, ops []Op, cfg Config) *Findings {
 	t.Helper()
 	rep, err := Check(context.Background(), m, ops, cfg)
 	if err != nil {
@@ -54,7 +54,7 @@ func check(t *testing.T, m Model, ops []Op, cfg Config) *Report {
 	return rep
 }
 
-func requirePassed(t *testing.T, rep *Report) {
+func requirePassed(t *testing.T, rep *Findings) {
 	t.Helper()
 	for _, k := range rep.Keys {
 		if k.Status != Passed {
@@ -68,7 +68,7 @@ func requirePassed(t *testing.T, rep *Report) {
 
 // requireViolation fails unless the report has a violation of anomaly a
 // whose marks include each of roles, and returns it.
-func requireViolation(t *testing.T, rep *Report, a Anomaly, roles ...Role) Violation {
+func requireViolation(t *testing.T, rep *Findings, a Anomaly, roles ...Role) Violation {
 	t.Helper()
 	var all []Violation
 	for _, k := range rep.Keys {

@@ -37,9 +37,9 @@ type Effect struct {
 // scenario's own elsewhere: the history by key with the effects found after
 // the run, and the report they fill. A checker makes one (NewInvariant),
 // goes over each key's operations and effects, adds the violations it
-// finds, and closes the report (Report). It is not safe for concurrent use.
+// finds, and closes the report (Findings). It is not safe for concurrent use.
 type Invariant struct {
-	rep  *Report
+	rep  *Findings
 	d    *describer
 	keys map[string]*keyState
 	byID map[string]*Op
@@ -58,7 +58,7 @@ func NewInvariant(checker string, ops []Op, effects []Effect, kind string) (*Inv
 	if err := validate(checker, ops); err != nil {
 		return nil, err
 	}
-	inv := &Invariant{rep: &Report{Checker: checker}, keys: map[string]*keyState{}, byID: map[string]*Op{}}
+	inv := &Invariant{rep: &Findings{Checker: checker}, keys: map[string]*keyState{}, byID: map[string]*Op{}}
 	for i := range ops {
 		op := &ops[i]
 		if op.Kind != kind {
@@ -106,11 +106,11 @@ func (inv *Invariant) Add(key string, v Violation) {
 	ks.found = append(ks.found, v)
 }
 
-// Report closes the report: one KeyReport per key, sorted.
-func (inv *Invariant) Report() *Report {
+// Findings closes the report: one KeyFindings per key, sorted.
+func (inv *Invariant) Findings() *Findings {
 	for _, k := range sortedKeys(inv.keys) {
 		ks := inv.keys[k]
-		kr := KeyReport{Key: k, Ops: len(ks.ops), Violations: ks.found}
+		kr := KeyFindings{Key: k, Ops: len(ks.ops), Violations: ks.found}
 		kr.settle()
 		inv.rep.Keys = append(inv.rep.Keys, kr)
 	}

@@ -6,8 +6,8 @@ import (
 )
 
 // got fails the test on an error of an invariant checker.
-func got(t *testing.T) func(*Report, error) *Report {
-	return func(rep *Report, err error) *Report {
+func got(t *testing.T) func(*Findings, error) *Findings {
+	return func(rep *Findings, err error) *Findings {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestInvariantsRejectBadInput(t *testing.T) {
 
 // requireAnomalies fails unless key's violations are exactly want, in any
 // order.
-func requireAnomalies(t *testing.T, rep *Report, key string, want ...Anomaly) {
+func requireAnomalies(t *testing.T, rep *Findings, key string, want ...Anomaly) {
 	t.Helper()
 	k := rep.Key(key)
 	if k == nil {

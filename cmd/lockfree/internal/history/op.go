@@ -79,8 +79,8 @@ func (o *Outcome) UnmarshalText(b []byte) error {
 
 // Op is one operation of a history: what a client asked of one key, when,
 // and what became of it. Client and Seq identify it. Input and Output are
-// JSON values in the vocabulary of the model that checks the key (see
-// Counter and Document); an Output is only meaningful when Outcome is OK.
+// JSON values in the vocabulary of the checker that checks the key (see
+// Document and Store); an Output is only meaningful when Outcome is OK.
 // An operation whose Outcome is Unknown has Return Inf.
 type Op struct {
 	Client  int               `json:"client"`
@@ -130,3 +130,12 @@ func validate(checker string, ops []Op) error {
 	}
 	return nil
 }
+
+// Operation kinds that more than one checker knows.
+const (
+	// KindSell takes one unit of stock (Store's rows) if there is one.
+	KindSell = "sell"
+	// KindRead reads a key's state (a Document; a row, in Store's final
+	// reads).
+	KindRead = "read"
+)

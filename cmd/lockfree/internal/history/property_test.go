@@ -50,39 +50,6 @@ func (g *gen) uncertainCall(point int64) int64 {
 
 func (g *gen) client() int { return g.rnd.IntN(16) }
 
-// counterHistory generates n operations on key against a stock of initial.
-func (g *gen) counterHistory(key string, n int, initial int64) {
-	stock := initial
-	for range n {
-		p, call, ret := g.next()
-		switch r := g.rnd.IntN(100); {
-		case r < 10: // an uncertain sale: taking effect now, or never
-			if g.rnd.IntN(2) == 0 {
-				if stock > 0 {
-					stock--
-				}
-				call = g.uncertainCall(p)
-			}
-			g.b.add(g.client(), key, KindSell, call, -1, Unknown, nil, nil)
-		case r < 15:
-			g.b.add(g.client(), key, KindSell, call, ret, Fail, nil, nil)
-		case r < 20:
-			g.b.add(g.client(), key, KindRead, call, -1, Unknown, nil, nil)
-		case r < 35:
-			g.b.add(g.client(), key, KindRead, call, ret, OK, nil, Stock(stock))
-		case stock == 0:
-			g.b.add(g.client(), key, KindSell, call, ret, OK, nil, CounterOutput{Insufficient: true})
-		default:
-			stock--
-			out := Stock(stock)
-			if r < 45 {
-				out = CounterOutput{} // the system did not say
-			}
-			g.b.add(g.client(), key, KindSell, call, ret, OK, nil, out)
-		}
-	}
-}
-
 // documentHistory generates n operations on key, ending with a read that
 // lists the edits.
 func (g *gen) documentHistory(key string, n int) {
@@ -126,18 +93,9 @@ func TestLinearizableHistoriesPass(t *testing.T) {
 	}
 	for seed := range uint64(seeds) {
 		g := newGen(seed)
-		initial := g.rnd.Int64N(100)
-		var m Model = Counter{Initial: initial}
-		if seed%2 == 1 {
-			m = Document{}
-		}
+		m := Document{}
 		for k := range 1 + g.rnd.IntN(3) {
-			n := 20 + g.rnd.IntN(150)
-			if seed%2 == 0 {
-				g.counterHistory("sku-"+strconv.Itoa(k), n, initial)
-			} else {
-				g.documentHistory("doc-"+strconv.Itoa(k), n)
-			}
+			g.documentHistory("doc-"+strconv.Itoa(k), 20+g.rnd.IntN(150))
 		}
 		windows := []int{2, 3, 7, 25, DefaultWindow}
 		// The timeout is generous: this checks verdicts, not speed.
@@ -148,11 +106,11 @@ func TestLinearizableHistoriesPass(t *testing.T) {
 	}
 }
 
-// busyCounter writes a linearizable history of n operations by clients
-// working at once on one key, each client's operations one after the
+// busyDocument writes a linearizable history of n operations by clients
+// working at once on one document, each client's operations one after the
 // other: each takes effect at a random point inside its interval, and the
 // answers follow the order of the points. One in a hundred is uncertain.
-func busyCounter(seed uint64, clients, n int, initial int64) []Op {
+func busyDocument(seed uint64, clients, n int) []Op {
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	type planned struct {
 		client           int
@@ -166,7 +124,7 @@ func busyCounter(seed uint64, clients, n int, initial int64) []Op {
 		c := i % clients
 		call := free[c] + rnd.Int64N(3)
 		ret := call + 1 + rnd.Int64N(40)
-		p := planned{client: c, call: call, ret: ret, point: call + rnd.Int64N(ret-call+1), kind: KindSell, outcome: OK}
+		p := planned{client: c, call: call, ret: ret, point: call + rnd.Int64N(ret-call+1), kind: KindEdit, outcome: OK}
 		switch r := rnd.IntN(100); {
 		case r == 0:
 			p.outcome = Unknown
@@ -178,21 +136,22 @@ func busyCounter(seed uint64, clients, n int, initial int64) []Op {
 	}
 	slices.SortFunc(ops, func(a, b planned) int { return cmp.Compare(a.point, b.point) })
 	b := newBuilder()
-	stock := initial
-	for _, p := range ops {
+	var state DocState
+	for i, p := range ops {
+		id := "e" + strconv.Itoa(i)
 		switch {
-		case p.outcome == Unknown:
-			if rnd.IntN(2) == 0 && stock > 0 {
-				stock--
-			}
-			b.add(p.client, "sku", p.kind, p.call, -1, Unknown, nil, nil)
+		case p.kind == KindRead && p.outcome == Unknown:
+			b.add(p.client, "doc", KindRead, p.call, -1, Unknown, nil, nil)
 		case p.kind == KindRead:
-			b.add(p.client, "sku", KindRead, p.call, p.ret, OK, nil, Stock(stock))
-		case stock == 0:
-			b.add(p.client, "sku", KindSell, p.call, p.ret, OK, nil, CounterOutput{Insufficient: true})
+			b.add(p.client, "doc", KindRead, p.call, p.ret, OK, nil, state)
+		case p.outcome == Unknown:
+			if rnd.IntN(2) == 0 {
+				state = DocState{Version: state.Version + 1, Head: id}
+			}
+			b.add(p.client, "doc", KindEdit, p.call, -1, Unknown, edit(id), nil)
 		default:
-			stock--
-			b.add(p.client, "sku", KindSell, p.call, p.ret, OK, nil, Stock(stock))
+			b.add(p.client, "doc", KindEdit, p.call, p.ret, OK, edit(id), state)
+			state = DocState{Version: state.Version + 1, Head: id}
 		}
 	}
 	return b.ops
@@ -200,25 +159,25 @@ func busyCounter(seed uint64, clients, n int, initial int64) []Op {
 
 // A 16-client, one-key, 10 000-operation history passes, cut into windows.
 // The timeout is generous: this checks the verdict, not the speed
-// (BenchmarkCounterBusyKey measures that).
-func TestBusyCounterPasses(t *testing.T) {
+// (BenchmarkDocumentBusyKey measures that).
+func TestBusyDocumentPasses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10 000 operations")
 	}
-	ops := busyCounter(1, 16, 10_000, 1_000_000)
-	rep := check(t, Counter{Initial: 1_000_000}, ops, Config{Timeout: 10 * time.Minute})
+	ops := busyDocument(1, 16, 10_000)
+	rep := check(t, Document{}, ops, Config{Timeout: 10 * time.Minute})
 	requirePassed(t, rep)
 	if k := rep.Keys[0]; k.Windows != 10 {
 		t.Errorf("%d windows, want 10 of %d operations", k.Windows, DefaultWindow)
 	}
 }
 
-// BenchmarkCounterBusyKey checks a 16-client, one-key, 10 000-operation
-// counter history with the default bounds, which must finish every window
+// BenchmarkDocumentBusyKey checks a 16-client, one-key, 10 000-operation
+// document history with the default bounds, which must finish every window
 // within the default timeout. It reports the operations checked per second.
-func BenchmarkCounterBusyKey(b *testing.B) {
-	ops := busyCounter(1, 16, 10_000, 1_000_000)
-	m := Counter{Initial: 1_000_000}
+func BenchmarkDocumentBusyKey(b *testing.B) {
+	ops := busyDocument(1, 16, 10_000)
+	m := Document{}
 	for b.Loop() {
 		rep, err := Check(context.Background(), m, ops, Config{})
 		if err != nil {

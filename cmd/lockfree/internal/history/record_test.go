@@ -38,7 +38,7 @@ func TestRecordRead(t *testing.T) {
 				}
 				switch i % 4 {
 				case 0:
-					err = call.Ok(Stock(int64(i)))
+					err = call.Ok(map[string]int64{"stock": int64(i)})
 				case 1:
 					err = call.Fail(errors.New("refused"))
 				case 2:
@@ -163,9 +163,9 @@ func TestReadTornLine(t *testing.T) {
 	r := NewRecorder(&buf)
 	a, _ := r.Invoke(1, "k", KindRead, nil)
 	b, _ := r.Invoke(1, "k", KindRead, nil)
-	_ = a.Ok(Stock(1))
+	_ = a.Ok(at(1, "a"))
 	n := buf.Len()
-	_ = b.Ok(Stock(2))
+	_ = b.Ok(at(2, "b"))
 	torn := buf.Bytes()[:n+10] // b's completion, cut
 	ops, err := Read(bytes.NewReader(torn))
 	if err != nil {

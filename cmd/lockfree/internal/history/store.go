@@ -88,14 +88,14 @@ type storeRow struct {
 // accepted before it began, and the final bid is at least the highest
 // accepted. Hold rows: at most one hold succeeds, and the row keeps its
 // holder.
-func CheckStore(ops []Op, final map[string]int64, s Store) (*Report, error) {
+func CheckStore(ops []Op, final map[string]int64, s Store) (*Findings, error) {
 	if s.Stock < 0 || s.Stock > s.Capacity {
 		return nil, fmt.Errorf("%w: store stock %d is not within [0, capacity %d]", ErrInvalid, s.Stock, s.Capacity)
 	}
 	if err := validate("store", ops); err != nil {
 		return nil, err
 	}
-	rep := &Report{Checker: "store"}
+	rep := &Findings{Checker: "store"}
 	rows := map[string]*storeRow{}
 	row := func(k string) *storeRow {
 		r := rows[k]
@@ -141,7 +141,7 @@ func CheckStore(ops []Op, final map[string]int64, s Store) (*Report, error) {
 	conserve(rows, baskets, s)
 	for _, k := range sortedKeys(rows) {
 		r := rows[k]
-		kr := KeyReport{Key: k, Ops: len(r.ops), Violations: r.found}
+		kr := KeyFindings{Key: k, Ops: len(r.ops), Violations: r.found}
 		for i := range kr.Violations {
 			kr.Violations[i].Key = k
 		}

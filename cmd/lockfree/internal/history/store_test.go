@@ -35,7 +35,7 @@ func storeHistory() (*builder, map[string]int64) {
 	return b, map[string]int64{"s": 2, "c": 1, "p": 101, "b": 12, "h": 7}
 }
 
-func checkStore(t *testing.T, ops []Op, final map[string]int64) *Report {
+func checkStore(t *testing.T, ops []Op, final map[string]int64) *Findings {
 	t.Helper()
 	rep, err := CheckStore(ops, final, testStore)
 	if err != nil {

@@ -40,12 +40,12 @@ import (
 // with few, a partition of thousands of operations takes well under a
 // second (TestStoreOrderLongHistory).
 //
-// The report has one KeyReport per partition, its Key the partition's
+// The report has one KeyFindings per partition, its Key the partition's
 // name, its Windows the objects searched and Unchecked those whose search
 // ran out of time. A partition whose search ran out of time (or ctx ended) is
-// NotChecked, so Report.Figure shows "—", never 0. cfg.Window and
+// NotChecked, so Findings.Figure shows "—", never 0. cfg.Window and
 // cfg.Settle are not used: a partition is searched whole.
-func CheckStoreOrder(ctx context.Context, ops []Op, final map[string]int64, s Store, cfg Config) (*Report, error) {
+func CheckStoreOrder(ctx context.Context, ops []Op, final map[string]int64, s Store, cfg Config) (*Findings, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func CheckStoreOrder(ctx context.Context, ops []Op, final map[string]int64, s St
 	if part == nil {
 		part = connected(ops)
 	}
-	rep := &Report{Checker: "store order"}
+	rep := &Findings{Checker: "store order"}
 	parts := map[string]*storePart{}
 	end := Time(0) // after every answer and every call
 	client := 0
@@ -356,8 +356,8 @@ func (p *storePart) search(ctx context.Context, timeout time.Duration) {
 
 // report is the partition's verdict: a violation per object the search
 // found no order for, and NotChecked when a search ran out of time.
-func (p *storePart) report(d *describer) KeyReport {
-	k := KeyReport{Key: p.name, Ops: len(p.ops), Windows: len(p.objects)}
+func (p *storePart) report(d *describer) KeyFindings {
+	k := KeyFindings{Key: p.name, Ops: len(p.ops), Windows: len(p.objects)}
 	for _, o := range p.objects {
 		switch o.result {
 		case porcupine.Ok:

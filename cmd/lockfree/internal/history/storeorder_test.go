@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func checkStoreOrder(t *testing.T, ops []Op, final map[string]int64, s Store) *Report {
+func checkStoreOrder(t *testing.T, ops []Op, final map[string]int64, s Store) *Findings {
 	t.Helper()
 	rep, err := CheckStoreOrder(context.Background(), ops, final, s, Config{Timeout: time.Minute})
 	if err != nil {

@@ -54,7 +54,7 @@ func (counterScenario) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Siz
 // Check holds each counter to its adds: no two told the same value (one
 // overwrote the other: a lost update), and a final value no lower than the
 // adds told, no higher than those that may have taken effect.
-func (counterScenario) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Report, error) {
+func (counterScenario) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlCountersFinal)
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func (counterScenario) Check(ctx context.Context, db *pgxpool.Pool, ops []histor
 	for _, k := range inv.Keys() {
 		checkCounter(inv, k)
 	}
-	return inv.Report(), nil
+	return inv.Findings(), nil
 }
 
 func checkCounter(inv *history.Invariant, k string) {

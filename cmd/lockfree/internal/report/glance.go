@@ -124,7 +124,7 @@ func glanceSentence(scenarios []string, order []Approach, cells map[string]map[A
 			ran++
 			if c.violations > 0 {
 				h := harmOf(s)
-				lost = append(lost, fmt.Sprintf(h.brief()+" in %s", plural(int(c.violations), h.one, h.many), s))
+				lost = append(lost, fmt.Sprintf(h.brief()+" in %s", plural(int(c.violations), h.One, h.Many), s))
 			}
 			checkedAll = checkedAll && !c.unchecked && c.checked
 		}

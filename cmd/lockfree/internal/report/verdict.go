@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Verdict is what a scenario's run showed, in words: who got what wrong, what the
@@ -43,42 +44,42 @@ type Comparison struct {
 	Tie bool
 }
 
-type harmWords struct{ one, many, bad, none string }
+// Harm is what a violation of one scenario is, in the words of its
+// verdict: One and Many name a violation ("anomaly", "anomalies"), Bad
+// says what an approach did, around a count ("showed %s (stock oversold,
+// …)"), and None what an approach without one did ("showed none").
+type Harm struct{ One, Many, Bad, None string }
 
-// brief is bad without its explanation: "showed %s", "got %s wrong".
-func (h harmWords) brief() string {
-	s, _, _ := strings.Cut(h.bad, " (")
+// brief is Bad without its explanation: "showed %s", "got %s wrong".
+func (h Harm) brief() string {
+	s, _, _ := strings.Cut(h.Bad, " (")
 	return s
 }
 
-// harmOf is the words of scenario's verdict.
-func harmOf(scenario string) harmWords {
-	if h, ok := harm[scenario]; ok {
+// harms holds each scenario's Harm, as the scenario declared it
+// (SetHarm).
+var harms = struct {
+	sync.RWMutex
+	m map[string]Harm
+}{m: map[string]Harm{}}
+
+// SetHarm sets the words of scenario's verdicts. The engine calls it when
+// a scenario that declares its words registers.
+func SetHarm(scenario string, h Harm) {
+	harms.Lock()
+	defer harms.Unlock()
+	harms.m[scenario] = h
+}
+
+// harmOf is the words of scenario's verdict: its own, or words that fit
+// any scenario.
+func harmOf(scenario string) Harm {
+	harms.RLock()
+	defer harms.RUnlock()
+	if h, ok := harms.m[scenario]; ok {
 		return h
 	}
-	return harmWords{"violation", "violations", "had %s", "had none"}
-}
-
-// harm says, per scenario, what a violation is, and what to say when an
-// approach had none.
-var harm = map[string]harmWords{
-	"inventory":       {"anomaly", "anomalies", "showed %s (stock oversold, an update lost or made up, or an order no sequential store allows)", "showed none"},
-	"documents":       {"anomaly", "anomalies", "showed %s (an edit lost, or an order no sequential document allows)", "showed none"},
-	"payments":        {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
-	"payments-leased": {"payment", "payments", "got %s wrong (charged twice, not at all, or answered for another request)", "got none wrong"},
-	"accounts":        {"sequence number", "sequence numbers", "got %s wrong (gaps, duplicates, lost appends)", "got none wrong"},
-	"events":          {"event", "events", "mis-applied %s (twice, never, or out of order)", "mis-applied none"},
-}
-
-// defaultFaultHow describes the faults of the harness when the report does
-// not say how it injected them.
-var defaultFaultHow = map[Fault]string{
-	"pause":     "operations paused past the lease between their read or lock and their write",
-	"partition": "a proxy between the clients and PostgreSQL cycled through delays, blackholes and resets",
-	"restart":   "PostgreSQL restarted mid-run",
-	"isolate":   "a worker cut off from the database, then let back",
-	"stall":     "a worker stalled inside an operation",
-	"failover":  "the primary failed over to a standby",
+	return Harm{"violation", "violations", "had %s", "had none"}
 }
 
 // Judge computes the verdict of one report.
@@ -140,9 +141,6 @@ func injected(rep Report) string {
 	}
 	for _, f := range sortedKeys(hi) {
 		how := rep.FaultHow[f]
-		if how == "" {
-			how = defaultFaultHow[f]
-		}
 		n := fmt.Sprint(hi[f])
 		if lo[f] != hi[f] {
 			n = fmt.Sprintf("%d–%d", lo[f], hi[f])
@@ -183,18 +181,18 @@ func (v Verdict) safety() string {
 	h := harmOf(v.Scenario)
 	var s []string
 	for _, l := range v.Losses {
-		noun := h.many
+		noun := h.Many
 		if l.Violations == 1 {
-			noun = h.one
+			noun = h.One
 		}
-		s = append(s, fmt.Sprintf("%s "+h.bad, l.Approach, fmt.Sprintf("%d %s", l.Violations, noun)))
+		s = append(s, fmt.Sprintf("%s "+h.Bad, l.Approach, fmt.Sprintf("%d %s", l.Violations, noun)))
 	}
 	out := strings.Join(s, ", ")
 	if len(v.Clean) > 0 {
 		if out != "" {
 			out += "; "
 		}
-		out += fmt.Sprintf("%s %s", and(v.Clean), h.none)
+		out += fmt.Sprintf("%s %s", and(v.Clean), h.None)
 	}
 	if len(v.Unchecked) > 0 {
 		if out != "" {
@@ -332,7 +330,7 @@ func SweepVerdict(s Sweep) string {
 		}
 		switch {
 		case at > 0:
-			bad = append(bad, fmt.Sprintf("%s "+h.bad+" at %d of %d points", a, plural(total, h.one, h.many), at, len(s.Points)))
+			bad = append(bad, fmt.Sprintf("%s "+h.Bad+" at %d of %d points", a, plural(total, h.One, h.Many), at, len(s.Points)))
 		case notChecked > 0:
 			unchecked = append(unchecked, fmt.Sprintf("%s was not checked at %d points", a, notChecked))
 		case failed < len(s.Points):
@@ -347,7 +345,7 @@ func SweepVerdict(s Sweep) string {
 		if len(bad) > 0 {
 			out += "; "
 		}
-		out += and(approaches(clean)) + " " + h.none + " at any point"
+		out += and(approaches(clean)) + " " + h.None + " at any point"
 	}
 	for _, x := range append(unchecked, failures...) {
 		out += "; " + x

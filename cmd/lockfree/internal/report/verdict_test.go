@@ -80,7 +80,7 @@ var verdictCases = []struct {
 			r.Results[i].FaultsInjected, r.Results[i].Pauses = nil, 5
 		}
 		return r
-	}, []string{"Injected: pause 5 times per approach (operations paused past the lease"}, nil},
+	}, []string{"Injected: pause 5 times per approach."}, nil},
 	{"an unknown scenario gets generic words", func() Report {
 		r := inventoryReport()
 		r.Scenario = "ledger"

@@ -59,8 +59,8 @@ func By(key string, seq int64, op *history.Op) history.Effect {
 }
 
 // Got fails the test on a check's error, and returns its report.
-func Got(t *testing.T) func(*history.Report, error) *history.Report {
-	return func(rep *history.Report, err error) *history.Report {
+func Got(t *testing.T) func(*history.Findings, error) *history.Findings {
+	return func(rep *history.Findings, err error) *history.Findings {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +70,7 @@ func Got(t *testing.T) func(*history.Report, error) *history.Report {
 }
 
 // RequirePassed fails unless every key of rep passed.
-func RequirePassed(t *testing.T, rep *history.Report) {
+func RequirePassed(t *testing.T, rep *history.Findings) {
 	t.Helper()
 	for _, k := range rep.Keys {
 		if k.Status != history.Passed {
@@ -84,7 +84,7 @@ func RequirePassed(t *testing.T, rep *history.Report) {
 
 // RequireViolation fails unless rep has a violation of anomaly a whose
 // marks include each of roles, and returns it.
-func RequireViolation(t *testing.T, rep *history.Report, a history.Anomaly, roles ...history.Role) history.Violation {
+func RequireViolation(t *testing.T, rep *history.Findings, a history.Anomaly, roles ...history.Role) history.Violation {
 	t.Helper()
 	var all []history.Violation
 	for _, k := range rep.Keys {
@@ -115,7 +115,7 @@ func hasRoles(v history.Violation, roles []history.Role) bool {
 
 // RequireAnomalies fails unless key's violations are exactly want, in any
 // order.
-func RequireAnomalies(t *testing.T, rep *history.Report, key string, want ...history.Anomaly) {
+func RequireAnomalies(t *testing.T, rep *history.Findings, key string, want ...history.Anomaly) {
 	t.Helper()
 	k := rep.Key(key)
 	if k == nil {

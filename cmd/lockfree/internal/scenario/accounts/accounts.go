@@ -57,6 +57,11 @@ func (accounts) Order() int   { return 4 }
 func (accounts) Description() string {
 	return "clients append the next sequence number to an entity's event log; per entity, no gap, no duplicate, every acknowledged number in the log, no append by a stale owner"
 }
+
+// Harm is what a violation of the scenario is, in its verdicts' words.
+func (accounts) Harm() engine.Harm {
+	return engine.Harm{One: "sequence number", Many: "sequence numbers", Bad: "got %s wrong (gaps, duplicates, lost appends)", None: "got none wrong"}
+}
 func (accounts) Migrations() []migrate.Migration { return partition.Migrations() }
 
 // FailoverVictim: the failover fault runs on accounts, whose clients, on
@@ -71,7 +76,7 @@ func (accounts) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) err
 	return err
 }
 
-func (accounts) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Report, error) {
+func (accounts) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlAccountsLog)
 	if err != nil {
 		return nil, err
@@ -111,7 +116,7 @@ const misreportedConflict history.Anomaly = "misreported conflict"
 // sent its write (or, if it did not note when, begun) before the refusal
 // came back: the number was still n when the refused write ran, so it was
 // refused for another reason.
-func misreportedConflicts(ops []history.Op, log []history.Effect, rep *history.Report) {
+func misreportedConflicts(ops []history.Op, log []history.Effect, rep *history.Findings) {
 	wrote := map[string]history.Time{} // the earliest its effect can have committed
 	for _, op := range ops {
 		wrote[op.ID()] = op.Call
@@ -155,7 +160,7 @@ const staleOwner history.Anomaly = "stale owner"
 // staleOwners adds to rep a violation for each append a stale owner wrote:
 // the single writer's guarantee, checked directly, not only through its
 // effect on the sequences.
-func staleOwners(ctx context.Context, db *pgxpool.Pool, ops []history.Op, rep *history.Report) error {
+func staleOwners(ctx context.Context, db *pgxpool.Pool, ops []history.Op, rep *history.Findings) error {
 	rows, err := db.Query(ctx, sqlAccountsStale)
 	if err != nil {
 		return err
@@ -187,7 +192,7 @@ func epochText(e *int64) string {
 }
 
 // accountAppend starts a client's append to key.
-func accountAppend(ctx context.Context, env *engine.Env, key string) (context.Context, *engine.Op, error) {
+func accountAppend(ctx context.Context, env *engine.Env, key string) (context.Context, *engine.Invocation, error) {
 	return env.Invoke(ctx, key, KindAppend, nil)
 }
 

@@ -26,7 +26,7 @@ func TestMisreportedConflicts(t *testing.T) {
 	}
 	ops[6].Meta = nil
 	log := []history.Effect{{Key: "account-0", Seq: 1, By: "2/1"}, {Key: "account-0", Seq: 2, By: "2/2"}}
-	rep := &history.Report{}
+	rep := &history.Findings{}
 	misreportedConflicts(ops, log, rep)
 	k := rep.Key("account-0")
 	if k == nil || len(k.Violations) != 2 || k.Status != history.Violated {

@@ -234,7 +234,7 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 // whatever its deadline. The write also requires the number it follows, so
 // that a wrong cache refuses rather than duplicates. It sets *sent, if
 // zero, to when the write was sent.
-func (c *accountsAltClient) append(ctx context.Context, op *engine.Op, e partition.Epoch, sent *history.Time) (int64, error) {
+func (c *accountsAltClient) append(ctx context.Context, op *engine.Invocation, e partition.Epoch, sent *history.Time) (int64, error) {
 	c.mu.Lock()
 	cached, ok := c.last[op.Key()]
 	delete(c.last, op.Key())
@@ -287,7 +287,7 @@ const sqlVerifiedOwner = `$6::text IS NOT NULL`
 
 // verifiedWrite is the verified alternative's append: Verify, then the
 // append, in one transaction.
-func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Op, e partition.Epoch, last int64) (pgconn.CommandTag, error) {
+func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Invocation, e partition.Epoch, last int64) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
 	err := pgx.BeginFunc(ctx, c.env.DB, func(tx pgx.Tx) error {
 		if err := c.store.Verify(ctx, tx, e); err != nil {

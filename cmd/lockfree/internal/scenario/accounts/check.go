@@ -26,7 +26,7 @@ type SeqOutput struct {
 // than acknowledged and uncertain appends, and no fewer than acknowledged
 // ones when the appends were not told their numbers; each row whose By is
 // known made by an operation of its key that was not refused.
-func Sequences(ops []history.Op, log []history.Effect) (*history.Report, error) {
+func Sequences(ops []history.Op, log []history.Effect) (*history.Findings, error) {
 	inv, err := history.NewInvariant("sequence", ops, log, KindAppend)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func Sequences(ops []history.Op, log []history.Effect) (*history.Report, error) 
 				short.Quote(k), plural(n, "number", "numbers"), plural(ok, "append was", "appends were"), ok-n)})
 		}
 	}
-	return inv.Report(), nil
+	return inv.Findings(), nil
 }
 
 // toldSeqs decodes the numbers the acknowledged appends were told.

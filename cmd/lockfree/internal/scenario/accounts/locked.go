@@ -98,7 +98,7 @@ func (c *accountsLockedClient) Op(ctx context.Context) error {
 // append reads the entity's last number and writes the next, on the
 // operation's context: a stopped process does not see its lease's context
 // end, and the fence must hold without it.
-func (c *accountsLockedClient) append(ctx context.Context, op *engine.Op, token int64) (int64, error) {
+func (c *accountsLockedClient) append(ctx context.Context, op *engine.Invocation, token int64) (int64, error) {
 	var last int64
 	var err error
 	if c.naive {

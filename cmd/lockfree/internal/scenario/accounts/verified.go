@@ -77,7 +77,7 @@ func (c *accountsVerifiedClient) Op(ctx context.Context) error {
 // the lease and writes the next, on the operation's context: a stopped
 // process does not see its lease's context end, and Verify must refuse it
 // without that.
-func (c *accountsVerifiedClient) append(ctx context.Context, op *engine.Op, lease fencedlock.Lease) (int64, error) {
+func (c *accountsVerifiedClient) append(ctx context.Context, op *engine.Invocation, lease fencedlock.Lease) (int64, error) {
 	var last int64
 	if err := c.env.DB.QueryRow(ctx, sqlAccountsRead, op.Key()).Scan(&last); err != nil {
 		return 0, err

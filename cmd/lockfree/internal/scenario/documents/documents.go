@@ -122,6 +122,11 @@ func (documents) Order() int   { return 2 }
 func (documents) Description() string {
 	return "clients edit a random document (read, change, write back), delete it one time in 8, and create it when they find it deleted; every edit, delete and create is linearizable: no accepted one overwritten, none present that was refused"
 }
+
+// Harm is what a violation of the scenario is, in its verdicts' words.
+func (documents) Harm() engine.Harm {
+	return engine.Harm{One: "anomaly", Many: "anomalies", Bad: "showed %s (an edit lost, or an order no sequential document allows)", None: "showed none"}
+}
 func (documents) Migrations() []migrate.Migration { return nil }
 
 // FailoverVictim: the failover fault runs on documents, whose clients, on
@@ -141,7 +146,7 @@ func (documents) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) er
 
 // Check adds a read of every document's final state to the history, as a
 // client of its own, and holds the history to the Document model.
-func (documents) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s engine.Sizes) (*history.Report, error) {
+func (documents) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlDocumentsFinal)
 	if err != nil {
 		return nil, err
@@ -168,7 +173,7 @@ func (documents) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, 
 // has its own) and its own count of operations, unique among the
 // document's. One time in deleteOdds it deletes the document (del);
 // otherwise it edits it, or creates it if it finds it deleted.
-func docEdit(ctx context.Context, env *engine.Env, n *int) (_ context.Context, _ *engine.Op, name string, del bool, _ error) {
+func docEdit(ctx context.Context, env *engine.Env, n *int) (_ context.Context, _ *engine.Invocation, name string, del bool, _ error) {
 	*n++
 	name = "c" + strconv.Itoa(env.Lane()) + "-" + strconv.Itoa(*n)
 	del = env.Rand.IntN(deleteOdds) == 0

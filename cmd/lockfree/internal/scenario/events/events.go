@@ -91,6 +91,16 @@ func (events) Order() int   { return 5 }
 func (events) Description() string {
 	return "clients produce the next events of their entities; consumers apply them; every acknowledged event is applied exactly once, in order per entity"
 }
+
+// Harm is what a violation of the scenario is, in its verdicts' words.
+func (events) Harm() engine.Harm {
+	return engine.Harm{One: "event", Many: "events", Bad: "mis-applied %s (twice, never, or out of order)", None: "mis-applied none"}
+}
+
+// OnRequest: the default run of lockfree compare leaves the scenario out.
+func (events) OnRequest() string {
+	return "its consumers drain the backlog the producers left after the measured part, which takes its lock-based approaches tens of seconds on a loaded machine"
+}
 func (events) Migrations() []migrate.Migration { return kafkawriter.Migrations() }
 
 // SkipFault: a crash means nothing here, whatever the approach.
@@ -109,7 +119,7 @@ func (events) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error
 	return err
 }
 
-func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Report, error) {
+func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlEventsApplied)
 	if err != nil {
 		return nil, err
@@ -141,7 +151,7 @@ const superseded history.Anomaly = "superseded owner's write"
 
 // foreignWrites adds to rep the applications that committed while another
 // consumer owned their partition.
-func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Report) error {
+func foreignWrites(ctx context.Context, db *pgxpool.Pool, rep *history.Findings) error {
 	rows, err := db.Query(ctx, sqlEventsForeign)
 	if err != nil {
 		return err
@@ -165,7 +175,7 @@ const regressed history.Anomaly = "progress moved back"
 
 // progressRegressions adds to rep the writes that moved an entity's
 // progress back.
-func progressRegressions(ctx context.Context, db *pgxpool.Pool, rep *history.Report) error {
+func progressRegressions(ctx context.Context, db *pgxpool.Pool, rep *history.Findings) error {
 	rows, err := db.Query(ctx, sqlEventsRegressions)
 	if err != nil {
 		return err
@@ -200,13 +210,13 @@ func entityName(client, k int) string {
 
 // start invokes the produce of the next events of a random entity of the
 // worker's and returns their sequence numbers.
-func (p *producer) start(ctx context.Context) (context.Context, *engine.Op, int64, error) {
+func (p *producer) start(ctx context.Context) (context.Context, *engine.Invocation, int64, error) {
 	return p.invoke(ctx, p.env.Rand.IntN(p.env.Keys))
 }
 
 // invoke invokes the produce of the next events of the worker's entity k
 // and returns their sequence numbers.
-func (p *producer) invoke(ctx context.Context, k int) (context.Context, *engine.Op, int64, error) {
+func (p *producer) invoke(ctx context.Context, k int) (context.Context, *engine.Invocation, int64, error) {
 	first := p.next[k] + 1
 	p.next[k] += eventsPerOp
 	in := history.ProduceInput{}

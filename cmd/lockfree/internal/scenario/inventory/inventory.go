@@ -74,6 +74,11 @@ func (inventory) Description() string {
 		"nor above capacity, every stock found was left once (no lost or phantom update), stock conserved with baskets " +
 		"all or nothing, prices chained, bids rising, one holder per slot; and each SKU's operations linearizable (porcupine)"
 }
+
+// Harm is what a violation of the scenario is, in its verdicts' words.
+func (inventory) Harm() engine.Harm {
+	return engine.Harm{One: "anomaly", Many: "anomalies", Bad: "showed %s (stock oversold, an update lost or made up, or an order no sequential store allows)", None: "showed none"}
+}
 func (inventory) Migrations() []migrate.Migration { return nil }
 
 // FailoverVictim: the failover fault's victim is stopped at a price: a
@@ -97,7 +102,7 @@ func (inventory) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) er
 // Check reads every row's final value and holds the history and them to
 // the store's invariants, and each SKU's operations to the store's
 // sequential model (linearizability, with porcupine).
-func (inventory) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Report, error) {
+func (inventory) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlInventoryFinal)
 	if err != nil {
 		return nil, err
@@ -118,7 +123,7 @@ func (inventory) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, 
 		return nil, err
 	}
 	rep.Keys = append(rep.Keys, order.Keys...)
-	slices.SortFunc(rep.Keys, func(a, b history.KeyReport) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(rep.Keys, func(a, b history.KeyFindings) int { return strings.Compare(a.Key, b.Key) })
 	return rep, nil
 }
 
@@ -171,7 +176,7 @@ func newInventoryClient(env *engine.Env, ops inventoryOps) *inventoryClient {
 func (c *inventoryClient) Op(ctx context.Context) error {
 	i := c.env.Rand.IntN(c.env.Keys)
 	sku, n := engine.Key("sku-", i), c.env.Rand.IntN(inventoryMixOf)
-	invoke := func(kind string, in history.StoreInput) (context.Context, *engine.Op, error) {
+	invoke := func(kind string, in history.StoreInput) (context.Context, *engine.Invocation, error) {
 		return c.env.Invoke(ctx, in.Rows[len(in.Rows)-1], kind, in)
 	}
 	switch {
@@ -234,7 +239,7 @@ func (c *inventoryClient) Close() error { return nil }
 // finishStock records a sale, a basket or a restock: the stock it left in
 // each row, a refusal for want of stock or of room (an answer about the
 // stock), a fenced write (refused), or what the error says.
-func finishStock(op *engine.Op, left map[string]int64, err error) error {
+func finishStock(op *engine.Invocation, left map[string]int64, err error) error {
 	if errors.Is(err, atomic.ErrInsufficient) {
 		return op.Ok(history.StoreOutput{Refused: true})
 	}

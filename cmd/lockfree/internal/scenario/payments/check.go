@@ -38,7 +38,7 @@ type ChargeOutput struct {
 // charged must have asked for the amount of the charge made (Reused); when
 // they have a ChargeOutput, at most one may have stored the key's answer.
 // Effects are the charges found after the run.
-func ExactlyOnce(ops []history.Op, effects []history.Effect) (*history.Report, error) {
+func ExactlyOnce(ops []history.Op, effects []history.Effect) (*history.Findings, error) {
 	inv, err := history.NewInvariant("exactly-once", ops, effects, KindCharge)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func ExactlyOnce(ops []history.Op, effects []history.Effect) (*history.Report, e
 		reused(inv, k)
 		recorded(inv, k)
 	}
-	return inv.Report(), nil
+	return inv.Findings(), nil
 }
 
 // recorded checks that at most one operation of key k was told it stored

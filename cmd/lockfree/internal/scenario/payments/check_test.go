@@ -26,7 +26,7 @@ func TestCheckAnswered(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			op := tt.op
 			op.Client, op.Seq, op.Key, op.Kind, op.Call, op.Return = 1, 1, "pay-1-0", KindCharge, 10, 20
-			rep := &history.Report{Keys: []history.KeyReport{{Key: "pay-1-0", Status: history.Passed}}}
+			rep := &history.Findings{Keys: []history.KeyFindings{{Key: "pay-1-0", Status: history.Passed}}}
 			checkAnswered(rep, []history.Op{op})
 			if got := rep.Violations(); got != tt.want {
 				t.Fatalf("%d violations, want %d: %+v", got, tt.want, rep.Keys)

@@ -125,7 +125,7 @@ func chargePoint(env *engine.Env, point string, n int) string {
 // chargePoint). Its statements run on the operation's context, not the
 // attempt's: a stopped process does not see its lease's context end, and
 // the fence must hold without it.
-func fencedCharge(ctx, actx context.Context, env *engine.Env, op *engine.Op, amount int64, point string) (idempotency.Result, error) {
+func fencedCharge(ctx, actx context.Context, env *engine.Env, op *engine.Invocation, amount int64, point string) (idempotency.Result, error) {
 	a, ok := idempotency.AttemptFrom(actx)
 	if !ok {
 		return idempotency.Result{}, errors.New("harness: payments: no attempt in the context")

@@ -33,6 +33,11 @@ func (paymentsLeased) Description() string {
 	return "payments whose charge is an external call (its own transaction, fenced by the attempt's token), the alternative idempotency's leased mode, one key in 4 expiring while clients still retry it: each key is charged exactly once, only by an attempt that was not refused, no attempt of another amount is told it is charged, at most one stores the key's answer, no attempt is granted a key while another's lease on it is in force, and no retry is answered after the key's answer expired"
 }
 
+// OnRequest: the default run of lockfree compare leaves the scenario out.
+func (paymentsLeased) OnRequest() string {
+	return "payments runs the same workload, its alternative the transactional mode"
+}
+
 // paymentsLeasedAlternative charges with idempotency.Leased: claim the key
 // with a lease, fenced read of the key's charged flag with the attempt's
 // token, charge with a fenced write, complete with the token.

@@ -35,7 +35,7 @@ func chargedAmount(ctx context.Context, db rowQuerier, key string) (int64, bool,
 // record, pipelined in one round trip (one implicit transaction). The
 // record does not condition the charge — the lock is what is trusted to.
 // recorded says the record was new.
-func chargeAndRecord(ctx context.Context, env *engine.Env, op *engine.Op, amount int64) (recorded bool, err error) {
+func chargeAndRecord(ctx context.Context, env *engine.Env, op *engine.Invocation, amount int64) (recorded bool, err error) {
 	b := &pgx.Batch{}
 	b.Queue(sqlPaymentsCharge, op.Key(), amount, op.ID())
 	b.Queue(sqlPaymentsMarkDone, op.Key(), op.ID(), amount)

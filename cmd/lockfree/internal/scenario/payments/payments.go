@@ -64,6 +64,22 @@ func (payments) Order() int   { return 3 }
 func (payments) Description() string {
 	return "clients charge the payment keys of the current round (each key many times: the retries of one payment; one attempt in 8 reuses the key with another amount, which must be refused); each key is charged exactly once, only by an attempt that was not refused, and no attempt of another amount is told it is charged"
 }
+
+// Harm is what a violation of the scenario is, in its verdicts' words.
+func (payments) Harm() engine.Harm {
+	return engine.Harm{One: "payment", Many: "payments", Bad: "got %s wrong (charged twice, not at all, or answered for another request)", None: "got none wrong"}
+}
+
+// CostRuns: a payment's keys are new every 50 ms round. At 1 key most
+// charges are replays of a key charged already (the faults need them: a
+// taker retries the stopped holder's key); at 1000 keys first executions
+// dominate. Both cost runs, named so.
+func (payments) CostRuns() []engine.CostRun {
+	return []engine.CostRun{
+		{Keys: 1, What: "replay-heavy: see the first executions and replays columns"},
+		{Keys: 1000, What: "first executions dominate"},
+	}
+}
 func (payments) Migrations() []migrate.Migration { return idempotency.Migrations() }
 
 // Kind tells a charge that ran (it stored the key's answer, or charged in
@@ -86,7 +102,7 @@ func (payments) Setup(ctx context.Context, db *pgxpool.Pool, _ engine.Sizes) err
 	return err
 }
 
-func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Report, error) {
+func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ engine.Sizes) (*history.Findings, error) {
 	rows, err := db.Query(ctx, sqlPaymentsCharges)
 	if err != nil {
 		return nil, err
@@ -115,7 +131,7 @@ const unanswered history.Anomaly = "replay without an answer"
 // charged by a replay with no answer (metaUnanswered): the key had expired
 // and been purged to a tombstone, whose retry must be refused
 // (idempotency.ErrExpired), not answered as if charged just now.
-func checkAnswered(rep *history.Report, ops []history.Op) {
+func checkAnswered(rep *history.Findings, ops []history.Op) {
 	for _, op := range ops {
 		if op.Outcome != history.OK || op.Meta[metaUnanswered] == "" {
 			continue
@@ -161,7 +177,7 @@ type paymentKeys struct {
 // client reusing the key for another request. Whichever request of a key
 // comes first is charged; every request of the other amount must then be
 // refused (idempotency.ErrKeyReused).
-func (p *paymentKeys) next(ctx context.Context, env *engine.Env) (context.Context, *engine.Op, int64, error) {
+func (p *paymentKeys) next(ctx context.Context, env *engine.Env) (context.Context, *engine.Invocation, int64, error) {
 	now := int64(history.Now()) / int64(paymentRound)
 	if p.since == 0 {
 		p.since = now
@@ -198,7 +214,7 @@ const inFlightPatience = 2 * time.Second
 
 // retryInFlight calls do until it returns something else than a key in
 // flight elsewhere, for at most inFlightPatience, and counts the retries.
-func retryInFlight(ctx context.Context, op *engine.Op, do func() error) error {
+func retryInFlight(ctx context.Context, op *engine.Invocation, do func() error) error {
 	deadline := time.Now().Add(inFlightPatience)
 	delay := 500 * time.Microsecond
 	retries := 0

@@ -56,7 +56,7 @@ INSERT INTO charges (payment_key, amount, charged_by) SELECT $1, $2, $3 FROM don
 
 // charge charges the key and records it, or finds it charged; recorded
 // says it committed its charge and record.
-func (c *paymentsRawClient) charge(ctx context.Context, op *engine.Op, amount int64) (recorded bool, _ error) {
+func (c *paymentsRawClient) charge(ctx context.Context, op *engine.Invocation, amount int64) (recorded bool, _ error) {
 	tag, err := c.env.DB.Exec(ctx, sqlPaymentsRawCharge, op.Key(), amount, op.ID())
 	if err != nil {
 		return false, err

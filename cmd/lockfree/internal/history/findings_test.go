@@ -5,7 +5,7 @@ import "testing"
 // Add puts a violation under its key, making the key's report when the key
 // had none, and marks it violated.
 func TestReportAdd(t *testing.T) {
-	r := Report{Keys: []KeyReport{{Key: "a", Status: Passed}}}
+	r := Findings{Keys: []KeyFindings{{Key: "a", Status: Passed}}}
 	r.Add(Violation{Key: "a", Anomaly: "x"})
 	r.Add(Violation{Key: "b", Anomaly: "y"})
 	r.Add(Violation{Key: "b", Anomaly: "z"})

@@ -97,13 +97,13 @@ type Violation struct {
 	Anomaly Anomaly `json:"anomaly"`
 	// Text says what happened in one sentence a person can read: which
 	// operations, by which clients, at what times (seconds since
-	// Report.Base).
+	// Findings.Base).
 	Text  string `json:"text"`
 	Marks []Mark `json:"marks,omitempty"`
 }
 
-// KeyReport is the verdict on one key.
-type KeyReport struct {
+// KeyFindings is the verdict on one key.
+type KeyFindings struct {
 	Key    string `json:"key"`
 	Status Status `json:"status"`
 	// Ops counts the key's operations in the history.
@@ -120,19 +120,19 @@ type KeyReport struct {
 	visual []visual // violating windows, for Visualize
 }
 
-// Report is one checker's verdict on a history. Keys are sorted.
-type Report struct {
-	// Checker names the checker: "counter", "document", "exactly-once",
+// Findings is one checker's verdict on a history. Keys are sorted.
+type Findings struct {
+	// Checker names the checker: "document", "exactly-once",
 	// "sequence", "delivery".
 	Checker string `json:"checker"`
 	// Base is the earliest Call of the history: the times in violation
 	// texts count from it.
-	Base Time        `json:"base"`
-	Keys []KeyReport `json:"keys"`
+	Base Time          `json:"base"`
+	Keys []KeyFindings `json:"keys"`
 }
 
 // Violations counts the violations found.
-func (r *Report) Violations() int {
+func (r *Findings) Violations() int {
 	n := 0
 	for i := range r.Keys {
 		n += len(r.Keys[i].Violations)
@@ -141,7 +141,7 @@ func (r *Report) Violations() int {
 }
 
 // Checked reports whether every key was checked to the end.
-func (r *Report) Checked() bool {
+func (r *Findings) Checked() bool {
 	for i := range r.Keys {
 		if r.Keys[i].Unchecked > 0 || r.Keys[i].Status == NotChecked {
 			return false
@@ -154,7 +154,7 @@ func (r *Report) Checked() bool {
 // when the whole history was checked, "—" when part of it could not be and
 // nothing was found (never "0": an unfinished check is not a pass), and
 // "≥n" when part could not be and n violations were found.
-func (r *Report) Figure() string {
+func (r *Findings) Figure() string {
 	n := r.Violations()
 	switch {
 	case r.Checked():
@@ -167,7 +167,7 @@ func (r *Report) Figure() string {
 
 // Key returns the verdict on key, or nil when the history has no operation
 // on it.
-func (r *Report) Key(key string) *KeyReport {
+func (r *Findings) Key(key string) *KeyFindings {
 	for i := range r.Keys {
 		if r.Keys[i].Key == key {
 			return &r.Keys[i]
@@ -179,10 +179,10 @@ func (r *Report) Key(key string) *KeyReport {
 // Add adds v to the report of its key — a key with no operation gets one —
 // and marks the key violated: for the checks a scenario makes besides the
 // history's (the state a run left, the evidence of its leases).
-func (r *Report) Add(v Violation) {
+func (r *Findings) Add(v Violation) {
 	k := r.Key(v.Key)
 	if k == nil {
-		r.Keys = append(r.Keys, KeyReport{Key: v.Key})
+		r.Keys = append(r.Keys, KeyFindings{Key: v.Key})
 		k = &r.Keys[len(r.Keys)-1]
 	}
 	k.Status = Violated
@@ -203,7 +203,7 @@ type visual struct {
 // on the history clock; their ClientId is a Client of the history. It fails
 // with ErrInvalid when the key has no violating window from a
 // linearizability check.
-func (r *Report) Visualize(w io.Writer, key string, notes ...porcupine.Annotation) error {
+func (r *Findings) Visualize(w io.Writer, key string, notes ...porcupine.Annotation) error {
 	k := r.Key(key)
 	if k == nil || len(k.visual) == 0 {
 		return fmt.Errorf("%w: no violating window to draw for key %s", ErrInvalid, short.Quote(key))
