@@ -60,6 +60,9 @@ type worker struct {
 	mu      sync.Mutex
 	armed   *arm
 	release chan struct{} // closed by cmdClear: an operation blocked at a point goes on
+	// directed is the key of the worker's next operation (cmdDirect), or
+	// "".
+	directed string
 
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
@@ -122,6 +125,10 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.step(c.Arm)
 		case cmdLateRenewal:
 			w.renewalArm(c.Arm)
+		case cmdDirect:
+			w.mu.Lock()
+			w.directed = c.Key
+			w.mu.Unlock()
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
@@ -146,11 +153,22 @@ func (w *worker) clear() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.armed = nil
+	w.directed = ""
 	if w.release != nil {
 		close(w.release)
 		w.release = nil
 	}
 	w.late.clear()
+}
+
+// direction returns the key the worker's next operation was sent to
+// (cmdDirect), once, or "".
+func (w *worker) direction() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := w.directed
+	w.directed = ""
+	return key
 }
 
 // step lets an operation blocked at a point go on and parks the next

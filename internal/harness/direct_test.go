@@ -1,0 +1,87 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/lockfree-go/lockfree/internal/history"
+)
+
+// directedEnv is a client's Env in a worker that the coordinator sent to
+// key (cmdDirect).
+func directedEnv(key string) *Env {
+	w := &worker{out: &emitter{w: io.Discard}}
+	w.directed = key
+	return &Env{Params: Params{Sizes: Sizes{Keys: 50, Clients: 8}}, Rand: rand.New(rand.NewPCG(1, 2)), rec: history.NewRecorder(&bytes.Buffer{}), w: w}
+}
+
+// A taker sent to a key makes its next operation on it, once, in every
+// scenario whose clients pick their keys; a key of another scenario's kind
+// is ignored, and cmdClear drops a direction not yet taken.
+func TestDirectedOperation(t *testing.T) {
+	t.Run("payments", func(t *testing.T) {
+		env := directedEnv("pay-123-7")
+		var keys paymentKeys
+		_, op, amount, err := keys.next(context.Background(), env)
+		if err != nil || op.key != "pay-123-7" || amount != 107 {
+			t.Fatalf("first charge: key %q, amount %d, %v; want pay-123-7, 107 (its own amount)", op.key, amount, err)
+		}
+		if _, op, _, _ := keys.next(context.Background(), env); op.key == "pay-123-7" {
+			t.Fatal("the direction was taken twice")
+		}
+	})
+	t.Run("documents", func(t *testing.T) {
+		env := directedEnv("doc-42")
+		n := 0
+		if _, op, _, _, err := docEdit(context.Background(), env, &n); err != nil || op.key != "doc-42" {
+			t.Fatalf("edit of %q, %v; want doc-42", op.key, err)
+		}
+	})
+	t.Run("accounts", func(t *testing.T) {
+		if k := accountKey(directedEnv("account-49")); k != "account-49" {
+			t.Fatalf("append to %q, want account-49", k)
+		}
+	})
+	t.Run("another kind of key", func(t *testing.T) {
+		if k := accountKey(directedEnv("doc-1")); !strings.HasPrefix(k, "account-") {
+			t.Fatalf("append to %q", k)
+		}
+	})
+	t.Run("cleared", func(t *testing.T) {
+		env := directedEnv("account-49")
+		env.w.clear()
+		if d := env.directed(); d != "" {
+			t.Fatalf("direction %q after cmdClear", d)
+		}
+	})
+}
+
+// An inventory taker does the operation of the mix that writes the row it
+// was sent to.
+func TestInventoryDirected(t *testing.T) {
+	for _, tc := range []struct {
+		row  string
+		i    int
+		kind int // the first number of the mix of the operation's kind
+	}{
+		{"sku-3", 3, 0},
+		{"case-3", 3, inventorySales + inventoryBaskets},
+		{"price-0", 0, inventorySales + inventoryBaskets + inventoryRestocks},
+		{"bid-12", 12, inventorySales + inventoryBaskets + inventoryRestocks + inventoryReprices},
+		{"hold-7-2", 7, inventorySales + inventoryBaskets + inventoryRestocks + inventoryReprices + inventoryBids},
+	} {
+		i, n, ok := inventoryDirected(tc.row)
+		if !ok || i != tc.i || n < tc.kind || n >= inventoryMixOf {
+			t.Errorf("%s: SKU %d, operation %d, %v; want SKU %d, operation from %d", tc.row, i, n, ok, tc.i, tc.kind)
+		}
+	}
+	for _, row := range []string{"", "doc-1", "sku-", "sku-x", "pay-1-2"} {
+		if _, _, ok := inventoryDirected(row); ok {
+			t.Errorf("%q: directed", row)
+		}
+	}
+}
