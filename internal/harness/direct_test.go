@@ -3,10 +3,12 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockfree-go/lockfree/internal/history"
 )
@@ -83,5 +85,30 @@ func TestInventoryDirected(t *testing.T) {
 		if _, _, ok := inventoryDirected(row); ok {
 			t.Errorf("%q: directed", row)
 		}
+	}
+}
+
+// A takeover the run's end cut short is not "kept out": the worker that
+// came for the key had not had its bound to take it over. Its foil: the
+// same worker, the bound not cut short, is kept out (the key stays the
+// stopped worker's for takeoverBound; a zero lease keeps it short).
+func TestTakeoverCutShort(t *testing.T) {
+	for _, cut := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cut=%v", cut), func(t *testing.T) {
+			r := &run{mon: newMonitor(), params: Params{OpTimeout: time.Second}}
+			v := &proc{client: 0}
+			at := event{Key: "k", T: history.Now(), Op: "0/1"}
+			// Client 1 begins an operation on the key and never ends it.
+			r.mon.history([]byte(fmt.Sprintf(`{"ev":"invoke","client":1,"seq":1,"key":"k","t":%d}`, history.Now()+1)))
+			ctx, cancel := context.WithCancel(context.Background())
+			if cut {
+				cancel()
+			}
+			defer cancel()
+			want := map[bool]taking{true: noTaker, false: keptOut}[cut]
+			if got := r.takeover(ctx, v, at, false); got != want {
+				t.Fatalf("takeover: %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -327,6 +327,8 @@ func (r *run) takeover(ctx context.Context, v *proc, at event, ends bool) taking
 	switch {
 	case taken():
 		return takenOver // as the run ended
+	case ctx.Err() != nil:
+		return noTaker // the run ended before the bound: not kept out
 	case at.Key != "" && r.mon.cameLocked(v.client, at.Key, at.T):
 		return keptOut
 	}
