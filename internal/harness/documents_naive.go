@@ -76,18 +76,17 @@ func (c *documentsNaiveClient) Op(ctx context.Context) error {
 	}
 	var based history.DocState
 	// The statements run on the operation's context, not the lease's: a
-	// stopped process does not see its lease's context end.
+	// stopped process does not see its lease's context end. The writes
+	// run on writeContext's: the fault, not what is left of the
+	// operation's deadline, decides whether a stale write lands.
 	err = c.locker.Do(ctx, op.key, func(context.Context, fencedlock.Lease) error {
-		based, err = naiveDocOp(ctx, c.env, op.key, name, del, "harness.documents.naive.before-write", sameContext)
+		based, err = naiveDocOp(ctx, c.env, op.key, name, del, "harness.documents.naive.before-write", writeContext)
 		return err
 	})
 	return op.Finish(based, err, occ.ErrNotFound)
 }
 
 func (c *documentsNaiveClient) Close() error { return nil }
-
-// sameContext is the writes' context of the naive lock: the operation's.
-func sameContext(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} }
 
 // naiveDocOp is the naive twins' operation under the lock they hold: plain
 // reads, then, after the before-write point, unconditional writes on the

@@ -47,3 +47,31 @@ func TestPauseSendsTaker(t *testing.T) {
 		t.Errorf("the verdict does not say the alternative's pauses were not taken over: %s", verdict)
 	}
 }
+
+// A naive twin's stale write is sent whatever is left of its operation's
+// deadline: the fault, not the deadline, decides whether it lands. With
+// operations bounded by 300 ms, every pause (the lease, 250 ms, and its
+// margin) outlives its victim's deadline, and the naive lock must still
+// lose data.
+func TestStaleWriteOutlivesDeadline(t *testing.T) {
+	for _, name := range []string{"inventory", "documents", "payments", "accounts"} {
+		t.Run(name, func(t *testing.T) {
+			sc, _ := harness.Lookup(name)
+			cfg := harness.Config{Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{harness.Pause},
+				Approaches: []harness.Approach{harness.NaiveLock}, OpTimeout: 300 * time.Millisecond}
+			rep, err := harness.Run(context.Background(), sc, cfg, harness.Infra{URL: testdb.New(t).URL})
+			for _, n := range rep.Notes {
+				t.Log(n)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rep.Results {
+				logResult(t, r)
+				if r.Violations == 0 {
+					t.Errorf("naive-lock: %d pauses (%d taken over), no violation", r.FaultsInjected[harness.Pause], r.TakenOver[harness.Pause])
+				}
+			}
+		})
+	}
+}
