@@ -112,3 +112,19 @@ func TestTakeoverCutShort(t *testing.T) {
 		})
 	}
 }
+
+// An arm does not fire at a key it skips (a StaleBlind scenario's, under a
+// fault a stale write lands under), and fires at the next other one.
+func TestArmSkipsBlindKeys(t *testing.T) {
+	var out bytes.Buffer
+	w := &worker{out: &emitter{w: &out}}
+	w.armed = &arm{Mode: modeStall, Skip: inventory{}.BlindKeys()}
+	for _, key := range []string{"bid-0", "sku-0"} {
+		ctx := context.WithValue(context.Background(), opKey{}, &Op{key: key})
+		w.point(ctx, "harness.test.before-write")
+	}
+	fired := strings.Count(out.String(), `"ev":"point"`)
+	if fired != 1 || !strings.Contains(out.String(), `"key":"sku-0"`) || strings.Contains(out.String(), `"key":"bid-0"`) {
+		t.Fatalf("%d points fired, want one, at sku-0:\n%s", fired, out.String())
+	}
+}

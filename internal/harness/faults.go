@@ -224,6 +224,16 @@ func (r *run) victim(i *int) (*proc, bool) {
 	return fallback, false
 }
 
+// blind returns the prefixes of the keys at which a fault a stale write
+// lands under (pause, delay) stops or cuts off no worker: the scenario's
+// StaleBlind keys.
+func (r *run) blind() []string {
+	if b, ok := r.sc.(StaleBlind); ok {
+		return b.BlindKeys()
+	}
+	return nil
+}
+
 // margin is how long past a lease the harness waits before it counts the
 // lease as expired: the server's clock started it a little after the point
 // the worker stopped at, and a waiter polls.
@@ -434,7 +444,7 @@ func (r *run) finish(ctx context.Context, v *proc, at event, taken bool, f Fault
 // pause once the process is seen stopped, and resumes it past the lease and
 // a takeover.
 func pauseOnce(ctx context.Context, r *run, v *proc) {
-	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop})
+	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop, Skip: r.blind()})
 	if !ok {
 		return
 	}
@@ -475,7 +485,11 @@ func stallOnce(ctx context.Context, r *run, v *proc) {
 // cut only when the proxy held bytes.
 func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 	f := map[bool]Fault{false: Isolate, true: Delay}[deliver]
-	at, ok := r.armPoint(ctx, f, v, arm{Mode: modeWait})
+	a := arm{Mode: modeWait}
+	if deliver {
+		a.Skip = r.blind()
+	}
+	at, ok := r.armPoint(ctx, f, v, a)
 	if !ok {
 		return
 	}

@@ -73,6 +73,12 @@ func (inventory) Description() string {
 }
 func (inventory) Migrations() []migrate.Migration { return nil }
 
+// BlindKeys are the bids' rows: a bid rises with time, so the bid of a
+// worker stopped before its write is below the one of the worker that
+// takes the row over after it, whose write comes last: the row ends on the
+// highest bid, as every order of the two allows.
+func (inventory) BlindKeys() []string { return []string{"bid-"} }
+
 func (inventory) Setup(ctx context.Context, db *pgxpool.Pool, s Sizes) error {
 	if _, err := db.Exec(ctx, sqlInventoryTable); err != nil {
 		return err

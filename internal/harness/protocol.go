@@ -112,6 +112,9 @@ type arm struct {
 	Fetched bool `json:"fetched,omitempty"`
 	// Token is the lease of a late-renewal arm (modeRenew).
 	Token int64 `json:"token,omitempty"`
+	// Skip lists the prefixes of the keys the arm does not fire at
+	// (StaleBlind).
+	Skip []string `json:"skip,omitempty"`
 }
 
 // The modes of an arm.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,7 +220,8 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) {
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) ||
+		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return
 	}
