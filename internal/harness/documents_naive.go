@@ -76,17 +76,20 @@ func (c *documentsNaiveClient) Op(ctx context.Context) error {
 	}
 	var based history.DocState
 	// The statements run on the operation's context, not the lease's: a
-	// stopped process does not see its lease's context end. The writes
-	// run on writeContext's: the fault, not what is left of the
-	// operation's deadline, decides whether a stale write lands.
+	// stopped process does not see its lease's context end.
 	err = c.locker.Do(ctx, op.key, func(context.Context, fencedlock.Lease) error {
-		based, err = naiveDocOp(ctx, c.env, op.key, name, del, "harness.documents.naive.before-write", writeContext)
+		based, err = naiveDocOp(ctx, c.env, op.key, name, del, "harness.documents.naive.before-write", sameContext)
 		return err
 	})
 	return op.Finish(based, err, occ.ErrNotFound)
 }
 
 func (c *documentsNaiveClient) Close() error { return nil }
+
+// sameContext is the context of the naive lock's writes: the operation's,
+// as its fenced twin's. A stop at the before-write point is not spent from
+// its deadline (opDeadline).
+func sameContext(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} }
 
 // naiveDocOp is the naive twins' operation under the lock they hold: plain
 // reads, then, after the before-write point, unconditional writes on the

@@ -48,17 +48,18 @@ func TestPauseSendsTaker(t *testing.T) {
 	}
 }
 
-// A naive twin's stale write is sent whatever is left of its operation's
-// deadline: the fault, not the deadline, decides whether it lands. With
-// operations bounded by 300 ms, every pause (the lease, 250 ms, and its
-// margin) outlives its victim's deadline, and the naive lock must still
-// lose data.
+// A naive twin writes on its operation's context, as its fenced twin does,
+// and its stale write still lands: the time a worker spends stopped, or
+// held as the taker, is not spent from its operation's deadline
+// (opDeadline). With operations bounded by 1.2 s, every pause (the lease,
+// 1 s, and its margin, 0.5 s) outlives the deadline it would otherwise
+// end, and the naive lock must still lose data.
 func TestStaleWriteOutlivesDeadline(t *testing.T) {
 	for _, name := range []string{"inventory", "documents", "payments", "accounts"} {
 		t.Run(name, func(t *testing.T) {
 			sc, _ := harness.Lookup(name)
 			cfg := harness.Config{Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []harness.Fault{harness.Pause},
-				Approaches: []harness.Approach{harness.NaiveLock}, OpTimeout: 300 * time.Millisecond}
+				Approaches: []harness.Approach{harness.NaiveLock}, LeaseTTL: time.Second, OpTimeout: 1200 * time.Millisecond}
 			rep, err := harness.Run(context.Background(), sc, cfg, harness.Infra{URL: testdb.New(t).URL})
 			for _, n := range rep.Notes {
 				t.Log(n)

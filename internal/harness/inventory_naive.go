@@ -47,16 +47,14 @@ func (inventoryNaive) NewClient(_ context.Context, env *Env) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The statements run on the operation's context, the writes on
-	// writeContext's: a stopped process does not see its lease's context
-	// end, and the fault, not what is left of the operation's deadline,
-	// decides whether a stale write lands.
+	// The statements run on the operation's context: a stopped process
+	// does not see its lease's context end.
 	return newInventoryClient(env, inventoryLockedOps{
 		env: env, point: "harness.inventory.naive.before-write",
 		lock: func(ctx context.Context, rows []string, fn func() error) error {
 			return lockEach(ctx, l, sortedRows(rows), fn)
 		},
-		writeContext: writeContext,
+		writeContext: sameContext,
 	}), nil
 }
 

@@ -166,11 +166,12 @@ func withRedisLock(ctx context.Context, l redisLocker, key string, fn func() err
 	return fn()
 }
 
-// writeContext is the context of the writes a naive-lock or redis-lock
-// client sends after its before-write point: ctx's values, not its
-// deadline, bounded by writeTimeout. A client starved for the lock may have
-// spent most of its operation's deadline waiting; the fault, not what is
-// left of that deadline, must decide whether a stale write lands.
+// writeContext is the context of the writes a redis-lock client sends after
+// its before-write point: ctx's values, not its deadline, bounded by
+// writeTimeout, as the naive lock's in accounts. A client starved for the
+// lock (no library here queues its waiters) may have spent most of its
+// operation's deadline waiting; the fault, not what is left of that
+// deadline, must decide whether a stale write lands.
 func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }

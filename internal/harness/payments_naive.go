@@ -115,11 +115,7 @@ func (c *paymentsNaiveClient) Op(ctx context.Context) error {
 			return replay(op.key, charged, amount)
 		}
 		c.env.BeforeWrite(ctx, "harness.payments.naive.before-write")
-		// The fault, not what is left of the operation's deadline,
-		// decides whether a stale charge lands.
-		wctx, cancel := writeContext(ctx)
-		defer cancel()
-		recorded, err = chargeAndRecord(wctx, c.env, op, amount)
+		recorded, err = chargeAndRecord(ctx, c.env, op, amount)
 		return err
 	})
 	return op.Finish(history.ChargeOutput{Recorded: recorded}, err, idempotency.ErrKeyReused)

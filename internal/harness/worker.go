@@ -243,17 +243,28 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
 		// knows where it stopped. The operation's goroutine stops before
-		// its write, which lands only after the coordinator's SIGCONT.
+		// its write, which lands only after the coordinator's SIGCONT,
+		// whatever the operation's deadline: the stop is not spent from
+		// it (opDeadline).
+		resumed := stopping(ctx)
 		failpoint.StopProcess()(ctx, ev.Name)
+		resumed()
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, ev.Name)
 	case modeWait, modeHold, modePark:
+		// A taker held until the stale write has landed writes after it
+		// whatever its deadline, as a stopped victim does.
+		resumed := func() {}
+		if a.Mode == modeHold {
+			resumed = stopping(ctx)
+		}
 		t := time.NewTimer(maxBlock)
 		select {
 		case <-release:
 		case <-t.C:
 		}
 		t.Stop()
+		resumed()
 	}
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
 }
@@ -371,9 +382,11 @@ func (w *worker) newClient(ctx context.Context, def ApproachDef, env *Env) (Clie
 	return c, nil // sctx lives on with the client; a halt as it started may end it, and the worker halts
 }
 
-// op runs one operation under the operation timeout.
+// op runs one operation under the operation timeout, which the time the
+// process spends stopped at a before-write point does not spend
+// (opDeadline).
 func (w *worker) op(ctx context.Context, c Client) error {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Params.OpTimeout)
+	ctx, cancel := withOpDeadline(ctx, w.cfg.Params.OpTimeout)
 	defer cancel()
 	if err := c.Op(ctx); err != nil {
 		return fmt.Errorf("%s/%s: %w", w.cfg.Scenario, w.cfg.Approach, err)
