@@ -87,9 +87,9 @@ func TestPausedHolderRejectionIsCounted(t *testing.T) {
 			t.Errorf("span lock name %q", name.AsString())
 		}
 		if tok, ok := telemetrytest.Attr(s, telemetry.LockToken); !ok || tok.AsInt64() <= 0 {
-			t.Errorf("span has no token: %v", s.Attributes())
+			t.Errorf("span has no token: %v", s.Attributes)
 		}
-		if s.Status().Code == codes.Error {
+		if s.Status.Code == codes.Error {
 			failed++
 		}
 	}
@@ -202,7 +202,7 @@ func TestUserPgxTracerSeesStatementsUnderDo(t *testing.T) {
 	if len(spans) != 1 {
 		t.Fatalf("%d fencedlock.Do spans, want 1", len(spans))
 	}
-	do := spans[0].SpanContext().SpanID()
+	do := spans[0].SpanContext.SpanID()
 	user.mu.Lock()
 	defer user.mu.Unlock()
 	if len(user.spans) < 2 { // the acquire and the release

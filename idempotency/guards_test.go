@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +275,63 @@ func checkRunsOnceInTx(t *testing.T) error {
 	return checkRunsOnce(t, guardEnv{store: newPostgres(t, db, nil).WithDB(tx)})
 }
 
+// checkLostResponse guards the middleware's lost-response marker: a
+// handler that ran to the end with a response too large to store runs
+// once, and its retry gets the marker.
+func checkLostResponse(t *testing.T, exec idempotency.Executor) error {
+	var runs atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1) // the charge
+		io.WriteString(w, "a response over the limit")
+	})
+	mw, err := idempotency.NewMiddleware(exec, handler, &idempotency.MiddlewareConfig{GlobalScope: true, MaxResponseBody: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []int
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("pay"))
+		req.Header.Set(idempotency.HeaderKey, "k")
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if n := runs.Load(); n != 1 {
+		return fmt.Errorf("the handler ran %d times for one key (answers %v): its finished work was invited to run again", n, codes)
+	}
+	return nil
+}
+
+// lostResponseGuards are checkLostResponse on each executor whose failed
+// Do leaves the handler's effects in place.
+func lostResponseGuards() []guard {
+	executors := map[string]func(t *testing.T) idempotency.Executor{
+		"memory": func(t *testing.T) idempotency.Executor { return memoryGuardEnv(t).store },
+		"leased": func(t *testing.T) idempotency.Executor {
+			l, err := idempotency.NewLeased(memoryGuardEnv(t).store, &idempotency.LeasedConfig{TTL: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		"fenced": func(t *testing.T) idempotency.Executor {
+			f, err := idempotency.NewFenced(memoryLocks(nil), memoryGuardEnv(t).store,
+				&idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		},
+	}
+	var g []guard
+	for _, name := range []string{"memory", "leased", "fenced"} {
+		g = append(g, guard{"idempotency.middleware.lost-response/" + name, func(t *testing.T) error {
+			return checkLostResponse(t, executors[name](t))
+		}})
+	}
+	return g
+}
+
 // guard is one check and the mutant that breaks it.
 type guard struct {
 	mutant string
@@ -300,7 +362,8 @@ func guards() []guard {
 			g = append(g, guard{c.mutant + "/" + env.name, func(t *testing.T) error { return c.check(t, env.new(t)) }})
 		}
 	}
-	return append(g, guard{"idempotency.claim.conflict/postgres-tx", checkRunsOnceInTx})
+	g = append(g, guard{"idempotency.claim.conflict/postgres-tx", checkRunsOnceInTx})
+	return append(g, lostResponseGuards()...)
 }
 
 func TestGuards(t *testing.T) {

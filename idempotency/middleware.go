@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
 )
 
@@ -54,10 +56,18 @@ type MiddlewareConfig struct {
 	// the path and query, and the body (not the headers).
 	Fingerprint func(r *http.Request, body []byte) Fingerprint
 	// MaxRequestBody is the largest request body read (for the
-	// fingerprint); a larger one gives 413. Defaults to 1 MiB.
+	// fingerprint), in bytes; a larger one gives 413 and the handler does
+	// not run. math.MaxInt64 means no limit; zero means the default; a
+	// negative value is refused (ErrInvalid). Defaults to 1 MiB.
 	MaxRequestBody int64
-	// MaxResponseBody is the largest response body stored; a handler that
-	// writes more gets a 500 answer and nothing is stored. Defaults to 1 MiB.
+	// MaxResponseBody is the largest response body stored, in bytes.
+	// math.MaxInt means no limit; zero means the default; a negative value
+	// is refused (ErrInvalid). A handler that writes more has done its
+	// work, but its response cannot be replayed: the client gets a 500
+	// ProblemResponseLost, which is stored in its place, so the key is
+	// spent and a retry gets that answer again — except on a *Postgres,
+	// whose transaction rolls the handler's writes back, so that the key
+	// stays free and a retry runs again. Defaults to 1 MiB.
 	MaxResponseBody int
 	// ReplayHeaders are the response headers stored and replayed to every
 	// retry of the key, besides those that describe the body, which always
@@ -70,10 +80,12 @@ type MiddlewareConfig struct {
 	ReplayHeaders []string
 	// Stored says whether a response with this final status (200 to 599)
 	// is stored and replayed. An unstored response is sent as it is, and
-	// the key is released so that a retry runs again. Defaults to
-	// DefaultStored.
+	// the key is released so that a retry runs again: a status it refuses
+	// says that the handler did nothing a retry would repeat (or undid
+	// it), which the middleware cannot check. Defaults to DefaultStored.
 	Stored func(status int) bool
-	// OnError, when set, is told of errors answered with 500 and of the
+	// OnError, when set, is told of errors answered with 500, of a first
+	// execution whose response was lost (ProblemResponseLost), and of the
 	// Tenant function's errors (answered with 400, without their text).
 	// Defaults to none.
 	OnError func(r *http.Request, err error)
@@ -200,11 +212,24 @@ func validHeaderName(name string) bool {
 // MaxKeyLen bytes) or an unnamed caller 400, a request in flight 409 with
 // Retry-After, a key reused with another payload 422; an expired key also
 // 422, with its own problem type.
+//
+// A handler that ran to the end leaves its key spent. When its response
+// cannot be stored (a body over MaxResponseBody, a status outside 200 to
+// 599), a 500 ProblemResponseLost is stored in its place and every retry
+// gets it, so that the work is not done twice. A *Postgres is the
+// exception: its transaction rolls the handler's writes back, so the key
+// stays free and the 500 (ProblemInternal) invites the retry. A handler
+// that panics, or answers a status that Stored refuses, has not finished:
+// its key is released and a retry runs it again.
 type Middleware struct {
 	exec    Executor
 	next    http.Handler
 	cfg     MiddlewareConfig
 	headers []string // what is stored and replayed
+	// rollsBack is true when a failed Do undoes the handler's writes (a
+	// *Postgres: they are in its transaction), so that a finished
+	// handler whose response is lost may run again.
+	rollsBack bool
 }
 
 // NewMiddleware returns next made idempotent by exec. A nil exec or next, or
@@ -218,7 +243,8 @@ func NewMiddleware(exec Executor, next http.Handler, cfg *MiddlewareConfig) (*Mi
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Middleware{exec: exec, next: next, cfg: c, headers: c.replayHeaders()}, nil
+	_, rollsBack := exec.(*Postgres)
+	return &Middleware{exec: exec, next: next, cfg: c, headers: c.replayHeaders(), rollsBack: rollsBack}, nil
 }
 
 // ServeHTTP implements http.Handler.
@@ -237,11 +263,22 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var first http.Header // every header of a first execution's response
+	var lost *lostError   // a first execution's response that is lost
 	res, err := m.exec.Do(r.Context(), req.key, req.fp, func(ctx context.Context) (Result, error) {
 		res, header, err := m.run(ctx, w, r, req.body)
+		if l, ok := errors.AsType[*lostError](err); ok && !m.rollsBack &&
+			!failpoint.Mutant("idempotency.middleware.lost-response") {
+			// The handler's work is done and stays done: spend the key
+			// with a marker, so that no retry runs it again.
+			lost = l
+			return l.marker(), nil
+		}
 		first = header
 		return res, err
 	})
+	if lost != nil && m.cfg.OnError != nil {
+		m.cfg.OnError(r, lost)
+	}
 	if unstored, ok := errors.AsType[*unstoredError](err); ok {
 		res, err = unstored.res, nil
 	}
@@ -285,11 +322,11 @@ func (m *Middleware) read(r *http.Request) (request, error) {
 	if err := key.Validate(); err != nil {
 		return request{}, err
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
+	body, over, err := readAtMost(r.Body, m.cfg.MaxRequestBody)
 	switch {
 	case err != nil:
 		return request{}, errUnreadableBody
-	case int64(len(body)) > m.cfg.MaxRequestBody:
+	case over:
 		return request{}, &tooLargeError{m.cfg.MaxRequestBody}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -309,23 +346,40 @@ func (m *Middleware) tenant(r *http.Request) (string, error) {
 	return tenant, err
 }
 
+// readAtMost reads r whole if it holds at most limit bytes (limit ≥ 0),
+// and reports over when it holds more. A limit of math.MaxInt64 reads r
+// whole: no reader holds more.
+func readAtMost(r io.Reader, limit int64) (body []byte, over bool, err error) {
+	n := limit
+	if n < math.MaxInt64 {
+		n++ // one byte more than the limit tells a longer body
+	}
+	body, err = io.ReadAll(io.LimitReader(r, n))
+	return body, int64(len(body)) > limit, err
+}
+
 // run runs the handler for a first execution and returns what to store,
-// with every header of its response.
+// with every header of its response. A handler that ran to the end with a
+// response that cannot be stored gives a *lostError, unless its status
+// says that it did nothing (Stored refuses it): then the response, which
+// cannot be sent whole, gives errResponseTooLarge and the key is released.
 func (m *Middleware) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte) (Result, http.Header, error) {
 	rec := &recorder{w: w, header: http.Header{}, limit: m.cfg.MaxResponseBody}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	m.next.ServeHTTP(rec, r.WithContext(ctx))
-	if rec.overflow {
-		return Result{}, nil, errResponseTooLarge
-	}
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if !finalStatus(status) {
+	switch {
+	case !finalStatus(status):
 		// net/http would panic on some of these, and a stored one would
 		// fail every replay.
-		return Result{}, nil, fmt.Errorf("idempotency: the handler answered with status %d, not a final HTTP status (200 to 599)", status)
+		return Result{}, nil, &lostError{status, "its status is not a final HTTP status (200 to 599)"}
+	case rec.overflow && !m.cfg.Stored(status):
+		return Result{}, nil, errResponseTooLarge
+	case rec.overflow:
+		return Result{}, nil, &lostError{status, fmt.Sprintf("its body is larger than %d bytes", m.cfg.MaxResponseBody)}
 	}
 	res := Result{Status: status, Body: rec.body.Bytes(), Header: m.replayed(rec.header)}
 	if !m.cfg.Stored(status) {

@@ -20,6 +20,13 @@ const (
 	ProblemExpired    = "https://pkg.go.dev/github.com/lockfree-go/lockfree/idempotency#ProblemExpired"
 	ProblemTooLarge   = "https://pkg.go.dev/github.com/lockfree-go/lockfree/idempotency#ProblemTooLarge"
 	ProblemInternal   = "https://pkg.go.dev/github.com/lockfree-go/lockfree/idempotency#ProblemInternal"
+	// ProblemResponseLost is the answer, with status 500, to a request
+	// whose handler ran to the end but whose response the middleware
+	// cannot store: a body over MaxResponseBody, or a status outside 200 to
+	// 599. The key is spent: the answer is stored in place of the response,
+	// and every retry with the key gets it again (Idempotent-Replayed:
+	// true) instead of running the handler a second time.
+	ProblemResponseLost = "https://pkg.go.dev/github.com/lockfree-go/lockfree/idempotency#ProblemResponseLost"
 )
 
 // Why a request cannot run, besides the executors' errors.
@@ -146,12 +153,41 @@ func problem(w http.ResponseWriter, status int, typ, title, detail string, retry
 	if retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Type", problemContentType)
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct { // a write error means the client went away
+	_, _ = w.Write(problemBody(status, typ, title, detail)) // a write error means the client went away
+}
+
+const problemContentType = "application/problem+json"
+
+// problemBody is the body of a problem answer.
+func problemBody(status int, typ, title, detail string) []byte {
+	b, _ := json.Marshal(struct { // strings and an int: it cannot fail
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
 	}{typ, title, status, detail})
+	return append(b, '\n')
+}
+
+// lostError is a first execution whose handler ran to the end but whose
+// response cannot be stored; Middleware stores marker in its place.
+type lostError struct {
+	status int    // the handler's
+	why    string // what makes the response unstorable
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("idempotency: the handler answered %d, but its response cannot be stored: %s", e.status, e.why)
+}
+
+// marker is the answer stored in place of the lost response: a problem
+// that says the request was processed and the key is spent.
+func (e *lostError) marker() Result {
+	detail := fmt.Sprintf("The request was processed (the handler answered %d), but its response could not be kept: %s. "+
+		"This Idempotency-Key is spent: a retry with it gets this answer again. "+
+		"A request with a new key would be processed again.", e.status, e.why)
+	return Result{Status: http.StatusInternalServerError, Header: http.Header{"Content-Type": {problemContentType}},
+		Body: problemBody(http.StatusInternalServerError, ProblemResponseLost, "Response lost", detail)}
 }

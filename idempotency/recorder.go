@@ -54,7 +54,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	if r.body.Len()+len(p) > r.limit {
+	// The body never holds more than limit, so the subtraction cannot
+	// overflow (the sum could, with a limit near math.MaxInt); once over,
+	// every later write is refused.
+	if r.overflow || len(p) > r.limit-r.body.Len() {
 		r.overflow = true
 		return 0, errResponseTooLarge
 	}

@@ -49,8 +49,8 @@ func TestExecutionsAreCounted(t *testing.T) {
 		t.Fatalf("%d idempotency.Do spans, want 3", len(spans))
 	}
 	for _, s := range spans {
-		if s.Status().Code != 0 {
-			t.Errorf("span failed: %v", s.Status())
+		if s.Status.Code != 0 {
+			t.Errorf("span failed: %v", s.Status)
 		}
 	}
 }

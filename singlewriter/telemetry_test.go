@@ -119,15 +119,11 @@ func checkDoSpans(t *testing.T, tel *telemetrytest.Telemetry, want map[string]in
 	t.Helper()
 	got := map[string]int64{}
 	for _, s := range tel.SpansNamed("singlewriter.Do") {
-		var o string
-		for _, kv := range s.Attributes() {
-			if kv.Key == telemetry.Outcome {
-				o = kv.Value.AsString()
-			}
-		}
+		v, _ := telemetrytest.Attr(s, telemetry.Outcome)
+		o := v.AsString()
 		got[o]++
-		if isErr := s.Status().Code == codes.Error; isErr != (o == "error" || o == "panic" || o == "goexit") {
-			t.Errorf("span with outcome %s: status %v", o, s.Status())
+		if isErr := s.Status.Code == codes.Error; isErr != (o == "error" || o == "panic" || o == "goexit") {
+			t.Errorf("span with outcome %s: status %v", o, s.Status)
 		}
 	}
 	for o, n := range want {
@@ -138,7 +134,7 @@ func checkDoSpans(t *testing.T, tel *telemetrytest.Telemetry, want map[string]in
 }
 
 // Recording a command's metrics allocates nothing: Do allocates as often
-// with the SDK's meter as with none.
+// with a recording meter as with none.
 func TestActorMetricsAllocateNothing(t *testing.T) {
 	a := mustActor(t, 0, nil)
 	defer a.Stop(ctx)
@@ -149,6 +145,6 @@ func TestActorMetricsAllocateNothing(t *testing.T) {
 	defer b.Stop(ctx)
 	with := testing.AllocsPerRun(200, func() { _ = b.Do(ctx, fn) })
 	if with != base {
-		t.Errorf("Do allocates %v times with the SDK's meter, %v without: recording must allocate nothing", with, base)
+		t.Errorf("Do allocates %v times with a recording meter, %v without: recording must allocate nothing", with, base)
 	}
 }

@@ -137,7 +137,7 @@ func TestMutants(t *testing.T) {
 	}
 	var notes []string
 	var reached map[string][]reach
-	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { c, ok := packageCatchers[p.Name]; return !ok || c.why != inMemory }) {
+	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { c, ok := packageCatchers[p.Name]; return !ok || siteFiles[c.why] == "" }) {
 		reached = reachedSites(t, infra, base, &notes)
 	}
 	var rows []mutantRun
@@ -154,7 +154,7 @@ func TestMutants(t *testing.T) {
 		rows = append(rows, row)
 	}
 	table := mutantMarkdown(rows)
-	for _, why := range []outOfReach{inMemory, inOneStatement} {
+	for _, why := range []outOfReach{inMemory, inMiddleware, inOneStatement} {
 		if whys[why] {
 			table += "\n" + outOfReachNotes[why] + "\n"
 		}
@@ -444,7 +444,13 @@ const (
 	// statement, between two of its steps, with only another session's
 	// open transaction able to act in between.
 	inOneStatement outOfReach = "a race inside one statement"
+	// inMiddleware: the site is in an HTTP middleware alone
+	// (middleware.go files), which no scenario's worker serves through.
+	inMiddleware outOfReach = "an HTTP middleware's site"
 )
+
+// siteFiles are the files a site of each kind may be in, and nowhere else.
+var siteFiles = map[outOfReach]string{inMemory: "memory.go", inMiddleware: "middleware.go"}
 
 // packageCatcher is a site out of every scenario's reach, with the package
 // test that guards it and why no scenario reaches it.
@@ -455,8 +461,8 @@ type packageCatcher struct {
 
 // where says what runs the package test, for the table.
 func (c packageCatcher) where() string {
-	if c.why == inMemory {
-		return "in-process (memory.go)"
+	if f, ok := siteFiles[c.why]; ok {
+		return "in-process (" + f + ")"
 	}
 	return "sessions driven step by step (postgres.go)"
 }
@@ -465,14 +471,16 @@ func (c packageCatcher) where() string {
 // each with the package test that guards it and why: each is caught only
 // if its package test, run in a test binary built with the mutants and
 // $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
-// fails on a listed site a scenario may reach: one of inMemory whose site
-// is in a file other than memory.go, and one of inOneStatement that a run
+// fails on a listed site a scenario may reach: one of inMemory (or
+// inMiddleware) whose site is in a file other than memory.go (or
+// middleware.go), and one of inOneStatement that a run
 // of its hunt (the scenarios', as for any mutant, but on the naive lock)
 // catches.
 var packageCatchers = map[string]packageCatcher{
-	"occ.fenced.read.stamp":   {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
-	"occ.fenced.write.token":  {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
-	"fencedlock.gate.compare": {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
+	"occ.fenced.read.stamp":                {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
+	"occ.fenced.write.token":               {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
+	"fencedlock.gate.compare":              {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
+	"idempotency.middleware.lost-response": {packageTest{"./idempotency", "TestGuards/idempotency.middleware.lost-response/memory"}, inMiddleware},
 	// A fresh row's mint and its insert are one statement (sqlAcquireInsert,
 	// sqlAcquire's fresh-row branch), which waits only on another
 	// session's uncommitted row of the same name: the mutant shows only
@@ -494,6 +502,10 @@ var outOfReachNotes = map[outOfReach]string{
 		"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught, not by a scenario, when the package test named in its row, " +
 		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
 		"TestMutants checks that each such site is in `memory.go` files alone.",
+	inMiddleware: "A mutant whose site is in an HTTP middleware only (a `middleware.go`) is out of every scenario's reach: " +
+		"the workers call the executors directly and serve no HTTP. It is caught, not by a scenario, when the package test named in its row, " +
+		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
+		"TestMutants checks that each such site is in `middleware.go` files alone.",
 	inOneStatement: "A mutant whose race lies inside one SQL statement (`fencedlock.acquire.purge-fence`: a fresh row's token minted, then its insert waiting on " +
 		"another session's uncommitted row of the name) is out of every process fault's reach: only that other session's own transaction can act in between, " +
 		"by giving the name a newer tenure and purging it before it commits, which no scenario's workload does. It is caught, not by a scenario, when the package test " +
@@ -503,17 +515,19 @@ var outOfReachNotes = map[outOfReach]string{
 }
 
 // catchInPackage runs c's package test with mutant and without (runPackageTest),
-// after checking that no scenario reaches the site: a site inMemory must be
-// in memory.go files alone, and a site inOneStatement is hunted with the
+// after checking that no scenario reaches the site: a site inMemory or
+// inMiddleware must be in memory.go or middleware.go files alone, and a site
+// inOneStatement is hunted with the
 // scenarios, as any other mutant but on the naive lock, whose runs must not
 // catch it.
 func catchInPackage(t *testing.T, infra harness.Infra, base harness.Config, mutant string, c packageCatcher, reached map[string][]reach) mutantRun {
 	run := mutantRun{mutant: mutant}
 	switch c.why {
-	case inMemory:
+	case inMemory, inMiddleware:
 		root := moduleRoot(t)
-		if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != "memory.go" }) {
-			t.Errorf("%s is listed in packageCatchers as a memory backend's, but its site is in %v: only a site in memory.go files alone is out of the scenarios' reach", mutant, files)
+		want := siteFiles[c.why]
+		if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != want }) {
+			t.Errorf("%s is listed in packageCatchers as %s, but its site is in %v: only a site in %s files alone is out of the scenarios' reach", mutant, c.why, files, want)
 			return run
 		}
 	case inOneStatement:
@@ -601,4 +615,13 @@ var mutantUnsteady = map[string]string{}
 // holes in the proof that remain to be closed with a sharper scenario.
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
-var mutantHoles = map[string]string{}
+var mutantHoles = map[string]string{
+	// The scenarios' workloads have no failing handler and no poison
+	// message: no batch is retried one message at a time, where a lost
+	// answer resyncs mid-batch, and nothing is dead-lettered.
+	"kafkawriter.consumer.apply.below-stored": "no scenario's reader delivers a batch below the stored offset (the resync drops the batch held; " +
+		"see kafkawriter.consumer.resync.drop); kafkawriter's TestConsumerDropsOffsetsBelowStored catches it (TestMutantsAreCaught)",
+	"kafkawriter.consumer.resync.drop": "no scenario's handler fails, so no batch is retried one message at a time, where a lost answer resyncs " +
+		"mid-batch; kafkawriter's TestConsumerLostAnswerMidRetry catches it (TestMutantsAreCaught)",
+	"kafkawriter.deadletter.permanent": "no scenario dead-letters a message; kafkawriter's TestDeadLetterRefused catches it (TestMutantsAreCaught)",
+}
