@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,8 +187,15 @@ func accountAppend(ctx context.Context, env *Env, key string) (context.Context, 
 	return env.Invoke(ctx, key, history.KindAppend, nil)
 }
 
-// accountKey picks the entity of a client's next append.
-func accountKey(env *Env) string { return Key("account-", env.Rand.IntN(env.Keys)) }
+// accountKey picks the entity of a client's next append: the one a taker
+// is sent to (Env.directed), or one at random.
+func accountKey(env *Env) string {
+	k := Key("account-", env.Rand.IntN(env.Keys))
+	if d := env.directed(); strings.HasPrefix(d, "account-") {
+		return d
+	}
+	return k
+}
 
 // writeTimeout bounds a write sent after a fault: it is sent whatever the
 // operation's deadline, so that a stale write reaches the fence that must

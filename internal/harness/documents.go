@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,7 +162,11 @@ func docEdit(ctx context.Context, env *Env, n *int) (_ context.Context, _ *Op, n
 	*n++
 	name = "c" + strconv.Itoa(env.lane()) + "-" + strconv.Itoa(*n)
 	del = env.Rand.IntN(deleteOdds) == 0
-	ctx, op, err := env.Invoke(ctx, Key("doc-", env.Rand.IntN(env.Keys)), history.KindEdit, history.DocInput{Edit: name, Delete: del})
+	key := Key("doc-", env.Rand.IntN(env.Keys))
+	if d := env.directed(); strings.HasPrefix(d, "doc-") {
+		key = d // a taker
+	}
+	ctx, op, err := env.Invoke(ctx, key, history.KindEdit, history.DocInput{Edit: name, Delete: del})
 	return ctx, op, name, del, err
 }
 

@@ -86,7 +86,9 @@ func (c *documentsNaiveClient) Op(ctx context.Context) error {
 
 func (c *documentsNaiveClient) Close() error { return nil }
 
-// sameContext is the writes' context of the naive lock: the operation's.
+// sameContext is the context of the naive lock's writes: the operation's,
+// as its fenced twin's. A stop at the before-write point is not spent from
+// its deadline (opDeadline).
 func sameContext(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} }
 
 // naiveDocOp is the naive twins' operation under the lock they hold: plain

@@ -91,6 +91,20 @@ func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.
 	return context.WithValue(ctx, opKey{}, op), op, nil
 }
 
+// directed returns, once, the key the fault injector sent the client's
+// next operation to — a taker, sent to the key of a worker a fault stopped
+// or cut off, so that the fault does not wait on chance for one — or ""
+// when there is none. A client that picks its operations' keys asks first,
+// and when it gets a key of its own kind makes its next operation on it;
+// one whose keys are not its own to pick (a partition member acts on the
+// entities it owns) does not ask.
+func (e *Env) directed() string {
+	if e.w == nil {
+		return ""
+	}
+	return e.w.direction()
+}
+
 // BeforeWrite is the before-write point of code that is the harness's own
 // (a naive twin, a raw baseline): it behaves exactly like a failpoint.Inject
 // of a library's point.

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +24,8 @@ const (
 	// Pause stops a worker with SIGSTOP at its next before-write point —
 	// after its read, claim or acquire, before its write — and resumes it
 	// with SIGCONT once the lease that protects the approach has run out
-	// and another worker has taken the key over.
+	// and another worker, sent to the key, has taken it over or been kept
+	// out of it. A pause no other worker came for is not counted.
 	Pause Fault = "pause"
 	// Stall blocks the goroutine of a worker's operation at its
 	// before-write point for longer than the lease, the rest of the
@@ -31,11 +33,14 @@ const (
 	// the worst instruction, deterministic.
 	Stall Fault = "stall"
 	// Isolate cuts a worker off at its before-write point — its proxy
-	// holds every byte, its write included — past the lease and a
-	// takeover, then resets its connections: the write never lands.
+	// holds every byte, its write included — past the lease until another
+	// worker, sent to the key, has taken it over or been kept out of it,
+	// then resets its connections: the write never lands. A cut no other
+	// worker came for is not counted.
 	Isolate Fault = "isolate"
 	// Delay is Isolate that heals: the held bytes are delivered late, in
-	// order, after another worker took over — the delayed packet.
+	// order, after another worker took the key over (or was kept out of
+	// it) — the delayed packet.
 	Delay Fault = "delay"
 	// LostCommit loses the answer to a worker's COMMIT: its proxy forwards
 	// the COMMIT, the server commits, and the worker's connection is reset
@@ -81,13 +86,13 @@ type faultKind struct {
 // faultKinds are the faults, in the order they are listed.
 var faultKinds = []faultKind{
 	{name: Pause, bites: true, victim: pauseOnce,
-		how: "SIGSTOPs at a before-write point, each resumed past the lease that protects the approach and after another worker took the key over"},
+		how: "SIGSTOPs at a before-write point, each resumed past the lease that protects the approach, once another worker sent to the key had taken it over or been kept out of it"},
 	{name: Stall, victim: stallOnce,
-		how: "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on)"},
+		how: "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on), another worker sent to the key meanwhile"},
 	{name: Isolate, network: true, victim: func(ctx context.Context, r *run, v *proc) { cutOnce(ctx, r, v, false) },
-		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then reset (the write never lands)"},
+		how: "cuts of one worker's connections at a before-write point, held past the lease until another worker sent to the key had taken it over or been kept out of it, then reset (the write never lands)"},
 	{name: Delay, network: true, bites: true, victim: func(ctx context.Context, r *run, v *proc) { cutOnce(ctx, r, v, true) },
-		how: "cuts of one worker's connections at a before-write point, held past the lease and a takeover, then delivered late (the write lands after the takeover)"},
+		how: "cuts of one worker's connections at a before-write point, held past the lease until another worker sent to the key had taken it over or been kept out of it, then delivered late (the write lands after that)"},
 	{name: LateRenewal, victim: lateRenewalOnce, skip: lateRenewalSkip,
 		how: "renewals held past their lease's expiry, the other workers kept from the key meanwhile, then sent: the renewal of a lease expired and free, which the lock service must refuse"},
 	{name: LostCommit, network: true, victim: lostCommitOnce, skip: lostCommitSkip,
@@ -219,6 +224,16 @@ func (r *run) victim(i *int) (*proc, bool) {
 	return fallback, false
 }
 
+// blind returns the prefixes of the keys at which a fault a stale write
+// lands under (pause, delay) stops or cuts off no worker: the scenario's
+// StaleBlind keys.
+func (r *run) blind() []string {
+	if b, ok := r.sc.(StaleBlind); ok {
+		return b.BlindKeys()
+	}
+	return nil
+}
+
 // margin is how long past a lease the harness waits before it counts the
 // lease as expired: the server's clock started it a little after the point
 // the worker stopped at, and a waiter polls.
@@ -238,7 +253,7 @@ func (r *run) reachBound() time.Duration {
 }
 
 // takeoverBound bounds the wait for another worker to take over, after the
-// lease: past it, the fault counts as injected, not taken over.
+// lease: past it, the fault is not taken over (takeover).
 func (r *run) takeoverBound() time.Duration { return 5*time.Second + r.prot.Lease }
 
 // armPoint arms v with mode and waits until it fires; false (and a note)
@@ -266,30 +281,120 @@ func (r *run) armPoint(ctx context.Context, f Fault, v *proc, a arm) (event, boo
 	return event{}, false
 }
 
-// takeover waits until the victim's lease has run out (since its point, at)
-// and another worker has taken its key over — held, if it can be, at its own
-// before-write point, so that the victim's stale write lands between the
-// other's read and write. It reports whether a takeover was seen before the
-// bound.
-func (r *run) takeover(ctx context.Context, v *proc, at event) bool {
+// taking is what became of the takeover of a fault's victim: whether
+// another worker came for its key once its lease had run out, and whether
+// it took the key over.
+type taking int
+
+const (
+	// noTaker: no other worker began an operation on the key.
+	noTaker taking = iota
+	// keptOut: another worker began one and did not take the key over —
+	// the approach kept it waiting or refused it (a payment's claim held
+	// in the stopped worker's open transaction; a lease its keepalive
+	// renews).
+	keptOut
+	// takenOver: another worker took the key over.
+	takenOver
+)
+
+// takeover waits until the victim's lease has run out (since its point,
+// at), sends another worker to its key unless one has taken it over
+// already (the taker: it does not wait on chance for a worker to pick the
+// key), and waits until a worker other than the victim has taken the key
+// over — held, if it can be, at its own before-write point, so that the
+// victim's stale write lands between the other's read and write. It
+// reports what became of the key within the bound (takeoverBound). A
+// victim whose operation goes on by itself (a stall: ends, when set) is
+// taken over only by what another worker did before that operation
+// completed: once it has, the key is its holder's to give, not to lose.
+func (r *run) takeover(ctx context.Context, v *proc, at event, ends bool) taking {
 	if at.Key != "" {
 		r.holdOne(ctx, v, at)
 	}
-	expiry := time.Duration(at.T-history.Now()) + r.prot.Lease + r.margin()
-	if !sleep(ctx, expiry) {
-		return false
+	until := func() history.Time {
+		if ends && at.Op != "" {
+			return r.mon.completedAtLocked(at.Op)
+		}
+		return math.MaxInt64
 	}
-	taken := r.mon.wait(ctx, r.takeoverBound(), func() bool {
-		return r.mon.takenOverLocked(v.client, at.Key, at.Token, at.T)
-	})
-	if taken {
+	taken := func() bool { return r.mon.takenOverBeforeLocked(v.client, at.Key, at.Token, at.T, until()) }
+	over := func() bool { return taken() || until() != math.MaxInt64 }
+	expiry := time.Duration(at.T-history.Now()) + r.prot.Lease + r.margin()
+	if sleep(ctx, expiry) && at.Key != "" && !r.mon.wait(ctx, 0, over) {
+		r.direct(v, at.Key)
+	}
+	if r.mon.wait(ctx, r.takeoverBound(), over) && r.mon.wait(ctx, 0, taken) {
 		// The taker may be on its way to its point (it has the lease, its
 		// read is under way): held there, it makes the interleaving that
 		// shows a missing fence — the stale write between its read and
 		// its write.
 		r.mon.wait(ctx, r.reachBound(), func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
+		return takenOver
 	}
-	return taken
+	r.mon.mu.Lock()
+	defer r.mon.mu.Unlock()
+	switch {
+	case taken():
+		return takenOver // as the run ended
+	case ctx.Err() != nil:
+		return noTaker // the run ended before the bound: not kept out
+	case at.Key != "" && r.mon.cameLocked(v.client, at.Key, at.T):
+		return keptOut
+	}
+	return noTaker
+}
+
+// direct sends the worker after v that completed an operation in the last
+// second — or, when none did, the next one running — to key: its next
+// operation is on key (Env.directed).
+func (r *run) direct(v *proc, key string) {
+	procs := r.procs // the crash fault adds to r.procs meanwhile
+	i := slices.Index(procs, v)
+	since := history.Now() - history.Time(time.Second)
+	var taker *proc
+	for n := 1; n < len(procs); n++ {
+		p := procs[(i+n)%len(procs)]
+		if p.exited() {
+			continue
+		}
+		if r.mon.active(p.client, since) {
+			taker = p
+			break
+		}
+		if taker == nil {
+			taker = p
+		}
+	}
+	if taker != nil {
+		taker.command(command{Cmd: cmdDirect, Key: key})
+	}
+}
+
+// countTaking counts fault f, injected into v at its point at, by what became of
+// its takeover (t): once another worker came for the key — or, when the
+// fault needs no taker (needsTaker false), in any case — and apart, those
+// taken over (Result.TakenOver). It notes a fault not taken over.
+func (r *run) countTaking(ctx context.Context, f Fault, v *proc, at event, t taking, needsTaker bool) {
+	r.mu.Lock()
+	if t != noTaker || !needsTaker {
+		r.injected[f]++
+		r.takenOver[f] += 0
+	}
+	if t == takenOver {
+		r.takenOver[f]++
+	}
+	r.mu.Unlock()
+	switch {
+	case t == keptOut:
+		r.note("%s of worker %d on key %s: another worker began an operation on the key and did not take it over", f, v.client, at.Key)
+	case t == noTaker && ctx.Err() == nil:
+		what := "counted"
+		if needsTaker {
+			what = "not counted"
+		}
+		r.note("%s of worker %d on key %s: no other worker began an operation on the key within %v past the lease; %s", f, v.client, at.Key, r.takeoverBound(), what)
+	}
 }
 
 // holdOne arms every worker but the victim to hold at its before-write
@@ -339,7 +444,7 @@ func (r *run) finish(ctx context.Context, v *proc, at event, taken bool, f Fault
 // pause once the process is seen stopped, and resumes it past the lease and
 // a takeover.
 func pauseOnce(ctx context.Context, r *run, v *proc) {
-	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop})
+	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop, Skip: r.blind()})
 	if !ok {
 		return
 	}
@@ -354,11 +459,11 @@ func pauseOnce(ctx context.Context, r *run, v *proc) {
 		r.finish(ctx, v, at, true, Pause)
 		return
 	}
-	r.count(Pause)
-	taken := r.takeover(ctx, v, at)
+	t := r.takeover(ctx, v, at, false)
 	_ = v.signal(sigCont)
 	r.span(v.client, report.SpanPause, at.T, history.Now(), fmt.Sprintf("SIGSTOP on %s", at.Key))
-	r.finish(ctx, v, at, taken, Pause)
+	r.finish(ctx, v, at, true, Pause)
+	r.countTaking(ctx, Pause, v, at, t, true)
 }
 
 // stallOnce stalls v's operation at its next before-write point for twice
@@ -369,9 +474,9 @@ func stallOnce(ctx context.Context, r *run, v *proc) {
 	if !ok {
 		return
 	}
-	r.count(Stall)
-	taken := r.takeover(ctx, v, at)
-	r.finish(ctx, v, at, taken, Stall)
+	t := r.takeover(ctx, v, at, true)
+	r.finish(ctx, v, at, true, Stall)
+	r.countTaking(ctx, Stall, v, at, t, false)
 	r.span(v.client, report.SpanStall, at.T, at.T+history.Time(d), fmt.Sprintf("stall on %s", at.Key))
 }
 
@@ -380,7 +485,11 @@ func stallOnce(ctx context.Context, r *run, v *proc) {
 // cut only when the proxy held bytes.
 func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 	f := map[bool]Fault{false: Isolate, true: Delay}[deliver]
-	at, ok := r.armPoint(ctx, f, v, arm{Mode: modeWait})
+	a := arm{Mode: modeWait}
+	if deliver {
+		a.Skip = r.blind()
+	}
+	at, ok := r.armPoint(ctx, f, v, a)
 	if !ok {
 		return
 	}
@@ -390,18 +499,21 @@ func cutOnce(ctx context.Context, r *run, v *proc, deliver bool) {
 	v.command(command{Cmd: cmdClear}) // the write goes into the cut
 	held := func() int64 { return v.held() - before }
 	caught := poll(ctx, 2*time.Second, func() bool { return held() > 0 })
-	taken := r.takeover(ctx, v, at)
+	t := r.takeover(ctx, v, at, false)
 	n := held()
 	r.noteCut(v.client, from, history.Now())
 	v.cut(faultproxy.Pass, deliver)
 	end := history.Now()
 	if caught && n > 0 {
-		r.count(f)
 		r.span(v.client, report.SpanIsolate, at.T, end, fmt.Sprintf("%s on %s: %d bytes held", f, at.Key, n))
-	} else if ctx.Err() == nil {
+	}
+	r.finish(ctx, v, at, true, f)
+	switch {
+	case caught && n > 0:
+		r.countTaking(ctx, f, v, at, t, true)
+	case ctx.Err() == nil:
 		r.note("%s: worker %d sent nothing into the cut; not counted", f, v.client)
 	}
-	r.finish(ctx, v, at, taken, f)
 }
 
 // committer is an approach whose workers write in transactions of their own,

@@ -73,6 +73,12 @@ func (inventory) Description() string {
 }
 func (inventory) Migrations() []migrate.Migration { return nil }
 
+// BlindKeys are the bids' rows: a bid rises with time, so the bid of a
+// worker stopped before its write is below the one of the worker that
+// takes the row over after it, whose write comes last: the row ends on the
+// highest bid, as every order of the two allows.
+func (inventory) BlindKeys() []string { return []string{"bid-"} }
+
 func (inventory) Setup(ctx context.Context, db *pgxpool.Pool, s Sizes) error {
 	if _, err := db.Exec(ctx, sqlInventoryTable); err != nil {
 		return err
@@ -157,7 +163,14 @@ func newInventoryClient(env *Env, ops inventoryOps) *inventoryClient {
 
 func (c *inventoryClient) Op(ctx context.Context) error {
 	i := c.env.Rand.IntN(c.env.Keys)
-	sku, n := Key("sku-", i), c.env.Rand.IntN(inventoryMixOf)
+	n := c.env.Rand.IntN(inventoryMixOf)
+	directed := c.env.directed()
+	if di, dn, ok := inventoryDirected(directed); ok {
+		i, n = di, dn // a taker
+	} else {
+		directed = ""
+	}
+	sku := Key("sku-", i)
 	invoke := func(kind string, in history.StoreInput) (context.Context, *Op, error) {
 		return c.env.Invoke(ctx, in.Rows[len(in.Rows)-1], kind, in)
 	}
@@ -181,6 +194,9 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 		row := sku
 		if c.env.Rand.IntN(4) == 0 {
 			row = Key("case-", i)
+		}
+		if directed != "" {
+			row = directed
 		}
 		ctx, op, err := invoke(history.KindRestock, history.StoreInput{Rows: []string{row}, Amount: inventoryRestock})
 		if err != nil {
@@ -208,6 +224,9 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 	}
 	c.holds++
 	row := Key("hold-", i) + "-" + strconv.Itoa(c.env.Rand.IntN(inventoryHolds))
+	if directed != "" {
+		row = directed
+	}
 	holder := int64(c.env.lane())<<32 | c.holds // a replacement of a crashed worker counts its own
 	ctx, op, err := invoke(history.KindHold, history.StoreInput{Rows: []string{row}, Value: holder})
 	if err != nil {
@@ -217,6 +236,32 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 }
 
 func (c *inventoryClient) Close() error { return nil }
+
+// inventoryDirected returns the SKU number and the operation (a number of
+// the mix, below inventoryMixOf) of a taker sent to row: one that writes
+// row — a sale of a SKU's row (a basket's key is its SKU's row too), a
+// restock of a case, a reprice, a bid, a hold of that slot.
+func inventoryDirected(row string) (i, n int, ok bool) {
+	prefix, rest, _ := strings.Cut(row, "-")
+	num, _, _ := strings.Cut(rest, "-")
+	i, err := strconv.Atoi(num)
+	if err != nil || i < 0 {
+		return 0, 0, false
+	}
+	switch prefix {
+	case "sku":
+		return i, 0, true
+	case "case":
+		return i, inventorySales + inventoryBaskets, true
+	case "price":
+		return i, inventorySales + inventoryBaskets + inventoryRestocks, true
+	case "bid":
+		return i, inventorySales + inventoryBaskets + inventoryRestocks + inventoryReprices, true
+	case "hold":
+		return i, inventoryMixOf - 1, true
+	}
+	return 0, 0, false
+}
 
 // finishStock records a sale, a basket or a restock: the stock it left in
 // each row, a refusal for want of stock or of room (an answer about the

@@ -54,7 +54,7 @@ func (inventoryNaive) NewClient(_ context.Context, env *Env) (Client, error) {
 		lock: func(ctx context.Context, rows []string, fn func() error) error {
 			return lockEach(ctx, l, sortedRows(rows), fn)
 		},
-		writeContext: func(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} },
+		writeContext: sameContext,
 	}), nil
 }
 

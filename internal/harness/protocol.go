@@ -67,6 +67,8 @@ type workerConfig struct {
 type command struct {
 	Cmd string `json:"cmd"`
 	Arm *arm   `json:"arm,omitempty"`
+	// Key is the key of cmdDirect.
+	Key string `json:"key,omitempty"`
 }
 
 // The commands.
@@ -88,6 +90,11 @@ const (
 	// that instead of the park: an operation parked at its start goes on,
 	// armed for its point.
 	cmdStep = "step"
+	// cmdDirect sends the worker's next operation to command.Key, in the
+	// scenarios whose clients pick their keys (Env.directed): a fault's
+	// taker, sent to the key of a worker it stopped or cut off. cmdClear
+	// drops a direction not yet taken.
+	cmdDirect = "direct"
 )
 
 // arm says what a worker does at the next before-write point it reaches
@@ -105,6 +112,9 @@ type arm struct {
 	Fetched bool `json:"fetched,omitempty"`
 	// Token is the lease of a late-renewal arm (modeRenew).
 	Token int64 `json:"token,omitempty"`
+	// Skip lists the prefixes of the keys the arm does not fire at
+	// (StaleBlind).
+	Skip []string `json:"skip,omitempty"`
 }
 
 // The modes of an arm.

@@ -73,6 +73,15 @@ type Tallier interface {
 	Kind(op *history.Op) string
 }
 
+// StaleBlind is a Scenario some of whose keys no stale write can show a
+// violation on, whatever the approach: the faults a stale write lands under
+// (Bites) do not stop or cut a worker off at them, so that each one they
+// inject lets the approaches without a fence lose data.
+type StaleBlind interface {
+	// BlindKeys returns the prefixes of those keys.
+	BlindKeys() []string
+}
+
 // Protection is what keeps a paused client of an approach from doing harm,
 // as far as the lock service knows: the lease another client must wait out
 // before it takes over.

@@ -33,6 +33,9 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 	res.Detail = detail(rep)
 	r.mu.Lock()
 	res.FaultsInjected = maps.Clone(r.injected)
+	if len(r.takenOver) > 0 {
+		res.TakenOver = maps.Clone(r.takenOver)
+	}
 	r.mu.Unlock()
 	for _, f := range r.cfg.Faults {
 		res.FaultsInjected[f] += 0 // asked for and never injected shows as 0

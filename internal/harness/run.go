@@ -229,9 +229,12 @@ type run struct {
 
 	mu       sync.Mutex
 	injected map[Fault]int64
-	notes    []string
-	spans    map[int][]report.Span // by client
-	global   []report.Span
+	// takenOver counts, of the faults injected that sent a taker to their
+	// victim's key (countTaking), those taken over.
+	takenOver map[Fault]int64
+	notes     []string
+	spans     map[int][]report.Span // by client
+	global    []report.Span
 	// idle: the worker the injector is after completed no operation
 	// lately.
 	idle bool
@@ -277,7 +280,7 @@ func (r *run) seconds(t history.Time) float64 { return float64(t-r.base) / 1e9 }
 func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, infra Infra) (*run, report.Result, error) {
 	sizes := Sizes{Keys: cfg.Keys, Clients: cfg.Clients}
 	r := &run{cfg: cfg, infra: infra, sc: sc, def: def, mon: newMonitor(),
-		injected: map[Fault]int64{}, spans: map[int][]report.Span{}, replaced: map[int]int{}}
+		injected: map[Fault]int64{}, takenOver: map[Fault]int64{}, spans: map[int][]report.Span{}, replaced: map[int]int{}}
 	r.params = Params{Sizes: sizes, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
 	r.prot = def.Protection(r.params)
 	if r.params.OpTimeout == 0 {

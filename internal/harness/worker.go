@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type worker struct {
 	mu      sync.Mutex
 	armed   *arm
 	release chan struct{} // closed by cmdClear: an operation blocked at a point goes on
+	// directed is the key of the worker's next operation (cmdDirect), or
+	// "".
+	directed string
 
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
@@ -122,6 +126,10 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.step(c.Arm)
 		case cmdLateRenewal:
 			w.renewalArm(c.Arm)
+		case cmdDirect:
+			w.mu.Lock()
+			w.directed = c.Key
+			w.mu.Unlock()
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
@@ -146,11 +154,22 @@ func (w *worker) clear() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.armed = nil
+	w.directed = ""
 	if w.release != nil {
 		close(w.release)
 		w.release = nil
 	}
 	w.late.clear()
+}
+
+// direction returns the key the worker's next operation was sent to
+// (cmdDirect), once, or "".
+func (w *worker) direction() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := w.directed
+	w.directed = ""
+	return key
 }
 
 // step lets an operation blocked at a point go on and parks the next
@@ -201,7 +220,8 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) {
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) ||
+		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return
 	}
@@ -223,17 +243,28 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
 		// knows where it stopped. The operation's goroutine stops before
-		// its write, which lands only after the coordinator's SIGCONT.
+		// its write, which lands only after the coordinator's SIGCONT,
+		// whatever the operation's deadline: the stop is not spent from
+		// it (opDeadline).
+		resumed := stopping(ctx)
 		failpoint.StopProcess()(ctx, ev.Name)
+		resumed()
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, ev.Name)
 	case modeWait, modeHold, modePark:
+		// A taker held until the stale write has landed writes after it
+		// whatever its deadline, as a stopped victim does.
+		resumed := func() {}
+		if a.Mode == modeHold {
+			resumed = stopping(ctx)
+		}
 		t := time.NewTimer(maxBlock)
 		select {
 		case <-release:
 		case <-t.C:
 		}
 		t.Stop()
+		resumed()
 	}
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
 }
@@ -351,9 +382,11 @@ func (w *worker) newClient(ctx context.Context, def ApproachDef, env *Env) (Clie
 	return c, nil // sctx lives on with the client; a halt as it started may end it, and the worker halts
 }
 
-// op runs one operation under the operation timeout.
+// op runs one operation under the operation timeout, which the time the
+// process spends stopped at a before-write point does not spend
+// (opDeadline).
 func (w *worker) op(ctx context.Context, c Client) error {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Params.OpTimeout)
+	ctx, cancel := withOpDeadline(ctx, w.cfg.Params.OpTimeout)
 	defer cancel()
 	if err := c.Op(ctx); err != nil {
 		return fmt.Errorf("%s/%s: %w", w.cfg.Scenario, w.cfg.Approach, err)
