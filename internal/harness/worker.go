@@ -204,7 +204,11 @@ func (w *worker) park(ctx context.Context, key string) {
 
 // point is the handler of every before-write point of the process: it marks
 // the operation as having reached its write and, when the worker is armed
-// for it, fires the arm once.
+// for it, fires the arm once. A point reached with no operation (a Kafka
+// consumer's own point, on the library's context, after the harness's
+// handler reached its point) fires nothing: the coordinator could not name
+// the key the worker stopped on, so it could neither send a taker there
+// nor see one take it over.
 func (w *worker) point(ctx context.Context, name string) {
 	if w.memberPoint(ctx, name) {
 		return
@@ -213,14 +217,14 @@ func (w *worker) point(ctx context.Context, name string) {
 		return
 	}
 	op := opFrom(ctx)
-	ev := event{Ev: evPoint, Name: name}
-	if op != nil {
-		op.passed.Store(true)
-		ev.Key, ev.Op, ev.Token = op.key, op.ID(), op.Token()
+	if op == nil {
+		return
 	}
+	op.passed.Store(true)
+	ev := event{Ev: evPoint, Name: name, Key: op.key, Op: op.ID(), Token: op.Token()}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) ||
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
 		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return
