@@ -292,7 +292,9 @@ func (m *Member) Partition(key string) int { return partitionOf(key, m.ringCfg.P
 // ([Postgres.Condition], [Postgres.Verify], [Memory.Verify]) because a pause
 // can outlast the member's lease. fn's context carries ctx's values and is
 // cancelled when ctx is, or when the partition is taken away and its drain
-// timeout has passed.
+// timeout has passed (or the member's lease is lost): Do then answers an
+// error matching ErrMoving, also when fn returns context.Canceled as
+// database drivers do.
 //
 // When another member owns the key Do returns a *NotOwnerError naming it
 // (forward the call there, e.g. with [Forward]); while the partition is
