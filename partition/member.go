@@ -230,6 +230,7 @@ type Member struct {
 	ring        *Ring
 	addrs       map[string]string
 	execs       map[int]*executor
+	last        map[int]*executor       // the latest executor per partition, stopped or not
 	handing     map[int]bool            // partitions being drained and released
 	incoming    map[int]time.Time       // handovers to this member: since when seen
 	leavingFrom time.Time               // when Stop marked the member leaving
@@ -256,7 +257,7 @@ func NewMember(store Membership, cfg *Config) (*Member, error) {
 	return &Member{
 		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, fwd: c.Forward.withDefaults(), tel: newMemberTelemetry(c),
 		life: make(chan struct{}, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
-		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
+		addrs: map[string]string{}, execs: map[int]*executor{}, last: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
 	}, nil
 }
 

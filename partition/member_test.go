@@ -857,6 +857,7 @@ func TestDrainTimeoutAnswersMoving(t *testing.T) {
 			t.Parallel()
 			store := b.new(t)
 			cfg := testConfig
+			cfg.TTL = 5 * time.Second // no lease lost on a loaded machine: only the handoff cancels
 			cfg.DrainTimeout = 50 * time.Millisecond
 			f := newFleet(t, store, cfg)
 			a := f.start("a")
@@ -882,6 +883,44 @@ func TestDrainTimeoutAnswersMoving(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("the running function was not cancelled after DrainTimeout")
+			}
+		})
+	}
+}
+
+// failingRelease is a membership store whose first Releases fail without
+// releasing anything, as a release that timed out on a loaded database does.
+type failingRelease struct {
+	partition.Membership
+	fails atomic.Int32 // Releases left to fail
+}
+
+func (s *failingRelease) Release(ctx context.Context, es []partition.Epoch) error {
+	if s.fails.Add(-1) >= 0 {
+		return errors.New("release timed out")
+	}
+	return s.Membership.Release(ctx, es)
+}
+
+// A handoff whose release fails leaves rows the member owns but no longer
+// runs; the new owner cannot claim them while the member lives. The member
+// releases them again at its next steps, and the fleet settles.
+func TestFailedReleaseIsRetried(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := &failingRelease{Membership: b.new(t)}
+			store.fails.Store(2)
+			cfg := testConfig
+			cfg.TTL = 5 * time.Second // no lease expires on a loaded machine: only releases move partitions
+			f := newFleet(t, store, cfg)
+			f.start("a")
+			f.start("b") // a hands off what the ring now places on b; the release fails, and its retry
+			f.settled(30 * time.Second)
+			f.w.check()
+			if n := store.fails.Load(); n >= 0 {
+				t.Fatalf("%d failing releases left: the partitions moved without the releases this test fails", n+1)
 			}
 		})
 	}
