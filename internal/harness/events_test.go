@@ -202,3 +202,33 @@ func TestDrainPollsTheEntitiesSentTo(t *testing.T) {
 		}
 	}
 }
+
+// The consumer group's timing grows with the fleet: 2 s sessions and
+// rebalances up to 8 members, 2 s more each for every 8 more, so that a
+// member of 64 on a loaded machine heartbeats and rejoins in time. The
+// lease that protects each approach on Kafka — how long a fault waits for
+// a takeover — grows with it.
+func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
+	for _, tc := range []struct {
+		clients int
+		want    groupTiming
+	}{
+		{1, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
+		{8, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
+		{9, groupTiming{4 * time.Second, 4 * time.Second, 200 * time.Millisecond}},
+		{64, groupTiming{16 * time.Second, 16 * time.Second, 800 * time.Millisecond}},
+	} {
+		if got := kafkaTiming(tc.clients); got != tc.want {
+			t.Errorf("%d clients: %+v, want %+v", tc.clients, got, tc.want)
+		}
+		for _, d := range Approaches("events") {
+			if _, ok := d.(kafkaApproach); !ok {
+				continue
+			}
+			lease := d.Protection(Params{Sizes: Sizes{Clients: tc.clients, Keys: 1}}).Lease
+			if lease < tc.want.session+tc.want.rebalance {
+				t.Errorf("%d clients: %s is protected for %v, less than its group's session and rebalance", tc.clients, d.Approach(), lease)
+			}
+		}
+	}
+}
