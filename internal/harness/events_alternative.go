@@ -37,8 +37,8 @@ func (eventsAlternative) Label() string {
 // Protection is the consumer group's: another member takes a stopped one's
 // partitions once the broker has evicted it (the session timeout) and the
 // group has rebalanced (at most the rebalance timeout).
-func (eventsAlternative) Protection(Params) Protection {
-	return Protection{Lease: kafkaSession + kafkaRebalance, What: "the consumer session timeout plus the rebalance"}
+func (eventsAlternative) Protection(p Params) Protection {
+	return Protection{Lease: kafkaTiming(p.Clients).lease(), What: "the consumer session timeout plus the rebalance"}
 }
 
 func (eventsAlternative) NewClient(ctx context.Context, env *Env) (Client, error) {
@@ -46,10 +46,11 @@ func (eventsAlternative) NewClient(ctx context.Context, env *Env) (Client, error
 	if err != nil {
 		return nil, err
 	}
-	c := &eventsAltClient{kafkaProducer: p, holder: "worker-" + strconv.Itoa(env.Client), group: topic, stop: make(chan struct{})}
+	c := &eventsAltClient{kafkaProducer: p, holder: "worker-" + strconv.Itoa(env.Client), group: topic, stop: make(chan struct{}),
+		timing: kafkaTiming(env.Clients)}
 	c.consumer, err = kafkawriter.NewBatchConsumer(taskDB{env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
+			SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
 			MeterProvider: env.MeterProvider})
 	if err != nil {
 		p.Close()
@@ -73,6 +74,7 @@ type eventsAltClient struct {
 	group    string
 	stop     chan struct{}
 	watched  sync.WaitGroup
+	timing   groupTiming
 }
 
 // partitionKey is the key of partition p's work: what a fault is injected
@@ -122,7 +124,7 @@ func (c *eventsAltClient) watch() {
 		now := c.consumer.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
-				c.env.report(event{Ev: evLease, T: history.Now(), Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: kafkaSession})
+				c.env.report(event{Ev: evLease, T: history.Now(), Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.session})
 			}
 		}
 		for p, epoch := range held {

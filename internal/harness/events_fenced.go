@@ -42,7 +42,7 @@ func (eventsFenced) Label() string {
 // reads a partition before its member is evicted and the group rebalanced,
 // long after the entity lock's lease has run out.
 func (eventsFenced) Protection(p Params) Protection {
-	return Protection{Lease: max(p.LeaseTTL, kafkaSession+kafkaRebalance), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+	return Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
 func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
@@ -59,6 +59,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
 	}
 	holder := "worker-" + strconv.Itoa(env.Client)
 	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
+	timing := kafkaTiming(env.Clients)
 	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.recording(store), env},
 		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.FencedConsumerConfig{
@@ -66,7 +67,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *Env) (Client, error) {
 				Wait:          &fencedlock.WaitConfig{MinDelay: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond},
 				MeterProvider: env.MeterProvider},
 			Stream: topic, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
+			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
 		})
 	if err != nil {
 		p.Close()

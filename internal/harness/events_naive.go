@@ -31,7 +31,7 @@ func (eventsNaive) Label() string {
 // reads a partition before its member is evicted and the group rebalanced,
 // long after the entity lock's lease has run out.
 func (eventsNaive) Protection(p Params) Protection {
-	return Protection{Lease: max(p.LeaseTTL, kafkaSession+kafkaRebalance), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+	return Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
 func (eventsNaive) NewClient(ctx context.Context, env *Env) (Client, error) {

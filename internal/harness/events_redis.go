@@ -33,7 +33,7 @@ func (d eventsRedis) Label() string {
 // a partition before its member is evicted and the group rebalanced, long
 // after the lock's TTL has run out.
 func (eventsRedis) Protection(p Params) Protection {
-	return Protection{Lease: max(redisProtection(p).Lease, kafkaSession+kafkaRebalance),
+	return Protection{Lease: max(redisProtection(p).Lease, kafkaTiming(p.Clients).lease()),
 		What: "the consumer session timeout plus the rebalance (the lock's TTL in Redis runs out before)"}
 }
 func (eventsRedis) redisLock() {}

@@ -76,8 +76,15 @@ const (
 	// cmdGo starts the measured part of the run.
 	cmdGo = "go"
 	// cmdHalt ends it: the worker finishes its operation, reports its
-	// stats and exits.
+	// stats and exits — a Drainer once it has drained and been sent
+	// cmdLeave.
 	cmdHalt = "halt"
+	// cmdLeave lets a worker that drained (a Drainer: a member of a
+	// consumer group) close its client, once every worker of the run has
+	// drained or exited: a member that left the group earlier would make
+	// it rebalance, and stop every other member, while they still apply
+	// what their producers sent.
+	cmdLeave = "leave"
 	// cmdArm arms the worker's before-write points (command.Arm).
 	cmdArm = "arm"
 	// cmdClear disarms them and lets an operation blocked at one go on.

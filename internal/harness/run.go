@@ -493,6 +493,9 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		p.command(command{Cmd: cmdClear})
 		p.command(command{Cmd: cmdHalt})
 	}
+	leaving, stopLeaving := context.WithCancel(ctx)
+	defer stopLeaving()
+	go r.letLeave(leaving)
 	// Half a minute, and a second more per worker: after the halt a
 	// pipeline's workers drain (events: 64 consumers of one group on a
 	// loaded machine rebalance for over 40 s), and a worker killed while
@@ -519,6 +522,27 @@ func (r *run) measure(ctx context.Context) (window, error) {
 		}
 	}
 	return w, nil
+}
+
+// letLeave sends every worker cmdLeave once each has reported its stats —
+// a Drainer has drained — or exited, or once ctx ends: no member of a
+// consumer group leaves it, making the others rebalance, while another
+// still applies what was sent to it.
+func (r *run) letLeave(ctx context.Context) {
+	r.mon.wait(ctx, maxBlock, func() bool {
+		for _, p := range r.procs {
+			p.mu.Lock()
+			drained := p.stats != nil
+			p.mu.Unlock()
+			if !drained && !p.exited() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range r.procs {
+		p.command(command{Cmd: cmdLeave})
+	}
 }
 
 // last returns once the run's duration has passed and every fault asked

@@ -68,6 +68,9 @@ type worker struct {
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
 	haltOnce     sync.Once
+	// leaveCh is closed by cmdLeave, or when the coordinator is gone.
+	leaveCh   chan struct{}
+	leaveOnce sync.Once
 
 	// invoked counts the operations the client invoked (Env.Invoke): a
 	// call of Op that found nothing to do (a member owning no key) is
@@ -93,7 +96,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err := json.Unmarshal(sc.Bytes(), &cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	w := &worker{cfg: cfg, out: &emitter{w: out}, goCh: make(chan struct{}), haltCh: make(chan struct{})}
+	w := &worker{cfg: cfg, out: &emitter{w: out}, goCh: make(chan struct{}), haltCh: make(chan struct{}), leaveCh: make(chan struct{})}
 	go w.control(sc)
 	return w.run(ctx)
 }
@@ -101,6 +104,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 // control follows the coordinator's commands until stdin ends, which halts
 // the worker: its coordinator is gone.
 func (w *worker) control(sc *bufio.Scanner) {
+	defer w.leave()
 	defer w.halt()
 	for sc.Scan() {
 		var c command
@@ -112,7 +116,9 @@ func (w *worker) control(sc *bufio.Scanner) {
 		case cmdGo:
 			w.goOnce.Do(func() { close(w.goCh) })
 		case cmdHalt:
-			return
+			w.halt()
+		case cmdLeave:
+			w.leave()
 		case cmdArm:
 			if w.armLate(c.Arm) {
 				continue
@@ -139,6 +145,24 @@ func (w *worker) control(sc *bufio.Scanner) {
 }
 
 func (w *worker) halt() { w.haltOnce.Do(func() { close(w.haltCh) }) }
+
+func (w *worker) leave() { w.leaveOnce.Do(func() { close(w.leaveCh) }) }
+
+// leaveWhenLet returns once the worker may close client: at once, unless
+// client is a Drainer (a member of a consumer group), whose consumer stays
+// in the group until every worker has drained — until cmdLeave, or the
+// coordinator is gone, at most maxBlock.
+func (w *worker) leaveWhenLet(client Client) {
+	if _, ok := client.(Drainer); !ok {
+		return
+	}
+	t := time.NewTimer(maxBlock)
+	defer t.Stop()
+	select {
+	case <-w.leaveCh:
+	case <-t.C:
+	}
+}
 
 func (w *worker) halted() bool {
 	select {
@@ -357,7 +381,11 @@ func (w *worker) run(ctx context.Context) error {
 	if c, ok := client.(Counter); ok {
 		st.Counts = c.Counts()
 	}
-	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
+	if err := w.out.event(event{Ev: evStats, T: history.Now(), Stats: st}); err != nil {
+		return err
+	}
+	w.leaveWhenLet(client)
+	return nil
 }
 
 // newClient starts def's client on env. A crashed worker's replacement's
