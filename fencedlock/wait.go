@@ -82,6 +82,24 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 	return c.acquire(ctx, name, func() (Lease, error) { return store.Acquire(ctx, name, holder, ttl) })
 }
 
+// AcquireValueWait is AcquireWait with value on the new lease: each attempt
+// is store.AcquireValue, so the value is set in the step that grants the
+// lease. A value longer than MaxValueLen is a *ValueTooLargeError before any
+// attempt.
+func AcquireValueWait(ctx context.Context, store ValueStore, name, holder string, ttl time.Duration, value string, cfg *WaitConfig) (Lease, error) {
+	if store == nil {
+		return Lease{}, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	if err := ValidValue(value); err != nil {
+		return Lease{}, err
+	}
+	c := cfg.withDefaults(store)
+	if err := c.validate(); err != nil {
+		return Lease{}, err
+	}
+	return c.acquire(ctx, name, func() (Lease, error) { return store.AcquireValue(ctx, name, holder, ttl, value) })
+}
+
 // acquire waits for name, calling try for each attempt.
 func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease, error)) (Lease, error) {
 	// The first attempt goes without wake-ups: most find the lock free, and

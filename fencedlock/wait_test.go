@@ -1,6 +1,7 @@
 package fencedlock_test
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,5 +53,39 @@ func TestAcquireWaitSubscribesOnlyWhenBusy(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// AcquireValueWait waits like AcquireWait and grants the lease with its
+// value; a value too large is refused before any attempt.
+func TestAcquireValueWait(t *testing.T) {
+	t.Parallel()
+	store := newMemory(t, nil)
+	a, err := store.Acquire(ctx, "valued", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan fencedlock.Lease, 1)
+	go func() {
+		l, err := fencedlock.AcquireValueWait(ctx, store, "valued", "b", time.Minute, "b's", &fencedlock.WaitConfig{MinDelay: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	if err := store.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := <-done
+	cur, _, err := store.Holder(ctx, "valued")
+	if err != nil || b.Holder != "b" || b.Value != "b's" || cur.Value != "b's" || cur.Token != b.Token {
+		t.Fatalf("lease %+v, holder %+v, %v: want b's with its value", b, cur, err)
+	}
+	big := make([]byte, fencedlock.MaxValueLen+1)
+	if _, err := fencedlock.AcquireValueWait(ctx, store, "other", "c", time.Minute, string(big), nil); !errors.Is(err, fencedlock.ErrValueTooLarge) {
+		t.Fatalf("a value too large: %v, want ErrValueTooLarge", err)
+	}
+	if _, held, _ := store.Holder(ctx, "other"); held {
+		t.Fatal("a refused AcquireValueWait took the lock")
 	}
 }
