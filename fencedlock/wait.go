@@ -66,6 +66,12 @@ func (c WaitConfig) validate() error {
 	return nil
 }
 
+// Validate reports a WaitConfig that AcquireWait would refuse: negative
+// delays, MaxDelay below MinDelay, or Jitter outside [0, 1] give an error
+// matching ErrInvalid. A nil c is the defaults, which are valid. Packages
+// that wait on fencedlock (leader) call it in their constructors.
+func (c *WaitConfig) Validate() error { return c.withDefaults(nil).validate() }
+
 // AcquireWait acquires name, waiting while another holder has it: it retries
 // with exponential backoff and jitter, woken early by the wake-ups (cfg's, or
 // the store's), until it succeeds or ctx ends (it then returns ctx's cause,

@@ -68,6 +68,7 @@ var registry = []Point{
 	{"kafkawriter.inbox.advance.epoch", MutantSite, "Inbox.Advance moves the offset whatever epoch (owner) is stored"},
 	{"kafkawriter.inbox.advance.offset", MutantSite, "Inbox.Advance moves the offset whatever offset is stored"},
 	{"kafkawriter.inbox.claim.epoch", MutantSite, "Inbox.Claim gives the new owner the old owner's epoch instead of a higher one"},
+	{"leader.term.context", MutantSite, "a leader's term context is its campaign's, not its lease's: a leader that loses its lease is not told"},
 	{"occ.delete.version", MutantSite, "Delete removes the row whatever its version, not only at the version the caller names"},
 	{"occ.fenced.before-write", InjectPoint, "Fenced.Update after the fenced read and mutate, before the fenced write"},
 	{"occ.fenced.read.stamp", MutantSite, "the Memory twin's fenced read checks the token but does not raise the row's token to it"},
