@@ -111,7 +111,8 @@ func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease,
 	// The first attempt goes without wake-ups: most find the lock free, and
 	// for a store that listens only while someone waits a subscription is a
 	// LISTEN on a connection of its own.
-	if lease, err := try(); !errors.Is(err, ErrHeld) {
+	lease, err := try()
+	if !errors.Is(err, ErrHeld) {
 		return lease, err
 	}
 	// Refused: subscribe before each further attempt (the first at once),
@@ -121,10 +122,10 @@ func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease,
 	wake, stop := c.subscribe(name)
 	defer func() { stop() }()
 	delay := c.MinDelay
-	var held error // the last contention seen, reported with ctx's end
+	held := err // the last contention seen, reported with ctx's end
 	for {
-		lease, err := try()
-		if err != nil && held != nil && ctx.Err() != nil {
+		lease, err = try()
+		if err != nil && ctx.Err() != nil {
 			// ctx ended during an attempt: report it as the end of the wait.
 			return Lease{}, errors.Join(context.Cause(ctx), held)
 		}

@@ -1,6 +1,7 @@
 package fencedlock_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -87,5 +88,41 @@ func TestAcquireValueWait(t *testing.T) {
 	}
 	if _, held, _ := store.Holder(ctx, "other"); held {
 		t.Fatal("a refused AcquireValueWait took the lock")
+	}
+}
+
+// cancelingStore cancels a context at its n-th Acquire, before it runs.
+type cancelingStore struct {
+	fencedlock.Store
+	n      int
+	cancel context.CancelFunc
+	calls  atomic.Int64
+}
+
+func (s *cancelingStore) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	if s.calls.Add(1) == int64(s.n) {
+		s.cancel()
+	}
+	return s.Store.Acquire(ctx, name, holder, ttl)
+}
+
+// A wait whose ctx ends during an attempt, after the lock was found held,
+// reports both: ctx's cause and the holder. The first refusal counts too:
+// a wait that ends during its second attempt has seen one.
+func TestAcquireWaitCanceledReportsHolder(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3} {
+		mem := newMemory(t, nil)
+		if _, err := mem.Acquire(ctx, "busy", "a", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		store := &cancelingStore{Store: mem, n: n, cancel: cancel}
+		_, err := fencedlock.AcquireWait(wctx, store, "busy", "b", time.Minute, &fencedlock.WaitConfig{MinDelay: time.Millisecond})
+		cancel()
+		var held *fencedlock.HeldError
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &held) || held.Holder != "a" {
+			t.Errorf("wait canceled during attempt %d: %v, want context.Canceled and a's *HeldError", n, err)
+		}
 	}
 }
