@@ -330,16 +330,42 @@ func testProclaim(t *testing.T, h Harness) {
 	}
 }
 
+// refusals is a store that closes refused at the first acquire it saw
+// refused because the lock is held.
+type refusals struct {
+	leader.Store
+	refused chan struct{}
+	once    sync.Once
+}
+
+func (r *refusals) AcquireValue(ctx context.Context, name, holder string, ttl time.Duration, value string) (fencedlock.Lease, error) {
+	l, err := r.Store.AcquireValue(ctx, name, holder, ttl, value)
+	if errors.Is(err, fencedlock.ErrHeld) {
+		r.once.Do(func() { close(r.refused) })
+	}
+	return l, err
+}
+
 // A campaign whose ctx ends while another leads returns ctx's cause and the
 // other's *HeldError, and takes nothing.
 func testCanceled(t *testing.T, h Harness) {
 	a := campaign(t, election(t, h, "a", time.Minute), "a")
-	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	store := &refusals{Store: h.Store, refused: make(chan struct{})}
+	b, err := leader.NewElection(store, electionName(t), &leader.Config{Holder: "b",
+		Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	term, err := election(t, h, "b", time.Minute).Campaign(cctx, "b")
+	go func() {
+		<-store.refused // b waits: a leads
+		cancel()
+	}()
+	term, err := b.Campaign(cctx, "b")
 	var held *fencedlock.HeldError
-	if term != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) || held.Holder != "a" {
-		t.Fatalf("canceled Campaign: %v, %v; want the deadline and a's *HeldError", term, err)
+	if term != nil || !errors.Is(err, context.Canceled) || !errors.As(err, &held) || held.Holder != "a" {
+		t.Fatalf("canceled Campaign: %v, %v; want the cancellation and a's *HeldError", term, err)
 	}
 	if l := current(t, election(t, h, "x", time.Minute)); l.Holder != "a" || l.Term != a.Token() {
 		t.Fatalf("leader %+v after a canceled campaign, want a", l)
