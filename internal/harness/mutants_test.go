@@ -632,4 +632,12 @@ var mutantHoles = map[string]string{
 	"kafkawriter.consumer.resync.drop": "no scenario's handler fails, so no batch is retried one message at a time, where a lost answer resyncs " +
 		"mid-batch; kafkawriter's TestConsumerLostAnswerMidRetry catches it (TestMutantsAreCaught)",
 	"kafkawriter.deadletter.permanent": "no scenario dead-letters a message; kafkawriter's TestDeadLetterRefused catches it (TestMutantsAreCaught)",
+	// No scenario's workload sets a lease value or acquires several names
+	// at once: fencedlock's TestGuards catches each (TestMutantsAreCaught).
+	"fencedlock.acquire.clear-value": "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.acquire.clear-value catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.atomic":   "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.atomic catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
+	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
+	// No scenario elects a leader yet.
+	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
 }
