@@ -64,6 +64,8 @@ var registry = []Point{
 	{"kafkawriter.inbox.advance.epoch", MutantSite, "Inbox.Advance moves the offset whatever epoch (owner) is stored"},
 	{"kafkawriter.inbox.advance.offset", MutantSite, "Inbox.Advance moves the offset whatever offset is stored"},
 	{"kafkawriter.inbox.claim.epoch", MutantSite, "Inbox.Claim gives the new owner the old owner's epoch instead of a higher one"},
+	{"kafkawriter.inbox.dedupe.event-id", MutantSite, "Inbox.Dedupe keeps a message whose event ID was applied before (or earlier in the batch)"},
+	{"kafkawriter.inbox.dedupe.seq", MutantSite, "Inbox.Dedupe keeps a message whose sequence is not above the highest its entity received"},
 	{"occ.delete.version", MutantSite, "Delete removes the row whatever its version, not only at the version the caller names"},
 	{"occ.fenced.before-write", InjectPoint, "Fenced.Update after the fenced read and mutate, before the fenced write"},
 	{"occ.fenced.read.stamp", MutantSite, "the Memory twin's fenced read checks the token but does not raise the row's token to it"},

@@ -624,4 +624,8 @@ var mutantHoles = map[string]string{
 	"kafkawriter.consumer.resync.drop": "no scenario's handler fails, so no batch is retried one message at a time, where a lost answer resyncs " +
 		"mid-batch; kafkawriter's TestConsumerLostAnswerMidRetry catches it (TestMutantsAreCaught)",
 	"kafkawriter.deadletter.permanent": "no scenario dead-letters a message; kafkawriter's TestDeadLetterRefused catches it (TestMutantsAreCaught)",
+
+	// No scenario's consumer has Dedupe on, the one path to these sites.
+	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 }
