@@ -628,4 +628,9 @@ var mutantHoles = map[string]string{
 	// No scenario's consumer has Dedupe on, the one path to these sites.
 	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+
+	// No scenario writes through an outbox or runs its relays yet.
+	"outbox.mark.epoch":  "no scenario runs an outbox relay; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
+	"outbox.relay.order": "no scenario runs an outbox relay; outbox's TestRelaysPublishEachEventInOrder catches it (TestMutantsAreCaught)",
+	"outbox.write.seq":   "no scenario writes to an outbox; outbox's TestPostgresWritersOfOneEntityTakeTurns catches it (TestMutantsAreCaught)",
 }
