@@ -71,6 +71,12 @@ var (
 	// ErrStopped reports a Start of a consumer that was stopped: a consumer
 	// runs once.
 	ErrStopped = errors.New("kafkawriter: consumer stopped")
+	// ErrUncertain reports a send whose outcome is unknown: the request
+	// may have reached the brokers and been written (the connection broke
+	// before their answer, or the context ended first). Sending the
+	// messages again may write them twice, as records at later offsets
+	// that consumers apply again.
+	ErrUncertain = errors.New("kafkawriter: send outcome unknown")
 	// ErrFenceEra reports a Claim that the database refused to mint an
 	// epoch for, because it could be lower than one already handed out: the
 	// database moved to a cluster whose WAL timeline is lower than the era
@@ -212,10 +218,10 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 // messages, the entity's progress): what a Handler does for one message, for up to
 // the configured BatchSize at once, so that it can apply them in fewer round
 // trips (one pgx.Batch for all their statements, or one set-based
-// statement). The same rules hold: all its writes on tx; a returned error, a
-// panic or runtime.Goexit rolls the whole batch back. A batch that fails is
-// retried one message at a time (msgs of length one), so that a poison
-// message is isolated and dead-lettered alone.
+// statement). msgs is never empty. The same rules hold: all its writes on
+// tx; a returned error, a panic or runtime.Goexit rolls the whole batch back.
+// A batch that fails is retried one message at a time (msgs of length one),
+// so that a poison message is isolated and dead-lettered alone.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
 
 // Stats counts what a consumer did since it was created. Each message is
