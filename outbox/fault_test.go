@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
 	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/internal/testproc"
 	"github.com/lockfree-go/lockfree/outbox"
@@ -109,6 +111,51 @@ func held(proxies []*faultproxy.Proxy) (n int64) {
 	return n
 }
 
+// A relay that pauses between its publish and its delete past its lease
+// is replaced; the new owner publishes the same events again, and newer
+// ones. When the paused relay resumes, its delete is refused
+// (ErrStaleEpoch), even though its membership lapsed meanwhile, and it
+// gives the partition up without deleting anything. The inbox drops the
+// copies; without Dedupe they are applied twice, after the first records.
+func TestPausedRelayDeleteIsFenced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, 1)
+	p := &pauser{}
+	tel := telemetrytest.New(t)
+	cfg := relayConfig("a")
+	cfg.MeterProvider = tel.Meters
+	a := e.relay(t, context.WithValue(ctx, pauseKey{}, p), cfg)
+	e.write(t, 4, 1)
+	e.waitPublished(t)
+	before := a.Stats()
+
+	reached, resume := p.pauseAtMark()
+	e.writeAtOnce(t, 4, 3)
+	select {
+	case <-reached:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the relay did not reach its delete")
+	}
+	b := e.relay(t, ctx, relayConfig("b"))
+	e.waitPublished(t) // by b, once a's lease expired: the same 12 events
+	e.write(t, 4, 2)
+	e.waitPublished(t)
+	resume()
+	waitFor(t, 60*time.Second, func() bool { return a.Stats().Fenced > 0 })
+	if s := a.Stats(); s.Published != before.Published || s.Fenced != 1 {
+		t.Fatalf("the resumed relay: %+v, before the pause %+v; want its delete refused, once", s, before)
+	}
+	checkFencedMetric(t, tel, a)
+	if copies := e.expectCopies(t); copies != 12 {
+		t.Fatalf("%d copies, want the 12 events of the paused batch", copies)
+	}
+	t.Logf("a %+v, b %+v", a.Stats(), b.Stats())
+	if err := e.consume(t, "dedupe", true).err(); err != nil {
+		t.Fatal(err)
+	}
+	e.foil(t, true)
+}
+
 // The same with a real pause: a relay in a child process stops itself with
 // SIGSTOP before its first publish, another relay takes its partitions
 // over and publishes, and the stopped one is resumed. Either it publishes
@@ -168,13 +215,65 @@ func TestLostPublishAnswer(t *testing.T) {
 	}
 	copies := e.expectCopies(t)
 	t.Logf("%d copies; a %+v", copies, a.Stats())
-	if a.Stats().Failed == 0 {
-		t.Fatal("the relay saw no failed publish")
+	if s := a.Stats(); s.Failed == 0 || s.Uncertain == 0 {
+		t.Fatalf("the relay saw no publish of unknown outcome: %+v", s)
 	}
 	if err := e.consume(t, "dedupe", true).err(); err != nil {
 		t.Fatal(err)
 	}
 	e.foil(t, false)
+}
+
+// A publish whose request is lost on the way — the brokers never get it,
+// the relay times out — fails with its outcome unknown (ErrUncertain): the
+// relay cannot tell it from a lost answer, and publishes the batch again.
+// The events land once. Deleting the batch as if Kafka had it would lose
+// them.
+func TestUncertainPublishIsResent(t *testing.T) {
+	t.Parallel()
+	if err := checkUncertainResent(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkUncertainResent(t *testing.T) error {
+	e := newEnv(t, 1, 1)
+	tr, proxies := e.proxied(t)
+	tel := telemetrytest.New(t)
+	cfg := relayConfig("a")
+	cfg.Transport, cfg.PublishTimeout, cfg.MeterProvider = tr, 2*time.Second, tel.Meters
+	a := e.relay(t, ctx, cfg)
+	e.write(t, 2, 1) // the relay learns the topic's layout
+	e.waitPublished(t)
+	for _, px := range proxies {
+		px.Set(faultproxy.Blackhole, 0)
+	}
+	e.write(t, 2, 3)
+	waitFor(t, 60*time.Second, func() bool { return a.Stats().Uncertain > 0 || e.pending(t) == 0 })
+	for _, px := range proxies {
+		px.Set(faultproxy.Pass, 0)
+		px.ResetConns() // the connections the lost requests left waiting
+	}
+	e.waitPublished(t)
+	var dropped int64
+	for _, px := range proxies {
+		dropped += px.Stats().Dropped
+	}
+	s := a.Stats()
+	t.Logf("a %+v; the proxies dropped %d bytes", s, dropped)
+	if err := e.consume(t, "dedupe", true).err(); err != nil {
+		return err
+	}
+	if s.Uncertain == 0 || dropped == 0 {
+		t.Fatalf("no publish was lost on the way: %+v, %d bytes dropped", s, dropped)
+	}
+	if got := tel.Sum(t, "lockfree.outbox.failures", attribute.String(telemetry.Cause, "uncertain")); got != s.Uncertain {
+		t.Errorf("uncertain failures metric %d, stats %d", got, s.Uncertain)
+	}
+	if n, want := e.records(t), int64(len(e.written)); n != want {
+		t.Errorf("the topic holds %d records for %d events: the lost requests were written", n, want)
+	}
+	return nil
 }
 
 // A relay killed between its publish and its delete leaves the events in

@@ -23,6 +23,7 @@ func guards() []guard {
 		}},
 		{"writers of one entity take turns", []string{"outbox.write.seq"}, checkWritersTakeTurns},
 		{"relays publish in order", []string{"outbox.relay.order"}, checkRelaysPublishInOrder},
+		{"a publish of unknown outcome is resent", []string{"outbox.relay.uncertain"}, checkUncertainResent},
 		{"a paused relay's late publish, the inbox's checks off",
 			[]string{"kafkawriter.inbox.dedupe.event-id", "kafkawriter.inbox.dedupe.seq"},
 			func(t *testing.T) error { _, err := checkLatePublish(t); return err }},

@@ -33,10 +33,41 @@ func TestMain(m *testing.M) {
 // can hold that relay's heartbeats while the test's other relays run.
 type pauseKey struct{}
 
-// pauser holds a relay's membership heartbeats and steps while paused.
+// pauser holds a relay's membership heartbeats and steps while paused,
+// and pauses the relay at its next delete once armed (atMark).
 type pauser struct {
-	mu   sync.Mutex
-	gate chan struct{} // nil while running
+	mu     sync.Mutex
+	gate   chan struct{} // nil while running
+	atMark chan struct{} // armed: closed when the relay paused before a delete
+}
+
+// pauseAtMark arms p: the relay's next batch, once published, pauses it
+// before its delete, with its heartbeats, and closes reached. resume ends
+// the pause.
+func (p *pauser) pauseAtMark() (reached <-chan struct{}, resume func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.atMark = make(chan struct{})
+	return p.atMark, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.gate != nil {
+			close(p.gate)
+			p.gate = nil
+		}
+	}
+}
+
+// mark pauses the relay if p is armed.
+func (p *pauser) mark() {
+	p.mu.Lock()
+	if p.atMark != nil {
+		p.gate = make(chan struct{})
+		close(p.atMark)
+		p.atMark = nil
+	}
+	p.mu.Unlock()
+	p.wait()
 }
 
 func (p *pauser) pause() (resume func()) {
@@ -64,11 +95,15 @@ func (p *pauser) wait() {
 }
 
 func holdPaused(ctx context.Context, name string) {
+	p, ok := ctx.Value(pauseKey{}).(*pauser)
+	if !ok {
+		return
+	}
 	switch name {
 	case "partition.member.heartbeat", "partition.member.reconcile":
-		if p, ok := ctx.Value(pauseKey{}).(*pauser); ok {
-			p.wait()
-		}
+		p.wait()
+	case "outbox.relay.before-mark":
+		p.mark()
 	}
 }
 

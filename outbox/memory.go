@@ -96,6 +96,8 @@ func (m *Memory) Pending() []Record {
 
 func (m *Memory) membership() partition.Membership { return m.members }
 
+func (m *Memory) config() storeConfig { return m.cfg }
+
 func (m *Memory) busy(_ context.Context, ps []int) ([]int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

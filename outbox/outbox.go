@@ -121,9 +121,14 @@ const (
 	// DefaultPartitions is the partition count of an outbox by default.
 	DefaultPartitions = 32
 	// DefaultMaxEventBytes bounds an event by default: its key, ID,
-	// payload and headers together, below the 1 MiB that Kafka accepts in
-	// a record batch by default (message.max.bytes).
+	// payload and headers together (each header counting HeaderOverhead
+	// more), below the 1 MiB that Kafka accepts in a record batch by
+	// default (message.max.bytes).
 	DefaultMaxEventBytes = 1_000_000
+	// HeaderOverhead is what each header adds to an event's size, beside
+	// its key and value: the two lengths that encode it in a record. So
+	// many empty headers cannot make a record far larger than its size.
+	HeaderOverhead = 10
 )
 
 // Event is an event to publish: a Kafka record keyed by its entity. It is a
@@ -187,6 +192,8 @@ type Store interface {
 	published(ctx context.Context, e partition.Epoch, recs []Record) error
 	// highest returns the highest partition holding an event, or -1.
 	highest(ctx context.Context) (int, error)
+	// config returns the store's configuration.
+	config() storeConfig
 }
 
 // storeConfig is what both stores share of their configuration.
@@ -234,7 +241,6 @@ func prepare(ev Event, maxBytes int) (Event, error) {
 	} else if err := validText("event ID", ev.ID); err != nil {
 		return Event{}, err
 	}
-	size := len(ev.Key) + len(ev.ID) + len(ev.Payload)
 	for _, h := range ev.Headers {
 		if err := validText("header key", h.Key); err != nil {
 			return Event{}, err
@@ -242,9 +248,8 @@ func prepare(ev Event, maxBytes int) (Event, error) {
 		if h.Key == kafkawriter.HeaderEventID || h.Key == kafkawriter.HeaderEventSeq {
 			return Event{}, fmt.Errorf("%w: header %s is the relay's", ErrInvalid, h.Key)
 		}
-		size += len(h.Key) + len(h.Value)
 	}
-	if size > maxBytes {
+	if size := eventSize(ev); size > maxBytes {
 		return Event{}, fmt.Errorf("%w: event of %s is %d bytes, above %d", ErrInvalid, short.Quote(ev.Key), size, maxBytes)
 	}
 	ev.Payload = bytes.Clone(ev.Payload)
@@ -254,6 +259,16 @@ func prepare(ev Event, maxBytes int) (Event, error) {
 	}
 	ev.Headers = headers
 	return ev, nil
+}
+
+// eventSize is what MaxEventBytes bounds: ev's key, ID, payload and
+// headers, each header counting HeaderOverhead more.
+func eventSize(ev Event) int {
+	n := len(ev.Key) + len(ev.ID) + len(ev.Payload)
+	for _, h := range ev.Headers {
+		n += len(h.Key) + len(h.Value) + HeaderOverhead
+	}
+	return n
 }
 
 // validText checks a key, an ID or a header key: text columns.

@@ -54,9 +54,10 @@ type PostgresConfig struct {
 	// above it). At most MaxPartitions. Defaults to DefaultPartitions (32).
 	Partitions int
 	// MaxEventBytes bounds an event's key, ID, payload and headers
-	// together; Write refuses a larger one. Keep it below the topic's
-	// max.message.bytes, or the relay cannot publish the event and its
-	// partition stops. Defaults to DefaultMaxEventBytes (1,000,000).
+	// together, each header counting HeaderOverhead more; Write refuses a
+	// larger one. A relay refuses to start on a topic whose
+	// max.message.bytes cannot hold such an event. Defaults to
+	// DefaultMaxEventBytes (1,000,000).
 	MaxEventBytes int
 }
 
@@ -193,6 +194,8 @@ func (p *Postgres) Write(ctx context.Context, ev Event) (Record, error) {
 }
 
 func (p *Postgres) membership() partition.Membership { return p.members }
+
+func (p *Postgres) config() storeConfig { return p.cfg }
 
 func (p *Postgres) busy(ctx context.Context, ps []int) ([]int, error) {
 	rows, err := p.db.Query(ctx, p.sql.busy, ps)

@@ -17,8 +17,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 	"github.com/lockfree-go/lockfree/partition"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
 // RelayConfig configures a Relay. A nil *RelayConfig means the defaults.
@@ -157,7 +159,8 @@ func (c RelayConfig) member(partitions int, wake func()) (partition.Config, erro
 type RelayStats struct {
 	Published int64 // events published and deleted from the outbox
 	Batches   int64 // batches published and deleted
-	Failed    int64 // batches whose publish or delete failed, retried
+	Failed    int64 // batches whose publish or delete failed, published again
+	Uncertain int64 // of Failed, publishes that may have been written (ErrUncertain): published again, maybe twice
 	Fenced    int64 // batches whose delete a newer owner refused (ErrStaleEpoch): published, maybe twice
 }
 
@@ -181,6 +184,7 @@ type Relay struct {
 	member *partition.Member
 	pub    *publisher
 	keys   []string // a key of each partition, for Member.Do
+	need   int      // the largest record batch the relay may send
 	tel    *relayTelemetry
 
 	life    sync.Mutex // held by Start and Stop
@@ -195,7 +199,7 @@ type Relay struct {
 	working map[int]bool // partitions with a worker
 	workers sync.WaitGroup
 
-	stats struct{ published, batches, failed, fenced atomic.Int64 }
+	stats struct{ published, batches, failed, uncertain, fenced atomic.Int64 }
 }
 
 const (
@@ -216,14 +220,18 @@ func NewRelay(store Store, brokers []string, topic string, cfg *RelayConfig) (*R
 	if p, ok := store.(*Postgres); ok && inTransaction(p.db) {
 		return nil, fmt.Errorf("%w: a relay needs a store on a pool, not on a transaction", ErrInvalid)
 	}
-	if len(brokers) == 0 || topic == "" {
-		return nil, fmt.Errorf("%w: a relay needs brokers and a topic", ErrInvalid)
+	if len(brokers) == 0 || slices.Contains(brokers, "") {
+		return nil, fmt.Errorf("%w: a relay needs brokers, none empty", ErrInvalid)
+	}
+	if err := validTopic(topic); err != nil {
+		return nil, err
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	r := &Relay{store: store, topic: topic, cfg: c, keys: partitionKeys(store.Partitions()),
+		need:    need(store.config().maxEventBytes, c.MaxBatchBytes),
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1), working: map[int]bool{}}
 	mc, err := c.member(store.Partitions(), r.poke)
 	if err != nil {
@@ -261,7 +269,7 @@ func (r *Relay) Owned() []partition.Epoch { return r.member.Owned() }
 // Stats returns the relay's counters. It is safe to call at any time.
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{Published: r.stats.published.Load(), Batches: r.stats.batches.Load(),
-		Failed: r.stats.failed.Load(), Fenced: r.stats.fenced.Load()}
+		Failed: r.stats.failed.Load(), Uncertain: r.stats.uncertain.Load(), Fenced: r.stats.fenced.Load()}
 }
 
 // Start joins the relays' fleet, claims the partitions the ring places on
@@ -288,7 +296,16 @@ func (r *Relay) Start(ctx context.Context) error {
 	if h >= r.store.Partitions() {
 		return fmt.Errorf("%w: an event sits in partition %d, and the outbox has %d partitions: it was written with more", ErrInvalid, h, r.store.Partitions())
 	}
+	skipped, err := r.pub.check(ctx, r.need)
+	if err != nil {
+		r.pub.close()
+		return err
+	}
+	if skipped != nil {
+		r.cfg.Logger.Warn("outbox: cannot read the topic's max.message.bytes; events it refuses would stop their partition", telemetry.Err(skipped))
+	}
 	if err := r.member.Start(ctx); err != nil {
+		r.pub.close()
 		return fmt.Errorf("outbox: start relay %s: %w", r.member.Name(), err)
 	}
 	stopping, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -316,6 +333,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	switch prev {
 	case idle:
 		r.member.Stop(ctx)
+		r.pub.close()
 		r.once(func() { close(r.stopped) })
 		return nil
 	case stopped:
@@ -447,9 +465,13 @@ func (r *Relay) worker(stopping, work context.Context, p int) {
 		}
 		r.stats.failed.Add(1)
 		var pe *publishError
-		if errors.As(err, &pe) {
-			r.tel.failures.Add(work, 1, r.tel.publishFail.Add()...)
-		} else {
+		switch {
+		case errors.As(err, &pe) && pe.uncertain:
+			r.stats.uncertain.Add(1)
+			r.tel.failures.Add(work, 1, r.tel.uncertainFail.Add()...)
+		case pe != nil:
+			r.tel.failures.Add(work, 1, r.tel.refusedFail.Add()...)
+		default:
 			r.tel.failures.Add(work, 1, r.tel.dbFail.Add()...)
 		}
 		log.Warn("outbox: batch failed; retrying", telemetry.Err(err), "backoff", backoff)
@@ -459,13 +481,6 @@ func (r *Relay) worker(stopping, work context.Context, p int) {
 		backoff = min(2*backoff, r.cfg.MaxRetryBackoff)
 	}
 }
-
-// publishError marks a batch that Kafka did not take: it may have been
-// written all the same.
-type publishError struct{ err error }
-
-func (e *publishError) Error() string { return e.err.Error() }
-func (e *publishError) Unwrap() error { return e.err }
 
 // batch publishes the oldest events of e's partition and deletes them,
 // fenced by e. It reports whether more may be waiting.
@@ -497,12 +512,22 @@ func (r *Relay) batch(ctx context.Context, e partition.Epoch) (more bool, err er
 	// take the partition over and publish the same events first.
 	failpoint.Inject(ctx, "outbox.relay.before-publish")
 	if err := r.pub.publish(ctx, recs); err != nil {
-		return false, &publishError{err}
+		// Not acknowledged: the batch stays, and is published again,
+		// even when it may have been written (ErrUncertain): it may not
+		// have been, and the inbox drops a copy.
+		if !errors.Is(err, kafkawriter.ErrUncertain) || !failpoint.Mutant("outbox.relay.uncertain") {
+			return false, err
+		}
 	}
 	// Between the publish and the delete: a crash here leaves the events
 	// to be published again.
 	failpoint.Inject(ctx, "outbox.relay.before-mark")
-	if err := r.store.published(ctx, e, recs); err != nil {
+	// The delete runs even if the partition was taken away meanwhile
+	// (ctx cancelled): it is fenced by the epoch, and if the epoch is
+	// still current it spares the next owner a second publish.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	defer cancel()
+	if err := r.store.published(mctx, e, recs); err != nil {
 		return false, err
 	}
 	r.stats.published.Add(int64(len(recs)))
@@ -527,6 +552,20 @@ func fit(recs []Record, maxBytes int) int {
 		}
 	}
 	return len(recs)
+}
+
+// validTopic checks a topic name as Kafka does: 1–249 characters of
+// ASCII letters, digits, '.', '_' and '-', other than "." and "..".
+func validTopic(t string) error {
+	ok := len(t) >= 1 && len(t) <= 249 && t != "." && t != ".."
+	for i := 0; ok && i < len(t); i++ {
+		c := t[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("%w: topic %s: Kafka takes 1–249 characters of [a-zA-Z0-9._-], other than . and ..", ErrInvalid, short.Quote(t))
+	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

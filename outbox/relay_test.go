@@ -160,10 +160,11 @@ func checkFencedMetric(t *testing.T, tel *telemetrytest.Telemetry, r *outbox.Rel
 	if got := tel.Sum(t, "lockfree.outbox.fenced"); got != s.Fenced {
 		t.Errorf("fenced metric %d, stats %d", got, s.Fenced)
 	}
-	publish := tel.Sum(t, "lockfree.outbox.failures", attribute.String(telemetry.Cause, "publish"))
+	refused := tel.Sum(t, "lockfree.outbox.failures", attribute.String(telemetry.Cause, "refused"))
+	uncertain := tel.Sum(t, "lockfree.outbox.failures", attribute.String(telemetry.Cause, "uncertain"))
 	database := tel.Sum(t, "lockfree.outbox.failures", attribute.String(telemetry.Cause, "database"))
-	if publish+database != s.Failed {
-		t.Errorf("failures metric %d + %d, stats %d", publish, database, s.Failed)
+	if refused+uncertain+database != s.Failed || uncertain != s.Uncertain {
+		t.Errorf("failures metric %d + %d + %d (uncertain), stats %+v", refused, database, uncertain, s)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,8 @@ func testInvalid(t *testing.T, s outbox.Store) {
 		"event seq header":  {Key: "k", Headers: []kafka.Header{{Key: kafkawriter.HeaderEventSeq, Value: []byte("1")}}},
 		"too large payload": {Key: "k", Payload: make([]byte, 1000)},
 		"too large headers": {Key: "k", Headers: []kafka.Header{{Key: "h", Value: make([]byte, 999)}}},
+		// 100 bytes of header keys, but 100 records' worth of lengths.
+		"too many headers": {Key: "k", Headers: slices.Repeat([]kafka.Header{{Key: "h"}}, 100)},
 	}
 	for name, ev := range cases {
 		if _, err := s.Write(ctx, ev); !errors.Is(err, outbox.ErrInvalid) {

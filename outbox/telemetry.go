@@ -29,8 +29,8 @@ type relayTelemetry struct {
 	fenced    metric.Int64Counter
 	delay     metric.Float64Histogram
 
-	topic               telemetry.Attrs
-	publishFail, dbFail telemetry.Attrs
+	topic                              telemetry.Attrs
+	refusedFail, uncertainFail, dbFail telemetry.Attrs
 }
 
 func newRelayTelemetry(c RelayConfig, topic string) *relayTelemetry {
@@ -38,15 +38,16 @@ func newRelayTelemetry(c RelayConfig, topic string) *relayTelemetry {
 	t := attribute.String(telemetry.Topic, topic)
 	cause := func(v string) telemetry.Attrs { return telemetry.NewAttrs(t, attribute.String(telemetry.Cause, v)) }
 	return &relayTelemetry{
-		tracer:      telemetry.NewTracer(c.TracerProvider, "outbox"),
-		published:   in.Counter(metricPublished, "{event}", "Events published and deleted from the outbox."),
-		batches:     in.Counter(metricBatches, "{batch}", "Batches published and deleted, each one partition's."),
-		failures:    in.Counter(metricFailures, "{batch}", "Batches that failed and are retried, by cause: publish (Kafka; the batch may have been written, and is published again) or database."),
-		fenced:      in.Counter(metricFenced, "{batch}", "Batches whose delete a newer owner of the partition refused: published, maybe twice; the relay gave the partition up."),
-		delay:       in.Duration(metricDelay, "Per batch, from when its oldest event was written until the batch was published, by the relay's clock against the store's (their skew adds to it)."),
-		topic:       telemetry.NewAttrs(t),
-		publishFail: cause("publish"),
-		dbFail:      cause("database"),
+		tracer:        telemetry.NewTracer(c.TracerProvider, "outbox"),
+		published:     in.Counter(metricPublished, "{event}", "Events published and deleted from the outbox."),
+		batches:       in.Counter(metricBatches, "{batch}", "Batches published and deleted, each one partition's."),
+		failures:      in.Counter(metricFailures, "{batch}", "Batches that failed and are published again, by cause: refused (Kafka wrote nothing), uncertain (the batch may have been written: copies) or database."),
+		fenced:        in.Counter(metricFenced, "{batch}", "Batches whose delete a newer owner of the partition refused: published, maybe twice; the relay gave the partition up."),
+		delay:         in.Duration(metricDelay, "Per batch, from when its oldest event was written until the batch was published, by the relay's clock against the store's (their skew adds to it)."),
+		topic:         telemetry.NewAttrs(t),
+		refusedFail:   cause("refused"),
+		uncertainFail: cause("uncertain"),
+		dbFail:        cause("database"),
 	}
 }
 

@@ -77,6 +77,7 @@ var registry = []Point{
 	{"outbox.relay.before-mark", InjectPoint, "Relay after a batch was published, before its delete fenced by the partition epoch"},
 	{"outbox.relay.before-publish", InjectPoint, "Relay after it read a partition's batch, before it publishes it"},
 	{"outbox.relay.order", MutantSite, "Relay publishes a batch newest event first, not in the order the events were written"},
+	{"outbox.relay.uncertain", MutantSite, "Relay deletes a batch whose publish failed with its outcome unknown (ErrUncertain) as if Kafka had it, instead of publishing it again"},
 	{"outbox.write.seq", MutantSite, "Postgres.Write reads the entity's sequence without taking its row, and leaves it: writers of one entity neither wait for each other nor get increasing sequences"},
 	{"partition.check.epoch", MutantSite, "Check reports a stale epoch as current"},
 	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},

@@ -20,8 +20,8 @@ import (
 // Inbox.Dedupe (a Consumer with Dedupe on).
 const (
 	// HeaderEventID carries the event's ID: 1–255 bytes of UTF-8 without
-	// NUL, the same on every copy of the event (a relay's or a producer's
-	// retry, a republish after a restore).
+	// NUL, the same on every copy of the event (a relay's retry, a resend
+	// after ErrUncertain, a republish after a restore).
 	HeaderEventID = "lockfree-event-id"
 	// HeaderEventSeq carries the event's sequence number within its entity
 	// (the message key), in decimal: it strictly increases from one event of
