@@ -18,7 +18,8 @@
 // Guarantee, with a kafkawriter.Consumer whose Dedupe is on: every event
 // whose transaction committed is applied exactly once, and an entity's
 // events in sequence order. Kafka may hold copies of an event: a publish
-// whose answer was lost is retried, a relay that crashed between its
+// whose outcome is unknown (kafkawriter.ErrUncertain: its answer lost, or
+// timed out) is published again, a relay that crashed between its
 // publish and its delete leaves the events to its successor, a database
 // restore brings published events back, and a relay that paused past its
 // lease (GC, SIGSTOP) may publish its batch late, after its successor

@@ -37,9 +37,10 @@ type RelayConfig struct {
 	// At most 10,000. Defaults to 100.
 	BatchSize int
 	// MaxBatchBytes bounds one publish of a partition (keys, payloads,
-	// headers), so that each topic partition's share fits in one produce
-	// request the topic accepts; a larger event goes alone. Defaults to
-	// 1,000,000.
+	// headers, as MaxEventBytes counts them, plus each record's overhead),
+	// so that each topic partition's share fits in one produce request the
+	// topic accepts; a larger event goes alone. Start refuses a topic whose
+	// max.message.bytes is below it. Defaults to 1,000,000.
 	MaxBatchBytes int
 	// PollInterval is how often the relay looks for events in the
 	// partitions it owns when it has found none. Defaults to 100ms.
@@ -50,8 +51,10 @@ type RelayConfig struct {
 	// MaxRetryBackoff caps the delay; it must not be below RetryBackoff.
 	// Defaults to 5s, or RetryBackoff when that is longer.
 	MaxRetryBackoff time.Duration
-	// PublishTimeout bounds one produce request, and the topic's metadata
-	// request. Defaults to 10s.
+	// PublishTimeout bounds one produce request, the topic's metadata and
+	// configuration requests, and the delete that follows a publish. A
+	// produce request that times out may have been written: the batch is
+	// published again. Defaults to 10s.
 	PublishTimeout time.Duration
 	// Transport connects to the brokers (TLS, SASL); the caller then owns
 	// it. Defaults to a transport of the relay's own, whose connections
@@ -170,10 +173,13 @@ type RelayStats struct {
 // oldest events (up to BatchSize), publishes them — each topic partition's
 // share in one produce request, whole or not at all, with the event's ID
 // and sequence in headers — then deletes them with a statement fenced by
-// its partition epoch. A publish that fails, or whose answer was lost, is
-// retried with the same events: Kafka may then hold copies, which the inbox
-// drops. A delete refused by a newer owner (ErrStaleEpoch: this relay
-// paused past its lease) ends the relay's work on the partition.
+// its partition epoch. A publish that fails is retried with the same
+// events; so is one whose outcome is unknown (kafkawriter.ErrUncertain: the
+// connection broke or the request timed out after it went out), which may
+// not have been written. Kafka may then hold copies, which the inbox drops.
+// The delete runs even if the partition was taken away during the publish;
+// refused by a newer owner (ErrStaleEpoch: this relay paused past its
+// lease), it ends the relay's work on the partition.
 //
 // Create it with NewRelay, Start it, Stop it; the zero Relay is not usable.
 // Its methods are safe for concurrent use.
@@ -210,9 +216,11 @@ const (
 
 // NewRelay returns a relay of store's events to topic on the cluster at
 // brokers. store must be on a pool (not a transaction: the relay runs its
-// own statements). A nil cfg means the defaults; a nil store, no brokers,
-// an empty topic or a bad cfg give an error matching ErrInvalid. It does no
-// I/O: Start joins the fleet. The topic must exist.
+// own statements). A nil cfg means the defaults; a nil store, no brokers
+// or an empty one, a topic name Kafka refuses (1–249 characters of
+// [a-zA-Z0-9._-], other than "." and "..") or a bad cfg give an error
+// matching ErrInvalid. It does no I/O: Start checks the topic and joins
+// the fleet.
 func NewRelay(store Store, brokers []string, topic string, cfg *RelayConfig) (*Relay, error) {
 	if isNil(store) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
@@ -272,11 +280,17 @@ func (r *Relay) Stats() RelayStats {
 		Failed: r.stats.failed.Load(), Uncertain: r.stats.uncertain.Load(), Fenced: r.stats.fenced.Load()}
 }
 
-// Start joins the relays' fleet, claims the partitions the ring places on
-// this relay, and returns; the relay then publishes until Stop. It fails
-// when an event sits in a partition the store's Partitions does not cover
-// (the outbox was written with more partitions: ErrInvalid), when it cannot
-// join (partition.Member.Start's errors), or when ctx ends first. ctx
+// Start checks the topic, joins the relays' fleet, claims the partitions
+// the ring places on this relay, and returns; the relay then publishes
+// until Stop. It fails when an event sits in a partition the store's
+// Partitions does not cover (the outbox was written with more partitions:
+// ErrInvalid), when the topic does not exist (an error matching
+// kafka.UnknownTopicOrPartition), when its max.message.bytes is below the
+// largest record batch the relay may send — an event of the store's
+// MaxEventBytes, or MaxBatchBytes of events (ErrInvalid; the check is
+// skipped, with a warning, if the brokers refuse to describe the topic) —,
+// when the brokers cannot be reached, when it cannot join
+// (partition.Member.Start's errors), or when ctx ends first. ctx
 // bounds Start itself; the relay's background work keeps ctx's values but
 // not its cancellation. Start on a running relay returns nil; on a stopped
 // one, ErrStopped.
