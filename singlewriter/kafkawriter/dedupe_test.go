@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testkafka"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
@@ -312,4 +313,89 @@ func TestConsumerDedupeDeadLettersMalformedHeaders(t *testing.T) {
 	if s := c.Stats(); s.Applied != 2 || s.DeadLettered != 1 {
 		t.Errorf("stats %+v, want 2 applied, 1 dead-lettered", s)
 	}
+}
+
+// A send whose answer is lost fails with ErrUncertain; the caller sends the
+// same event again, under the same ID and sequence. The topic then holds
+// two records of it, and a Consumer with Dedupe applies it once; one
+// without applies it twice.
+func TestProducerResendIsDeduped(t *testing.T) {
+	t.Parallel()
+	if err := checkProducerResend(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkProducerResend(t *testing.T) error {
+	e := newEnv(t, 1)
+	routes := map[string]string{}
+	var proxies []*faultproxy.Proxy
+	for _, b := range e.brokers {
+		px, err := faultproxy.Start(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		routes[b] = px.Addr()
+		proxies = append(proxies, px)
+	}
+	tr := &kafka.Transport{Dial: faultproxy.Redirect(routes)}
+	defer tr.CloseIdleConnections()
+	p, err := kafkawriter.NewProducer(e.brokers, e.topic, &kafkawriter.ProducerConfig{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	send := func(m kafka.Message) error { return p.Send(ctx, string(m.Key), m.Value, m.Headers...) }
+	if err := send(event(0, "a", "a-1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	lost := event(0, "a", "a-2-"+strconv.FormatInt(time.Now().UnixNano(), 10), 2)
+	for _, px := range proxies {
+		px.LoseReply(lost.Value) // the value is in the produce request (no compression)
+	}
+	if err := send(lost); !errors.Is(err, kafkawriter.ErrUncertain) {
+		t.Fatalf("send whose answer was lost = %v, want ErrUncertain", err)
+	}
+	if err := send(lost); err != nil { // the caller's resend
+		t.Fatal(err)
+	}
+	if err := send(event(0, "a", "a-3", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readAll(t, e.brokers, e.topic, 1, -1)); n != 4 {
+		t.Fatalf("the topic holds %d records, want 4: the lost one and its resend", n)
+	}
+	var violation error
+	for _, dedupe := range []bool{true, false} {
+		cfg := consumerConfig("resend")
+		cfg.Dedupe = dedupe
+		src := e.source()
+		src.GroupID = fmt.Sprintf("%s-%t", e.group, dedupe)
+		var applied []string
+		c, err := kafkawriter.NewConsumer(e.db.Pool, src, func(_ context.Context, _ pgx.Tx, m kafka.Message) error {
+			applied = append(applied, string(m.Value)) // one partition: one goroutine
+			return nil
+		}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, c)
+		waitFor(t, 120*time.Second, func() bool { s := c.Stats(); return s.Applied+s.Duplicates == 4 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"a/a-1/1", string(lost.Value), "a/a-3/3"}
+		if !dedupe {
+			want = slices.Insert(want, 1, string(lost.Value))
+		}
+		switch {
+		case slices.Equal(applied, want):
+		case dedupe:
+			violation = fmt.Errorf("with Dedupe: applied %q, want %q", applied, want)
+		default:
+			t.Errorf("without Dedupe (the foil): applied %q, want %q", applied, want)
+		}
+	}
+	return violation
 }

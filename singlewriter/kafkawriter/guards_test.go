@@ -47,6 +47,7 @@ func guards() []guard {
 			db, inbox, c := dedupeInbox(t)
 			return checkDedupeByID(t, db, inbox, c)
 		}},
+		{"a producer's resend after ErrUncertain", []string{"kafkawriter.inbox.dedupe.event-id", "kafkawriter.inbox.dedupe.seq"}, checkProducerResend},
 		{"older event after its ID was purged", []string{"kafkawriter.inbox.dedupe.seq"}, func(t *testing.T) error {
 			db, inbox, c := dedupeInbox(t)
 			return checkDedupeBySeq(t, db, inbox, c)
