@@ -126,7 +126,9 @@ func TestPausedRelayDeleteIsFenced(t *testing.T) {
 	cfg.MeterProvider = tel.Meters
 	a := e.relay(t, context.WithValue(ctx, pauseKey{}, p), cfg)
 	e.write(t, 4, 1)
-	e.waitPublished(t)
+	// The relay counts a batch once its delete returned: after the outbox
+	// is empty.
+	waitFor(t, 60*time.Second, func() bool { return a.Stats().Published == 4 })
 	before := a.Stats()
 
 	reached, resume := p.pauseAtMark()
