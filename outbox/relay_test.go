@@ -33,7 +33,7 @@ func checkRelaysPublishInOrder(t *testing.T) error {
 	cfgA.MeterProvider, cfgA.TracerProvider = tel.Meters, tel.Tracers
 	a := e.relay(t, ctx, cfgA)
 	b := e.relay(t, ctx, relayConfig("b"))
-	waitFor(t, 60*time.Second, func() bool { return len(owned(a)) > 0 && len(owned(b)) > 0 })
+	waitFor(t, 180*time.Second, func() bool { return len(owned(a)) > 0 && len(owned(b)) > 0 })
 	e.write(t, 8, 5)
 	e.waitPublished(t)
 	e.perEntityOrder(t)
@@ -59,7 +59,7 @@ func TestRelayStopHandsOff(t *testing.T) {
 	e := newEnv(t, 4, 2)
 	a := e.relay(t, ctx, relayConfig("a"))
 	b := e.relay(t, ctx, relayConfig("b"))
-	waitFor(t, 60*time.Second, func() bool { return len(owned(a)) > 0 && len(owned(b)) > 0 })
+	waitFor(t, 180*time.Second, func() bool { return len(owned(a)) > 0 && len(owned(b)) > 0 })
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRelayStopHandsOff(t *testing.T) {
 	if err := a.Start(ctx); !errors.Is(err, outbox.ErrStopped) {
 		t.Fatalf("Start after Stop = %v, want ErrStopped", err)
 	}
-	waitFor(t, 60*time.Second, func() bool { return len(owned(b)) == 4 })
+	waitFor(t, 180*time.Second, func() bool { return len(owned(b)) == 4 })
 	e.write(t, 4, 3)
 	e.waitPublished(t)
 	if s := b.Stats(); s.Published != 12 {
