@@ -640,4 +640,14 @@ var mutantHoles = map[string]string{
 	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
 	// No scenario elects a leader yet.
 	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
+
+	// No scenario's consumer has Dedupe on, the one path to these sites.
+	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+
+	// No scenario writes through an outbox or runs its relays yet.
+	"outbox.mark.epoch":      "no scenario runs an outbox relay; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
+	"outbox.relay.order":     "no scenario runs an outbox relay; outbox's TestRelaysPublishEachEventInOrder catches it (TestMutantsAreCaught)",
+	"outbox.relay.uncertain": "no scenario runs an outbox relay; outbox's TestUncertainPublishIsResent catches it (TestMutantsAreCaught)",
+	"outbox.write.seq":       "no scenario writes to an outbox; outbox's TestPostgresWritersOfOneEntityTakeTurns catches it (TestMutantsAreCaught)",
 }
