@@ -18,6 +18,7 @@ import (
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/outbox"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
@@ -69,6 +70,7 @@ type usageError struct{ error }
 var packageMigrations = map[string]func() []migrate.Migration{
 	"fencedlock":   fencedlock.Migrations,
 	"idempotency":  idempotency.Migrations,
+	"outbox":       outbox.Migrations,
 	"partition":    partition.Migrations,
 	"singlewriter": kafkawriter.Migrations, // the set kept its name when it moved to singlewriter/kafkawriter
 }
