@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/short"
@@ -67,6 +68,7 @@ type usageError struct{ error }
 
 // packageMigrations is the schema of every package that has one, by name.
 var packageMigrations = map[string]func() []migrate.Migration{
+	"atomic":       atomic.Migrations,
 	"fencedlock":   fencedlock.Migrations,
 	"idempotency":  idempotency.Migrations,
 	"partition":    partition.Migrations,
