@@ -86,7 +86,10 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Store keeps versioned rows of type T, a struct whose db-tagged fields are
 // the table's columns, identified by keys of type K, the type of T's key
-// field. Implementations are safe for concurrent use.
+// field. Implementations are safe for concurrent use. A write given WithID
+// is recorded with its outcome when it applies, and a retry with the ID
+// returns that outcome instead of writing again (Recorder); the other
+// options are Update's and RetryOnConflict's, and a write ignores them.
 type Store[K comparable, T any] interface {
 	// Load returns the row with key and its version (also set in the
 	// row's version field), or ErrNotFound.
@@ -94,15 +97,15 @@ type Store[K comparable, T any] interface {
 	// Insert adds row (its key taken from its key field, its version
 	// field ignored) at version 1 and returns 1. If the key exists it
 	// returns a *ConflictError with Expected 0 and changes nothing.
-	Insert(ctx context.Context, row T) (int64, error)
+	Insert(ctx context.Context, row T, opts ...Option) (int64, error)
 	// Update writes every column of row (key from its key field) if the
 	// stored row is at version, and returns the new version, version+1.
 	// The row's version field is ignored. It returns a *ConflictError when
 	// the row is at another version and ErrNotFound when it does not exist.
-	Update(ctx context.Context, row T, version int64) (int64, error)
+	Update(ctx context.Context, row T, version int64, opts ...Option) (int64, error)
 	// Delete removes the row with key if it is at version; otherwise it
 	// returns a *ConflictError, or ErrNotFound when there is no such row.
-	Delete(ctx context.Context, key K, version int64) error
+	Delete(ctx context.Context, key K, version int64, opts ...Option) error
 }
 
 func validVersion(v int64) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/occ"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
@@ -71,6 +72,7 @@ var packageMigrations = map[string]func() []migrate.Migration{
 	"atomic":       atomic.Migrations,
 	"fencedlock":   fencedlock.Migrations,
 	"idempotency":  idempotency.Migrations,
+	"occ":          occ.Migrations,
 	"partition":    partition.Migrations,
 	"singlewriter": kafkawriter.Migrations, // the set kept its name when it moved to singlewriter/kafkawriter
 }
