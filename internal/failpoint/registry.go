@@ -47,6 +47,8 @@ var registry = []Point{
 	{"fencedlock.verify.check", MutantSite, "Postgres.Verify accepts a lease that is no longer the current tenure"},
 	{"idempotency.claim.conflict", MutantSite, "a transactional claim of a key that has a record runs the work again and writes the record over"},
 	{"idempotency.claim.in-flight", MutantSite, "a claim runs beside an execution of the key in flight (transactional lock, memory wait, live lease taken over)"},
+	{"idempotency.client.same-key", MutantSite, "client.Transport sends each retry of a request it keyed with a new key instead of the first"},
+	{"idempotency.client.unkeyed", MutantSite, "client.Transport retries a request it did not key (a method outside Methods, no key), without a key"},
 	{"idempotency.expired", MutantSite, "an expired or tombstoned key replays or is taken over instead of answering ErrExpired"},
 	{"idempotency.fenced.before-write", InjectPoint, "Fenced.Do after the work, before the fenced write of its result"},
 	{"idempotency.fenced.put.token", MutantSite, "PutFenced stores a result whatever token the record has seen"},
