@@ -1,6 +1,10 @@
 package partition
 
-import "errors"
+import (
+	"errors"
+	"net/http"
+	"time"
+)
 
 // Crash stops m as a crash would: no handoff, no release, no Leave; its
 // lease runs out in the store. m counts as stopped afterwards.
@@ -25,3 +29,6 @@ func Queued(m *Member, key string) int {
 	}
 	return len(x.jobs)
 }
+
+// SignForward returns the ForwardedHeader with which m forwards r at at.
+func SignForward(m *Member, r *http.Request, at time.Time) string { return m.signForward(r, at) }

@@ -27,7 +27,8 @@ import (
 // ring it cannot build; it then leaves no lease behind, and may be called
 // again. ctx bounds Start itself; the member's background work (heartbeats,
 // polls, handoffs) keeps ctx's values but not its cancellation. Start on a
-// running member returns nil, and on a stopped one ErrStopped.
+// running member returns nil, and on a stopped one ErrStopped. A Stop
+// during Start ends it: Start then returns ErrStopped.
 func (m *Member) Start(ctx context.Context) error {
 	if err := m.hold(ctx); err != nil {
 		return err
@@ -39,9 +40,26 @@ func (m *Member) Start(ctx context.Context) error {
 	case stopped:
 		return ErrStopped
 	}
+	ctx, endStart := context.WithCancelCause(ctx)
+	defer endStart(nil)
+	m.mu.Lock()
+	if m.stopWanted { // a Stop waits for this Start, and must not see it run
+		m.mu.Unlock()
+		return ErrStopped
+	}
+	m.endStart = endStart
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.endStart = nil
+		m.mu.Unlock()
+	}()
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	m.runCtx, m.cancel, m.loopDone = runCtx, cancel, make(chan struct{})
 	settled, err := m.start(ctx)
+	if context.Cause(ctx) == ErrStopped { // a Stop ended this Start
+		err = ErrStopped
+	}
 	if err != nil {
 		m.abandon(ctx, err)
 		return err
@@ -93,7 +111,9 @@ func (m *Member) abandon(ctx context.Context, cause error) {
 	info := m.halt(ReasonStopped)
 	m.wg.Wait()
 	if info.Incarnation != 0 {
-		_ = m.store.Leave(context.WithoutCancel(ctx), info.Name, info.Incarnation) // the lease expires anyway
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.TTL)
+		defer cancel()
+		_ = m.store.Leave(lctx, info.Name, info.Incarnation) // the lease expires anyway
 	}
 	m.mu.Lock()
 	m.lease = nil
@@ -104,21 +124,32 @@ func (m *Member) abandon(ctx context.Context, cause error) {
 // Interval so that the other members see it go and get ready, then hands off
 // every partition (stop accepting, drain, release) and ends its lease. A
 // lease that has already run out (the member paused) leaves nothing to hand
-// off: Stop just stops, and returns nil. If ctx ends first, it stops the
-// executors without releasing (the partitions move when the lease is gone,
-// which Stop ends too) and returns ctx's cause.
-// Stop waits for the member's goroutines until ctx ends: a function that
-// ignores its context is then left to finish in the background (its writes
-// are fenced once another member claims the partition), and Stopped closes
-// when it returns.
+// off: Stop just stops, and returns nil. If ctx ends first — or has ended
+// before Stop is called — it stops the executors without releasing (the
+// partitions move when the lease is gone, which Stop ends too; that call
+// is bounded by TTL) and returns ctx's cause. Stop waits for the member's
+// goroutines until ctx ends: a function that ignores its context is then
+// left to finish in the background (its writes are fenced once another
+// member claims the partition), and Stopped closes when it returns.
 //
-// Stop may be called more than once and concurrently: later calls wait until
-// the member has stopped or their ctx ends. Stop on a member that was never
-// started just marks it stopped.
+// A Start in progress is ended (it returns ErrStopped, and leaves no lease
+// behind); Stop waits for it whatever ctx, which takes at most about TTL
+// with a store that does not answer. Stop may be called more than once and
+// concurrently: later calls wait until the member has stopped or their ctx
+// ends. Stop on a member that was never started, or whose Start it ended,
+// marks it stopped and returns nil.
 func (m *Member) Stop(ctx context.Context) error {
-	if err := m.hold(ctx); err != nil {
-		return err
+	m.mu.Lock()
+	m.stopWanted = true
+	if m.endStart != nil {
+		m.endStart(ErrStopped)
 	}
+	m.mu.Unlock()
+	// Not hold(ctx): with ctx already ended, select would pick between it
+	// and a free lifecycle at random, and Stop would return having stopped
+	// nothing about half the time. Only a Start holds the lifecycle for
+	// long, and it has just been told to end.
+	m.life <- struct{}{}
 	prev := m.state
 	m.state = stopped
 	m.unhold()
@@ -239,8 +270,8 @@ func (m *Member) waitHandedOff(ctx context.Context) error {
 	}
 }
 
-// hold takes the right to change the member's state, waiting for a Start
-// or Stop in progress until ctx ends.
+// hold takes the right to change the member's state for Start, waiting for
+// a Start or Stop in progress until ctx ends.
 func (m *Member) hold(ctx context.Context) error {
 	select {
 	case m.life <- struct{}{}:

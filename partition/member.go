@@ -29,6 +29,11 @@ type Config struct {
 	// Addr is where other members forward requests for this member's keys,
 	// e.g. "10.0.0.7:8080". Defaults to "".
 	Addr string
+	// Forward configures Forward on this member: how members recognise
+	// each other's forwarded requests, and the bounds on reading a request
+	// body. Defaults to the ForwardConfig defaults (no secret: Forward
+	// proxies nothing).
+	Forward *ForwardConfig
 	// Ring shapes the ring; every member of a fleet must use the same.
 	// Defaults to the RingConfig defaults.
 	Ring *RingConfig
@@ -121,6 +126,9 @@ func (c Config) validate() error {
 	case c.QueueSize < 1:
 		return fmt.Errorf("%w: queue size %d", ErrInvalid, c.QueueSize)
 	}
+	if err := c.Forward.withDefaults().validate(); err != nil {
+		return err
+	}
 	return c.Ring.withDefaults().validate()
 }
 
@@ -203,6 +211,7 @@ type Member struct {
 	ringCfg RingConfig
 	store   Membership
 	ringID  string
+	fwd     ForwardConfig
 	tel     *memberTelemetry
 
 	life     chan struct{} // held by Start and Stop: one at a time
@@ -221,9 +230,11 @@ type Member struct {
 	ring        *Ring
 	addrs       map[string]string
 	execs       map[int]*executor
-	handing     map[int]bool      // partitions being drained and released
-	incoming    map[int]time.Time // handovers to this member: since when seen
-	leavingFrom time.Time         // when Stop marked the member leaving
+	handing     map[int]bool            // partitions being drained and released
+	incoming    map[int]time.Time       // handovers to this member: since when seen
+	leavingFrom time.Time               // when Stop marked the member leaving
+	stopWanted  bool                    // Stop was called: no Start may begin
+	endStart    context.CancelCauseFunc // ends the Start in progress, if any
 }
 
 // NewMember returns a member of the fleet kept in store; Start makes it
@@ -243,7 +254,7 @@ func NewMember(store Membership, cfg *Config) (*Member, error) {
 		return nil, err
 	}
 	return &Member{
-		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, tel: newMemberTelemetry(c),
+		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, fwd: c.Forward.withDefaults(), tel: newMemberTelemetry(c),
 		life: make(chan struct{}, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
 	}, nil

@@ -423,6 +423,9 @@ func TestNewMemberRejectsBadConfig(t *testing.T) {
 		{"negative drain", partition.Config{Name: "a", DrainTimeout: -1}},
 		{"negative queue", partition.Config{Name: "a", QueueSize: -1}},
 		{"load below 1", partition.Config{Name: "a", Ring: &partition.RingConfig{Load: 0.9}}},
+		{"negative body limit", partition.Config{Name: "a", Forward: &partition.ForwardConfig{MaxRequestBody: -1}}},
+		{"negative body timeout", partition.Config{Name: "a", Forward: &partition.ForwardConfig{RequestBodyTimeout: -1}}},
+		{"short forward secret", partition.Config{Name: "a", Forward: &partition.ForwardConfig{Secret: make([]byte, partition.MinSecretLen-1)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -888,5 +891,102 @@ func TestMemberOwnershipIsCounted(t *testing.T) {
 	}
 	if served == 0 {
 		t.Errorf("no partition.Do span with partition %d epoch %d", epoch.Partition, epoch.Token)
+	}
+}
+
+// Stop with a context that has already ended still stops the member, as
+// its doc promises: it takes no more calls, its executors stop, its lease
+// ends, and Stopped closes. It returns the context's cause.
+func TestStopWithEndedContext(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := b.new(t)
+			cfg := testConfig
+			cfg.Name = "solo"
+			m, _ := startMember(t, store, cfg)
+			if err := doOwned(m, "k", func(context.Context, partition.Epoch) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			if err := m.Stop(ended); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Stop(ended context) = %v, want context.Canceled", err)
+			}
+			if err := m.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+				t.Fatalf("Do after Stop(ended context) = %v, want ErrStopped", err)
+			}
+			if owned := m.Owned(); len(owned) != 0 {
+				t.Fatalf("Stop(ended context) left %d executors", len(owned))
+			}
+			if live, err := store.Live(ctx); err != nil || len(live) != 0 {
+				t.Fatalf("Stop(ended context) left the lease: %v %v", live, err)
+			}
+			select {
+			case <-m.Stopped():
+			case <-time.After(30 * time.Second):
+				t.Fatal("Stopped not closed after Stop(ended context)")
+			}
+		})
+	}
+}
+
+// joinCounter counts the Join calls of a store.
+type joinCounter struct {
+	partition.Membership
+	joins atomic.Int32
+}
+
+func (j *joinCounter) Join(ctx context.Context, m partition.MemberInfo, ttl time.Duration) (partition.MemberInfo, error) {
+	j.joins.Add(1)
+	return j.Membership.Join(ctx, m, ttl)
+}
+
+// Stop, even with a context that has already ended, ends a Start in
+// progress (here one waiting for its name, held by a live lease): Start
+// returns ErrStopped, and the member never runs.
+func TestStopEndsStartInProgress(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := &joinCounter{Membership: b.new(t)}
+			cfg := testConfig
+			cfg.Name = "solo"
+			startMember(t, store, cfg) // holds the name
+			second, err := partition.NewMember(store, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			joins := store.joins.Load()
+			sctx, cancelStart := context.WithTimeout(ctx, 20*time.Second)
+			defer cancelStart()
+			started := make(chan error, 1)
+			go func() { started <- second.Start(sctx) }()
+			waitFor(t, 30*time.Second, func() bool { return store.joins.Load() > joins }) // Start waits for the name
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			stopErr := second.Stop(ended)
+			select {
+			case err := <-started:
+				if !errors.Is(err, partition.ErrStopped) {
+					t.Fatalf("Start ended by Stop = %v, want ErrStopped", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Start went on after Stop")
+			}
+			if stopErr != nil {
+				t.Fatalf("Stop of a member whose Start it ended = %v", stopErr)
+			}
+			if err := second.Do(ctx, "k", func(context.Context, partition.Epoch) error { return nil }); !errors.Is(err, partition.ErrStopped) {
+				t.Fatalf("Do after Stop = %v, want ErrStopped", err)
+			}
+			select {
+			case <-second.Stopped():
+			case <-time.After(30 * time.Second):
+				t.Fatal("Stopped not closed")
+			}
+		})
 	}
 }

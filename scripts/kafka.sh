@@ -36,8 +36,10 @@
 # 59095 + 2(ID-1) for cluster node ID, when all of them are free; when another process holds one
 # (another checkout's broker), `up` says so and uses this checkout's own ports (see
 # scripts/lib/service.sh). They are remembered in .services/kafka.ports (kafka-cluster.ports);
-# `env` prints the ones in use. Data formatted for other controller ports is formatted anew: its
-# topics are test data.
+# `env` prints the ones in use. A remembered port that another process took since moves like a
+# default one; a node whose bind fails because another process took its port meanwhile (two
+# checkouts starting at once) is started again on the next free one. Data formatted for other
+# controller ports is formatted anew: its topics are test data.
 #
 # Layout: jars in $LOCKFREE_CACHE/kafka-<version>/libs (resolved once with Maven from a generated
 # pom); config, data, logs and the pid file in <repo>/.services/kafka/ (cluster:
@@ -100,12 +102,12 @@ node() {
   PIDFILE="$SVC/kafka.pid"
   READYFILE="$SVC/kafka.ready" # holds the pid once that process was seen answering
   FORMATTED="$SVC/formatted"   # "<version> <quorum> <cluster id>" of the formatted data
-  KAFKA_PORT="$(ports_get "$SERVICE" "$PORT_NAME")"
-  KAFKA_CONTROLLER_PORT="$(ports_get "$SERVICE" "$CONTROLLER_NAME")"
+  BROKER_PORT="$(ports_get "$SERVICE" "$PORT_NAME")"
+  CTRL_PORT="$(ports_get "$SERVICE" "$CONTROLLER_NAME")"
   # A broker started before ports were remembered: the ports of its config.
-  if [[ -z $KAFKA_PORT && -f $SVC/server.properties ]]; then
-    KAFKA_PORT="$(sed -n 's|^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$SVC/server.properties")"
-    KAFKA_CONTROLLER_PORT="$(sed -n 's|^listeners=.*CONTROLLER://127.0.0.1:\([0-9]*\).*|\1|p' \
+  if [[ -z $BROKER_PORT && -f $SVC/server.properties ]]; then
+    BROKER_PORT="$(sed -n 's|^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*|\1|p' "$SVC/server.properties")"
+    CTRL_PORT="$(sed -n 's|^listeners=.*CONTROLLER://127.0.0.1:\([0-9]*\).*|\1|p' \
       "$SVC/server.properties")"
   fi
 }
@@ -137,12 +139,12 @@ quorum() {
   local id voters=""
   if ((N == 1)); then
     node 1
-    echo "$KAFKA_CONTROLLER_PORT"
+    echo "$CTRL_PORT"
     return
   fi
   for id in $(nodes); do
     node "$id"
-    voters="$voters${voters:+,}$id@127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    voters="$voters${voters:+,}$id@127.0.0.1:$CTRL_PORT"
   done
   echo "$voters"
 }
@@ -165,7 +167,7 @@ answering() {
   local pid
   pid="$(kafka_pid)" || return 1
   [[ -f $READYFILE && "$(<"$READYFILE")" == "$pid" ]] || return 1
-  port_open "$KAFKA_PORT"
+  port_open "$BROKER_PORT"
 }
 
 # running_any: some node of this mode runs.
@@ -267,7 +269,7 @@ write_config() {
   local quorum_line
   mkdir -p "$DATA" "$LOGS"
   if ((N == 1)); then
-    quorum_line="controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    quorum_line="controller.quorum.bootstrap.servers=127.0.0.1:$CTRL_PORT"
   else
     quorum_line="controller.quorum.voters=$(quorum)"
     node "$ID"
@@ -277,8 +279,8 @@ write_config() {
 process.roles=broker,controller
 node.id=$ID
 $quorum_line
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CTRL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CTRL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
@@ -423,27 +425,85 @@ format_storage() {
   echo "$KAFKA_VERSION $want $id" >"$FORMATTED"
 }
 
-# wait_ready PID: until the port accepts and server.log says the server started (this run's log
-# only: it was moved aside before the start), or the process dies, or the timeout expires.
-wait_ready() {
-  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
-  while ((SECONDS < deadline)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "error: node $ID (pid $pid) exited during startup"
+# ready PID: the current node's process PID answers: its port accepts and server.log says the
+# server started (this run's log only: it was moved aside before the start).
+ready() {
+  port_open "$BROKER_PORT" && grep -qs 'Kafka Server started' "$LOGS/server.log" || return 1
+  echo "$1" >"$READYFILE"
+}
+
+# bind_failed_node: the current node's logs of this run say a port it binds was taken.
+bind_failed_node() { bind_failed "$LOGS/server.log" || bind_failed "$LOGS/kafka.out"; }
+
+# wait_nodes [--retry] ID:PID…: waits until every node answers (a cluster's nodes answer once a
+# quorum of controllers is up). A node that exits during startup ends the script, or, with
+# --retry and when its logs say a port it binds was taken, is listed in BIND_FAILED for the caller
+# to start again on other ports. A node that does not answer within START_TIMEOUT ends it too.
+wait_nodes() {
+  local retry=false deadline=$((SECONDS + START_TIMEOUT)) left=() next n pid
+  if [[ ${1:-} == --retry ]]; then retry=true; shift; fi
+  left=("$@")
+  BIND_FAILED=""
+  while ((${#left[@]} > 0)); do
+    next=()
+    for n in "${left[@]}"; do
+      node "${n%%:*}"
+      pid=${n#*:}
+      if ready "$pid"; then continue; fi
+      if ! kill -0 "$pid" 2>/dev/null; then
+        rm -f "$PIDFILE"
+        if $retry && bind_failed_node; then
+          BIND_FAILED="$BIND_FAILED $ID"
+          continue
+        fi
+        log "error: node $ID (pid $pid) exited during startup"
+        tail_logs
+        exit 1
+      fi
+      next+=("$n")
+    done
+    # The others are stopped and started again anyway.
+    [[ -z $BIND_FAILED ]] || return 0
+    left=("${next[@]}")
+    ((${#left[@]} > 0)) || break
+    if ((SECONDS >= deadline)); then
+      node "${left[0]%%:*}"
+      log "error: node $ID (pid ${left[0]#*:}) did not answer on 127.0.0.1:$BROKER_PORT within" \
+        "${START_TIMEOUT}s; it is left running (stop it with: scripts/kafka.sh down)"
       tail_logs
-      rm -f "$PIDFILE"
       exit 1
-    fi
-    if port_open "$KAFKA_PORT" && grep -qs 'Kafka Server started' "$LOGS/server.log"; then
-      echo "$pid" >"$READYFILE"
-      return 0
     fi
     sleep 0.5
   done
-  log "error: node $ID (pid $pid) did not answer on 127.0.0.1:$KAFKA_PORT within ${START_TIMEOUT}s;" \
-    "it is left running (stop it with: scripts/kafka.sh down)"
-  tail_logs
-  exit 1
+}
+
+# all_ports: every node's remembered ports.
+all_ports() {
+  local id
+  for id in $(nodes); do
+    node "$id"
+    echo "$BROKER_PORT $CTRL_PORT"
+  done
+}
+
+# move_taken_ports ID: node ID's ports that its log says were taken when it bound (both, when it
+# does not say which) move to free ones.
+move_taken_ports() {
+  local id=$1 taken
+  node "$id"
+  taken=" $(cat "$LOGS/server.log" "$LOGS/kafka.out" 2>/dev/null |
+    sed -n 's/.*failed to bind to [^ ]*:\([0-9][0-9]*\).*/\1/p' | tr '\n' ' ')"
+  [[ $taken == " " ]] && taken=" $BROKER_PORT $CTRL_PORT "
+  if [[ $taken == *" $BROKER_PORT "* ]]; then
+    # shellcheck disable=SC2046 # a list
+    move_port "$SERVICE" "$PORT_NAME" "$OFFSET" "$PORT_VAR" "$BROKER_PORT" $(all_ports) >/dev/null
+    node "$id"
+  fi
+  if [[ $taken == *" $CTRL_PORT "* ]]; then
+    # shellcheck disable=SC2046 # a list
+    move_port "$SERVICE" "$CONTROLLER_NAME" $((OFFSET + 1)) "$CONTROLLER_VAR" "$CTRL_PORT" $(all_ports) >/dev/null
+    node "$id"
+  fi
 }
 
 tail_logs() {
@@ -458,12 +518,12 @@ tail_logs() {
 # launch: starts the current node's JVM (configured and formatted) and prints its pid.
 launch() {
   local pid f
-  # Keep the previous run's logs for one more run; wait_ready reads only this run's server.log.
+  # Keep the previous run's logs for one more run; wait_nodes reads only this run's server.log.
   for f in server.log kafka.out gc.log; do
     if [[ -f $LOGS/$f ]]; then mv -f "$LOGS/$f" "$LOGS/$f.previous"; fi
   done
   rm -f "$LOGS"/server.log.[0-9]* "$PIDFILE" "$READYFILE"
-  log "starting node $ID (Kafka $KAFKA_VERSION) on 127.0.0.1:$KAFKA_PORT (logs in $LOGS)"
+  log "starting node $ID (Kafka $KAFKA_VERSION) on 127.0.0.1:$BROKER_PORT (logs in $LOGS)"
   # setsid+nohup: the node outlives this shell and its terminal; both exec, so $! is java.
   # 9>&-: the node must not inherit (and so hold forever) the lock taken by lock().
   setsid nohup "$JAVA" -Xms256m -Xmx$HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
@@ -482,50 +542,61 @@ launch() {
 # them while it was stopped).
 check_ports() {
   local p
-  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+  for p in "$BROKER_PORT" "$CTRL_PORT"; do
     [[ -n $p ]] || die "node $ID has no ports yet: run scripts/kafka.sh up"
     if port_taken "$p"; then
-      die "port $p of node $ID is taken$(port_holder "$p") by another process; stop the other" \
+      die "port $p of node $ID is taken$(port_holder "$p"); stop the other" \
         "nodes (scripts/kafka.sh down) and run up to choose other ports"
     fi
   done
 }
 
 cmd_up() {
-  local id pid started=$SECONDS pids=()
+  local id pid started=$SECONDS pids=() retry="" attempt
   check_version
   check_java
   lock
   if ! running_any; then
     choose_ports
+    # No node ran: each may move to other ports if its bind fails.
+    retry=--retry
   fi
   ensure_libs
-  for id in $(nodes); do
-    node "$id"
-    if answering; then
-      continue
+  for attempt in 1 2 3 4 5; do
+    pids=()
+    for id in $(nodes); do
+      node "$id"
+      if answering; then
+        continue
+      fi
+      if pid="$(kafka_pid)"; then
+        # Started earlier but not (yet) seen answering: wait for it instead of starting a second one.
+        log "node $id (pid $pid) is starting; waiting"
+        pids+=("$id:$pid")
+        continue
+      fi
+      check_ports
+      write_config
+      format_storage
+      launch
+      pids+=("$id:$(<"$PIDFILE")")
+    done
+    if ((${#pids[@]} == 0)); then
+      node 1
+      log "already running (127.0.0.1:$BROKER_PORT$( ((N > 1)) && echo " and $((N - 1)) more"))"
+      return 0
     fi
-    if pid="$(kafka_pid)"; then
-      # Started earlier but not (yet) seen answering: wait for it instead of starting a second one.
-      log "node $id (pid $pid) is starting; waiting"
-      pids+=("$id:$pid")
-      continue
-    fi
-    check_ports
-    write_config
-    format_storage
-    launch
-    pids+=("$id:$(<"$PIDFILE")")
-  done
-  if ((${#pids[@]} == 0)); then
-    node 1
-    log "already running (127.0.0.1:$KAFKA_PORT$( ((N > 1)) && echo " and $((N - 1)) more"))"
-    return 0
-  fi
-  # A cluster's nodes answer once a quorum of controllers is up: start them all, then wait.
-  for pid in "${pids[@]}"; do
-    node "${pid%%:*}"
-    wait_ready "${pid#*:}"
+    ((attempt < 5)) || retry=""
+    # A cluster's nodes answer once a quorum of controllers is up: start them all, then wait.
+    wait_nodes $retry "${pids[@]}"
+    [[ -z $BIND_FAILED ]] && break
+    # Another process took a port meanwhile: stop this attempt's nodes (a cluster's quorum names
+    # every controller), move the taken ports, start again.
+    # shellcheck disable=SC2046 # a list of ids
+    stop_nodes KILL $(nodes)
+    for id in $BIND_FAILED; do
+      move_taken_ports "$id"
+    done
   done
   log "ready: $(bootstrap) ($((SECONDS - started)) s)"
 }
@@ -613,8 +684,9 @@ cmd_start() {
     launch
     pid="$(<"$PIDFILE")"
   fi
-  wait_ready "$pid"
-  log "node $ID ready on 127.0.0.1:$KAFKA_PORT"
+  wait_nodes "$ID:$pid"
+  node "${1:?start ID}"
+  log "node $ID ready on 127.0.0.1:$BROKER_PORT"
 }
 
 # bootstrap: every node's PLAINTEXT address, comma-separated.
@@ -622,8 +694,8 @@ bootstrap() {
   local id list=""
   for id in $(nodes); do
     node "$id"
-    [[ -n $KAFKA_PORT ]] || die "not set up in $ROOT: run$( ((N > 1)) && echo " KAFKA_BROKERS=$N") scripts/kafka.sh up"
-    list="$list${list:+,}127.0.0.1:$KAFKA_PORT"
+    [[ -n $BROKER_PORT ]] || die "not set up in $ROOT: run$( ((N > 1)) && echo " KAFKA_BROKERS=$N") scripts/kafka.sh up"
+    list="$list${list:+,}127.0.0.1:$BROKER_PORT"
   done
   echo "$list"
 }
@@ -645,7 +717,7 @@ cmd_status() {
     node "$id"
     if answering; then
       log "node $id running (pid $(<"$PIDFILE"), Kafka $(cat "$SVC/kafka.version" 2>/dev/null || echo '?')," \
-        "127.0.0.1:$KAFKA_PORT)"
+        "127.0.0.1:$BROKER_PORT)"
     elif pid="$(kafka_pid)"; then
       log "node $id starting or not answering (pid $pid)"
       ok=1

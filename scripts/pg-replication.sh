@@ -46,6 +46,11 @@
 # that (REPL_DIR/.services/…): a pair of its own beside the checkout's, as each test binary of
 # internal/testrepl makes. The script connects as the superuser lockfree_ctl, which isolate
 # leaves admitted. status prints the timeline each node writes or receives on.
+#
+# Authentication: scram-sha-256 on 127.0.0.1 only (no Unix socket), replication included. The
+# superusers postgres and lockfree_ctl share a random password, kept in
+# .services/pg-replication.password (mode 0600); the URLs `env` prints carry it. A pair made
+# before passwords (trust) is made anew by `up`, with a message: its data is test data.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,6 +78,8 @@ node() {
 	esac
 	me="pg-replication.sh (node$n)"
 	dir=$(pg_base pg-replication/node1/data/PG_VERSION)/pg-replication/node$n
+	# down may remove what the checks refuse.
+	[ "$cmd" = down ] || pg_check_dir "$dir"
 	data=$dir/data
 	log=$dir/postgres.log
 	port=$(ports_get pg-replication "node$n")
@@ -116,7 +123,7 @@ wait_until() {
 
 # conninfo N: primary_conninfo for a standby of node N.
 conninfo() {
-	echo "host=127.0.0.1 port=$(ports_get pg-replication "node$1") user=postgres application_name=node$n"
+	echo "host=127.0.0.1 port=$(ports_get pg-replication "node$1") user=postgres${PGPASSWORD:+ password=$PGPASSWORD} application_name=node$n"
 }
 
 # set_conf NAME VALUE: sets a parameter of the current node; reloads it when it runs.
@@ -129,25 +136,37 @@ set_conf() {
 	fi
 }
 
+# launch [EXCLUDE…]: starts the current node and waits until it answers. Under `up`
+# (moving=yes), a port another process took meanwhile moves to the next free one, never one of
+# EXCLUDE.
 launch() {
+	local attempt from
 	if running; then
 		wait_until "answering on $port" answers
 		return
 	fi
 	[ -f "$data/PG_VERSION" ] || die "no cluster in $data: run scripts/pg-replication.sh up"
 	if port_taken "$port"; then
-		die "port $port is taken$(port_holder "$port") by another process; scripts/pg-replication.sh" \
+		die "port $port is taken$(port_holder "$port"); scripts/pg-replication.sh" \
 			"down, then up, chooses another"
 	fi
 	# A standby follows the other node wherever its port is now.
 	if [ -f "$data/standby.signal" ] && [ ! -f "$dir/receiver-stopped" ]; then
 		set_conf primary_conninfo "$(conninfo "$other")"
 	fi
-	say "starting on 127.0.0.1:$port"
-	as_owner "$bin/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null 9>&- || {
-		tail -n 20 "$log" >&2
+	for attempt in 1 2 3 4 5; do
+		say "starting on 127.0.0.1:$port"
+		from=$(pg_log_size "$log")
+		if as_owner "$bin/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null 9>&-; then
+			break
+		fi
+		if [ "${moving:-no}" = yes ] && [ "$attempt" -lt 5 ] && pg_bind_failed "$log" "$from"; then
+			port=$(move_port pg-replication "node$n" "$offset" "$var" "$port" "$@")
+			continue
+		fi
+		as_owner tail -n 20 "$log" >&2
 		die "the server did not start (log: $log)"
-	}
+	done
 	wait_until "answering on $port" answers
 }
 
@@ -159,8 +178,7 @@ init_primary() {
 	node 1
 	pg_make_dir "$dir"
 	say "initdb into $data"
-	as_owner "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-		>"$dir/initdb.log" 2>&1 || die "initdb failed: $(tail -n 1 "$dir/initdb.log")"
+	pg_initdb "$data" "$PGPASSWORD" "$dir/initdb.log"
 	# No Unix socket (TCP only; a deep folder's socket path can exceed 107 bytes). wal_log_hints
 	# lets pg_rewind work; wal_keep_size lets a stopped standby catch up.
 	as_owner tee -a "$data/postgresql.conf" >/dev/null <<EOF
@@ -182,9 +200,9 @@ log_min_messages = warning
 log_min_error_statement = panic
 EOF
 	as_owner tee "$data/pg_hba.conf" >/dev/null <<EOF
-host all $ctl_user 127.0.0.1/32 trust
-host all all 127.0.0.1/32 trust
-host replication all 127.0.0.1/32 trust
+host all $ctl_user 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
+host replication all 127.0.0.1/32 scram-sha-256
 EOF
 	as_owner cp "$data/pg_hba.conf" "$dir/pg_hba.conf.open"
 }
@@ -198,10 +216,10 @@ basebackup() {
 	node "$1"
 	as_owner rm -rf "$data"
 	pg_make_dir "$dir"
-	rm -f "$dir/receiver-stopped" "$dir/isolated"
+	as_owner rm -f "$dir/receiver-stopped" "$dir/isolated"
 	say "pg_basebackup from node$other (127.0.0.1:$from)"
-	as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$from" -U postgres -D "$data" -X stream -c fast \
-		>"$dir/basebackup.log" 2>&1 || die "pg_basebackup failed: $(tail -n 1 "$dir/basebackup.log")"
+	as_owner_to "$dir/basebackup.log" "$bin/pg_basebackup" -h 127.0.0.1 -p "$from" -U postgres \
+		-D "$data" -X stream -c fast || die "pg_basebackup failed: $(as_owner tail -n 1 "$dir/basebackup.log")"
 	as_owner touch "$data/standby.signal"
 	# The copy carries the other node's settings: no synchronous standby of its own.
 	set_conf synchronous_standby_names ''
@@ -215,6 +233,15 @@ streaming() { [ "$(sql "SELECT count(*) FROM pg_stat_wal_receiver WHERE status =
 up() {
 	local mode=${1:-${REPL_MODE:-async}} n1 n2 group=""
 	case "$mode" in async | sync) ;; *) die "mode $mode: async or sync" ;; esac
+	node 1
+	if [ -f "$data/PG_VERSION" ] && pg_trusts "$data"; then
+		say "the pair in $(dirname "$dir") lets anyone in without a password (made before" \
+			"passwords): making it anew with the password of $(secret_file pg-replication)"
+		stop 1
+		stop 2
+		node 1
+		pg_remove "$(dirname "$dir")"
+	fi
 	init_primary
 	node 1
 	running || group="$default"
@@ -231,17 +258,19 @@ up() {
 	fi
 	ports_set pg-replication node2 "$n2"
 	node 1
-	launch
+	moving=yes launch "$n2"
+	n1=$port
 	if ! "$bin/psql" -X -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
 		"SELECT 1 FROM pg_roles WHERE rolname = '$ctl_user'" | grep -q 1; then
-		"$bin/psql" -X -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE ROLE $ctl_user SUPERUSER LOGIN"
+		"$bin/psql" -X -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc \
+			"CREATE ROLE $ctl_user SUPERUSER LOGIN PASSWORD '$PGPASSWORD'"
 	fi
 	if ! sql "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
 		sql "CREATE DATABASE $db"
 	fi
 	node 2
 	[ -f "$data/PG_VERSION" ] || basebackup 2
-	launch
+	moving=yes launch "$n1"
 	set_mode "$mode"
 }
 
@@ -303,12 +332,12 @@ isolate() {
 	running || die "not running"
 	as_owner tee "$data/pg_hba.conf" >/dev/null <<EOF
 # isolated by scripts/pg-replication.sh: only the script itself gets in
-host all $ctl_user 127.0.0.1/32 trust
+host all $ctl_user 127.0.0.1/32 scram-sha-256
 host all all 127.0.0.1/32 reject
 host replication all 127.0.0.1/32 reject
 EOF
 	sql 'SELECT pg_reload_conf()' >/dev/null
-	touch "$dir/isolated"
+	as_owner touch "$dir/isolated"
 	# Cut this node's replication, whichever side of it the node is on.
 	sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'walsender'" >/dev/null
 	if in_recovery; then
@@ -323,7 +352,7 @@ heal() {
 	[ -f "$dir/isolated" ] || return 0
 	as_owner cp "$dir/pg_hba.conf.open" "$data/pg_hba.conf"
 	sql 'SELECT pg_reload_conf()' >/dev/null
-	rm -f "$dir/isolated"
+	as_owner rm -f "$dir/isolated"
 	if in_recovery; then
 		receiver_start "$n"
 	fi
@@ -344,14 +373,14 @@ is_standby() { running && in_recovery; }
 receiver_stop() {
 	standby "${1:-}"
 	set_conf primary_conninfo ''
-	touch "$dir/receiver-stopped"
+	as_owner touch "$dir/receiver-stopped"
 	wait_until "WAL receiver stopped" receiver_gone
 	say "WAL receiver stopped"
 }
 
 receiver_start() {
 	standby "${1:-}"
-	rm -f "$dir/receiver-stopped"
+	as_owner rm -f "$dir/receiver-stopped"
 	set_conf primary_conninfo "$(conninfo "$other")"
 	wait_until "streaming from node$other" streaming
 	say "WAL receiver streaming from node$other"
@@ -394,19 +423,21 @@ down() {
 	for i in 1 2; do stop "$i"; done
 	[ "${1:-}" = --purge ] || return 0
 	node 1
-	rm -rf "$(dirname "$dir")" "$root/.services/pg-replication"
-	rm -f "$(ports_file pg-replication)"
+	pg_remove "$(dirname "$dir")"
+	rm -rf "$root/.services/pg-replication"
+	rm -f "$(ports_file pg-replication)" "$(secret_file pg-replication)"
 	pg_purge_outside
 }
 
 print_env() {
-	local p1 p2
+	local p1 p2 pw
 	p1=$(ports_get pg-replication node1)
 	p2=$(ports_get pg-replication node2)
-	if [ -z "$p1" ] || [ -z "$p2" ]; then die "not set up in $root: run scripts/pg-replication.sh up"; fi
-	echo "export TEST_REPL_NODE1_URL='postgres://postgres@127.0.0.1:$p1/$db?sslmode=disable'"
-	echo "export TEST_REPL_NODE2_URL='postgres://postgres@127.0.0.1:$p2/$db?sslmode=disable'"
-	echo "export TEST_REPL_URL='postgres://postgres@127.0.0.1:$p1,127.0.0.1:$p2/$db?sslmode=disable&target_session_attrs=read-write&connect_timeout=10'"
+	pw=$(secret_get pg-replication)
+	if [ -z "$p1" ] || [ -z "$p2" ] || [ -z "$pw" ]; then die "not set up in $root: run scripts/pg-replication.sh up"; fi
+	echo "export TEST_REPL_NODE1_URL='postgres://postgres:$pw@127.0.0.1:$p1/$db?sslmode=disable'"
+	echo "export TEST_REPL_NODE2_URL='postgres://postgres:$pw@127.0.0.1:$p2/$db?sslmode=disable'"
+	echo "export TEST_REPL_URL='postgres://postgres:$pw@127.0.0.1:$p1,127.0.0.1:$p2/$db?sslmode=disable&target_session_attrs=read-write&connect_timeout=10'"
 	printf 'export TEST_REPL_CTL=%q\n' "$self"
 	# The script finds this pair again only with the same REPL_DIR.
 	[ -z "${REPL_DIR:-}" ] || printf 'export REPL_DIR=%q\n' "$root"
@@ -427,6 +458,12 @@ up | down | status | mode | promote | stop | kill | start | isolate | heal | rec
 esac
 pg_find_bin pg_basebackup
 [ "$cmd" = status ] || service_lock pg-replication
+case "$cmd" in
+# Under the lock: two commands at once must agree on the password.
+up) PGPASSWORD=$(secret pg-replication) ;;
+*) PGPASSWORD=$(secret_get pg-replication) ;;
+esac
+export PGPASSWORD
 case "$cmd" in
 up) up "$@" ;;
 down) down "$@" ;;

@@ -25,10 +25,17 @@
 #
 # As root the servers run as the `postgres` user, and their data goes where
 # that user can reach it: see scripts/lib/pg.sh.
+#
+# Authentication: scram-sha-256 on 127.0.0.1 only (no Unix socket). The
+# superuser postgres has a random password, kept in .services/postgres.password
+# (mode 0600); the URLs `env` prints carry it. A cluster made before passwords
+# (trust) gets the password and scram-sha-256 at its next `up` or `start`; its
+# data stays.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 me=postgres.sh
+cmd=${1:-}
 # shellcheck source-path=SCRIPTDIR source=lib/service.sh
 . "$root/scripts/lib/service.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/pg.sh
@@ -45,6 +52,8 @@ use() {
 	esac
 	me="postgres.sh ($instance)"
 	dir=$(pg_base postgres-main/data/PG_VERSION)/postgres-$instance
+	# down may remove what the checks refuse.
+	[ "$cmd" = down ] || pg_check_dir "$dir"
 	data=$dir/data
 	log=$dir/postgres.log
 }
@@ -73,11 +82,10 @@ init() {
 	use "$instance" # where the data goes may change now that postgres exists
 	pg_make_dir "$dir"
 	say "initdb into $data"
-	as_owner "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-		>"$dir/initdb.log" 2>&1 || die "initdb failed: $(tail -n 1 "$dir/initdb.log")"
+	pg_initdb "$data" "$PGPASSWORD" "$dir/initdb.log"
 	# The port is given at each start (-p). No Unix socket: the clients use
 	# TCP, and a socket path in a deep folder can exceed its 107-byte limit.
-	cat >>"$data/postgresql.conf" <<EOF
+	as_owner tee -a "$data/postgresql.conf" >/dev/null <<EOF
 
 # lockfree test server (scripts/postgres.sh)
 listen_addresses = '127.0.0.1'
@@ -101,20 +109,52 @@ wait_answer() {
 	die "the server did not answer on port $port (log: $log)"
 }
 
-# launch starts the instance's server on $port and waits until it answers.
+# launch [EXCLUDE…] starts the instance's server on $port and waits until it
+# answers. Under `up` (moving=yes), a port another process took meanwhile moves
+# to the next free one, never one of EXCLUDE.
 launch() {
-	say "starting on 127.0.0.1:$port"
-	# 9>&-: the server must not inherit the lock that service_lock holds.
-	as_owner "$bin/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null 9>&- ||
-		{
-			tail -n 20 "$log" >&2
-			die "the server did not start (log: $log)"
-		}
+	local attempt from
+	for attempt in 1 2 3 4 5; do
+		say "starting on 127.0.0.1:$port"
+		from=$(pg_log_size "$log")
+		# 9>&-: the server must not inherit the lock that service_lock holds.
+		if as_owner "$bin/pg_ctl" -D "$data" -l "$log" -o "-p $port" -w -t 60 start >/dev/null 9>&-; then
+			break
+		fi
+		if [ "$moving" = yes ] && [ "$attempt" -lt 5 ] && pg_bind_failed "$log" "$from"; then
+			port=$(move_port postgres "$instance" "$offset" "$var" "$port" "$@")
+			continue
+		fi
+		as_owner tail -n 20 "$log" >&2
+		die "the server did not start (log: $log)"
+	done
 	wait_answer
-	if ! "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
-		"SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
-		"$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qc "CREATE DATABASE $db" >/dev/null
+	secure
+	if ! psql_c "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
+		psql_c "CREATE DATABASE $db" >/dev/null
 	fi
+}
+
+psql_c() { "$bin/psql" -X -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -tAqc "$1"; }
+
+# secure: a cluster made before passwords (trust) gets the password and
+# scram-sha-256; otherwise the password must open it.
+secure() {
+	if pg_trusts "$data"; then
+		say "the cluster lets anyone in without a password (made before passwords):" \
+			"setting the password of $(secret_file postgres) and scram-sha-256; the URLs of" \
+			"\`scripts/postgres.sh env\` change: eval it again"
+		psql_c "SET password_encryption = 'scram-sha-256'; ALTER ROLE postgres PASSWORD '$PGPASSWORD'" >/dev/null
+		as_owner tee "$data/pg_hba.conf" >/dev/null <<EOF
+# lockfree test server (scripts/postgres.sh): TCP on 127.0.0.1 only, with the password
+host all all 127.0.0.1/32 scram-sha-256
+EOF
+		psql_c 'SELECT pg_reload_conf()' >/dev/null
+		! pg_trusts "$data" || die "pg_hba.conf of $data still trusts connections"
+	fi
+	psql_c 'SELECT 1' >/dev/null 2>&1 ||
+		die "the password in $(secret_file postgres) does not open the cluster in $data" \
+			"(password file replaced?): scripts/postgres.sh down --purge, then up, makes it anew"
 }
 
 # start starts the instance on its remembered port: a fault test's server
@@ -128,10 +168,10 @@ start() {
 	port=$(remembered_port)
 	[ -n "$port" ] || die "no port remembered for $instance: run scripts/postgres.sh up"
 	if port_taken "$port"; then
-		die "port $port is taken$(port_holder "$port") by another process;" \
+		die "port $port is taken$(port_holder "$port");" \
 			"scripts/postgres.sh up chooses another"
 	fi
-	launch
+	moving=no launch
 }
 
 stop() {
@@ -170,8 +210,11 @@ up() {
 		ports=("${ports[@]:1}")
 		if running; then
 			wait_answer
+			secure
 		else
-			launch
+			# shellcheck disable=SC2086 # chosen is a list
+			moving=yes launch $chosen
+			chosen="$chosen $port"
 		fi
 	done
 }
@@ -185,9 +228,9 @@ down() {
 	[ "${1:-}" = --purge ] || return 0
 	for i in main faults; do
 		use "$i"
-		rm -rf "$dir"
+		pg_remove "$dir"
 	done
-	rm -rf "$root/.services"/postgres-*
+	rm -rf "$root/.services"/postgres-* "$(secret_file postgres)"
 	pg_purge_outside
 	rm -f "$(ports_file postgres)"
 }
@@ -205,14 +248,25 @@ env_port() {
 }
 
 print_env() {
-	local main faults
+	local main faults password
 	main=$(env_port main)
 	faults=$(env_port faults)
-	echo "export TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$main/$db?sslmode=disable'"
-	echo "export TEST_FAULT_DATABASE_URL='postgres://postgres@127.0.0.1:$faults/$db?sslmode=disable'"
+	password=$(secret_get postgres)
+	[ -n "$password" ] || die "no password in $(secret_file postgres) (a cluster made before" \
+		"passwords): run scripts/postgres.sh up, which sets it"
+	echo "export TEST_DATABASE_URL='postgres://postgres:$password@127.0.0.1:$main/$db?sslmode=disable'"
+	echo "export TEST_FAULT_DATABASE_URL='postgres://postgres:$password@127.0.0.1:$faults/$db?sslmode=disable'"
 	printf 'export TEST_FAULT_POSTGRES_CTL=%q\n' "PG_INSTANCE=faults $(printf %q "$root/scripts/postgres.sh")"
 }
 
+case "${1:-}" in
+up | start | restart)
+	# Under the lock: two commands at once must agree on the password.
+	service_lock postgres
+	PGPASSWORD=$(secret postgres)
+	export PGPASSWORD
+	;;
+esac
 case "${1:-}" in
 up | start | stop | restart | down | status)
 	pg_find_bin
@@ -220,20 +274,13 @@ up | start | stop | restart | down | status)
 	;;
 esac
 case "${1:-}" in
-up)
-	service_lock postgres
-	up
-	;;
-start)
-	service_lock postgres
-	start
-	;;
+up) up ;;
+start) start ;;
 stop)
 	service_lock postgres
 	stop
 	;;
 restart)
-	service_lock postgres
 	stop
 	start
 	;;

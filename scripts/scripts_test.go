@@ -1,7 +1,8 @@
 // Package scripts_test runs the service scripts the way a newcomer does: from
 // a fresh copy of the checkout in a folder only its owner can enter, as the
 // user running the test (root in CI), while the default ports are taken by
-// someone else.
+// someone else. The tests run in parallel: each has checkouts and ports of
+// its own.
 package scripts_test
 
 import (
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/internal/localredis"
 )
 
 // Default ports of scripts/postgres.sh (main, faults).
@@ -103,7 +106,7 @@ func command(ctx context.Context, as string, argv ...string) *exec.Cmd {
 // script runs root/scripts/name with args and the given extra environment,
 // as user as when set, and returns its stdout and stderr.
 func script(root, as string, env []string, name string, args ...string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := command(ctx, as, append([]string{filepath.Join(root, "scripts", name)}, args...)...)
 	cmd.Dir = root
@@ -197,6 +200,7 @@ func urlPort(t *testing.T, u string) int {
 // (root in CI: PostgreSQL then runs as postgres, which cannot enter the
 // folder) and, when that is root, as an ordinary user too.
 func TestPostgresPrivateFolderTakenPorts(t *testing.T) {
+	t.Parallel()
 	postgresAvailable(t)
 	occupy(t, postgresDefaults)
 	t.Run("test's user", func(t *testing.T) { testPostgres(t, checkout(t), "") })
@@ -267,6 +271,9 @@ func testPostgres(t *testing.T, root, as string) {
 		t.Fatalf("both URLs reach the server of %s", dataDirs[0])
 	}
 
+	t.Run("password", func(t *testing.T) { testPostgresAuth(t, root, as, vars) })
+	t.Run("trust cluster migrated", func(t *testing.T) { testPostgresTrustMigrated(t, root, as, vars, dataDirs) })
+
 	// up is idempotent and env agrees with the running servers.
 	mustScript(t, root, as, "postgres.sh", "up")
 	if again := exports(t, mustScript(t, root, as, "postgres.sh", "env")); again["TEST_DATABASE_URL"] != vars["TEST_DATABASE_URL"] {
@@ -321,8 +328,10 @@ func testPostgres(t *testing.T, root, as string) {
 }
 
 // TestRedis: the Redis server of a private copy, with the default port taken,
-// answers PING where env says, and is gone after down --purge.
+// answers PING where env says (with the password env's address carries), and
+// is gone after down --purge.
 func TestRedis(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getuid() != 0 {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("redis-server is not installed (apt-get install redis-server)")
@@ -341,40 +350,20 @@ func TestRedis(t *testing.T) {
 	if addr == "" || strings.HasSuffix(addr, ":56379") {
 		t.Fatalf("TEST_REDIS_ADDR=%q: want the copy's own port, 56379 is taken", addr)
 	}
-	if reply := ping(t, addr); reply != "+PONG" {
-		t.Fatalf("PING %s: %q", addr, reply)
+	if err := localredis.Ping(context.Background(), addr); err != nil {
+		t.Fatalf("PING %s: %v", localredis.Addr(addr), err)
 	}
 	mustScript(t, root, "", "redis.sh", "down", "--purge")
-	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", localredis.Addr(addr), 5*time.Second); err == nil {
 		c.Close()
-		t.Errorf("after down, %s still answers", addr)
+		t.Errorf("after down, %s still answers", localredis.Addr(addr))
 	}
-}
-
-func ping(t *testing.T, addr string) string {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(buf[:n]))
 }
 
 // TestMissingPrerequisite: a missing server program is one line that names
 // the package to install, not a stack of errors.
 func TestMissingPrerequisite(t *testing.T) {
+	t.Parallel()
 	root := checkout(t)
 	empty := t.TempDir()
 	for _, tc := range []struct {

@@ -36,8 +36,8 @@ const (
 type config struct {
 	// DB is the database the stock lives in; required.
 	DB *pgxpool.Pool
-	// Redis is the address of the Redis server of the lock; empty skips
-	// the lock-based half.
+	// Redis is the address of the Redis server of the lock, host:port or
+	// redis://:password@host:port; empty skips the lock-based half.
 	Redis string
 	// Mode is "lock" (the code being replaced), "alternative" (the
 	// conditional decrement) or "both".
@@ -93,7 +93,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if lock && cfg.Redis == "" {
 		fmt.Fprintln(w, "redislock: skipped: no Redis (-redis host:port, or install redis-server)")
 	} else if lock {
-		client := redis.NewClient(&redis.Options{Addr: cfg.Redis})
+		opts, err := localredis.Options(cfg.Redis)
+		if err != nil {
+			return err
+		}
+		client := redis.NewClient(opts)
 		defer client.Close()
 		locker := redislock.New(client)
 		var schema string

@@ -75,7 +75,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	backend := fs.String("backend", "auto", "auto|postgres: the harness always runs on PostgreSQL (--postgres, $DATABASE_URL, or an embedded server)")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
-	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port) for redis-lock and redsync-lock; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
+	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for redis-lock and redsync-lock; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the events scenario's approaches but raw, which consume from a topic; without brokers that answer, those are reported as skipped")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches and the faults, one line each, and exit")
 	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")

@@ -54,10 +54,13 @@ func overtakeOnce(ctx context.Context, r *run, v *proc) {
 		return
 	}
 	// From here on the worker fetches nothing: an event produced by an
-	// operation invoked later is past everything it holds.
+	// operation invoked later is past everything it holds. Another worker
+	// applies one only once the stopped one's session ran out and its
+	// partition moved: that is the condition waited for, within the lease
+	// and the takeover's bound.
 	since := history.Now()
-	expiry := time.Duration(at.T-since) + r.prot.Lease + r.margin()
-	overtaken := sleep(ctx, expiry) && r.mon.wait(ctx, r.takeoverBound(), func() bool {
+	bound := time.Duration(at.T-since) + r.prot.Lease + r.margin() + r.takeoverBound()
+	overtaken := r.mon.wait(ctx, bound, func() bool {
 		return r.mon.overtakenLocked(v.client, at.Key, since)
 	})
 	_ = v.signal(sigCont)

@@ -17,10 +17,11 @@ import (
 
 // faultTests lists, per scenario, the faults its test runs: every scenario
 // under the faults a stale holder's write lands under (pause, delay) and
-// under crash (each restart meets its own name's lease), and the
+// under crash (each restart meets its own name's lease), the
 // first scenario with an approach a fault can take effect in (FaultSkip)
-// under the others too, to keep the suite within minutes;
-// LOCKFREE_FAULT_TESTS=all runs every scenario under every fault.
+// under the others too, to keep the suite within minutes, and the pairs of
+// alsoByDefault; LOCKFREE_FAULT_TESTS=all runs every scenario under every
+// fault.
 func faultTests() []struct {
 	scenario string
 	fault    harness.Fault
@@ -39,7 +40,7 @@ func faultTests() []struct {
 			if len(faultApproaches(sc.Name(), f)) == 0 {
 				continue
 			}
-			if all || !first[f] || harness.Bites(f) || f == harness.Crash {
+			if all || !first[f] || harness.Bites(f) || f == harness.Crash || alsoByDefault[sc.Name()+"/"+string(f)] {
 				first[f] = true
 				out = append(out, struct {
 					scenario string
@@ -49,6 +50,16 @@ func faultTests() []struct {
 		}
 	}
 	return out
+}
+
+// alsoByDefault are the scenario/fault pairs the default set runs beyond
+// the first scenario of their fault, each because it cuts what no other
+// scenario's run under that fault does.
+var alsoByDefault = map[string]bool{
+	// A cut worker's Kafka connections are cut with its PostgreSQL ones:
+	// its consumer's session runs out while its producer's request may be
+	// in flight, whose lost answer must not write the events twice.
+	"events/isolate": true,
 }
 
 // Under each fault, really injected (counted only once it took effect), the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -94,7 +95,11 @@ func measureLockCosts(t *testing.T, addr string, n int) lockCosts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
+	opts, err := localredis.Options(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
 	defer rc.Close()
 	locker := redislock.New(rc)
 	rs := redsync.New(goredis.NewPool(rc))

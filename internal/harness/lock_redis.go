@@ -107,7 +107,7 @@ func skipReason(ctx context.Context, def ApproachDef, infra Infra) string {
 		return "no Redis server (give lockfree compare --redis host:port, or install redis-server for a throwaway one)"
 	}
 	if err := localredis.Ping(ctx, infra.Redis); err != nil {
-		return fmt.Sprintf("Redis at %s does not answer: %v", infra.Redis, err)
+		return fmt.Sprintf("Redis at %s does not answer: %v", localredis.Addr(infra.Redis), err)
 	}
 	return ""
 }
@@ -137,11 +137,15 @@ func newRedisConn(ctx context.Context, env *Env) (*redisConn, error) {
 	if err := env.DB.QueryRow(ctx, "SELECT current_schema()").Scan(&c.prefix); err != nil {
 		return nil, fmt.Errorf("harness: naming the run's Redis keys: %w", err)
 	}
-	c.client = redis.NewClient(&redis.Options{Addr: addr})
+	opts, err := localredis.Options(addr)
+	if err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
+	}
+	c.client = redis.NewClient(opts)
 	c.client.AddHook(&workerRedisTrips)
 	if err := c.client.Ping(ctx).Err(); err != nil {
 		_ = c.client.Close()
-		return nil, fmt.Errorf("harness: Redis at %s: %w", addr, err)
+		return nil, fmt.Errorf("harness: Redis at %s: %w", localredis.Addr(addr), err)
 	}
 	return c, nil
 }

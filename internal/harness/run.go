@@ -99,8 +99,9 @@ type Infra struct {
 	Restart func(ctx context.Context) error
 	// Kafka brokers, when there are.
 	Kafka []string
-	// Redis is the address (host:port) of the Redis server the redis-lock
-	// approaches take their locks in; without one they are skipped.
+	// Redis is the address of the Redis server the redis-lock approaches
+	// take their locks in: host:port, or redis://:password@host:port (see
+	// localredis.Options); without one they are skipped.
 	Redis string
 	// Failover is a primary with a streaming standby that the failover
 	// fault fails over: the lock service's database, beside URL's, which

@@ -2,6 +2,7 @@ package localpg_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,22 @@ func TestStartRestartStop(t *testing.T) {
 		}
 	}
 	query()
+	// Another local account knows the port, not the password: no superuser
+	// for it (COPY … TO PROGRAM would run commands as the server's user).
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, ok := u.User.Password(); !ok || pw == "" {
+		t.Errorf("URL %s carries no password", u.Redacted())
+	}
+	for _, who := range []*url.Userinfo{url.User("postgres"), url.UserPassword("postgres", "guess")} {
+		u.User = who
+		if conn, err := pgx.Connect(ctx, u.String()); err == nil {
+			conn.Close(ctx)
+			t.Errorf("connected as %s", u.Redacted())
+		}
+	}
 	if err := s.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

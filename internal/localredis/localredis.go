@@ -1,12 +1,20 @@
 // Package localredis starts a throwaway Redis server from the machine's own
-// redis-server (PATH, or REDIS_SERVER): a free loopback port, nothing kept on
+// redis-server (PATH, or REDIS_SERVER): a free loopback port, a random
+// password (requirepass) that only [Server.URL] carries, nothing kept on
 // disk. It backs `lockfree compare`'s redis-lock approaches when no Redis is
 // given, as localpg backs its PostgreSQL.
+//
+// A Redis address, wherever lockfree takes one (--redis, REDIS_ADDR,
+// TEST_REDIS_ADDR), is host:port or a URL redis://[[user]:password@]host:port[/db];
+// [Options] reads both, [Addr] gives the part to show.
 package localredis
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +25,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrNoBinary reports that no redis-server was found.
@@ -25,8 +35,11 @@ var ErrNoBinary = errors.New("localredis: no redis-server on PATH (apt-get insta
 // Server is a running throwaway server. Stop is safe to call more than once;
 // the other fields never change.
 type Server struct {
-	// Addr is the server's address, 127.0.0.1:port.
+	// Addr is the server's address, 127.0.0.1:port. It takes no command
+	// without the password: connect with URL.
 	Addr string
+	// URL is redis://:password@127.0.0.1:port, for [Options].
+	URL string
 
 	cmd      *exec.Cmd
 	out      *bytes.Buffer // the server's log
@@ -79,11 +92,20 @@ func start(ctx context.Context, bin string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), out: &bytes.Buffer{}, exited: make(chan struct{})}
-	// Loopback only, no RDB or AOF file, no working directory of its own
-	// to leave behind (it writes nothing there without them).
-	s.cmd = exec.CommandContext(ctx, bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", os.TempDir(), "--daemonize", "no", "--logfile", "")
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("localredis: a password: %w", err)
+	}
+	password := hex.EncodeToString(b)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	s := &Server{Addr: addr, URL: "redis://:" + password + "@" + addr, out: &bytes.Buffer{}, exited: make(chan struct{})}
+	// The config comes on stdin ("-"), so that the password is in no file
+	// and on no command line. Loopback only, no RDB or AOF file, no working
+	// directory of its own to leave behind (it writes nothing there without
+	// them).
+	s.cmd = exec.CommandContext(ctx, bin, "-")
+	s.cmd.Stdin = strings.NewReader(fmt.Sprintf("bind 127.0.0.1\nport %d\nrequirepass %s\nsave \"\"\nappendonly no\n"+
+		"dir %q\ndaemonize no\nlogfile \"\"\n", port, password, os.TempDir()))
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localredis: starting %s: %w", bin, err)
@@ -109,7 +131,7 @@ func freePort() (int, error) {
 func (s *Server) waitReady(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
-		if err := Ping(ctx, s.Addr); err == nil {
+		if err := Ping(ctx, s.URL); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			return fmt.Errorf("localredis: redis-server did not answer on %s: %w\n%s", s.Addr, err, s.out)
@@ -124,26 +146,79 @@ func (s *Server) waitReady(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Ping reports whether the Redis server at addr answers PING, in Redis's
-// inline protocol, within a second: nil when it answers +PONG.
+// Options returns the go-redis options of a Redis address: host:port, or a
+// URL redis://[[user]:password@]host:port[/db] (redis.ParseURL).
+func Options(addr string) (*redis.Options, error) {
+	if !strings.Contains(addr, "://") {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("localredis: Redis address %q: want host:port or redis://[:password@]host:port", addr)
+		}
+		return &redis.Options{Addr: addr}, nil
+	}
+	o, err := redis.ParseURL(addr)
+	if err != nil {
+		// The error may quote the URL, password included.
+		return nil, fmt.Errorf("localredis: Redis address %s: not a valid redis:// URL", Addr(addr))
+	}
+	return o, nil
+}
+
+// Addr returns the host:port of a Redis address, without user or password:
+// the part messages may show.
+func Addr(addr string) string {
+	if _, rest, ok := strings.Cut(addr, "://"); ok {
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			rest = rest[i+1:]
+		}
+		addr, _, _ = strings.Cut(rest, "/")
+	}
+	return addr
+}
+
+// Ping reports whether the Redis server at addr (host:port or a URL)
+// answers PING within a second, after AUTH when addr has a password: nil
+// when it answers +PONG.
 func Ping(ctx context.Context, addr string) error {
+	o, err := Options(addr)
+	if err != nil {
+		return err
+	}
 	d := net.Dialer{Timeout: time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", o.Addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	r := bufio.NewReader(c)
+	if o.Password != "" {
+		args := []string{"AUTH", o.Password}
+		if o.Username != "" {
+			args = []string{"AUTH", o.Username, o.Password}
+		}
+		if err := command(c, r, "+OK", args...); err != nil {
+			return fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return command(c, r, "+PONG", "PING")
+}
+
+// command sends one command in RESP and wants the reply want.
+func command(w io.Writer, r *bufio.Reader, want string, args ...string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
-	buf := make([]byte, 7)
-	n, err := c.Read(buf)
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if got := string(buf[:n]); got != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", got)
+	if got := strings.TrimRight(line, "\r\n"); got != want {
+		return fmt.Errorf("answered %q", got)
 	}
 	return nil
 }
@@ -158,9 +233,9 @@ func (s *Server) Stop() {
 
 // Resolve returns the Redis server of `lockfree compare`'s redis-lock
 // approaches: addr when one is given (--redis), else a throwaway server when
-// redis-server is installed, which stop stops. It returns "" when there is
-// none, saying why on log: the approaches are then reported as skipped,
-// with the reason, and the others run.
+// redis-server is installed, as its URL, which stop stops. It returns "" when
+// there is none, saying why on log: the approaches are then reported as
+// skipped, with the reason, and the others run.
 func Resolve(ctx context.Context, addr string, log io.Writer) (_ string, stop func()) {
 	stop = func() {}
 	if addr != "" {
@@ -176,5 +251,5 @@ func Resolve(ctx context.Context, addr string, log io.Writer) (_ string, stop fu
 		return "", stop
 	}
 	fmt.Fprintf(log, "lockfree: no Redis given: started a throwaway redis-server on %s\n", s.Addr)
-	return s.Addr, s.Stop
+	return s.URL, s.Stop
 }

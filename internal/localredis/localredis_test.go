@@ -13,8 +13,8 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
-// A throwaway server answers on loopback, keeps what it is told, and is gone
-// after Stop.
+// A throwaway server answers on loopback, to its password only, keeps what
+// it is told, and is gone after Stop.
 func TestStartStop(t *testing.T) {
 	if !localredis.Available() {
 		testdb.Missing(t, "redis-server", "not on PATH")
@@ -29,7 +29,24 @@ func TestStartStop(t *testing.T) {
 	if err != nil || host != "127.0.0.1" {
 		t.Errorf("address %s, want 127.0.0.1:port (%v)", s.Addr, err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	// Another local account knows the port, not the password.
+	stranger := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer stranger.Close()
+	if err := stranger.Set(ctx, "k", "stranger", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("SET without the password: %v, want NOAUTH", err)
+	}
+	if err := localredis.Ping(ctx, s.Addr); err == nil {
+		t.Error("Ping without the password succeeded")
+	}
+	o, err := localredis.Options(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Addr != s.Addr || o.Password == "" {
+		t.Errorf("Options(URL) = %s with password %v, want %s with one", o.Addr, o.Password != "", s.Addr)
+	}
+	o.MaxRetries = -1
+	c := redis.NewClient(o)
 	defer c.Close()
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -37,12 +54,12 @@ func TestStartStop(t *testing.T) {
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
 		t.Fatalf("GET k = %q, %v", v, err)
 	}
-	if err := localredis.Ping(ctx, s.Addr); err != nil {
+	if err := localredis.Ping(ctx, s.URL); err != nil {
 		t.Errorf("Ping: %v", err)
 	}
 	s.Stop()
 	s.Stop() // twice is fine
-	if err := localredis.Ping(ctx, s.Addr); err == nil {
+	if err := localredis.Ping(ctx, s.URL); err == nil {
 		t.Error("the server still answers after Stop")
 	}
 }
@@ -81,5 +98,32 @@ func TestResolve(t *testing.T) {
 		t.Errorf("without redis-server: %q, log %q", addr, log.String())
 	} else {
 		stop()
+	}
+}
+
+// Options and Addr read host:port and redis:// URLs; Addr never shows the
+// password, and neither does a bad URL's error.
+func TestOptionsAddr(t *testing.T) {
+	for _, tc := range []struct{ in, addr, user, password string }{
+		{"127.0.0.1:6379", "127.0.0.1:6379", "", ""},
+		{"redis://:s3cret@127.0.0.1:56379", "127.0.0.1:56379", "", "s3cret"},
+		{"redis://app:s3cret@[::1]:7000/2", "[::1]:7000", "app", "s3cret"},
+	} {
+		o, err := localredis.Options(tc.in)
+		if err != nil {
+			t.Errorf("Options(%q): %v", tc.in, err)
+			continue
+		}
+		if o.Addr != tc.addr || o.Username != tc.user || o.Password != tc.password {
+			t.Errorf("Options(%q) = %s %q %q, want %s %q %q", tc.in, o.Addr, o.Username, o.Password, tc.addr, tc.user, tc.password)
+		}
+		if got := localredis.Addr(tc.in); got != tc.addr || strings.Contains(got, "s3cret") {
+			t.Errorf("Addr(%q) = %q, want %q", tc.in, got, tc.addr)
+		}
+	}
+	for _, bad := range []string{"nohost", "redis://:s3cret@127.0.0.1:notaport"} {
+		if _, err := localredis.Options(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Options(%q): %v, want an error without the password", bad, err)
+		}
 	}
 }

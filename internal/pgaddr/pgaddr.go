@@ -19,11 +19,22 @@ import (
 )
 
 // ErrInvalid reports a connection string that does not parse, or one that
-// cannot be used as asked (a Unix socket where a TCP address is needed).
+// cannot be used as asked (a Unix socket where a TCP address is needed). A
+// URL with user information and another '@' after it is one: its user name
+// or password must be percent-encoded ('@' as %40).
 var ErrInvalid = errors.New("pgaddr: invalid connection string")
 
-// parse wraps pgconn.ParseConfig, whose errors already redact passwords.
+// parse wraps pgconn.ParseConfig, whose errors already redact passwords. It
+// first refuses a URL with an '@' after its user information: pgconn, like
+// libpq, ends the user information at the first '@', so an unescaped '@' in
+// a password (postgres://u:se@cret@h/db) leaves the rest of the password
+// where the host, the database or the query is read, and from there in
+// every message that shows them. Such a string never means what it says;
+// no part of it is echoed.
 func parse(conn string) (*pgconn.Config, error) {
+	if atAfterUserInfo(conn) {
+		return nil, fmt.Errorf("%w: an '@' after the user information of a URL (percent-encode '@' as %%40 in a user name or password)", ErrInvalid)
+	}
 	cfg, err := pgconn.ParseConfig(conn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -47,7 +58,8 @@ func HostPort(conn string) (string, error) {
 
 // Describe returns host:port/database for messages and logs, and nothing
 // else of conn: never the user, the password or other parameters. A string
-// that does not parse is described as such, without echoing it.
+// that does not parse is described as such, without echoing it; so is a URL
+// with an unescaped '@' in its user name or password (see ErrInvalid).
 func Describe(conn string) string {
 	cfg, err := parse(conn)
 	if err != nil {
@@ -128,6 +140,18 @@ func hasQuery(u string) bool {
 		rest = rest[i+1:]
 	}
 	return strings.Contains(rest, "?")
+}
+
+// atAfterUserInfo reports whether conn is a URL with user information (up
+// to an '@' that comes before any '/', as pgconn reads it) and another '@'
+// anywhere after it.
+func atAfterUserInfo(conn string) bool {
+	if !isURL(conn) {
+		return false
+	}
+	_, rest, _ := strings.Cut(conn, "://")
+	i := strings.IndexAny(rest, "@/")
+	return i >= 0 && rest[i] == '@' && strings.Contains(rest[i+1:], "@")
 }
 
 func isSocket(host string) bool { return strings.HasPrefix(host, "/") }

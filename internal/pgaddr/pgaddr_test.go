@@ -80,6 +80,48 @@ func TestDescribeHidesSecrets(t *testing.T) {
 	}
 }
 
+// A URL whose user name or password holds an unescaped '@' is refused, by
+// every function and without showing any of it: pgconn, like libpq, ends the
+// user information at the first '@', so the rest of the password would be
+// read as the host (postgres://u:se@cret@h/db goes to host "cret@h").
+func TestUnescapedAtInUserInfoIsRefused(t *testing.T) {
+	isolate(t)
+	for _, conn := range []string{
+		"postgres://u:se@cret@h/db",
+		"postgresql://u:se@cret@h:5433/db?sslmode=disable",
+		"postgres://u:se@cret@h1,h2/db",
+		"postgres://u@cret@h/db",
+		"postgres://u:se@cret/x@h/db",
+		"postgres://u:se@cret?a=b@h/db",
+		"postgres://u:se@cret#x@h/db",
+	} {
+		if got := pgaddr.Describe(conn); strings.Contains(got, "cret") || got != "(unparseable connection string)" {
+			t.Errorf("Describe(%q) = %q", conn, got)
+		}
+		if got, err := pgaddr.HostPort(conn); !errors.Is(err, pgaddr.ErrInvalid) || strings.Contains(err.Error(), "cret") {
+			t.Errorf("HostPort(%q) = %q, %v; want ErrInvalid without the password", conn, got, err)
+		}
+		if got, err := pgaddr.WithHostPort(conn, "127.0.0.1:5432"); !errors.Is(err, pgaddr.ErrInvalid) || strings.Contains(err.Error(), "cret") {
+			t.Errorf("WithHostPort(%q) = %q, %v; want ErrInvalid without the password", conn, got, err)
+		}
+		if got, err := pgaddr.WithParam(conn, "search_path", "x"); !errors.Is(err, pgaddr.ErrInvalid) || strings.Contains(err.Error(), "cret") {
+			t.Errorf("WithParam(%q) = %q, %v; want ErrInvalid without the password", conn, got, err)
+		}
+	}
+	// An '@' that is escaped, or that no user information precedes, is data.
+	for conn, want := range map[string]string{
+		"postgres://u:se%40cret@h/db":                "h:5432/db",
+		"postgres://h/my@db":                         "h:5432/my@db",
+		"postgres://h/db?application_name=a@b":       "h:5432/db",
+		"host=h user=u password=se@cret@h dbname=db": "h:5432/db",
+		"postgres://u:p@h/db?application_name=a%40b": "h:5432/db",
+	} {
+		if got := pgaddr.Describe(conn); got != want {
+			t.Errorf("Describe(%q) = %q, want %q", conn, got, want)
+		}
+	}
+}
+
 // settings is what a connection string means, apart from where it goes.
 func settings(t *testing.T, conn string) (user, password, database string, params map[string]string) {
 	t.Helper()

@@ -10,6 +10,9 @@
 // $LOCKFREE_REPL_SCRIPT) and PostgreSQL's server programs (initdb, pg_ctl,
 // pg_basebackup: PATH, PG_BINDIR or Debian's /usr/lib/postgresql). Without
 // them Start returns a *MissingError.
+//
+// The nodes take scram-sha-256 logins only; the superuser's password is the
+// random one the script keeps in the pair's folder, and the URLs carry it.
 package replpair
 
 import (
@@ -18,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +60,7 @@ type Pair struct {
 	Logf func(format string, args ...any)
 
 	script, dir string
+	password    string // of the superuser postgres, from the script's env
 	ports       [3]int // by Node
 	primary     Node
 
@@ -180,11 +185,39 @@ func (p *Pair) make(ctx context.Context) error {
 	if err := p.run(ctx, env, "up", "async"); err != nil {
 		return err
 	}
+	if p.password, err = p.envPassword(ctx); err != nil {
+		return err
+	}
 	p.ports = [3]int{0, ports[0], ports[1]}
 	p.primary = 1
 	p.promoted, p.held, p.sync = false, false, false
 	p.down, p.isolated = [3]bool{}, [3]bool{}
 	return nil
+}
+
+// envPassword reads the superuser's password from the URLs the script's env
+// prints.
+func (p *Pair) envPassword(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, StepTimeout)
+	defer cancel()
+	out, err := run(ctx, p.script, p.dir, nil, "env")
+	if err != nil {
+		return "", fmt.Errorf("replpair: pg-replication.sh env: %w\n%s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		v, ok := strings.CutPrefix(line, "export TEST_REPL_NODE1_URL=")
+		if !ok {
+			continue
+		}
+		u, err := url.Parse(strings.Trim(v, "'"))
+		if err != nil {
+			return "", fmt.Errorf("replpair: pg-replication.sh env printed a URL that does not parse")
+		}
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			return pw, nil
+		}
+	}
+	return "", errors.New("replpair: pg-replication.sh env printed no URL with a password")
 }
 
 // Remove stops the pair's servers and deletes its folder.

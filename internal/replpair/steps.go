@@ -15,18 +15,20 @@ func (p *Pair) Standby() Node { return p.primary.Other() }
 // Port returns the port node n listens on, on 127.0.0.1.
 func (p *Pair) Port(n Node) int { return p.ports[n] }
 
-// URL connects to node n alone, as the superuser postgres, to the database
-// lockfree; query ("search_path=s") is added when not empty.
+// URL connects to node n alone, as the superuser postgres with its
+// password, to the database lockfree; query ("search_path=s") is added when
+// not empty.
 func (p *Pair) URL(n Node, query string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/lockfree?sslmode=disable&connect_timeout=10%s", p.ports[n], and(query))
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/lockfree?sslmode=disable&connect_timeout=10%s",
+		p.password, p.ports[n], and(query))
 }
 
 // MultiURL lists both nodes with target_session_attrs=read-write, as an
 // application configured for failover would: pgx connects to the first one
 // that accepts writes, in list order (node1 first).
 func (p *Pair) MultiURL(query string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/lockfree?sslmode=disable"+
-		"&target_session_attrs=read-write&connect_timeout=10%s", p.ports[1], p.ports[2], and(query))
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d,127.0.0.1:%d/lockfree?sslmode=disable"+
+		"&target_session_attrs=read-write&connect_timeout=10%s", p.password, p.ports[1], p.ports[2], and(query))
 }
 
 func and(query string) string {

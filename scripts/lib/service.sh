@@ -11,6 +11,12 @@
 # is stopped for a moment (the fault tests do it) does not lose its port to another checkout's
 # `up`. The ports in use are remembered in .services/<service>.ports so that up, env and down
 # agree. Offsets in a block: postgres 0-1, redis 2, postgres replication 3-4, kafka 10-29.
+# A remembered port that another process took since is moved like a default one; a start whose
+# bind fails because the port was taken meanwhile (two checkouts starting at once) moves on to
+# the next free port (move_port).
+#
+# Passwords: each server that takes one has a random password kept in .services/<service>.password,
+# mode 0600, readable by the user who ran `up` alone (secret).
 
 : "${root:?the caller sets root}" "${me:?the caller sets me}"
 
@@ -63,6 +69,53 @@ block_port() {
 	die "no free port at offset $offset in 20000-29999"
 }
 
+# services_dir: the checkout's .services folder exists and is a folder, not a symbolic link.
+services_dir() {
+	local d=$root/.services
+	[ ! -L "$d" ] || die "$d is a symbolic link: refusing it (remove it; the scripts make the folder)"
+	mkdir -p "$d"
+}
+
+# secret_file SERVICE: where the password of this checkout's SERVICE is kept.
+secret_file() { echo "$root/.services/$1.password"; }
+
+# secret SERVICE: prints the password of this checkout's SERVICE, kept in
+# .services/SERVICE.password (made at random the first time, mode 0600). A file that is a link,
+# belongs to another user or that others may read is refused: the password would not be ours.
+secret() {
+	local f
+	f=$(secret_file "$1")
+	services_dir
+	if [ ! -e "$f" ] && [ ! -L "$f" ]; then
+		(
+			umask 077
+			set -o noclobber
+			od -An -tx1 -N24 /dev/urandom | tr -d ' \n' >"$f.$$" && echo >>"$f.$$"
+		) || die "cannot write $f.$$"
+		mv -f "$f.$$" "$f"
+	fi
+	secret_check "$f"
+	head -n 1 "$f"
+}
+
+# secret_get SERVICE: the password kept for SERVICE, or nothing when there is none yet.
+secret_get() {
+	local f
+	f=$(secret_file "$1")
+	[ -e "$f" ] || [ -L "$f" ] || return 0
+	secret_check "$f"
+	head -n 1 "$f"
+}
+
+secret_check() {
+	local f=$1 owner mode
+	[ ! -L "$1" ] && [ -f "$f" ] || die "$f is not a regular file: refusing it"
+	read -r owner mode < <(stat -c '%u %a' "$f")
+	[ "$owner" = "$(id -u)" ] || die "$f belongs to uid $owner, not to us: refusing it"
+	[ "$mode" = 600 ] || die "$f has mode $mode, not 600: refusing it (others may have read it)"
+	[ -n "$(head -n 1 "$f")" ] || die "$f is empty"
+}
+
 # ports_file SERVICE: where this checkout remembers the service's ports.
 ports_file() { echo "$root/.services/$1.ports"; }
 
@@ -78,7 +131,7 @@ ports_get() {
 ports_set() {
 	local f
 	f=$(ports_file "$1")
-	mkdir -p "$(dirname "$f")"
+	services_dir
 	{
 		[ -f "$f" ] && grep -v "^$2=" "$f"
 		echo "$2=$3"
@@ -89,7 +142,7 @@ ports_set() {
 # service_lock NAME: serialise this checkout's commands that change service NAME (e.g. two
 # `make test` at once). The lock is fd 9: servers started while holding it must get `9>&-`.
 service_lock() {
-	mkdir -p "$root/.services"
+	services_dir
 	command -v flock >/dev/null 2>&1 || return 0
 	exec 9>"$root/.services/$1.lock"
 	flock -w 300 9 || die "another command holds $root/.services/$1.lock"
@@ -114,7 +167,7 @@ choose_port() {
 		if [ -n "$p" ] && port_taken "$p"; then
 			d=$p
 			p=$(block_port "$offset" "$d" "$@")
-			say "port $d of $name is taken$(port_holder "$d") by another process; using $p" \
+			say "port $d of $name is taken$(port_holder "$d"); using $p" \
 				"(set $var to choose)"
 		elif [ -z "$p" ]; then
 			p=$default
@@ -130,3 +183,25 @@ choose_port() {
 	ports_set "$service" "$name" "$p"
 	echo "$p"
 }
+
+# move_port SERVICE NAME OFFSET VAR FAILED [EXCLUDE…]: a server of SERVICE could not bind port
+# FAILED of NAME because another process took it after it was chosen (two checkouts starting at
+# once see the same free port). Prints and remembers the next free port of this checkout's block,
+# never FAILED or one of EXCLUDE. A port the user set (VAR) is not moved.
+move_port() {
+	local service=$1 name=$2 offset=$3 var=$4 failed=$5 p
+	shift 5
+	if [ -n "${!var:-}" ]; then
+		die "port $failed ($var) was taken by another process meanwhile; set $var to a free port"
+	fi
+	p=$(block_port "$offset" "$failed" "$@")
+	say "port $failed of $name was taken by another process meanwhile; using $p (set $var to choose)"
+	ports_set "$service" "$name" "$p"
+	echo "$p"
+}
+
+# log_size FILE: FILE's size in bytes (0 when it does not exist), to read what is written after.
+log_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
+
+# bind_failed FILE [FROM]: what FILE got after byte FROM says a bind found its address in use.
+bind_failed() { tail -c +$((${2:-0} + 1)) "$1" 2>/dev/null | grep -q 'Address already in use'; }

@@ -53,8 +53,11 @@ type ConsumerConfig struct {
 	MaxRetryBackoff time.Duration
 	// DeadLetterTopic receives messages that failed MaxAttempts times, with
 	// the reason in headers (HeaderTopic…); the partition then moves on.
-	// The topic must exist. Defaults to none: a poison message then stops
-	// the consumer with a *PoisonError rather than being dropped.
+	// The topic must exist. A record it refuses for its size is replaced by
+	// a marker without the value (HeaderTruncated); any other permanent
+	// refusal stops the consumer with a *PoisonError (its DeadLetter).
+	// Defaults to none: a poison message then stops the consumer with a
+	// *PoisonError rather than being dropped.
 	DeadLetterTopic string
 
 	// MirrorOffsets also commits the stored offsets to Kafka, at most once
@@ -377,6 +380,9 @@ type partitionRun struct {
 	expected int64 // the stored next offset, as this owner last wrote it
 	reader   *kafka.Reader
 	log      *slog.Logger
+	// unsure is the last transaction's messages when its COMMIT failed: it
+	// may have committed. A resync tells whether it did.
+	unsure []kafka.Message
 
 	mirrored     int64
 	mirroredAt   time.Time
@@ -384,8 +390,19 @@ type partitionRun struct {
 }
 
 // apply applies a batch: in one transaction if it succeeds, otherwise one
-// message at a time with retries and dead-lettering.
+// message at a time with retries and dead-lettering. When a write finds the
+// stored offset ahead (its earlier attempt committed, the answer was lost),
+// the reader is sought to the stored offset and the rest of the batch is
+// dropped: the reader delivers it again.
 func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error {
+	err := pp.applyBatch(ctx, batch)
+	if errors.Is(err, errResynced) {
+		return nil
+	}
+	return err
+}
+
+func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) error {
 	if len(batch) > 1 {
 		err := pp.tx(ctx, batch)
 		if err == nil || !isHandlerError(err) {
@@ -395,14 +412,16 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 		pp.log.Debug("kafkawriter: batch failed; retrying one by one", telemetry.Err(err))
 	}
 	for _, m := range batch {
-		if pp.expected >= 0 && m.Offset < pp.expected {
-			continue // applied by the batch before its failure was reported
-		}
 		err := pp.c.set.attempt(ctx, pp.log, pp.c.dlq, m, pp.failed, func() error {
 			return pp.tx(ctx, []kafka.Message{m})
 		})
 		if errors.Is(err, errDeadLettered) {
 			err = pp.skip(ctx, m)
+		}
+		// The mutant is asked only after a resync: its site counts the
+		// batches the check drops.
+		if errors.Is(err, errResynced) && failpoint.Mutant("kafkawriter.consumer.resync.drop") {
+			continue // the old batch's next messages are applied from it
 		}
 		if err != nil {
 			return err
@@ -411,16 +430,43 @@ func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error 
 	return nil
 }
 
+// errResynced reports that the stored offset was ahead of the expected one,
+// and that the reader now resumes from it: the caller drops the messages it
+// holds, which the reader delivers again.
+var errResynced = errors.New("kafkawriter: resumed from the stored offset")
+
+// unapplied returns msgs without the messages below the stored offset: a
+// batch the reader delivered again after a resync, whose first messages the
+// inbox already counts as applied. Offsets increase within a batch.
+func (pp *partitionRun) unapplied(msgs []kafka.Message) []kafka.Message {
+	// The mutant is asked only of a batch that starts below the stored
+	// offset: its site counts the batches the check drops from.
+	if pp.expected < 0 || len(msgs) == 0 || msgs[0].Offset >= pp.expected ||
+		failpoint.Mutant("kafkawriter.consumer.apply.below-stored") {
+		return msgs
+	}
+	i := 0
+	for i < len(msgs) && msgs[i].Offset < pp.expected {
+		i++
+	}
+	return msgs[i:]
+}
+
 // failed counts a failed attempt of the handler.
 func (pp *partitionRun) failed() {
 	pp.c.stats.failed.Add(1)
 	pp.c.tel.failures.Add(context.Background(), 1, pp.c.tel.source.Add()...)
 }
 
-// tx runs the handler over msgs and advances the inbox in one transaction.
-// Errors other than the handler's own and fencing (a lost connection, a
-// failed commit) are retried here, until ctx ends.
+// tx runs the handler over msgs, those at or above the stored offset, and
+// advances the inbox in one transaction. Errors other than the handler's own
+// and fencing (a lost connection, a failed commit) are retried here, until
+// ctx ends; a retry that finds the stored offset ahead resyncs
+// (errResynced).
 func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
+	if msgs = pp.unapplied(msgs); len(msgs) == 0 {
+		return nil
+	}
 	for {
 		err := pp.tryTx(pp.work, msgs)
 		var stale *StaleOffsetError
@@ -432,6 +478,7 @@ func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 			// outcome we missed (connection lost during COMMIT) went through.
 			pp.c.tel.rejections.Add(ctx, 1, pp.c.tel.staleOffset.Add()...)
 			pp.log.Info("kafkawriter: stored offset ahead; resuming from it", "expected", stale.Expected, "stored", stale.Actual)
+			pp.settle(ctx, stale.Actual)
 			return pp.resync(stale.Actual)
 		case ctx.Err() != nil:
 			return ctx.Err() // not the message's fault: never counted as an attempt
@@ -468,18 +515,44 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		pp.unsure = msgs
 		return err
 	}
+	pp.unsure = nil
 	pp.expected = next
-	pp.c.stats.txs.Add(1)
-	pp.c.stats.applied.Add(int64(len(msgs)))
-	pp.c.tel.committed(ctx, int64(len(msgs)), msgs[len(msgs)-1].HighWaterMark-next)
+	pp.committed(ctx, msgs)
 	return nil
 }
 
+// committed counts msgs as applied by one transaction.
+func (pp *partitionRun) committed(ctx context.Context, msgs []kafka.Message) {
+	next := msgs[len(msgs)-1].Offset + 1
+	pp.c.stats.txs.Add(1)
+	pp.c.stats.applied.Add(int64(len(msgs)))
+	pp.c.tel.committed(ctx, int64(len(msgs)), msgs[len(msgs)-1].HighWaterMark-next)
+}
+
+// settle counts the unsure transaction as applied if the stored offset
+// passed its messages (its COMMIT went through, the answer was lost), and
+// reports whether it did.
+func (pp *partitionRun) settle(ctx context.Context, stored int64) bool {
+	unsure := pp.unsure
+	pp.unsure = nil
+	if len(unsure) == 0 || unsure[len(unsure)-1].Offset >= stored {
+		return false
+	}
+	pp.committed(ctx, unsure)
+	return true
+}
+
+// resync makes the stored offset the expected one and seeks the reader to
+// it. It returns errResynced, or the seek's error.
 func (pp *partitionRun) resync(stored int64) error {
 	pp.expected = stored
-	return pp.reader.SetOffset(stored)
+	if err := pp.reader.SetOffset(stored); err != nil {
+		return err
+	}
+	return errResynced
 }
 
 // skip advances the inbox past m, which was dead-lettered (retried until ctx
@@ -498,14 +571,25 @@ func (pp *partitionRun) skip(ctx context.Context, m kafka.Message) error {
 	var stale *StaleOffsetError
 	switch {
 	case errors.As(err, &stale):
+		// Only this epoch moves the offset: an earlier attempt of this
+		// advance went through, its answer lost — unless the handler's
+		// transaction of m did (then m counts as applied).
+		if !pp.settle(ctx, stale.Actual) && stale.Actual > m.Offset {
+			pp.deadLettered(ctx)
+		}
 		return pp.resync(stale.Actual)
 	case err != nil:
 		return err
 	}
+	pp.unsure = nil // m's transaction did not commit: the advance from m went through
 	pp.expected = m.Offset + 1
+	pp.deadLettered(ctx)
+	return nil
+}
+
+func (pp *partitionRun) deadLettered(ctx context.Context) {
 	pp.c.stats.dead.Add(1)
 	pp.c.tel.deadLettered.Add(ctx, 1, pp.c.tel.source.Add()...)
-	return nil
 }
 
 // mirror commits the stored offset to Kafka for lag monitoring.

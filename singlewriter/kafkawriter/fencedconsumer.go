@@ -338,7 +338,9 @@ func (c *FencedConsumer) apply(stopping, work context.Context, log *slog.Logger,
 			for len(todo) > 0 && todo[0].Offset <= after {
 				todo = todo[1:] // applied already: offsets increase in a run
 			}
-			ran = int64(len(todo))
+			if ran = int64(len(todo)); ran == 0 {
+				return nil // a handler gets at least one message
+			}
 			return callBatch(ctx, c.handler, tx, todo)
 		})
 		switch {

@@ -65,12 +65,18 @@ var (
 	// a *StaleOffsetError and the transaction was rolled back.
 	ErrStaleOffset = errors.New("kafkawriter: stored offset moved")
 	// ErrPoison reports a message that failed every attempt and could not be
-	// dead-lettered (no dead-letter topic configured); the error is a
-	// *PoisonError.
+	// dead-lettered: no dead-letter topic is configured, or the topic
+	// refused the message for good. The error is a *PoisonError.
 	ErrPoison = errors.New("kafkawriter: poison message")
 	// ErrStopped reports a Start of a consumer that was stopped: a consumer
 	// runs once.
 	ErrStopped = errors.New("kafkawriter: consumer stopped")
+	// ErrUncertain reports a send whose outcome is unknown: the request
+	// may have reached the brokers and been written (the connection broke
+	// before their answer, or the context ended first). Sending the
+	// messages again may write them twice, as records at later offsets
+	// that consumers apply again.
+	ErrUncertain = errors.New("kafkawriter: send outcome unknown")
 	// ErrFenceEra reports a Claim that the database refused to mint an
 	// epoch for, because it could be lower than one already handed out: the
 	// database moved to a cluster whose WAL timeline is lower than the era
@@ -125,25 +131,41 @@ func (e *StaleOffsetError) Error() string {
 // Is reports whether target is ErrStaleOffset.
 func (e *StaleOffsetError) Is(target error) bool { return target == ErrStaleOffset }
 
-// PoisonError is a message that failed all its attempts.
+// PoisonError is a message that failed all its attempts and was not
+// dead-lettered.
 type PoisonError struct {
 	Topic     string
 	Partition int
 	Offset    int64
 	Attempts  int
 	Err       error // the last handler error
+	// DeadLetter is why the dead-letter topic refused the message for good
+	// (a permanent Kafka error, such as kafka.TopicAuthorizationFailed, or
+	// kafka.MessageSizeTooLarge for even the marker), or nil when no
+	// dead-letter topic is configured.
+	DeadLetter error
 }
 
 func (e *PoisonError) Error() string {
-	return fmt.Sprintf("kafkawriter: poison message %s/%d@%d after %d attempts: %v",
+	msg := fmt.Sprintf("kafkawriter: poison message %s/%d@%d after %d attempts: %v",
 		short.Quote(e.Topic), e.Partition, e.Offset, e.Attempts, e.Err)
+	if e.DeadLetter != nil {
+		msg += fmt.Sprintf("; the dead-letter topic refused it: %v", e.DeadLetter)
+	}
+	return msg
 }
 
 // Is reports whether target is ErrPoison.
 func (e *PoisonError) Is(target error) bool { return target == ErrPoison }
 
-// Unwrap returns the last handler error.
-func (e *PoisonError) Unwrap() error { return e.Err }
+// Unwrap returns the last handler error, and the dead-letter topic's
+// refusal if there is one.
+func (e *PoisonError) Unwrap() []error {
+	if e.DeadLetter == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.DeadLetter}
+}
 
 // Source is what a consumer reads: Topic on the cluster at Brokers, as a
 // member of the consumer group GroupID. All three are required. They are one
@@ -196,15 +218,17 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 // messages, the entity's progress): what a Handler does for one message, for up to
 // the configured BatchSize at once, so that it can apply them in fewer round
 // trips (one pgx.Batch for all their statements, or one set-based
-// statement). The same rules hold: all its writes on tx; a returned error, a
-// panic or runtime.Goexit rolls the whole batch back. A batch that fails is
-// retried one message at a time (msgs of length one), so that a poison
-// message is isolated and dead-lettered alone.
+// statement). msgs is never empty. The same rules hold: all its writes on
+// tx; a returned error, a panic or runtime.Goexit rolls the whole batch back.
+// A batch that fails is retried one message at a time (msgs of length one),
+// so that a poison message is isolated and dead-lettered alone.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
 
 // Stats counts what a consumer did since it was created. Each message is
 // counted once, in one of Applied, Skipped and DeadLettered, however often
-// Kafka delivered it to this consumer.
+// Kafka delivered it to this consumer; a message whose COMMIT answer was
+// lost counts once too, when the consumer learns that it committed (a
+// Consumer: Applied; a FencedConsumer, which finds it applied: Skipped).
 type Stats struct {
 	Claims       int64 // partitions claimed in the inbox (Consumer: one per assignment)
 	Applied      int64 // messages applied and committed
@@ -213,7 +237,7 @@ type Stats struct {
 	Failed       int64 // failed handler attempts
 	DeadLettered int64 // messages sent to the dead-letter topic and skipped
 	Mirrored     int64 // offset commits mirrored to Kafka (Consumer)
-	Skipped      int64 // messages found already applied by another consumer (FencedConsumer)
+	Skipped      int64 // messages found already applied, by another consumer or by a COMMIT whose answer was lost (FencedConsumer)
 	Redelivered  int64 // deliveries of messages this consumer had already handled, dropped (FencedConsumer)
 }
 
@@ -225,6 +249,12 @@ const (
 	HeaderOffset    = "singlewriter-offset"
 	HeaderAttempts  = "singlewriter-attempts"
 	HeaderError     = "singlewriter-error"
+	// HeaderTruncated marks a record sent in place of a dead letter that the
+	// topic refused for its size: it has the key and the headers above, but
+	// neither the value nor the original headers; its value is the dropped
+	// value's length in bytes. The message stays in its own topic, at the
+	// offset HeaderOffset names, until retention deletes it.
+	HeaderTruncated = "singlewriter-truncated"
 )
 
 // handlerError marks an error as the handler's own (counted as an attempt),

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
@@ -161,18 +163,50 @@ func (s settings) attempt(ctx context.Context, log *slog.Logger, dlq *deadLetter
 // topic: the caller skips it.
 var errDeadLettered = errors.New("kafkawriter: dead-lettered")
 
-// deadLetter sends m to the dead-letter topic (retried until ctx ends) and
-// returns errDeadLettered, or, without a topic, a *PoisonError.
+// deadLetter sends m to the dead-letter topic and returns errDeadLettered,
+// or, without a topic, a *PoisonError. A send that fails for a transient
+// reason (the network, a leader election) is retried until ctx ends; one the
+// topic refuses for good (a permanent Kafka error) ends in a *PoisonError
+// that names the refusal, since retrying it would hold the partition
+// forever.
 func (s settings) deadLetter(ctx context.Context, log *slog.Logger, dlq *deadLetters, m kafka.Message, attempts int, cause error) error {
 	if dlq == nil {
 		return &PoisonError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempts: attempts, Err: cause}
 	}
 	log = log.With(telemetry.Offset, m.Offset)
-	if !s.retry(ctx, log, "dead-letter", func() error { return dlq.send(ctx, m, attempts, cause) }) {
+	var refused error
+	if !s.retry(ctx, log, "dead-letter", func() error {
+		err := dlq.send(ctx, m, attempts, cause)
+		if err != nil && permanent(err) && !failpoint.Mutant("kafkawriter.deadletter.permanent") {
+			refused = err
+			return nil
+		}
+		return err
+	}) {
 		return ctx.Err()
+	}
+	if refused != nil {
+		log.Error("kafkawriter: the dead-letter topic refused a poison message; stopping", telemetry.Err(refused))
+		return &PoisonError{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempts: attempts, Err: cause, DeadLetter: refused}
 	}
 	log.Warn("kafkawriter: dead-lettered a poison message", telemetry.Attempt, attempts, telemetry.Err(cause))
 	return errDeadLettered
+}
+
+// permanent reports whether a write error is final: a Kafka error that the
+// protocol does not mark retriable (a record too large, an authorization
+// refused), or a record too large for the writer. Anything else (the
+// network, a timeout, a leader moving) may pass.
+func permanent(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	var kerr kafka.Error
+	return errors.As(err, &tooLarge) || errors.As(err, &kerr) && !kerr.Temporary()
+}
+
+// tooLarge reports whether a write was refused for the record's size.
+func tooLarge(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	return errors.As(err, &tooLarge) || errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
 }
 
 // retry runs op until it succeeds (true) or ctx ends (false), with doubling
@@ -214,6 +248,12 @@ type deadLetters struct {
 }
 
 // newDeadLetters returns a writer to topic, or nil when topic is empty.
+// Each dead letter is written alone (BatchSize 1), so that its size never
+// gets another refused with it, and of any size (BatchBytes): kafka-go's own
+// limit, 1 MiB by default, is below what a message near the broker's limit
+// becomes with the dead-letter headers. The topic's limit
+// (max.message.bytes) decides; send replaces a record it refuses for its
+// size with a marker.
 func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadLetters {
 	if topic == "" {
 		return nil
@@ -226,29 +266,60 @@ func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadL
 		Addr:         kafka.TCP(brokers...),
 		Topic:        topic,
 		RequiredAcks: kafka.RequireAll,
+		BatchSize:    1,
+		BatchBytes:   math.MaxInt32,
 		BatchTimeout: time.Millisecond,
 		Transport:    tr,
 	}}
 }
 
 // send writes m with its key, value and headers, plus the headers saying
-// where it came from and why it failed.
+// where it came from and why it failed. When the topic refuses that record
+// for its size, send writes a marker in its place: the key and those
+// headers, with HeaderTruncated, without the value and m's own headers. The
+// message itself stays in its topic, at the offset the headers name, until
+// the topic's retention deletes it.
 func (d *deadLetters) send(ctx context.Context, m kafka.Message, attempts int, cause error) error {
+	headers := deadLetterHeaders(m, attempts, cause)
+	err := d.write(ctx, kafka.Message{
+		Key:     m.Key,
+		Value:   m.Value,
+		Headers: append(append([]kafka.Header(nil), m.Headers...), headers...),
+	})
+	if !tooLarge(err) {
+		return err
+	}
+	return d.write(ctx, kafka.Message{
+		Key:     m.Key,
+		Headers: append(headers, kafka.Header{Key: HeaderTruncated, Value: []byte(strconv.Itoa(len(m.Value)))}),
+	})
+}
+
+// deadLetterHeaders are the headers that say where m came from and why it
+// failed.
+func deadLetterHeaders(m kafka.Message, attempts int, cause error) []kafka.Header {
 	reason := cause.Error()
 	if len(reason) > 4096 {
 		reason = reason[:4096]
 	}
-	return d.w.WriteMessages(ctx, kafka.Message{
-		Key:   m.Key,
-		Value: m.Value,
-		Headers: append(append([]kafka.Header(nil), m.Headers...),
-			kafka.Header{Key: HeaderTopic, Value: []byte(m.Topic)},
-			kafka.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Partition))},
-			kafka.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
-			kafka.Header{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-			kafka.Header{Key: HeaderError, Value: []byte(reason)},
-		),
-	})
+	return []kafka.Header{
+		{Key: HeaderTopic, Value: []byte(m.Topic)},
+		{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Partition))},
+		{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		{Key: HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		{Key: HeaderError, Value: []byte(reason)},
+	}
+}
+
+// write writes one record, and returns its own error rather than kafka-go's
+// list of one.
+func (d *deadLetters) write(ctx context.Context, rec kafka.Message) error {
+	err := d.w.WriteMessages(ctx, rec)
+	var each kafka.WriteErrors
+	if errors.As(err, &each) && len(each) == 1 && each[0] != nil {
+		return each[0]
+	}
+	return err
 }
 
 func (d *deadLetters) close() {
