@@ -21,8 +21,10 @@
 // What it does NOT protect: a change that must also touch other rows or
 // systems is atomic only if the caller runs it in one transaction with them
 // (see [Postgres.WithDB]); a call whose reply is lost (a timeout, a dropped
-// connection) may or may not have been applied, so retrying a decrement can
-// apply it twice — pair it with an idempotency key when that matters. The
+// connection) may or may not have been applied, so retrying it without an
+// operation ID can apply it twice. Give it one ([WithID], minted once per
+// intent): a retry with the ID returns the first outcome instead of
+// applying again, and [Recorder.Resolve] tells whether it applied. The
 // value is a number; invariants across rows beyond one batch are the
 // caller's.
 //
