@@ -19,7 +19,11 @@
 // restart at 1 after Delete and Insert of the same key, so a client holding
 // version 1 of the old row matches the new one; use a soft delete if clients
 // keep versions across deletions. On one hot row OCC wastes attempts (see the
-// package benchmarks); many keys with low contention are where it wins.
+// package benchmarks); many keys with low contention are where it wins. A
+// write whose answer is lost may have applied: retried without an operation
+// ID, Update applies the change again on the row it wrote. Give it one
+// ([WithID]): the retry returns the recorded version instead, and
+// [Recorder.Resolve] tells whether it applied.
 //
 //	accounts, err := occ.NewPostgres[string, Account](pool, "accounts", nil)
 //	v, err := occ.Update(ctx, accounts, "alice", func(a *Account) error {
