@@ -645,6 +645,21 @@ var mutantHoles = map[string]string{
 	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 
+	// No scenario's workload gives its operations IDs or sends through the
+	// idempotency client: each package's TestGuards catches these.
+	"atomic.id.expired":           "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
+	"atomic.id.fingerprint":       "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.fingerprint catches it (TestMutantsAreCaught)",
+	"atomic.id.replay":            "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.replay catches it (TestMutantsAreCaught)",
+	"atomic.purge.expired":        "no scenario gives its operations IDs; atomic's TestGuards/atomic.purge.expired catches it (TestMutantsAreCaught)",
+	"atomic.resolve.abandon":      "no scenario gives its operations IDs; atomic's TestGuards/atomic.resolve.abandon catches it (TestMutantsAreCaught)",
+	"occ.id.expired":              "no scenario gives its operations IDs; occ's TestGuards/occ.id.expired catches it (TestMutantsAreCaught)",
+	"occ.id.fingerprint":          "no scenario gives its operations IDs; occ's TestGuards/occ.id.fingerprint catches it (TestMutantsAreCaught)",
+	"occ.id.replay":               "no scenario gives its operations IDs; occ's TestGuards/occ.id.replay catches it (TestMutantsAreCaught)",
+	"occ.purge.expired":           "no scenario gives its operations IDs; occ's TestGuards/occ.purge.expired catches it (TestMutantsAreCaught)",
+	"occ.resolve.abandon":         "no scenario gives its operations IDs; occ's TestGuards/occ.resolve.abandon catches it (TestMutantsAreCaught)",
+	"idempotency.client.same-key": "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.same-key catches it (TestMutantsAreCaught)",
+	"idempotency.client.unkeyed":  "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
+
 	// No scenario writes through an outbox or runs its relays yet.
 	"outbox.mark.epoch":      "no scenario runs an outbox relay; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
 	"outbox.relay.order":     "no scenario runs an outbox relay; outbox's TestRelaysPublishEachEventInOrder catches it (TestMutantsAreCaught)",
