@@ -69,7 +69,7 @@ screenshot: browser
 # The packages built with their mutant sites compiled in (internal/failpoint):
 # each package's tests show that the test guarding a safety condition fails
 # when the condition's mutant is on.
-MUTANT_PACKAGES = ./fencedlock/ ./atomic/ ./idempotency/ ./internal/failpoint/ ./occ/ ./partition/ ./singlewriter/kafkawriter/
+MUTANT_PACKAGES = ./fencedlock/ ./atomic/ ./idempotency/ ./idempotency/client/ ./internal/failpoint/ ./leader/ ./occ/ ./outbox/ ./partition/ ./singlewriter/kafkawriter/
 
 test-mutants: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants $(MUTANT_PACKAGES)

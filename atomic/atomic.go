@@ -21,8 +21,10 @@
 // What it does NOT protect: a change that must also touch other rows or
 // systems is atomic only if the caller runs it in one transaction with them
 // (see [Postgres.WithDB]); a call whose reply is lost (a timeout, a dropped
-// connection) may or may not have been applied, so retrying a decrement can
-// apply it twice — pair it with an idempotency key when that matters. The
+// connection) may or may not have been applied, so retrying it without an
+// operation ID can apply it twice. Give it one ([WithID], minted once per
+// intent): a retry with the ID returns the first outcome instead of
+// applying again, and [Recorder.Resolve] tells whether it applied. The
 // value is a number; invariants across rows beyond one batch are the
 // caller's.
 //
@@ -137,34 +139,37 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Store is the contract shared by Postgres, Memory and Fenced. Every method
 // is safe for concurrent use, changes its key(s) entirely or not at all, and
-// returns ErrInvalid for bad input before writing anything.
+// returns ErrInvalid for bad input before writing anything. An operation
+// given WithID is recorded with its outcome, and a retry with the ID returns
+// that outcome instead of applying again (Recorder; Fenced records nothing
+// and refuses an ID with ErrInvalid).
 type Store interface {
 	// Decrement subtracts amount (> 0) from key's value if the result stays
 	// at or above the store's floor, and returns the new value. Otherwise it
 	// returns an *InsufficientError (ErrInsufficient) with the current value,
 	// or ErrNotFound.
-	Decrement(ctx context.Context, key string, amount int64) (remaining int64, err error)
+	Decrement(ctx context.Context, key string, amount int64, opts ...Option) (remaining int64, err error)
 	// Increment adds amount (> 0) to key's value if the result stays at or
 	// below limit (NoCap for none), and returns the new value. Otherwise it
 	// returns an *InsufficientError, or ErrNotFound; ErrInvalid when the sum
 	// would overflow int64.
-	Increment(ctx context.Context, key string, amount, limit int64) (value int64, err error)
+	Increment(ctx context.Context, key string, amount, limit int64, opts ...Option) (value int64, err error)
 	// CompareAndSet sets key's value to next if it is old, or returns a
 	// *ConflictError (ErrConflict) with the current value, or ErrNotFound.
-	CompareAndSet(ctx context.Context, key string, old, next int64) error
+	CompareAndSet(ctx context.Context, key string, old, next int64, opts ...Option) error
 	// SetIfGreater sets key's value to value if value is greater than the
 	// current one (a high-water mark), or returns a *ConflictError, or
 	// ErrNotFound.
-	SetIfGreater(ctx context.Context, key string, value int64) error
+	SetIfGreater(ctx context.Context, key string, value int64, opts ...Option) error
 	// Claim creates key with value if it does not exist, once: every later
 	// claim returns a *ConflictError with the value it found.
-	Claim(ctx context.Context, key string, value int64) error
+	Claim(ctx context.Context, key string, value int64, opts ...Option) error
 	// DecrementMany subtracts each amount from its key if every result stays
 	// at or above the floor, and returns the new values; otherwise it changes
 	// nothing and returns an *InsufficientError or ErrNotFound naming the
 	// first failing key in key order. Keys are locked in sorted order, so
 	// concurrent batches over overlapping keys cannot deadlock.
-	DecrementMany(ctx context.Context, amounts map[string]int64) (remaining map[string]int64, err error)
+	DecrementMany(ctx context.Context, amounts map[string]int64, opts ...Option) (remaining map[string]int64, err error)
 	// Value returns key's value, or ErrNotFound.
 	Value(ctx context.Context, key string) (int64, error)
 }

@@ -240,10 +240,21 @@ func (f *Fenced) update(ctx context.Context, key string, decide decision) (int64
 	return next, nil
 }
 
+// noID refuses an operation ID: the twin records none.
+func noID(opts []Option) error {
+	if _, ok := OperationID(opts...); ok {
+		return fmt.Errorf("%w: the fenced twin records no operation IDs (use Postgres or Memory)", ErrInvalid)
+	}
+	return nil
+}
+
 // Decrement implements Store.
-func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (_ int64, err error) {
+func (f *Fenced) Decrement(ctx context.Context, key string, amount int64, opts ...Option) (_ int64, err error) {
 	ctx, op := f.tel.start(ctx, opDecrement)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return 0, err
+	}
 	d, err := decrement(key, amount, f.table.Floor)
 	if err != nil {
 		return 0, err
@@ -252,9 +263,12 @@ func (f *Fenced) Decrement(ctx context.Context, key string, amount int64) (_ int
 }
 
 // Increment implements Store.
-func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64) (_ int64, err error) {
+func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64, opts ...Option) (_ int64, err error) {
 	ctx, op := f.tel.start(ctx, opIncrement)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return 0, err
+	}
 	d, err := increment(key, amount, limit)
 	if err != nil {
 		return 0, err
@@ -263,9 +277,12 @@ func (f *Fenced) Increment(ctx context.Context, key string, amount, limit int64)
 }
 
 // CompareAndSet implements Store.
-func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64) (err error) {
+func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64, opts ...Option) (err error) {
 	ctx, op := f.tel.start(ctx, opCompareAndSet)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return err
+	}
 	d, err := compareAndSet(key, old, next)
 	if err != nil {
 		return err
@@ -275,9 +292,12 @@ func (f *Fenced) CompareAndSet(ctx context.Context, key string, old, next int64)
 }
 
 // SetIfGreater implements Store.
-func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) (err error) {
+func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64, opts ...Option) (err error) {
 	ctx, op := f.tel.start(ctx, opSetIfGreater)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return err
+	}
 	d, err := setIfGreater(key, value)
 	if err != nil {
 		return err
@@ -289,9 +309,12 @@ func (f *Fenced) SetIfGreater(ctx context.Context, key string, value int64) (err
 // Claim implements Store: lock, look, insert with the token, release. The
 // insert still relies on the key's unique index: a row that does not exist
 // yet has no token to fence with.
-func (f *Fenced) Claim(ctx context.Context, key string, value int64) (err error) {
+func (f *Fenced) Claim(ctx context.Context, key string, value int64, opts ...Option) (err error) {
 	ctx, op := f.tel.start(ctx, opClaim)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return err
+	}
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -329,9 +352,12 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64) (err error)
 // stalls there (a pause past its lease) holds no row lock that would keep
 // the next holder from stamping the rows and going on; its writes are then
 // refused by the next holder's tokens.
-func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
+func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64, opts ...Option) (_ map[string]int64, err error) {
 	ctx, op := f.tel.start(ctx, opDecrementMany)
 	defer func() { op.end(ctx, err) }()
+	if err := noID(opts); err != nil {
+		return nil, err
+	}
 	b, err := newBatch(amounts, f.table.Floor)
 	if err != nil {
 		return nil, err

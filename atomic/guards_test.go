@@ -73,7 +73,7 @@ func guards() []guard {
 			}},
 		)
 	}
-	return gs
+	return append(gs, idGuards()...)
 }
 
 // refused returns a violation when the operation that returned err was

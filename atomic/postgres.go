@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/short"
+	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // DB is what the PostgreSQL backend needs from a connection: *pgxpool.Pool,
@@ -62,6 +64,16 @@ type Table struct {
 	// TracerProvider receives a span per operation of the stores on this
 	// table. Defaults to none: no span is started.
 	TracerProvider trace.TracerProvider
+	// Tables says where the operations table of operation IDs (WithID,
+	// Migrations) lives. Defaults to the connection's search_path and the
+	// prefix "lockfree_".
+	Tables migrate.Names
+	// Retention is how long an operation ID is good after the time it
+	// carries: within it, a retry with the ID returns the recorded outcome;
+	// after it, the ID is refused (ErrExpired) and Purge may delete its
+	// record. Every process using the operations table must use the same
+	// Retention. At least one second. Defaults to 24 hours.
+	Retention time.Duration
 }
 
 // maxIdentifier is PostgreSQL's NAMEDATALEN-1: longer names are truncated
@@ -79,7 +91,10 @@ func (t Table) validate() error {
 			return fmt.Errorf("%w: invalid table config: %s %s", ErrInvalid, n.what, short.Quote(n.name))
 		}
 	}
-	return nil
+	if err := t.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return validRetention(t.Retention)
 }
 
 // validIdentifier reports whether name can be a PostgreSQL identifier:
@@ -175,10 +190,13 @@ const maxAttempts = 32
 // a second statement, which reads the value that the error reports: the
 // value the row held just after the refusal. It is safe for concurrent use.
 type Postgres struct {
-	db    DB
-	table Table
-	sql   pgStatements
-	tel   *storeTelemetry
+	db        DB
+	table     Table
+	where     string // the table's identity in fingerprints
+	sql       pgStatements
+	ids       idStatements
+	retention time.Duration
+	tel       *storeTelemetry
 }
 
 // pgStatements are the statements of one table, rendered once per store.
@@ -204,7 +222,9 @@ func NewPostgres(db DB, table Table) (*Postgres, error) {
 	if err := table.validate(); err != nil {
 		return nil, err
 	}
-	return &Postgres{db: db, table: table, sql: renderStatements(table), tel: newTelemetry(table.MeterProvider, table.TracerProvider)}, nil
+	where := table.qualified() + "." + pgx.Identifier{table.Key}.Sanitize() + "." + pgx.Identifier{table.Value}.Sanitize()
+	return &Postgres{db: db, table: table, where: where, sql: renderStatements(table), ids: table.renderIDs(),
+		retention: retentionOr(table.Retention), tel: newTelemetry(table.MeterProvider, table.TracerProvider)}, nil
 }
 
 // WithDB returns a store that runs its statements on db — typically the
@@ -218,6 +238,18 @@ func (p *Postgres) WithDB(db DB) *Postgres {
 
 // Table returns the table the store works on.
 func (p *Postgres) Table() Table { return p.table }
+
+// valueOf turns what an operation with an ID decided into its answer,
+// and tells the operation's telemetry whether it was a replay.
+func (p *Postgres) valueOf(d decided, err error) func(op *started) (int64, error) {
+	return func(op *started) (int64, error) {
+		op.replayed = d.replayed
+		if err != nil {
+			return 0, err
+		}
+		return d.out.Value, d.out.Err
+	}
+}
 
 // miss tells why a conditional statement on key changed nothing. err is the
 // statement's error: pgx.ErrNoRows or nil for a plain miss, which miss
@@ -240,12 +272,26 @@ func (p *Postgres) miss(ctx context.Context, op, key string, err error) (int64, 
 
 // Decrement implements Store with one
 // UPDATE … SET value = value - amount WHERE key = $1 AND value >= floor + amount RETURNING value.
-func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (_ int64, err error) {
+//
+// With an ID (WithID) it is one statement too, which locks the row, decides
+// on its latest value, records the outcome and applies it
+// (docs/atomic.md, "Operation IDs").
+func (p *Postgres) Decrement(ctx context.Context, key string, amount int64, opts ...Option) (_ int64, err error) {
 	ctx, op := p.tel.start(ctx, opDecrement)
 	defer func() { op.end(ctx, err) }()
 	threshold, err := decrementThreshold(key, amount, p.table.Floor)
 	if err != nil {
 		return 0, err
+	}
+	if c, ok, err := newCall(opts, p.where, OpDecrement, key, amount, p.table.Floor, amount); ok || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		sql := p.ids.decrement
+		if failpoint.Mutant("atomic.decrement.floor") {
+			sql = strings.Replace(sql, `c.v >= $3::bigint`, `$3::bigint IS NOT NULL`, 2)
+		}
+		return p.valueOf(p.do(ctx, c, sql, amount, threshold))(&op)
 	}
 	sql := p.sql.decrement
 	if failpoint.Mutant("atomic.decrement.floor") {
@@ -269,12 +315,22 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64) (_ i
 
 // Increment implements Store with one
 // UPDATE … SET value = value + amount WHERE key = $1 AND value <= limit - amount RETURNING value.
-func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int64) (_ int64, err error) {
+func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int64, opts ...Option) (_ int64, err error) {
 	ctx, op := p.tel.start(ctx, opIncrement)
 	defer func() { op.end(ctx, err) }()
 	ceiling, err := incrementCeiling(key, amount, limit)
 	if err != nil {
 		return 0, err
+	}
+	if c, ok, err := newCall(opts, p.where, OpIncrement, key, amount, limit, amount, limit); ok || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		sql := p.ids.increment
+		if failpoint.Mutant("atomic.increment.cap") {
+			sql = strings.Replace(sql, `c.v <= $3::bigint`, `$3::bigint IS NOT NULL`, 2)
+		}
+		return p.valueOf(p.do(ctx, c, sql, amount, ceiling))(&op)
 	}
 	sql := p.sql.increment
 	if failpoint.Mutant("atomic.increment.cap") {
@@ -297,10 +353,21 @@ func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int6
 }
 
 // CompareAndSet implements Store with one UPDATE … WHERE key = $1 AND value = old.
-func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int64) (err error) {
+func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int64, opts ...Option) (err error) {
 	ctx, op := p.tel.start(ctx, opCompareAndSet)
 	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
+		return err
+	}
+	if c, ok, err := newCall(opts, p.where, OpCompareAndSet, key, old, 0, old, next); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		sql := p.ids.cas
+		if failpoint.Mutant("atomic.cas.compare") {
+			sql = strings.Replace(sql, `c.v = $2::bigint`, `$2::bigint IS NOT NULL`, 2)
+		}
+		_, err := p.valueOf(p.do(ctx, c, sql, old, next))(&op)
 		return err
 	}
 	sql := p.sql.cas
@@ -323,10 +390,21 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 }
 
 // SetIfGreater implements Store with one UPDATE … WHERE key = $1 AND value < new.
-func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) (err error) {
+func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64, opts ...Option) (err error) {
 	ctx, op := p.tel.start(ctx, opSetIfGreater)
 	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
+		return err
+	}
+	if c, ok, err := newCall(opts, p.where, OpSetIfGreater, key, value, 0, value); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		sql := p.ids.setIfGreater
+		if failpoint.Mutant("atomic.setifgreater.compare") {
+			sql = strings.Replace(sql, `c.v < $2::bigint`, `$2::bigint IS NOT NULL`, 2)
+		}
+		_, err := p.valueOf(p.do(ctx, c, sql, value, value))(&op)
 		return err
 	}
 	sql := p.sql.setIfGreater
@@ -350,10 +428,21 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64) (e
 
 // Claim implements Store with one INSERT … ON CONFLICT (key) DO NOTHING. A
 // concurrent claim of the same key waits on the unique index and then loses.
-func (p *Postgres) Claim(ctx context.Context, key string, value int64) (err error) {
+func (p *Postgres) Claim(ctx context.Context, key string, value int64, opts ...Option) (err error) {
 	ctx, op := p.tel.start(ctx, opClaim)
 	defer func() { op.end(ctx, err) }()
 	if err := validKey(key); err != nil {
+		return err
+	}
+	if c, ok, err := newCall(opts, p.where, OpClaim, key, value, 0, value); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		sql := p.ids.claim
+		if failpoint.Mutant("atomic.claim.conflict") {
+			sql = p.table.renderOps(strings.Replace(sqlClaimID, `ON CONFLICT ({K}) DO NOTHING`, `ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V}`, 1))
+		}
+		_, err := p.valueOf(p.do(ctx, c, sql, value, value))(&op)
 		return err
 	}
 	sql := p.sql.claim
@@ -380,12 +469,24 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64) (err erro
 
 // DecrementMany implements Store in one statement that locks the batch's
 // rows in key order, checks them all, and updates them all or none.
-func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64) (_ map[string]int64, err error) {
+func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64, opts ...Option) (_ map[string]int64, err error) {
 	ctx, op := p.tel.start(ctx, opDecrementMany)
 	defer func() { op.end(ctx, err) }()
 	b, err := newBatch(amounts, p.table.Floor)
 	if err != nil {
 		return nil, err
+	}
+	if c, ok, err := newCall(opts, p.where, OpDecrementMany, "", 0, p.table.Floor); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		c.fingerprint = manyFingerprint(p.where, b)
+		d, err := p.doMany(ctx, c, b)
+		op.replayed = d.replayed
+		if err != nil {
+			return nil, err
+		}
+		return d.out.Values, d.out.Err
 	}
 	sql := p.sql.many
 	if failpoint.Mutant("atomic.decrementmany.all") {

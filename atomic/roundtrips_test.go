@@ -148,3 +148,56 @@ func TestPostgresRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// An operation ID adds no round trip: with an ID every operation is one
+// statement — its first execution, its refusal (which without an ID takes
+// a second statement to read the value it reports) and its replay alike.
+func TestPostgresRoundTripsWithID(t *testing.T) {
+	t.Parallel()
+	db := newTable(t)
+	pool, tr := tracedPool(t, db)
+	store := newPostgres(t, pool, inventory)
+	for k, v := range map[string]int64{"stock": 1000, "empty": 0, "other": 1000, "zero": 0} {
+		if err := store.Claim(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := func(err error) bool { return err == nil }
+	is := func(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+	fresh := func(int) atomic.Option { return atomic.WithID(newID(t)) }
+	replayed := atomic.WithID(newID(t))
+	same := func(int) atomic.Option { return replayed }
+	cases := []struct {
+		name string
+		op   func(run int) error
+		want func(error) bool
+	}{
+		{"Decrement", func(run int) error { _, err := store.Decrement(ctx, "stock", 1, fresh(run)); return err }, ok},
+		{"Decrement refused", func(run int) error { _, err := store.Decrement(ctx, "empty", 1, fresh(run)); return err }, is(atomic.ErrInsufficient)},
+		{"Decrement not found", func(run int) error { _, err := store.Decrement(ctx, "nothing", 1, fresh(run)); return err }, is(atomic.ErrNotFound)},
+		{"Decrement replayed", func(run int) error { _, err := store.Decrement(ctx, "stock", 1, same(run)); return err }, ok},
+		{"Increment", func(run int) error { _, err := store.Increment(ctx, "stock", 1, atomic.NoCap, fresh(run)); return err }, ok},
+		{"CompareAndSet", func(run int) error {
+			return store.CompareAndSet(ctx, "empty", int64(run), int64(run+1), fresh(run))
+		}, ok},
+		{"CompareAndSet refused", func(run int) error { return store.CompareAndSet(ctx, "other", 1, 2, fresh(run)) }, is(atomic.ErrConflict)},
+		{"SetIfGreater", func(run int) error { return store.SetIfGreater(ctx, "empty", int64(10+run), fresh(run)) }, ok},
+		{"Claim", func(run int) error { return store.Claim(ctx, fmt.Sprint("new-", run), 1, fresh(run)) }, ok},
+		{"Claim refused", func(run int) error { return store.Claim(ctx, "stock", 1, fresh(run)) }, is(atomic.ErrConflict)},
+		{"DecrementMany", func(run int) error {
+			_, err := store.DecrementMany(ctx, map[string]int64{"stock": 1, "other": 1}, fresh(run))
+			return err
+		}, ok},
+		{"DecrementMany refused", func(run int) error {
+			_, err := store.DecrementMany(ctx, map[string]int64{"stock": 1, "zero": 1}, fresh(run))
+			return err
+		}, is(atomic.ErrInsufficient)},
+		{"Resolve", func(run int) error { _, err := store.Resolve(ctx, newID(t)); return err }, ok},
+	}
+	for _, c := range cases {
+		got := roundTrips(t, tr, c.op, c.want)
+		if len(got) != 1 || !strings.HasPrefix(got[0], "WITH age AS MATERIALIZED") {
+			t.Errorf("%s with an ID sent %d statements:\n\t%s\nwant 1, the operation's own", c.name, len(got), strings.Join(got, "\n\t"))
+		}
+	}
+}

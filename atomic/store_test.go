@@ -29,10 +29,11 @@ const inventoryDDL = `CREATE TABLE "Inventory ""stock""" (
 
 var inventory = atomic.Table{Name: `Inventory "stock"`, Key: "sku", Value: "quantity"}
 
-// newTable returns a fresh schema holding the inventory table.
+// newTable returns a fresh schema holding the inventory table and the
+// operations table of operation IDs.
 func newTable(t testing.TB) *testdb.DB {
 	t.Helper()
-	db := testdb.New(t)
+	db := testdb.New(t, atomic.Migrations()...)
 	if _, err := db.Pool.Exec(ctx, inventoryDDL); err != nil {
 		t.Fatal(err)
 	}

@@ -43,11 +43,16 @@ const (
 	outNotFound
 	outInvalid
 	outFenced
+	outReplayed
+	outIDReused
+	outExpired
+	outAbandoned
 	outError
 	nOutcomes
 )
 
-var outcomeNames = [nOutcomes]string{"applied", "insufficient", "conflict", "not_found", "invalid", "fenced", "error"}
+var outcomeNames = [nOutcomes]string{"applied", "insufficient", "conflict", "not_found", "invalid", "fenced",
+	"replayed", "id_reused", "expired", "abandoned", "error"}
 
 // storeTelemetry is a store's instrument, with an attribute set per
 // operation and outcome built once.
@@ -62,7 +67,8 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *storeTeleme
 	t := &storeTelemetry{
 		tracer: telemetry.NewTracer(tp, "atomic"),
 		ops: in.Counter(metricOperations, "{operation}",
-			"Operations of an atomic store, by operation and outcome (applied, insufficient, conflict, not_found, invalid, fenced, error)."),
+			"Operations of an atomic store, by operation and outcome (applied, insufficient, conflict, not_found, invalid, fenced, "+
+				"replayed, id_reused, expired, abandoned, error)."),
 	}
 	for op := range nOps {
 		for out := range nOutcomes {
@@ -73,23 +79,28 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) *storeTeleme
 	return t
 }
 
-// started is one operation under way.
+// started is one operation under way. replayed is set when an operation
+// with an ID was answered from its record.
 type started struct {
-	t    *storeTelemetry
-	op   opKind
-	span telemetry.Span
+	t        *storeTelemetry
+	op       opKind
+	span     telemetry.Span
+	replayed bool
 }
 
 // start starts op's span; end counts the operation.
 func (t *storeTelemetry) start(ctx context.Context, op opKind) (context.Context, started) {
 	ctx, span := t.tracer.Start(ctx, spanNames[op])
-	return ctx, started{t, op, span}
+	return ctx, started{t: t, op: op, span: span}
 }
 
 // end counts the operation with the outcome err says, and ends its span: a
 // refusal is an outcome, not a failure of the span.
 func (s started) end(ctx context.Context, err error) {
 	out := outcome(err)
+	if s.replayed && out != outIDReused {
+		out = outReplayed
+	}
 	s.t.ops.Add(ctx, 1, s.t.attrs[s.op][out].Add()...)
 	if s.span.Recording() {
 		s.span.Set(attribute.String(telemetry.Outcome, outcomeNames[out]))
@@ -114,6 +125,12 @@ func outcome(err error) int {
 		return outInvalid
 	case errors.Is(err, fencedlock.ErrFenced):
 		return outFenced
+	case errors.Is(err, ErrIDReused):
+		return outIDReused
+	case errors.Is(err, ErrExpired):
+		return outExpired
+	case errors.Is(err, ErrAbandoned):
+		return outAbandoned
 	}
 	return outError
 }

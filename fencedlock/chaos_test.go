@@ -40,17 +40,25 @@ CREATE TABLE accepted (
 // moment at most one writer is accepted. Eight naive clients run in the same
 // run under the same faults, with an unfenced write: they must show a stale
 // writer accepted after a newer one.
+//
+// The run lasts until what it checks has happened, not for a fixed time (a
+// loaded machine does little in a few seconds): at least minDuration, the
+// server restarted, and client 0 of each lock paused past its lease until a
+// newer holder wrote, then woke and wrote — refused for the fenced lock,
+// landed for the naive one. Client 0 pauses on every tenure until it has
+// done so (a fault may fail its write first). maxDuration bounds the run.
 func TestChaos(t *testing.T) {
 	db := testdb.Faults(t, fencedlock.Migrations()...)
 	if _, err := db.Pool.Exec(ctx, chaosDDL); err != nil {
 		t.Fatal(err)
 	}
 	const (
-		clients  = 8
-		ttl      = 300 * time.Millisecond
-		duration = 8 * time.Second
+		clients     = 8
+		ttl         = 300 * time.Millisecond
+		minDuration = 8 * time.Second
+		maxDuration = 3 * time.Minute
 	)
-	runCtx, stop := context.WithTimeout(ctx, duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 
 	var (
@@ -58,6 +66,9 @@ func TestChaos(t *testing.T) {
 		proxies  []*faultproxy.Proxy
 		rejected atomic.Int64
 		paused   atomic.Int64
+		// staleWoke[lock]: client 0 of lock wrote after a newer holder
+		// had written (refused for fenced, landed for naive).
+		staleWoke = map[string]*atomic.Bool{"fenced": {}, "naive": {}}
 	)
 	// highest returns the highest token accepted so far for lock.
 	highest := func(lock string) int64 {
@@ -94,7 +105,7 @@ func TestChaos(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				rnd := rand.New(rand.NewPCG(uint64(c), 7))
-				for i := 0; runCtx.Err() == nil; i++ {
+				for runCtx.Err() == nil {
 					opCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 					lease, err := store.Acquire(opCtx, lock, fmt.Sprintf("%s-%d", lock, c), ttl)
 					cancel()
@@ -102,13 +113,19 @@ func TestChaos(t *testing.T) {
 						time.Sleep(time.Duration(rnd.IntN(20)) * time.Millisecond)
 						continue
 					}
-					// Client 0 always pauses on its first tenure, and others
-					// sometimes: until a newer holder has written (the pause
-					// outlives the lease), at most 5s.
-					if (c == 0 && i == 0) || rnd.IntN(8) == 0 {
+					// Client 0 pauses on every tenure until its stale write
+					// has been seen, and others sometimes: until a newer
+					// holder has written (the pause outlives the lease);
+					// the others give up after 5s.
+					stale := false
+					if pin := c == 0 && !staleWoke[lock].Load(); pin || rnd.IntN(8) == 0 {
 						paused.Add(1)
 						deadline := time.Now().Add(5 * time.Second)
-						for highest(lock) <= lease.Token && time.Now().Before(deadline) {
+						for runCtx.Err() == nil && (pin || time.Now().Before(deadline)) {
+							if highest(lock) > lease.Token {
+								stale = true
+								break
+							}
 							time.Sleep(20 * time.Millisecond)
 						}
 					}
@@ -127,6 +144,9 @@ func TestChaos(t *testing.T) {
 					if errors.Is(err, fencedlock.ErrFenced) {
 						rejected.Add(1)
 					}
+					if stale && c == 0 && ((lock == "fenced" && errors.Is(err, fencedlock.ErrFenced)) || (lock == "naive" && err == nil)) {
+						staleWoke[lock].Store(true)
+					}
 					store.Release(opCtx, lease)
 					cancel()
 				}
@@ -134,24 +154,41 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	// The network and the server misbehave while the clients run.
+	// The network misbehaves while the clients run.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		rnd := rand.New(rand.NewPCG(1, 2))
 		modes := []faultproxy.Mode{faultproxy.Delay, faultproxy.Blackhole, faultproxy.Reset}
-		restarted, start := false, time.Now()
 		for runCtx.Err() == nil {
 			p := proxies[rnd.IntN(len(proxies))]
 			p.Set(modes[rnd.IntN(len(modes))], 30*time.Millisecond)
-			time.Sleep(400 * time.Millisecond)
-			p.Set(faultproxy.Pass, 0)
-			if !restarted && time.Since(start) > duration/2 && runCtx.Err() == nil {
-				restarted = true
-				db.Control("restart")
+			select {
+			case <-runCtx.Done():
+			case <-time.After(400 * time.Millisecond):
 			}
+			p.Set(faultproxy.Pass, 0)
 		}
 	}()
+	// The server restarts once, half way through the minimum run; the run
+	// ends when the stale writes have woken, or at maxDuration.
+	start, restarted := time.Now(), false
+	for {
+		if !restarted && time.Since(start) > minDuration/2 {
+			restarted = true
+			db.Control("restart")
+		}
+		if restarted && time.Since(start) >= minDuration && staleWoke["fenced"].Load() && staleWoke["naive"].Load() {
+			break
+		}
+		if time.Since(start) > maxDuration {
+			t.Errorf("after %v: client 0's stale write woke: fenced %v, naive %v", maxDuration,
+				staleWoke["fenced"].Load(), staleWoke["naive"].Load())
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
 	wg.Wait()
 	for _, p := range proxies {
 		p.Close()
@@ -183,8 +220,9 @@ func TestChaos(t *testing.T) {
 		}
 		high[w.Lock] = max(high[w.Lock], w.Token)
 	}
-	t.Logf("accepted fenced=%d naive=%d; violations fenced=%d naive=%d; fenced rejections=%d; pauses=%d",
-		accepted["fenced"], accepted["naive"], violations["fenced"], violations["naive"], rejected.Load(), paused.Load())
+	t.Logf("in %v: accepted fenced=%d naive=%d; violations fenced=%d naive=%d; fenced rejections=%d; pauses=%d",
+		time.Since(start).Round(time.Millisecond), accepted["fenced"], accepted["naive"], violations["fenced"], violations["naive"],
+		rejected.Load(), paused.Load())
 	if accepted["fenced"] == 0 || rejected.Load() == 0 {
 		t.Fatalf("the fenced clients were not exercised: %d accepted, %d rejected", accepted["fenced"], rejected.Load())
 	}

@@ -1,10 +1,13 @@
 package fencedlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -193,6 +196,146 @@ func checkGate(*testing.T) error {
 	return nil
 }
 
+// checkValueTenure guards SetValue by (holder, token): a stale tenure's
+// value reaches nobody.
+func checkValueTenure(t *testing.T, e lockEnv) error {
+	a, b := supersede(t, e, "value-tenure")
+	s := e.store.(fencedlock.ValueStore)
+	b, err := s.SetValue(ctx, b, "b's")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.TTL = e.ttl
+	_, err = s.SetValue(ctx, a, "a's, stale")
+	cur, _, herr := e.store.Holder(ctx, "value-tenure")
+	if herr != nil {
+		t.Fatal(herr)
+	}
+	if !errors.Is(err, fencedlock.ErrNotHeld) || cur.Value != "b's" {
+		return fmt.Errorf("a stale tenure's SetValue (%v) left the value %q, want b's", err, cur.Value)
+	}
+	return nil
+}
+
+// checkValueCleared guards the new tenure's value: a grant by Acquire
+// starts without one, whatever the tenure before it had.
+func checkValueCleared(t *testing.T, e lockEnv) error {
+	s := e.store.(fencedlock.ValueStore)
+	a, err := s.AcquireValue(ctx, "value-cleared", "a", time.Minute, "a's secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "value-cleared", "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cur, _, err := s.Holder(ctx, "value-cleared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Value != "" {
+		return fmt.Errorf("b's tenure shows the value %q of a's", cur.Value)
+	}
+	return nil
+}
+
+// checkAcquireAllAtomic guards AcquireAll's all or nothing: with one name
+// held, none of the others is taken.
+func checkAcquireAllAtomic(t *testing.T, e lockEnv) error {
+	if _, err := e.store.Acquire(ctx, "all/2", "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.store.(fencedlock.MultiStore).AcquireAll(ctx, []string{"all/3", "all/2", "all/1"}, "a", time.Minute)
+	if !errors.Is(err, fencedlock.ErrHeld) {
+		t.Fatalf("AcquireAll with all/2 held: %v", err)
+	}
+	for _, n := range []string{"all/1", "all/3"} {
+		if cur, held, _ := e.store.Holder(ctx, n); held {
+			return fmt.Errorf("a failed AcquireAll left %s held by %s", n, cur.Holder)
+		}
+	}
+	return nil
+}
+
+// checkAcquireAllOrder guards AcquireAll's sorted order: two AcquireAll of
+// the same names, given in opposite orders, are let go together — a
+// transaction holds both rows until each waits on the first row it asks for
+// — and must not deadlock. Taken in the given order, each takes its first
+// row and waits for the other's: PostgreSQL aborts one (40P01). Under load
+// one client can finish before the other wakes, so the check makes three
+// rounds and reports the first deadlock.
+func checkAcquireAllOrder(t *testing.T) error {
+	e := postgresEnv(t)
+	for round := range 3 {
+		if err := acquireAllCrossed(t, e, fmt.Sprintf("order/%d/", round)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// acquireAllCrossed runs one round of checkAcquireAllOrder on the names
+// prefix+"a" and prefix+"b".
+func acquireAllCrossed(t *testing.T, e lockEnv, prefix string) error {
+	a, b := prefix+"a", prefix+"b"
+	for _, n := range []string{a, b} {
+		l, err := e.store.Acquire(ctx, n, "setup", time.Minute) // the row exists, free
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocker, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `SELECT FROM lockfree_locks WHERE name IN ($1, $2) FOR UPDATE`, a, b); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int32
+	results := make(chan error, 2)
+	for i, names := range [][]string{{a, b}, {b, a}} {
+		conn, err := pgx.Connect(ctx, e.db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		pids = append(pids, int32(conn.PgConn().PID()))
+		s, err := fencedlock.NewPostgres(conn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := s.AcquireAll(ctx, names, fmt.Sprint("client-", i), time.Minute)
+			results <- err
+		}()
+	}
+	waitFor(t, 60*time.Second, func() bool {
+		var blocked int
+		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::int[]) AS w(pid) WHERE cardinality(pg_blocking_pids(pid)) > 0`,
+			pids).Scan(&blocked)
+		return err == nil && blocked == len(pids)
+	})
+	if err := blocker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var bad error
+	for range pids {
+		if err := <-results; err != nil && !errors.Is(err, fencedlock.ErrHeld) {
+			bad = errors.Join(bad, err)
+		}
+	}
+	if bad != nil {
+		return fmt.Errorf("AcquireAll of overlapping names failed other than held: %w", bad)
+	}
+	return nil
+}
+
 // guard is one check and the mutant that breaks it.
 type guard struct {
 	mutant string
@@ -206,10 +349,13 @@ func guards() []guard {
 		new  func(t *testing.T) lockEnv
 	}{{"memory", memoryEnv}, {"postgres", postgresEnv}} {
 		for mutant, check := range map[string]func(*testing.T, lockEnv) error{
-			"fencedlock.release.tenure":  checkStaleRelease,
-			"fencedlock.renew.tenure":    checkStaleRenew,
-			"fencedlock.renew.expired":   checkNoRevival,
-			"fencedlock.acquire.expired": checkExclusion,
+			"fencedlock.release.tenure":      checkStaleRelease,
+			"fencedlock.renew.tenure":        checkStaleRenew,
+			"fencedlock.renew.expired":       checkNoRevival,
+			"fencedlock.acquire.expired":     checkExclusion,
+			"fencedlock.value.tenure":        checkValueTenure,
+			"fencedlock.acquire.clear-value": checkValueCleared,
+			"fencedlock.acquireall.atomic":   checkAcquireAllAtomic,
 		} {
 			g = append(g, guard{mutant + "/" + env.name, func(t *testing.T) error { return check(t, env.new(t)) }})
 		}
@@ -224,6 +370,7 @@ func guards() []guard {
 		guard{"fencedlock.fence.update.token", func(t *testing.T) error { return checkFencedUpdate(t, resourceDB(t)) }},
 		guard{"fencedlock.fence.read.stamp", func(t *testing.T) error { return checkStampedRead(t, resourceDB(t)) }},
 		guard{"fencedlock.gate.compare", checkGate},
+		guard{"fencedlock.acquireall.order", checkAcquireAllOrder},
 	)
 }
 

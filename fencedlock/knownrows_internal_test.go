@@ -411,7 +411,7 @@ func TestInsertFindingARowMintsNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = p.attempt(ctx, p.sql.acquireInsert, "held", fmt.Sprint("other-", i), time.Minute)
+		_, _, err = p.attempt(ctx, p.sql.acquireInsert, grant{name: "held", holder: fmt.Sprint("other-", i), ttl: time.Minute})
 		if !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatalf("the insert of a name with a row: %v, want no row", err)
 		}

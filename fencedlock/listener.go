@@ -9,16 +9,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// listener wakes a Postgres store's waiters when a lock is released, through
-// LISTEN/NOTIFY. It holds one pooled connection LISTENing only while at
-// least one waiter waits: the first waiter starts it, the last one to leave
+// listener wakes a Postgres store's waiters when a lock is released, and its
+// watchers when a lock is released or changed, through LISTEN/NOTIFY on two
+// channels. It holds one pooled connection LISTENing only while at least
+// one waiter or watcher waits: the first starts it, the last one to leave
 // stops it and waits for its goroutine to end, so nothing outlives the
 // waits. Notifications are a hint: a waiter still polls, so a lost
 // connection only makes waiting slower. It is safe for concurrent use.
 type listener struct {
-	pool    *pgxpool.Pool
-	channel string
-	waiters waitList
+	pool     *pgxpool.Pool
+	released string   // the channel of releases
+	changed  string   // the channel of grants by AcquireValue and of SetValue
+	waiters  waitList // Released: woken by releases
+	watchers waitList // Changed: woken by releases and changes
 
 	mu     sync.Mutex
 	n      int                // registered waiters
@@ -27,8 +30,15 @@ type listener struct {
 }
 
 // Released implements Wakeups.
-func (l *listener) Released(name string) (<-chan struct{}, func()) {
-	ch, remove := l.waiters.add(name)
+func (l *listener) Released(name string) (<-chan struct{}, func()) { return l.join(&l.waiters, name) }
+
+// Changed implements Watcher.
+func (l *listener) Changed(name string) (<-chan struct{}, func()) { return l.join(&l.watchers, name) }
+
+// join registers a waiter of name on w, and starts listening if it is the
+// first.
+func (l *listener) join(w *waitList, name string) (<-chan struct{}, func()) {
+	ch, remove := w.add(name)
 	l.mu.Lock()
 	l.n++
 	if l.n == 1 {
@@ -84,17 +94,23 @@ func (l *listener) listen(ctx context.Context) {
 		defer cancel()
 		conn.Hijack().Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
-		return
+	for _, channel := range []string{l.released, l.changed} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return
+		}
 	}
-	// Releases that happened before LISTEN took effect were missed: wake
-	// everyone once, they re-check.
+	// Releases and changes that happened before LISTEN took effect were
+	// missed: wake everyone once, they re-check.
 	l.waiters.wake("")
+	l.watchers.wake("")
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
 		if err != nil {
 			return
 		}
-		l.waiters.wake(n.Payload)
+		if n.Channel == l.released {
+			l.waiters.wake(n.Payload)
+		}
+		l.watchers.wake(n.Payload)
 	}
 }

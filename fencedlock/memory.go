@@ -3,6 +3,8 @@ package fencedlock
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,10 +27,11 @@ import (
 type Memory struct {
 	clock clock.Clock
 
-	mu      sync.Mutex
-	locks   map[string]*memLock
-	next    int64 // last token handed out, for every name (like the sequence)
-	waiters waitList
+	mu       sync.Mutex
+	locks    map[string]*memLock
+	next     int64    // last token handed out, for every name (like the sequence)
+	waiters  waitList // Released: woken by releases
+	watchers waitList // Changed: woken by grants, values and releases
 }
 
 // forgetPerAcquire is how many entries an Acquire of a new name examines
@@ -39,6 +42,8 @@ const forgetPerAcquire = 2
 type memLock struct {
 	holder  string
 	token   int64
+	value   string
+	since   time.Time
 	expires time.Time
 }
 
@@ -71,7 +76,15 @@ func NewMemory(cfg *MemoryConfig) (*Memory, error) {
 
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+	return m.AcquireValue(ctx, name, holder, ttl, "")
+}
+
+// AcquireValue implements ValueStore.
+func (m *Memory) AcquireValue(ctx context.Context, name, holder string, ttl time.Duration, value string) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidValue(value); err != nil {
 		return Lease{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -80,17 +93,64 @@ func (m *Memory) Acquire(ctx context.Context, name, holder string, ttl time.Dura
 	sent := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.clock.Now()
-	if l := m.locks[name]; l != nil && now.Before(l.expires) && !failpoint.Mutant("fencedlock.acquire.expired") {
-		return Lease{}, &HeldError{Name: name, Holder: l.holder, Token: l.token}
+	if err := m.free(name); err != nil {
+		return Lease{}, err
 	}
-	if m.locks[name] == nil {
+	return m.grant(name, holder, ttl, value, sent), nil
+}
+
+// free returns a *HeldError when name is held. The caller holds m.mu.
+func (m *Memory) free(name string) error {
+	if l := m.unexpired(m.locks[name]); l != nil && !failpoint.Mutant("fencedlock.acquire.expired") {
+		return &HeldError{Name: name, Holder: l.holder, Token: l.token}
+	}
+	return nil
+}
+
+// grant gives name to holder with the next token. The caller holds m.mu and
+// found name free.
+func (m *Memory) grant(name, holder string, ttl time.Duration, value string, sent time.Time) Lease {
+	now := m.clock.Now()
+	prev := m.locks[name]
+	if prev == nil {
 		m.forget(now, forgetPerAcquire, 0)
 	}
+	if prev != nil && value == "" && failpoint.Mutant("fencedlock.acquire.clear-value") {
+		value = prev.value // the previous tenure's value carries over
+	}
 	m.next++
-	l := &memLock{holder: holder, token: m.next, expires: now.Add(ttl)}
+	l := &memLock{holder: holder, token: m.next, value: value, since: now, expires: now.Add(ttl)}
 	m.locks[name] = l
-	return Lease{Name: name, Holder: holder, Token: l.token, TTL: ttl, Expires: l.expires, sent: sent}, nil
+	m.watchers.wake(name)
+	return Lease{Name: name, Holder: holder, Token: l.token, TTL: ttl, Expires: l.expires, Value: value, sent: sent}
+}
+
+// AcquireAll implements MultiStore: under the store's lock, every name is
+// checked, then every one granted, in sorted order.
+func (m *Memory) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]Lease, error) {
+	order, err := validAcquireAll(names, holder, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, i := range order {
+		if err := m.free(names[i]); err != nil && !failpoint.Mutant("fencedlock.acquireall.atomic") {
+			return nil, err
+		}
+	}
+	leases := make([]Lease, len(names))
+	for _, i := range order {
+		if err := m.free(names[i]); err != nil {
+			return nil, err // under the mutant only: the names before it stay granted
+		}
+		leases[i] = m.grant(names[i], holder, ttl, "", sent)
+	}
+	return leases, nil
 }
 
 // current returns the lock row for lease if lease is its unexpired tenure.
@@ -147,6 +207,32 @@ func (m *Memory) Renew(ctx context.Context, l Lease) (Lease, error) {
 	return l, nil
 }
 
+// SetValue implements ValueStore.
+func (m *Memory) SetValue(ctx context.Context, l Lease, value string) (Lease, error) {
+	if err := validLease(l); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidValue(value); err != nil {
+		return Lease{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.current(l)
+	if failpoint.Mutant("fencedlock.value.tenure") {
+		c = m.unexpired(m.locks[l.Name])
+	}
+	if c == nil {
+		return Lease{}, fmt.Errorf("%w: set value of %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
+	}
+	c.value = value
+	m.watchers.wake(l.Name)
+	l.Value = value
+	return l, nil
+}
+
 // Release implements Store and wakes the waiters of the lock.
 func (m *Memory) Release(ctx context.Context, l Lease) error {
 	if err := validTenure(l); err != nil {
@@ -166,6 +252,7 @@ func (m *Memory) Release(ctx context.Context, l Lease) error {
 	}
 	c.expires = m.clock.Now()
 	m.waiters.wake(l.Name)
+	m.watchers.wake(l.Name)
 	return nil
 }
 
@@ -179,11 +266,41 @@ func (m *Memory) Holder(ctx context.Context, name string) (Lease, bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.locks[name]
-	if c == nil || !m.clock.Now().Before(c.expires) {
+	c := m.unexpired(m.locks[name])
+	if c == nil {
 		return Lease{}, false, nil
 	}
-	return Lease{Name: name, Holder: c.holder, Token: c.token, Expires: c.expires}, true, nil
+	return c.lease(name), true, nil
+}
+
+// lease is the Lease of c as Holder reports it: no TTL, no send time.
+func (c *memLock) lease(name string) Lease {
+	return Lease{Name: name, Holder: c.holder, Token: c.token, Expires: c.expires, Value: c.value}
+}
+
+// List implements Lister.
+func (m *Memory) List(ctx context.Context, q ListQuery) (Page, error) {
+	q = q.withDefaults()
+	if err := q.validate(); err != nil {
+		return Page{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Page{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := Page{Now: m.clock.Now()}
+	for name, c := range m.locks {
+		if strings.HasPrefix(name, q.Prefix) && name > q.After && m.unexpired(c) != nil {
+			p.Locks = append(p.Locks, Holding{Lease: c.lease(name), Since: c.since})
+		}
+	}
+	slices.SortFunc(p.Locks, func(a, b Holding) int { return strings.Compare(a.Name, b.Name) })
+	if len(p.Locks) > q.Limit {
+		p.Locks = p.Locks[:q.Limit]
+		p.Next = p.Locks[q.Limit-1].Name
+	}
+	return p, nil
 }
 
 // Purge forgets up to limit locks that expired more than olderThan ago and
@@ -224,6 +341,11 @@ func (m *Memory) forget(cutoff time.Time, examine, limit int) int64 {
 // Released implements Wakeups: the channel is closed at the next release of
 // name. Expiry does not close it; waiters also poll.
 func (m *Memory) Released(name string) (<-chan struct{}, func()) { return m.waiters.add(name) }
+
+// Changed implements Watcher: the channel is closed at the next grant
+// (Acquire as well as AcquireValue), SetValue or release of name. Expiry
+// does not close it; watchers also poll.
+func (m *Memory) Changed(name string) (<-chan struct{}, func()) { return m.watchers.add(name) }
 
 // Gate is the resource-side fencing check for a resource in memory: it
 // admits a token at least as high as the highest it has admitted, and rejects

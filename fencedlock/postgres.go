@@ -131,14 +131,18 @@ const (
 	purgeFenceFrom = `FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence`
 	// acquireUpdate takes an expired row and mints its token.
 	acquireUpdate = `UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
-			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'` + clearValue + `
 		WHERE name = $1 AND expires_at <= clock_timestamp()
 		RETURNING token, expires_at`
+	// clearValue sets the new tenure's value: none in Acquire's
+	// statements, the bound $4 in AcquireValue's (valueArg). A fresh row
+	// gets it from its INSERT.
+	clearValue = `, value = ` + valueArg
 	sqlAcquire = `WITH upd AS (
 		` + acquireUpdate + `
 	), ins AS (
-		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at, value)
+		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond', ` + valueArg + `
 		` + purgeFenceFrom + `
 		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
@@ -158,14 +162,34 @@ const (
 	UNION ALL
 	SELECT false, holder, token, expires_at, false FROM {{locks}}
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM upd)`
-	sqlAcquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at)
-		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+	sqlAcquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at, value)
+		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond', ` + valueArg + `
 		` + purgeFenceFrom + `
 		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
 		RETURNING token, expires_at`
-	sqlHolder = `SELECT holder, token, expires_at FROM {{locks}}
+	sqlHolder = `SELECT holder, token, expires_at, value FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
+	// sqlSetValue changes the value of the current tenure only.
+	sqlSetValue = `UPDATE {{locks}} SET value = $4
+		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
+		RETURNING expires_at`
+	sqlSetValueNotify = `WITH set AS (` + sqlSetValue + `)
+		SELECT expires_at, pg_notify($5, $1) FROM set`
+	sqlNotifyChange = `SELECT pg_notify($1, $2)`
+	// sqlList reads the clock once, and lists the unexpired rows against
+	// it, in byte order (COLLATE "C", as Go compares strings), after $2 and
+	// starting with $1, one more than the page so that the last page says
+	// so. It scans the lock table, whose only index is on name in the
+	// database's collation: an operator's query, not a request's.
+	sqlList = `SELECT c.now, l.name, l.holder, l.token, l.value, l.acquired_at, l.expires_at
+		FROM (SELECT clock_timestamp() AS now) c
+		LEFT JOIN LATERAL (
+			SELECT name, holder, token, value, acquired_at, expires_at FROM {{locks}}
+			WHERE expires_at > c.now AND starts_with(name, $1) AND name COLLATE "C" > $2
+			ORDER BY name COLLATE "C" LIMIT $3
+		) l ON true
+		ORDER BY l.name COLLATE "C"`
 	sqlRenew = `UPDATE {{locks}} SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 		WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()
 		RETURNING expires_at`
@@ -196,18 +220,43 @@ const (
 		RETURNING expires_at`
 	mutantRelease = `UPDATE {{locks}} SET expires_at = clock_timestamp()
 		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()`
+	mutantSetValue = `UPDATE {{locks}} SET value = $4
+		WHERE name = $1 AND ($2::text, $3::bigint) IS NOT NULL AND expires_at > clock_timestamp()
+		RETURNING expires_at`
 )
+
+// valueArg stands for the new tenure's value in the acquire templates:
+// renderStatements makes it NULL in Acquire's statements and the bound $4
+// in AcquireValue's, so that a new tenure never keeps another's value.
+const valueArg = "{value}"
 
 type pgStatements struct {
 	acquire, acquireRow, acquireUpdate, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	setValue, setValueNotify, notifyChange, list                                                                                string
+	// valued are the acquire statements of AcquireValue: the value is $4.
+	valued acquireStatements
+}
+
+// renderAcquire renders an acquire template with the new tenure's value:
+// NULL, or $4 when valued.
+func renderAcquire(sql string, n migrate.Names, valued bool) string {
+	v := "NULL::bytea"
+	if valued {
+		v = "$4::bytea"
+	}
+	return migrate.Render(strings.ReplaceAll(sql, valueArg, v), n)
 }
 
 func renderStatements(n migrate.Names) pgStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
+	a := func(s string) string { return renderAcquire(s, n, false) }
+	v := func(s string) string { return renderAcquire(s, n, true) }
 	return pgStatements{
-		acquire: r(sqlAcquire), acquireRow: r(sqlAcquireRow), acquireUpdate: r(sqlAcquireUpdate), acquireInsert: r(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: a(sqlAcquire), acquireRow: a(sqlAcquireRow), acquireUpdate: a(sqlAcquireUpdate), acquireInsert: a(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
+		setValue: r(sqlSetValue), setValueNotify: r(sqlSetValueNotify), notifyChange: sqlNotifyChange, list: r(sqlList),
+		valued: acquireStatements{full: v(sqlAcquire), row: v(sqlAcquireRow), update: v(sqlAcquireUpdate), insert: v(sqlAcquireInsert), valued: true},
 	}
 }
 
@@ -215,15 +264,18 @@ func renderStatements(n migrate.Names) pgStatements {
 // database's clock (clock_timestamp()), never the client's. It is safe for
 // concurrent use.
 type Postgres struct {
-	db       DB
-	tables   migrate.Names
-	notify   bool
-	channel  string // the NOTIFY channel, bound as an argument
-	sql      pgStatements
-	listener *listener    // nil unless Notify and db is a pool
-	known    *knownRows   // shared by WithDB's copies
-	unseen   *insertFirst // shared by WithDB's copies
-	seen     *heldFirst   // shared by WithDB's copies
+	db      DB
+	tables  migrate.Names
+	notify  bool
+	channel string // the NOTIFY channel of releases, bound as an argument
+	// changeChannel is the NOTIFY channel of grants by AcquireValue and of
+	// SetValue, bound as an argument.
+	changeChannel string
+	sql           pgStatements
+	listener      *listener    // nil unless Notify and db is a pool
+	known         *knownRows   // shared by WithDB's copies
+	unseen        *insertFirst // shared by WithDB's copies
+	seen          *heldFirst   // shared by WithDB's copies
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -238,16 +290,20 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), sql: renderStatements(c.Tables),
-		known: newKnownRows(), unseen: new(insertFirst), seen: new(heldFirst)}
+	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), changeChannel: changeChannel(c.Tables),
+		sql: renderStatements(c.Tables), known: newKnownRows(), unseen: new(insertFirst), seen: new(heldFirst)}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
-		p.listener = &listener{pool: pool, channel: p.channel}
+		p.listener = &listener{pool: pool, released: p.channel, changed: p.changeChannel}
 	}
 	return p, nil
 }
 
-// releaseChannel is the NOTIFY channel of the lock table named by tables.
+// releaseChannel is the NOTIFY channel of releases of the lock table named
+// by tables, and changeChannel that of its grants by AcquireValue and of
+// SetValue.
 func releaseChannel(tables migrate.Names) string { return tables.Raw("lock_released") }
+
+func changeChannel(tables migrate.Names) string { return tables.Raw("lock_changed") }
 
 // WithDB returns a copy of the store whose statements run on db — typically
 // the caller's transaction — with the same configuration, and the same
@@ -269,6 +325,17 @@ func (p *Postgres) Released(name string) (<-chan struct{}, func()) {
 	return p.listener.Released(name)
 }
 
+// Changed implements Watcher: the channel is closed at the next release,
+// grant by AcquireValue or SetValue of name by a store with Notify. Only a
+// store created with Notify on a *pgxpool.Pool listens; on any other the
+// channel is nil, and watchers poll.
+func (p *Postgres) Changed(name string) (<-chan struct{}, func()) {
+	if p.listener == nil {
+		return nil, func() {}
+	}
+	return p.listener.Changed(name)
+}
+
 // Acquire implements Store. It is one statement, and one round trip unless
 // the lock was released or purged while the statement ran, a name the
 // store had seen is held while its attempts on such names mostly found them
@@ -280,43 +347,104 @@ func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Du
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	// No row at all means the lock changed hands while the statement ran
-	// (released, purged, taken): try again a few times before reporting
-	// contention.
+	return p.acquireRetrying(ctx, grant{name: name, holder: holder, ttl: ttl})
+}
+
+// AcquireValue implements ValueStore: Acquire's statements, with the value
+// bound in the statement that grants the lease. With Notify, a grant is
+// followed by a notice to watchers (Changed), in a statement of its own.
+func (p *Postgres) AcquireValue(ctx context.Context, name, holder string, ttl time.Duration, value string) (Lease, error) {
+	if err := validAcquire(name, holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidValue(value); err != nil {
+		return Lease{}, err
+	}
+	l, err := p.acquireRetrying(ctx, grant{name: name, holder: holder, ttl: ttl, value: value, valued: true})
+	if err == nil && p.notify {
+		// A notice is a hint: watchers poll as well. Its failure does not
+		// undo the grant.
+		_, _ = p.db.Exec(ctx, p.sql.notifyChange, p.changeChannel, name)
+	}
+	return l, err
+}
+
+// grant is what one acquire asks for: the value is bound as $4 when valued.
+type grant struct {
+	name, holder string
+	ttl          time.Duration
+	value        string
+	valued       bool
+}
+
+// args are the statement's arguments.
+func (g grant) args() []any {
+	if !g.valued {
+		return []any{g.name, g.holder, g.ttl.Microseconds()}
+	}
+	var v []byte // "" is NULL: no value
+	if g.value != "" {
+		v = []byte(g.value)
+	}
+	return []any{g.name, g.holder, g.ttl.Microseconds(), v}
+}
+
+// lease is the lease the grant gives, before its token and expiry are read.
+func (g grant) lease(sent time.Time) Lease {
+	return Lease{Name: g.name, Holder: g.holder, TTL: g.ttl, Value: g.value, sent: sent}
+}
+
+// acquireRetrying runs acquire attempts: no row at all means the lock
+// changed hands while the statement ran (released, purged, taken), so it
+// tries again a few times before reporting contention.
+func (p *Postgres) acquireRetrying(ctx context.Context, g grant) (Lease, error) {
 	for attempt := 0; ; attempt++ {
-		l, err := p.acquire(ctx, name, holder, ttl)
+		l, err := p.acquire(ctx, g)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
 		if attempt == 2 {
-			cur, _, err := p.Holder(ctx, name)
+			cur, _, err := p.Holder(ctx, g.name)
 			if err != nil {
 				return Lease{}, err
 			}
-			return Lease{}, &HeldError{Name: name, Holder: cur.Holder, Token: cur.Token}
+			return Lease{}, &HeldError{Name: g.name, Holder: cur.Holder, Token: cur.Token}
 		}
 	}
 }
 
 // acquireStatements are the statements of one acquire: full is sqlAcquire,
 // row sqlAcquireRow, update sqlAcquireUpdate and insert sqlAcquireInsert,
-// rendered, with a mutant's change when one is on.
-type acquireStatements struct{ full, row, update, insert string }
+// rendered (with the value bound as $4 when valued), with a mutant's change
+// when one is on.
+type acquireStatements struct {
+	full, row, update, insert string
+	valued                    bool
+}
 
-func (p *Postgres) acquireStatements() acquireStatements {
+func (p *Postgres) acquireStatements(valued bool) acquireStatements {
 	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, update: p.sql.acquireUpdate, insert: p.sql.acquireInsert}
+	if valued {
+		s = p.sql.valued
+	}
+	render := func(sql string) string { return renderAcquire(sql, p.tables, valued) }
 	if failpoint.Mutant("fencedlock.acquire.expired") {
 		// The update without its expiry condition (the insert has none: a
 		// name with a row goes on to sqlAcquireRow).
 		unexpired := func(sql string) string {
-			return migrate.Render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1), p.tables)
+			return render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1))
 		}
-		s = acquireStatements{full: unexpired(sqlAcquire), row: unexpired(sqlAcquireRow), update: unexpired(sqlAcquireUpdate), insert: s.insert}
+		s.full, s.row, s.update = unexpired(sqlAcquire), unexpired(sqlAcquireRow), unexpired(sqlAcquireUpdate)
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
 		// The fresh-row branch mints without waiting for a purge in flight.
-		unfenced := func(sql string) string { return migrate.Render(strings.Replace(sql, purgeFenceFrom, "", 1), p.tables) }
+		unfenced := func(sql string) string { return render(strings.Replace(sql, purgeFenceFrom, "", 1)) }
 		s.full, s.insert = unfenced(sqlAcquire), unfenced(sqlAcquireInsert)
+	}
+	if !valued && failpoint.Mutant("fencedlock.acquire.clear-value") {
+		// A taken row keeps the value of the tenure before.
+		kept := func(sql string) string { return render(strings.Replace(sql, clearValue, "", 1)) }
+		s.full, s.row, s.update = kept(sqlAcquire), kept(sqlAcquireRow), kept(sqlAcquireUpdate)
 	}
 	return s
 }
@@ -325,26 +453,26 @@ func (p *Postgres) acquireStatements() acquireStatements {
 // exist, and acquireUnseen when it is not or acquireSeen found no row. It
 // returns pgx.ErrNoRows when the statement it sent last found no row to take
 // or report.
-func (p *Postgres) acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
-	s := p.acquireStatements()
-	if p.known.has(name) {
-		l, err := p.acquireSeen(ctx, s, name, holder, ttl)
+func (p *Postgres) acquire(ctx context.Context, g grant) (Lease, error) {
+	s := p.acquireStatements(g.valued)
+	if p.known.has(g.name) {
+		l, err := p.acquireSeen(ctx, s, g)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return l, err
 		}
-		p.known.forget(name)
+		p.known.forget(g.name)
 	}
-	return p.acquireUnseen(ctx, s, name, holder, ttl)
+	return p.acquireUnseen(ctx, s, g)
 }
 
 // acquireSeen acquires a name whose row the store has seen, with
 // sqlAcquireUpdate (then sqlAcquireRow when it took nothing) or sqlAcquireRow
 // alone, as heldFirst says, and tells heldFirst whether the row was held. It
 // returns pgx.ErrNoRows when the row is gone.
-func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, g grant) (Lease, error) {
 	updateFirst := !p.seen.held()
 	if updateFirst {
-		l, err := p.take(ctx, s.update, name, holder, ttl)
+		l, err := p.take(ctx, s.update, g)
 		if err == nil {
 			p.seen.record(false)
 		}
@@ -354,7 +482,7 @@ func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, name, h
 		// Held, or gone: sqlAcquireRow tells which, and takes a row freed
 		// meanwhile.
 	}
-	l, _, err := p.attempt(ctx, s.row, name, holder, ttl)
+	l, _, err := p.attempt(ctx, s.row, g)
 	var held *HeldError
 	switch {
 	case errors.As(err, &held):
@@ -368,14 +496,14 @@ func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, name, h
 
 // take runs a statement that only takes the lock, sqlAcquireUpdate or
 // sqlAcquireInsert: the lease, or pgx.ErrNoRows when it took nothing.
-func (p *Postgres) take(ctx context.Context, stmt, name, holder string, ttl time.Duration) (Lease, error) {
-	l := Lease{Name: name, Holder: holder, TTL: ttl, sent: time.Now()}
-	err := p.db.QueryRow(ctx, stmt, name, holder, ttl.Microseconds()).Scan(&l.Token, &l.Expires)
+func (p *Postgres) take(ctx context.Context, stmt string, g grant) (Lease, error) {
+	l := g.lease(time.Now())
+	err := p.db.QueryRow(ctx, stmt, g.args()...).Scan(&l.Token, &l.Expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, err
 	case err != nil:
-		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(g.name), fence.Check(err, p.tables))
 	}
 	return l, nil
 }
@@ -384,21 +512,21 @@ func (p *Postgres) take(ctx context.Context, stmt, name, holder string, ttl time
 // sqlAcquireInsert (then sqlAcquireRow when the name has a row) or
 // sqlAcquire, as insertFirst says, and tells insertFirst what the name
 // turned out to be.
-func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name, holder string, ttl time.Duration) (Lease, error) {
+func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, g grant) (Lease, error) {
 	var (
 		l        Lease
 		inserted bool
 		err      error
 	)
 	if p.unseen.insert() {
-		l, err = p.take(ctx, s.insert, name, holder, ttl)
+		l, err = p.take(ctx, s.insert, g)
 		inserted = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The name has a row: take it if free, or learn its holder.
-			l, _, err = p.attempt(ctx, s.row, name, holder, ttl)
+			l, _, err = p.attempt(ctx, s.row, g)
 		}
 	} else {
-		l, inserted, err = p.attempt(ctx, s.full, name, holder, ttl)
+		l, inserted, err = p.attempt(ctx, s.full, g)
 	}
 	var held *HeldError
 	if inserted {
@@ -407,29 +535,26 @@ func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, name,
 		p.unseen.record(false)
 	}
 	if err == nil || errors.As(err, &held) {
-		p.known.add(name) // the row exists now
+		p.known.add(g.name) // the row exists now
 	}
 	return l, err
 }
 
 // attempt runs one acquire statement and reports whether it inserted the
 // name's row.
-func (p *Postgres) attempt(ctx context.Context, acquire, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	sent := time.Now()
+func (p *Postgres) attempt(ctx context.Context, acquire string, g grant) (Lease, bool, error) {
+	l := g.lease(time.Now())
 	var acquired, inserted bool
 	var cur string
-	l := Lease{Name: name}
-	err := p.db.QueryRow(ctx, acquire, name, holder, ttl.Microseconds()).Scan(&acquired, &cur, &l.Token, &l.Expires, &inserted)
+	err := p.db.QueryRow(ctx, acquire, g.args()...).Scan(&acquired, &cur, &l.Token, &l.Expires, &inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, false, err
 	case err != nil:
-		return Lease{}, false, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(name), fence.Check(err, p.tables))
+		return Lease{}, false, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(g.name), fence.Check(err, p.tables))
 	case !acquired:
-		return Lease{}, false, &HeldError{Name: name, Holder: cur, Token: l.Token}
+		return Lease{}, false, &HeldError{Name: g.name, Holder: cur, Token: l.Token}
 	}
-	l.Holder = cur
-	l.TTL, l.sent = ttl, sent
 	return l, inserted, nil
 }
 
@@ -506,14 +631,136 @@ func (p *Postgres) Holder(ctx context.Context, name string) (Lease, bool, error)
 		return Lease{}, false, err
 	}
 	l := Lease{Name: name}
-	err := p.db.QueryRow(ctx, p.sql.holder, name).Scan(&l.Holder, &l.Token, &l.Expires)
+	var value []byte
+	err := p.db.QueryRow(ctx, p.sql.holder, name).Scan(&l.Holder, &l.Token, &l.Expires, &value)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, false, nil
 	}
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("fencedlock: holder %s: %w", short.Quote(name), err)
 	}
+	l.Value = string(value)
 	return l, true, nil
+}
+
+// SetValue implements ValueStore. It is one statement; with Notify, the
+// same statement notifies watchers (Changed).
+func (p *Postgres) SetValue(ctx context.Context, l Lease, value string) (Lease, error) {
+	if err := validLease(l); err != nil {
+		return Lease{}, err
+	}
+	if err := ValidValue(value); err != nil {
+		return Lease{}, err
+	}
+	var v []byte // "" is NULL: no value
+	if value != "" {
+		v = []byte(value)
+	}
+	stmt, args := p.sql.setValue, []any{l.Name, l.Holder, l.Token, v}
+	var expires time.Time
+	dests := []any{&expires}
+	if p.notify {
+		stmt, args, dests = p.sql.setValueNotify, append(args, p.changeChannel), append(dests, nil)
+	}
+	if failpoint.Mutant("fencedlock.value.tenure") {
+		stmt = migrate.Render(mutantSetValue, p.tables)
+		if p.notify {
+			stmt = `WITH set AS (` + stmt + `) SELECT expires_at, pg_notify($5, $1) FROM set`
+		}
+	}
+	err := p.db.QueryRow(ctx, stmt, args...).Scan(dests...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("%w: set value of %s token %d", ErrNotHeld, short.Quote(l.Name), l.Token)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("fencedlock: set value of %s: %w", short.Quote(l.Name), err)
+	}
+	l.Value = value
+	return l, nil
+}
+
+// AcquireAll implements MultiStore. It runs in a transaction of its own (a
+// savepoint in the caller's, with WithDB on a pgx.Tx): one acquire
+// statement per name, in sorted order, so that two of them on overlapping
+// names lock the rows in the same order and cannot deadlock; the first
+// name held rolls it back. So it needs a DB that can Begin (a pool, a
+// connection, a transaction), or it is ErrInvalid. An error from the commit
+// leaves the outcome unknown: leases granted then expire after ttl.
+func (p *Postgres) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]Lease, error) {
+	order, err := validAcquireAll(names, holder, ttl)
+	if err != nil {
+		return nil, err
+	}
+	db, ok := p.db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%w: AcquireAll needs a DB that can Begin a transaction", ErrInvalid)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fencedlock: acquire all: %w", err)
+	}
+	defer func() {
+		// After a commit this does nothing; a lost connection rolls back on
+		// the server anyway, so the wait is bounded.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	in := p.WithDB(tx)
+	leases := make([]Lease, len(names))
+	for _, i := range order {
+		if leases[i], err = in.Acquire(ctx, names[i], holder, ttl); err != nil {
+			if errors.Is(err, ErrHeld) && failpoint.Mutant("fencedlock.acquireall.atomic") {
+				_ = tx.Commit(ctx) // keeps the names taken before: not all or nothing
+			}
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("fencedlock: acquire all: commit: %w", err)
+	}
+	return leases, nil
+}
+
+// List implements Lister. It is one statement, which scans the lock table:
+// it is for operators, not for every request.
+func (p *Postgres) List(ctx context.Context, q ListQuery) (Page, error) {
+	q = q.withDefaults()
+	if err := q.validate(); err != nil {
+		return Page{}, err
+	}
+	rows, err := p.db.Query(ctx, p.sql.list, q.Prefix, q.After, q.Limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("fencedlock: list: %w", err)
+	}
+	defer rows.Close()
+	var page Page
+	for rows.Next() {
+		var (
+			name, holder  *string
+			token         *int64
+			value         []byte
+			since, expire *time.Time
+		)
+		if err := rows.Scan(&page.Now, &name, &holder, &token, &value, &since, &expire); err != nil {
+			return Page{}, fmt.Errorf("fencedlock: list: %w", err)
+		}
+		if name == nil {
+			continue // no lock: the clock alone
+		}
+		page.Locks = append(page.Locks, Holding{
+			Lease: Lease{Name: *name, Holder: *holder, Token: *token, Expires: *expire, Value: string(value)}, Since: *since})
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("fencedlock: list: %w", err)
+	}
+	if len(page.Locks) > q.Limit {
+		page.Locks = page.Locks[:q.Limit]
+		page.Next = page.Locks[q.Limit-1].Name
+	}
+	return page, nil
 }
 
 // Verify proves, inside the caller's transaction tx, that lease is still the

@@ -33,6 +33,17 @@ func TestPostgresStore(t *testing.T) {
 	})
 }
 
+// The suite again on a store with Notify: its waiters and watchers are
+// woken through LISTEN/NOTIFY.
+func TestPostgresStoreNotify(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, fencedlock.Migrations()...)
+	store := newPostgres(t, db, true)
+	fencedlocktest.Run(t, func(t *testing.T) fencedlocktest.Harness {
+		return fencedlocktest.Harness{Store: store, TTL: 300 * time.Millisecond, Advance: time.Sleep}
+	})
+}
+
 func newMemory(t testing.TB, c clock.Clock) *fencedlock.Memory {
 	t.Helper()
 	m, err := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c})

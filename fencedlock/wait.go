@@ -66,6 +66,12 @@ func (c WaitConfig) validate() error {
 	return nil
 }
 
+// Validate reports a WaitConfig that AcquireWait would refuse: negative
+// delays, MaxDelay below MinDelay, or Jitter outside [0, 1] give an error
+// matching ErrInvalid. A nil c is the defaults, which are valid. Packages
+// that wait on fencedlock (leader) call it in their constructors.
+func (c *WaitConfig) Validate() error { return c.withDefaults(nil).validate() }
+
 // AcquireWait acquires name, waiting while another holder has it: it retries
 // with exponential backoff and jitter, woken early by the wake-ups (cfg's, or
 // the store's), until it succeeds or ctx ends (it then returns ctx's cause,
@@ -82,12 +88,31 @@ func AcquireWait(ctx context.Context, store Store, name, holder string, ttl time
 	return c.acquire(ctx, name, func() (Lease, error) { return store.Acquire(ctx, name, holder, ttl) })
 }
 
+// AcquireValueWait is AcquireWait with value on the new lease: each attempt
+// is store.AcquireValue, so the value is set in the step that grants the
+// lease. A value longer than MaxValueLen is a *ValueTooLargeError before any
+// attempt.
+func AcquireValueWait(ctx context.Context, store ValueStore, name, holder string, ttl time.Duration, value string, cfg *WaitConfig) (Lease, error) {
+	if store == nil {
+		return Lease{}, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	if err := ValidValue(value); err != nil {
+		return Lease{}, err
+	}
+	c := cfg.withDefaults(store)
+	if err := c.validate(); err != nil {
+		return Lease{}, err
+	}
+	return c.acquire(ctx, name, func() (Lease, error) { return store.AcquireValue(ctx, name, holder, ttl, value) })
+}
+
 // acquire waits for name, calling try for each attempt.
 func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease, error)) (Lease, error) {
 	// The first attempt goes without wake-ups: most find the lock free, and
 	// for a store that listens only while someone waits a subscription is a
 	// LISTEN on a connection of its own.
-	if lease, err := try(); !errors.Is(err, ErrHeld) {
+	lease, err := try()
+	if !errors.Is(err, ErrHeld) {
 		return lease, err
 	}
 	// Refused: subscribe before each further attempt (the first at once),
@@ -97,10 +122,10 @@ func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease,
 	wake, stop := c.subscribe(name)
 	defer func() { stop() }()
 	delay := c.MinDelay
-	var held error // the last contention seen, reported with ctx's end
+	held := err // the last contention seen, reported with ctx's end
 	for {
-		lease, err := try()
-		if err != nil && held != nil && ctx.Err() != nil {
+		lease, err = try()
+		if err != nil && ctx.Err() != nil {
 			// ctx ended during an attempt: report it as the end of the wait.
 			return Lease{}, errors.Join(context.Cause(ctx), held)
 		}

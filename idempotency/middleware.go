@@ -79,10 +79,12 @@ type MiddlewareConfig struct {
 	// Defaults to Content-Location, Location, ETag and Last-Modified.
 	ReplayHeaders []string
 	// Stored says whether a response with this final status (200 to 599)
-	// is stored and replayed. An unstored response is sent as it is, and
-	// the key is released so that a retry runs again: a status it refuses
-	// says that the handler did nothing a retry would repeat (or undid
-	// it), which the middleware cannot check. Defaults to DefaultStored.
+	// is stored and replayed: the replay policy (docs/idempotency.md,
+	// "Replay policy"). An unstored response is sent as it is, and the key
+	// is released so that a retry runs again: a status it refuses says that
+	// the handler did nothing a retry would repeat (or undid it), which the
+	// middleware cannot check. Defaults to DefaultStored; AllStored stores
+	// every answer.
 	Stored func(status int) bool
 	// OnError, when set, is told of errors answered with 500, of a first
 	// execution whose response was lost (ProblemResponseLost), and of the
@@ -178,6 +180,17 @@ func DefaultStored(status int) bool {
 	}
 	return status >= 200 && status < 500
 }
+
+// AllStored is the Stored hook that stores every final answer (200 to 599),
+// server errors included: a retry gets the first answer, whatever it was —
+// the IETF draft's "the result of the previously completed operation,
+// success or an error" read literally. Use it when a handler can answer
+// 5xx after an effect that no transaction undoes (a Memory, Leased or
+// Fenced executor), so that the retry replays the error rather than do the
+// effect again; the cost is that a transient failure is final for its key.
+//
+//	Stored: idempotency.AllStored,
+func AllStored(status int) bool { return finalStatus(status) }
 
 // validHeaderName reports whether name is an HTTP token (RFC 9110).
 func validHeaderName(name string) bool {

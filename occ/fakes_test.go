@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/occ"
 )
 
 // nopDB fails every statement: for tests that must not reach the database.
@@ -24,7 +25,9 @@ type nopLocks struct{ fencedlock.Store }
 // foreign is an occ.Store[int32, item] from elsewhere.
 type foreign struct{}
 
-func (foreign) Load(context.Context, int32) (item, int64, error)   { return item{}, 0, nil }
-func (foreign) Insert(context.Context, item) (int64, error)        { return 0, nil }
-func (foreign) Update(context.Context, item, int64) (int64, error) { return 0, nil }
-func (foreign) Delete(context.Context, int32, int64) error         { return nil }
+func (foreign) Load(context.Context, int32) (item, int64, error)           { return item{}, 0, nil }
+func (foreign) Insert(context.Context, item, ...occ.Option) (int64, error) { return 0, nil }
+func (foreign) Update(context.Context, item, int64, ...occ.Option) (int64, error) {
+	return 0, nil
+}
+func (foreign) Delete(context.Context, int32, int64, ...occ.Option) error { return nil }

@@ -246,7 +246,7 @@ func guards() []guard {
 		env := twinEnvs()[backend]
 		g = append(g, guard{mutant, func(t *testing.T) error { return check(t, env(t)) }})
 	}
-	return g
+	return append(g, idGuards()...)
 }
 
 func TestGuards(t *testing.T) {

@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/opid"
 	"github.com/lockfree-go/lockfree/internal/short"
+	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // TableConfig maps a row type onto a table. A nil *TableConfig, like the
@@ -36,6 +40,19 @@ type TableConfig struct {
 	// TracerProvider receives a span for each Update on this store.
 	// Defaults to none: no span is started.
 	TracerProvider trace.TracerProvider
+	// Tables says where the operations table of operation IDs (WithID,
+	// Migrations) lives. Ignored by Memory. Defaults to the connection's
+	// search_path and the prefix "lockfree_".
+	Tables migrate.Names
+	// Retention is how long an operation ID is good after the time it
+	// carries: within it, a retry with the ID returns the recorded
+	// outcome; after it, the ID is refused (ErrExpired) and Purge may
+	// delete its record. Every process using the operations table must use
+	// the same Retention. At least one second. Defaults to 24 hours.
+	Retention time.Duration
+	// Clock tells Memory the age of operation IDs. Ignored by Postgres,
+	// which asks the database's clock. Defaults to the system clock.
+	Clock clock.Clock
 }
 
 func (c *TableConfig) withDefaults() TableConfig {
@@ -48,6 +65,12 @@ func (c *TableConfig) withDefaults() TableConfig {
 	}
 	if d.Version == "" {
 		d.Version = "version"
+	}
+	if d.Retention == 0 {
+		d.Retention = opid.DefaultRetention
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System()
 	}
 	return d
 }
@@ -64,6 +87,12 @@ func (c TableConfig) validate() error {
 	}
 	if c.Key == c.Version {
 		return fmt.Errorf("%w: key and version are both column %s", ErrInvalid, short.Quote(c.Key))
+	}
+	if err := c.Tables.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if c.Retention < opid.MinRetention {
+		return fmt.Errorf("%w: Retention %v must be ≥ %v", ErrInvalid, c.Retention, opid.MinRetention)
 	}
 	return nil
 }

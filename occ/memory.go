@@ -6,8 +6,11 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/opid"
 )
 
 // Memory is a Store in this process's memory, with the same contract as
@@ -21,6 +24,7 @@ type Memory[K comparable, T any] struct {
 
 	mu   sync.Mutex
 	rows map[K]*memRow[T]
+	ops  map[uuid.UUID]record // the writes with an ID
 }
 
 type memRow[T any] struct {
@@ -31,13 +35,14 @@ type memRow[T any] struct {
 
 // NewMemory returns an empty store of rows of type T with keys of type K,
 // mapped as cfg says (a nil cfg: the key column "id", the version column
-// "version"; Schema is ignored). A bad mapping is an ErrInvalid.
+// "version"; Schema and Tables are ignored, Clock and Retention govern
+// operation IDs). A bad mapping is an ErrInvalid.
 func NewMemory[K comparable, T any](cfg *TableConfig) (*Memory[K, T], error) {
 	m, err := newMapping[K, T](cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Memory[K, T]{m: m, rows: map[K]*memRow[T]{}}, nil
+	return &Memory[K, T]{m: m, rows: map[K]*memRow[T]{}, ops: map[uuid.UUID]record{}}, nil
 }
 
 func (s *Memory[K, T]) layout() *mapping[K] { return s.m }
@@ -69,8 +74,12 @@ func (s *Memory[K, T]) Load(ctx context.Context, key K) (T, int64, error) {
 }
 
 // Insert implements Store.
-func (s *Memory[K, T]) Insert(ctx context.Context, row T) (int64, error) {
+func (s *Memory[K, T]) Insert(ctx context.Context, row T, opts ...Option) (int64, error) {
 	k, err := s.m.rowKey(reflect.ValueOf(row))
+	if err != nil {
+		return 0, err
+	}
+	c, withID, err := s.call(opts, OpInsert, k)
 	if err != nil {
 		return 0, err
 	}
@@ -79,11 +88,129 @@ func (s *Memory[K, T]) Insert(ctx context.Context, row T) (int64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.rows[k]; r != nil && !failpoint.Mutant("occ.insert.conflict") {
-		return 0, s.conflict(k, 0, r.version)
+	return s.once(c, withID, func() (int64, error) {
+		if r := s.rows[k]; r != nil && !failpoint.Mutant("occ.insert.conflict") {
+			return 0, s.conflict(k, 0, r.version)
+		}
+		s.rows[k] = &memRow[T]{val: s.stored(row, 1), version: 1}
+		return 1, nil
+	})
+}
+
+// call returns the write's call for opts' ID.
+func (s *Memory[K, T]) call(opts []Option, op string, k K) (call, bool, error) {
+	return newCall(newOptions(opts), memoryWhere, op, s.m.text(k), s.m.unambiguous(k))
+}
+
+// memoryWhere names a Memory in fingerprints.
+const memoryWhere = "memory"
+
+// once runs a write, s.mu held: without an ID, write alone; with one, the
+// recorded outcome when there is one, otherwise write, recorded when it
+// applied.
+func (s *Memory[K, T]) once(c call, withID bool, write func() (int64, error)) (int64, error) {
+	if !withID {
+		return write()
 	}
-	s.rows[k] = &memRow[T]{val: s.stored(row, 1), version: 1}
-	return 1, nil
+	if v, ok, err := s.recorded(c); ok {
+		return v, err
+	}
+	v, err := write()
+	if err == nil {
+		s.ops[c.id] = record{fingerprint: c.fingerprint, op: c.op, key: c.key, outcome: recApplied, version: v, minted: c.minted}
+	}
+	return v, err
+}
+
+// recorded answers c from its record, s.mu held; ok is false when c's ID
+// is live and unrecorded.
+func (s *Memory[K, T]) recorded(c call) (_ int64, ok bool, _ error) {
+	age := opid.AgeOf(c.minted, s.m.cfg.Clock.Now(), s.m.cfg.Retention)
+	if age == opid.Expired && failpoint.Mutant("occ.id.expired") {
+		age = opid.Live
+	}
+	if age != opid.Live {
+		return 0, true, ageError(c.id, age)
+	}
+	if r, ok := s.ops[c.id]; ok && !failpoint.Mutant("occ.id.replay") {
+		v, err := c.replay(r, failpoint.Mutant("occ.id.fingerprint"))
+		return v, true, err
+	}
+	return 0, false, nil
+}
+
+// loadID implements idLoader.
+func (s *Memory[K, T]) loadID(ctx context.Context, key K, o options) (T, int64, error) {
+	var zero T
+	if err := s.m.checkKey(key); err != nil {
+		return zero, 0, err
+	}
+	c, _, err := newCall(o, memoryWhere, OpUpdate, s.m.text(key), s.m.unambiguous(key))
+	if err != nil {
+		return zero, 0, err
+	}
+	s.mu.Lock()
+	if v, ok, err := s.recorded(c); ok {
+		s.mu.Unlock()
+		if err != nil {
+			return zero, 0, err
+		}
+		return zero, 0, replayed{v}
+	}
+	s.mu.Unlock()
+	return s.Load(ctx, key)
+}
+
+// Resolve implements Recorder, on the store's Clock.
+func (s *Memory[K, T]) Resolve(ctx context.Context, id uuid.UUID) (Outcome, error) {
+	minted, err := validID(id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	age := opid.AgeOf(minted, s.m.cfg.Clock.Now(), s.m.cfg.Retention)
+	if age == opid.Expired && failpoint.Mutant("occ.id.expired") {
+		age = opid.Live
+	}
+	if age != opid.Live {
+		return Outcome{}, ageError(id, age)
+	}
+	r, ok := s.ops[id]
+	if !ok {
+		r = record{outcome: recAbandoned, minted: minted}
+		if !failpoint.Mutant("occ.resolve.abandon") { // the mutant leaves the ID free
+			s.ops[id] = r
+		}
+	}
+	return r.result(id), nil
+}
+
+// Purge implements Recorder, on the store's Clock.
+func (s *Memory[K, T]) Purge(ctx context.Context, limit int) (int, error) {
+	if err := validLimit(limit); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.m.cfg.Clock.Now()
+	n := 0
+	for id, r := range s.ops {
+		if n == limit {
+			break
+		}
+		if opid.AgeOf(r.minted, now, s.m.cfg.Retention) == opid.Expired || failpoint.Mutant("occ.purge.expired") {
+			delete(s.ops, id)
+			n++
+		}
+	}
+	return n, nil
 }
 
 // stored returns the copy of row kept at version v: its columns only, as a
@@ -99,11 +226,15 @@ func (s *Memory[K, T]) stored(row T, v int64) T {
 }
 
 // Update implements Store.
-func (s *Memory[K, T]) Update(ctx context.Context, row T, version int64) (int64, error) {
+func (s *Memory[K, T]) Update(ctx context.Context, row T, version int64, opts ...Option) (int64, error) {
 	if err := validVersion(version); err != nil {
 		return 0, err
 	}
 	k, err := s.m.rowKey(reflect.ValueOf(row))
+	if err != nil {
+		return 0, err
+	}
+	c, withID, err := s.call(opts, OpUpdate, k)
 	if err != nil {
 		return 0, err
 	}
@@ -112,24 +243,30 @@ func (s *Memory[K, T]) Update(ctx context.Context, row T, version int64) (int64,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rows[k]
-	switch {
-	case r == nil:
-		return 0, s.notFound(k)
-	case r.version != version && !failpoint.Mutant("occ.update.version"):
-		return 0, s.conflict(k, version, r.version)
-	}
-	r.version++
-	r.val = s.stored(row, r.version)
-	return r.version, nil
+	return s.once(c, withID, func() (int64, error) {
+		r := s.rows[k]
+		switch {
+		case r == nil:
+			return 0, s.notFound(k)
+		case r.version != version && !failpoint.Mutant("occ.update.version"):
+			return 0, s.conflict(k, version, r.version)
+		}
+		r.version++
+		r.val = s.stored(row, r.version)
+		return r.version, nil
+	})
 }
 
 // Delete implements Store.
-func (s *Memory[K, T]) Delete(ctx context.Context, key K, version int64) error {
+func (s *Memory[K, T]) Delete(ctx context.Context, key K, version int64, opts ...Option) error {
 	if err := s.m.checkKey(key); err != nil {
 		return err
 	}
 	if err := validVersion(version); err != nil {
+		return err
+	}
+	c, withID, err := s.call(opts, OpDelete, key)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -137,15 +274,18 @@ func (s *Memory[K, T]) Delete(ctx context.Context, key K, version int64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.rows[key]
-	switch {
-	case r == nil:
-		return s.notFound(key)
-	case r.version != version && !failpoint.Mutant("occ.delete.version"):
-		return s.conflict(key, version, r.version)
-	}
-	delete(s.rows, key)
-	return nil
+	_, err = s.once(c, withID, func() (int64, error) {
+		r := s.rows[key]
+		switch {
+		case r == nil:
+			return 0, s.notFound(key)
+		case r.version != version && !failpoint.Mutant("occ.delete.version"):
+			return 0, s.conflict(key, version, r.version)
+		}
+		delete(s.rows, key)
+		return r.version, nil
+	})
+	return err
 }
 
 // fencedLoad is the Fenced twin's read, as fencedlock.Fence.Read does it: it

@@ -19,7 +19,11 @@
 // restart at 1 after Delete and Insert of the same key, so a client holding
 // version 1 of the old row matches the new one; use a soft delete if clients
 // keep versions across deletions. On one hot row OCC wastes attempts (see the
-// package benchmarks); many keys with low contention are where it wins.
+// package benchmarks); many keys with low contention are where it wins. A
+// write whose answer is lost may have applied: retried without an operation
+// ID, Update applies the change again on the row it wrote. Give it one
+// ([WithID]): the retry returns the recorded version instead, and
+// [Recorder.Resolve] tells whether it applied.
 //
 //	accounts, err := occ.NewPostgres[string, Account](pool, "accounts", nil)
 //	v, err := occ.Update(ctx, accounts, "alice", func(a *Account) error {
@@ -86,7 +90,10 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // Store keeps versioned rows of type T, a struct whose db-tagged fields are
 // the table's columns, identified by keys of type K, the type of T's key
-// field. Implementations are safe for concurrent use.
+// field. Implementations are safe for concurrent use. A write given WithID
+// is recorded with its outcome when it applies, and a retry with the ID
+// returns that outcome instead of writing again (Recorder); the other
+// options are Update's and RetryOnConflict's, and a write ignores them.
 type Store[K comparable, T any] interface {
 	// Load returns the row with key and its version (also set in the
 	// row's version field), or ErrNotFound.
@@ -94,15 +101,15 @@ type Store[K comparable, T any] interface {
 	// Insert adds row (its key taken from its key field, its version
 	// field ignored) at version 1 and returns 1. If the key exists it
 	// returns a *ConflictError with Expected 0 and changes nothing.
-	Insert(ctx context.Context, row T) (int64, error)
+	Insert(ctx context.Context, row T, opts ...Option) (int64, error)
 	// Update writes every column of row (key from its key field) if the
 	// stored row is at version, and returns the new version, version+1.
 	// The row's version field is ignored. It returns a *ConflictError when
 	// the row is at another version and ErrNotFound when it does not exist.
-	Update(ctx context.Context, row T, version int64) (int64, error)
+	Update(ctx context.Context, row T, version int64, opts ...Option) (int64, error)
 	// Delete removes the row with key if it is at version; otherwise it
 	// returns a *ConflictError, or ErrNotFound when there is no such row.
-	Delete(ctx context.Context, key K, version int64) error
+	Delete(ctx context.Context, key K, version int64, opts ...Option) error
 }
 
 func validVersion(v int64) error {

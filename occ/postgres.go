@@ -66,8 +66,10 @@ type Postgres[K comparable, T any] struct {
 	db     DB
 	m      *mapping[K]
 	table  string // as the user named it, for messages
+	where  string // the table and key column, in fingerprints
 	render *strings.Replacer
 	sql    pgStatements
+	ids    idStatements
 }
 
 // NewPostgres returns a store of T rows with keys of type K in the user's
@@ -93,6 +95,8 @@ func NewPostgres[K comparable, T any](db DB, table string, cfg *TableConfig) (*P
 		load: r(sqlLoad), insert: r(sqlInsert), update: r(sqlUpdate), del: r(sqlDelete), version: r(sqlVersion),
 		columns: r("{{columns}}"), set: r("{{set}}"),
 	}
+	p.where = r("{{table}}.{{key}}")
+	p.ids = p.renderIDs(func(s string) string { return s })
 	return p, nil
 }
 
@@ -208,10 +212,15 @@ func (p *Postgres[K, T]) current(ctx context.Context, key K) (int64, error) {
 	return v, err
 }
 
-// Insert implements Store.
-func (p *Postgres[K, T]) Insert(ctx context.Context, row T) (int64, error) {
+// Insert implements Store. With an ID it is one statement that inserts
+// and records.
+func (p *Postgres[K, T]) Insert(ctx context.Context, row T, opts ...Option) (int64, error) {
 	rv := reflect.ValueOf(row)
 	key, err := p.m.rowKey(rv)
+	if err != nil {
+		return 0, err
+	}
+	c, withID, err := p.call(newOptions(opts), OpInsert, key)
 	if err != nil {
 		return 0, err
 	}
@@ -225,6 +234,9 @@ func (p *Postgres[K, T]) Insert(ctx context.Context, row T) (int64, error) {
 		if _, err := p.db.Exec(ctx, p.render.Replace(sqlDeleteKey), key); err != nil {
 			return 0, p.wrap("insert", key, err)
 		}
+	}
+	if withID {
+		return p.insertID(ctx, c, key, args)
 	}
 	// The row may vanish between the miss and the read that explains it;
 	// then the insert is tried again.
@@ -247,8 +259,9 @@ func (p *Postgres[K, T]) Insert(ctx context.Context, row T) (int64, error) {
 	}
 }
 
-// Update implements Store.
-func (p *Postgres[K, T]) Update(ctx context.Context, row T, version int64) (int64, error) {
+// Update implements Store. With an ID it is one statement that locks the
+// row, checks its version, records and writes.
+func (p *Postgres[K, T]) Update(ctx context.Context, row T, version int64, opts ...Option) (int64, error) {
 	if err := validVersion(version); err != nil {
 		return 0, err
 	}
@@ -256,6 +269,12 @@ func (p *Postgres[K, T]) Update(ctx context.Context, row T, version int64) (int6
 	key, err := p.m.rowKey(rv)
 	if err != nil {
 		return 0, err
+	}
+	if c, withID, err := p.call(newOptions(opts), OpUpdate, key); withID || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		return p.updateID(ctx, c, key, rv, version)
 	}
 	sql := p.sql.update
 	if failpoint.Mutant("occ.update.version") {
@@ -284,13 +303,20 @@ func (p *Postgres[K, T]) miss(ctx context.Context, op string, key K, version int
 	return &ConflictError{Key: p.m.text(key), Expected: version, Actual: cur}
 }
 
-// Delete implements Store.
-func (p *Postgres[K, T]) Delete(ctx context.Context, key K, version int64) error {
+// Delete implements Store. With an ID it is one statement that locks the
+// row, checks its version, records and deletes.
+func (p *Postgres[K, T]) Delete(ctx context.Context, key K, version int64, opts ...Option) error {
 	if err := p.m.checkKey(key); err != nil {
 		return err
 	}
 	if err := validVersion(version); err != nil {
 		return err
+	}
+	if c, withID, err := p.call(newOptions(opts), OpDelete, key); withID || err != nil {
+		if err != nil {
+			return err
+		}
+		return p.deleteID(ctx, c, key, version)
 	}
 	sql := p.sql.del
 	if failpoint.Mutant("occ.delete.version") {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -73,6 +74,9 @@ func IsRetryable(err error) bool {
 // must begin and commit it.
 func RetryOnConflict(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	o := newOptions(opts)
+	if o.hasID {
+		return fmt.Errorf("%w: RetryOnConflict takes no WithID: give it to the writes inside fn", ErrInvalid)
+	}
 	if o.tel == nil {
 		o.tel = noTelemetry
 	}
@@ -164,14 +168,17 @@ func toDuration(f float64) time.Duration {
 	return time.Duration(f)
 }
 
-// Option adjusts one call of Update or RetryOnConflict; both take the same
-// options.
+// Option adjusts one call: of Update or RetryOnConflict (WithBackoff,
+// OnRetry, WithMeterProvider), or of a write (WithID, which Update passes on
+// to its write). A Store's writes ignore the options of the retry loop.
 type Option func(*options)
 
 type options struct {
 	backoff Backoff
 	onRetry func(int, error)
 	tel     *occTelemetry // nil: the store's, or none
+	id      uuid.UUID     // WithID
+	hasID   bool
 }
 
 func newOptions(opts []Option) options {
@@ -209,12 +216,26 @@ func (e mutateError) Error() string { return e.err.Error() }
 // nothing written. ErrNotFound is not retried. When s runs in the caller's
 // transaction (Postgres.WithDB), a serialization failure aborts that whole
 // transaction: retry the transaction with RetryOnConflict instead.
+//
+// With WithID, the write that applies is recorded with its ID, and a call
+// with a recorded ID returns the version it recorded without calling
+// mutate: after a lost answer, call Update again with the same ID. On this
+// package's stores the ID is checked in the load's round trip (a pipelined
+// batch), so that a replay costs one round trip and answers even when the
+// row has since been deleted.
 func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, mutate func(row *T) error, opts ...Option) (int64, error) {
 	if mutate == nil {
 		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
 	}
 	m := layoutOf(s)
 	o := newOptions(opts)
+	var write []Option // what the write takes: the ID alone
+	if o.hasID {
+		if _, err := validID(o.id); err != nil {
+			return 0, err
+		}
+		write = []Option{WithID(o.id)}
+	}
 	tracer := noTelemetry
 	if m != nil {
 		tracer = m.tel
@@ -225,7 +246,11 @@ func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, muta
 	ctx, span := tracer.spanStart(ctx, "occ.Update")
 	var version int64
 	attempts, err := retry(ctx, o, func(ctx context.Context) error {
-		row, v, err := s.Load(ctx, key)
+		row, v, err := load(ctx, s, key, o)
+		if r, ok := errors.AsType[replayed](err); ok {
+			version = r.version
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -236,7 +261,7 @@ func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, muta
 			return fmt.Errorf("%w: mutate changed the key of row %s", ErrInvalid, m.quote(key))
 		}
 		failpoint.Inject(ctx, "occ.update.before-write")
-		version, err = s.Update(ctx, row, v)
+		version, err = s.Update(ctx, row, v, write...)
 		return err
 	})
 	if span.Recording() {
@@ -250,6 +275,15 @@ func Update[K comparable, T any](ctx context.Context, s Store[K, T], key K, muta
 		return 0, err
 	}
 	return version, nil
+}
+
+// load is Update's read: with an ID on this package's stores, the read that
+// also answers whether the ID is recorded (a replayed error).
+func load[K comparable, T any](ctx context.Context, s Store[K, T], key K, o options) (T, int64, error) {
+	if l, ok := s.(idLoader[K, T]); ok && o.hasID {
+		return l.loadID(ctx, key, o)
+	}
+	return s.Load(ctx, key)
 }
 
 // laidOut is implemented by this package's stores: it tells Update which

@@ -36,7 +36,7 @@ func TestPostgresStore(t *testing.T) {
 // newDocs returns a schema with the suite's table and the lock table.
 func newDocs(t testing.TB) *testdb.DB {
 	t.Helper()
-	db := testdb.New(t, fencedlock.Migrations()...)
+	db := testdb.New(t, append(fencedlock.Migrations(), occ.Migrations()...)...)
 	if _, err := db.Pool.Exec(ctx, occtest.Table); err != nil {
 		t.Fatal(err)
 	}

@@ -103,6 +103,10 @@ func (x *executor) run() {
 // call runs j's function with a context that also ends with the executor's.
 // A panic becomes a *PanicError: this goroutine is the executor's, beyond
 // any recovery of Do's caller, so an unrecovered panic would end the process.
+// When the executor ended the function's context (a handoff past its drain
+// timeout, a lost lease) and the function returned context.Canceled, as
+// database drivers do, the answer is the executor's cause (ErrMoving): the
+// caller cancelled nothing, and must know to retry at the new owner.
 func (x *executor) call(j *job) (err error) {
 	ctx, cancel := context.WithCancelCause(j.ctx)
 	unhook := context.AfterFunc(x.ctx, func() { cancel(context.Cause(x.ctx)) })
@@ -116,5 +120,9 @@ func (x *executor) call(j *job) (err error) {
 	// Between the claim that gave the epoch and fn's writes: where a pause
 	// can outlast the member's lease.
 	failpoint.Inject(ctx, "partition.member.before-write")
-	return j.fn(ctx, x.epoch)
+	err = j.fn(ctx, x.epoch)
+	if errors.Is(err, context.Canceled) && x.ctx.Err() != nil && j.ctx.Err() == nil {
+		err = fmt.Errorf("%w (the function returned %w)", context.Cause(x.ctx), err)
+	}
+	return err
 }

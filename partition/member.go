@@ -230,6 +230,7 @@ type Member struct {
 	ring        *Ring
 	addrs       map[string]string
 	execs       map[int]*executor
+	last        map[int]*executor       // the latest executor per partition, stopped or not
 	handing     map[int]bool            // partitions being drained and released
 	incoming    map[int]time.Time       // handovers to this member: since when seen
 	leavingFrom time.Time               // when Stop marked the member leaving
@@ -256,7 +257,7 @@ func NewMember(store Membership, cfg *Config) (*Member, error) {
 	return &Member{
 		cfg: c, ringCfg: rc, store: store, ringID: ring.ID(), ring: ring, fwd: c.Forward.withDefaults(), tel: newMemberTelemetry(c),
 		life: make(chan struct{}, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
-		addrs: map[string]string{}, execs: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
+		addrs: map[string]string{}, execs: map[int]*executor{}, last: map[int]*executor{}, handing: map[int]bool{}, incoming: map[int]time.Time{},
 	}, nil
 }
 
@@ -292,7 +293,9 @@ func (m *Member) Partition(key string) int { return partitionOf(key, m.ringCfg.P
 // ([Postgres.Condition], [Postgres.Verify], [Memory.Verify]) because a pause
 // can outlast the member's lease. fn's context carries ctx's values and is
 // cancelled when ctx is, or when the partition is taken away and its drain
-// timeout has passed.
+// timeout has passed (or the member's lease is lost): Do then answers an
+// error matching ErrMoving, also when fn returns context.Canceled as
+// database drivers do.
 //
 // When another member owns the key Do returns a *NotOwnerError naming it
 // (forward the call there, e.g. with [Forward]); while the partition is

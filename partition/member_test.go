@@ -819,7 +819,7 @@ func TestUnreachableStoreStopsTheMember(t *testing.T) {
 		result <- m.Do(ctx, "k", func(ctx context.Context, e partition.Epoch) error {
 			started <- e
 			<-ctx.Done()
-			return context.Cause(ctx)
+			return ctx.Err() // as a database driver does: context.Canceled, not the cause
 		})
 	}()
 	before := <-started
@@ -842,6 +842,115 @@ func TestUnreachableStoreStopsTheMember(t *testing.T) {
 	}
 	if after.Token <= before.Token {
 		t.Fatalf("epoch %d after %d: the partition was not claimed anew", after.Token, before.Token)
+	}
+}
+
+// A function still running when its partition is handed over past
+// DrainTimeout is cancelled; when it returns its context's error, as
+// database drivers do (context.Canceled, not the cause), Do answers
+// ErrMoving — the caller did not cancel anything, and retries at the new
+// owner — not a bare context.Canceled.
+func TestDrainTimeoutAnswersMoving(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := b.new(t)
+			cfg := testConfig
+			cfg.TTL = 5 * time.Second // no lease lost on a loaded machine: only the handoff cancels
+			cfg.DrainTimeout = 50 * time.Millisecond
+			f := newFleet(t, store, cfg)
+			a := f.start("a")
+			key := keyOn(t, "b", "a", "b")
+			started, result := make(chan struct{}), make(chan error, 1)
+			go func() {
+				result <- doStarted(a, key, func(ctx context.Context, _ partition.Epoch) error {
+					close(started)
+					<-ctx.Done()
+					return ctx.Err()
+				})
+			}()
+			select {
+			case <-started:
+			case err := <-result:
+				t.Fatalf("the call on a never ran: %v", err)
+			}
+			f.start("b") // the ring now places key's partition on b: a hands it off
+			select {
+			case err := <-result:
+				if !errors.Is(err, partition.ErrMoving) {
+					t.Fatalf("Do whose function was cancelled by the handoff = %v, want ErrMoving", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the running function was not cancelled after DrainTimeout")
+			}
+		})
+	}
+}
+
+// failingRelease is a membership store whose first Releases fail without
+// releasing anything, as a release that timed out on a loaded database does.
+type failingRelease struct {
+	partition.Membership
+	fails atomic.Int32 // Releases left to fail
+}
+
+func (s *failingRelease) Release(ctx context.Context, es []partition.Epoch) error {
+	if s.fails.Add(-1) >= 0 {
+		return errors.New("release timed out")
+	}
+	return s.Membership.Release(ctx, es)
+}
+
+// A handoff whose release fails leaves rows the member owns but no longer
+// runs; the new owner cannot claim them while the member lives. The member
+// releases them again at its next steps, and the fleet settles.
+func TestFailedReleaseIsRetried(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := &failingRelease{Membership: b.new(t)}
+			store.fails.Store(2)
+			cfg := testConfig
+			cfg.TTL = 5 * time.Second // no lease expires on a loaded machine: only releases move partitions
+			f := newFleet(t, store, cfg)
+			f.start("a")
+			f.start("b") // a hands off what the ring now places on b; the release fails, and its retry
+			f.settled(30 * time.Second)
+			f.w.check()
+			if n := store.fails.Load(); n >= 0 {
+				t.Fatalf("%d failing releases left: the partitions moved without the releases this test fails", n+1)
+			}
+		})
+	}
+}
+
+// keyOn returns a key whose partition the ring of members places on owner.
+func keyOn(t *testing.T, owner string, members ...string) string {
+	t.Helper()
+	r, err := partition.NewRing(members, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if k := fmt.Sprint("k", i); r.Owner(r.Partition(k)) == owner {
+			return k
+		}
+	}
+}
+
+// doStarted calls m.Do until fn has started or Do answers something other
+// than ErrMoving (on a loaded machine a member may be between leases for a
+// moment), and returns the answer of the call that ran fn.
+func doStarted(m *partition.Member, key string, fn func(context.Context, partition.Epoch) error) error {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ran := false
+		err := m.Do(ctx, key, func(ctx context.Context, e partition.Epoch) error { ran = true; return fn(ctx, e) })
+		if ran || !errors.Is(err, partition.ErrMoving) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

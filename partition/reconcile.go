@@ -94,22 +94,27 @@ func fleet(live []MemberInfo, self, ringID string, selfOut bool) (names []string
 
 // plan is what one reconciliation does.
 type plan struct {
-	superseded []int // running partitions whose epoch is no longer current: abort
-	handoff    []int // running partitions the ring placed elsewhere: drain, release
-	claim      []int // partitions to claim, increasing
-	incoming   []int // partitions moving here from another member
-	moving     bool  // partitions are still moving to or from the member
+	superseded []int   // running partitions whose epoch is no longer current: abort
+	handoff    []int   // running partitions the ring placed elsewhere: drain, release
+	orphans    []Epoch // rows of self that it does not run, placed elsewhere: release
+	claim      []int   // partitions to claim, increasing
+	incoming   []int   // partitions moving here from another member
+	moving     bool    // partitions are still moving to or from the member
 }
 
 // reconcile compares what member self runs (running, by partition) and
 // hands off (handing) with the ownership rows and the ring. A running
 // partition whose row shows another epoch was superseded; one the ring
-// places elsewhere is handed off. A partition the ring places here that is
-// neither running nor handed off is moving here, and is claimed when its
-// owner is none, self, or not alive. It does no I/O.
+// places elsewhere is handed off. A row of self's that self neither runs
+// nor hands off (a release that failed, executors stopped for a late
+// heartbeat, a claim whose executors never started) is an orphan when the
+// ring places it elsewhere: no other member may claim it while self lives,
+// so self releases it. A partition the ring places here that is neither
+// running nor handed off is moving here, and is claimed when its owner is
+// none, self, or not alive. It does no I/O.
 func reconcile(self string, owners []Epoch, ring *Ring, alive map[string]bool, running map[int]Epoch, handing map[int]bool) plan {
 	var pl plan
-	kept := map[int]bool{}
+	kept, handed := map[int]bool{}, map[int]bool{}
 	for _, p := range slices.Sorted(maps.Keys(running)) {
 		e := running[p]
 		var row Epoch
@@ -121,11 +126,15 @@ func reconcile(self string, owners []Epoch, ring *Ring, alive map[string]bool, r
 			pl.superseded = append(pl.superseded, p)
 		case ring.Owner(p) != self:
 			pl.handoff = append(pl.handoff, p)
+			handed[p] = true
 		default:
 			kept[p] = true
 		}
 	}
 	for p, row := range owners {
+		if ring.Owner(p) != self && row.Owner == self && !handed[p] && !handing[p] {
+			pl.orphans = append(pl.orphans, row)
+		}
 		if ring.Owner(p) != self || kept[p] || handing[p] {
 			continue
 		}
@@ -137,7 +146,7 @@ func reconcile(self string, owners []Epoch, ring *Ring, alive map[string]bool, r
 			pl.claim = append(pl.claim, p)
 		}
 	}
-	pl.moving = pl.moving || len(pl.handoff) > 0 || len(handing) > 0
+	pl.moving = pl.moving || len(pl.handoff) > 0 || len(pl.orphans) > 0 || len(handing) > 0
 	return pl
 }
 
@@ -157,6 +166,15 @@ func (m *Member) apply(v view) (claim []int, moving bool) {
 	for _, x := range handoff {
 		m.handing[x.epoch.Partition] = true
 	}
+	// An orphan's last executor was stopped (or never ran): its release
+	// waits for it as a handoff's waits for its drain.
+	var orphaned []*executor
+	for _, e := range pl.orphans {
+		m.handing[e.Partition] = true
+		if x := m.last[e.Partition]; x != nil {
+			orphaned = append(orphaned, x)
+		}
+	}
 	moving = pl.moving || !m.leavingFrom.IsZero()
 	m.mu.Unlock()
 
@@ -165,6 +183,10 @@ func (m *Member) apply(v view) (claim []int, moving bool) {
 	}
 	if len(handoff) > 0 {
 		m.handOff(handoff)
+	}
+	if len(pl.orphans) > 0 {
+		m.warn("partition: releasing partitions owned but not run", telemetry.Count, len(pl.orphans))
+		m.release(orphaned, pl.orphans)
 	}
 	return pl.claim, moving
 }
@@ -212,7 +234,7 @@ func (m *Member) claim(ctx context.Context, info MemberInfo, ps []int) error {
 	}
 	for _, e := range epochs {
 		x := newExecutor(e, m.cfg.QueueSize, func() bool { return m.leaseSafeFor(info.Incarnation) })
-		m.execs[e.Partition] = x
+		m.execs[e.Partition], m.last[e.Partition] = x, x
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); x.run() }()
 		if since, ok := m.incoming[e.Partition]; ok {
@@ -246,16 +268,25 @@ func (m *Member) abortAll(reason string) {
 	}
 }
 
-// handOff stops the executors at once, then, in the background, drains
-// them and releases their partitions.
+// handOff stops the executors xs (in partition order) at once, then, in
+// the background, drains them and releases their partitions.
 func (m *Member) handOff(xs []*executor) {
-	for _, x := range xs {
+	epochs := make([]Epoch, len(xs))
+	for i, x := range xs {
 		m.stopExec(x, ReasonHandoff, false)
+		epochs[i] = x.epoch
 	}
+	m.release(xs, epochs)
+}
+
+// release, in the background, drains the stopped executors xs and then
+// releases epochs: the partitions xs ran, handed off, or rows of this
+// member that it no longer runs. The partitions are in handing until then.
+func (m *Member) release(xs []*executor, epochs []Epoch) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		epochs := m.drain(xs)
+		m.drain(xs)
 		// Between the drain and the release: a pause here can outlast the
 		// member's lease, and the release then reaches the store after
 		// another member claimed the partition — a stale release, which
@@ -265,6 +296,7 @@ func (m *Member) handOff(xs []*executor) {
 		err := m.store.Release(ctx, epochs)
 		cancel()
 		if err != nil {
+			// A row still ours is an orphan at the next step, released again.
 			m.warn("partition: release failed", telemetry.Err(err))
 		}
 		m.mu.Lock()
@@ -279,27 +311,19 @@ func (m *Member) handOff(xs []*executor) {
 }
 
 // drain waits for the executors xs to finish what they accepted, for at
-// most DrainTimeout, and returns their epochs in partition order. Past the
-// timeout it cancels what still runs: the new owner's epoch fences it.
-func (m *Member) drain(xs []*executor) []Epoch {
+// most DrainTimeout. Past the timeout it cancels what still runs: the new
+// owner's epoch fences it.
+func (m *Member) drain(xs []*executor) {
 	timer := time.NewTimer(m.cfg.DrainTimeout)
 	defer timer.Stop()
-	epochs := make([]Epoch, len(xs))
-	expired := false
 	for i, x := range xs {
-		epochs[i] = x.epoch
-		if expired {
-			continue
-		}
 		select {
 		case <-x.done:
 		case <-timer.C:
-			expired = true
 			for _, x := range xs[i:] {
 				x.cancel(fmt.Errorf("%w: partition %d drain timeout", ErrMoving, x.epoch.Partition))
 			}
+			return
 		}
 	}
-	slices.SortFunc(epochs, func(a, b Epoch) int { return a.Partition - b.Partition })
-	return epochs
 }

@@ -28,7 +28,9 @@ type Harness struct {
 
 // Run runs the suite; newHarness is called once per subtest. Subtests use
 // keys that start with their own name, so one store (one table) may serve
-// them all.
+// them all. A store that is an atomic.Recorder also runs the tests of
+// operation IDs (WithID, Resolve, Purge; a PostgreSQL store needs
+// atomic.Migrations applied); another must refuse an ID with ErrInvalid.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	tests := []struct {
 		name string
@@ -48,13 +50,36 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			if h.Workers <= 0 {
-				h.Workers = 16
+			tt.fn(t, harness(t, newHarness))
+		})
+	}
+	for _, tt := range idTests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := harness(t, newHarness)
+			r, ok := h.Store.(atomic.Recorder)
+			if !ok {
+				t.Skipf("%T records no operation IDs", h.Store)
+			}
+			tt.fn(t, h, r)
+		})
+	}
+	for _, tt := range refusedIDTests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := harness(t, newHarness)
+			if _, ok := h.Store.(atomic.Recorder); ok {
+				t.Skipf("%T records operation IDs", h.Store)
 			}
 			tt.fn(t, h)
 		})
 	}
+}
+
+func harness(t *testing.T, newHarness func(t *testing.T) Harness) Harness {
+	h := newHarness(t)
+	if h.Workers <= 0 {
+		h.Workers = 16
+	}
+	return h
 }
 
 var ctx = context.Background()

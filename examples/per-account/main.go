@@ -224,12 +224,14 @@ func runPartition(ctx context.Context, cfg config, w io.Writer) error {
 	}
 
 	var (
-		mu    sync.Mutex
-		stale partition.Epoch
+		mu      sync.Mutex
+		stale   partition.Epoch // the epoch of the last function that reached its pause
+		expired partition.Epoch // the paused function's epoch, once expire has run
 	)
 	expire := func(ctx context.Context) error {
 		mu.Lock()
 		e := stale
+		expired = e
 		mu.Unlock()
 		// The owner's process is paused: no heartbeats. Its membership lease
 		// runs out on the store's clock, and the other member claims the
@@ -255,15 +257,31 @@ func runPartition(ctx context.Context, cfg config, w io.Writer) error {
 	}
 	return session(ctx, cfg, w, "partition", l, expire, func(ctx context.Context, _ int, paused func()) error {
 		return forward(ctx, members, func(m *partition.Member) error {
-			return appendOwned(ctx, m, l, func(e partition.Epoch) {
+			var ran partition.Epoch
+			err := appendOwned(ctx, m, l, func(e partition.Epoch) {
 				mu.Lock()
-				stale = e
+				stale, ran = e, e
 				mu.Unlock()
 				paused()
 			})
+			mu.Lock()
+			wasPaused := ran.Token != 0 && ran == expired
+			mu.Unlock()
+			if wasPaused && errors.Is(err, partition.ErrMoving) {
+				// The paused member's own timers saw its lease lapse, and it
+				// cancelled the function before the store had to refuse it.
+				return fmt.Errorf("%w: %v", errLapsed, err)
+			}
+			return err
 		})
 	})
 }
+
+// errLapsed is the paused append cancelled by its own member: the member
+// saw its lease lapse during the pause (here, when a heartbeat failed just
+// before it; a paused process's timers run late) and took the partition
+// away. Like a stale epoch, the append is run again from the start.
+var errLapsed = errors.New("cancelled by its member: lease lapsed during the pause")
 
 // freezer is a Membership whose calls can be held up, as a paused process
 // holds up its own heartbeats.
@@ -529,9 +547,10 @@ func waitConfig(locks fencedlock.Store) *fencedlock.WaitConfig {
 // session resets the ledger and runs the appends. Append 1 starts first;
 // with cfg.Pause it stops where add calls paused until its lease has
 // expired (expire) and appends 2–4 have run one after another; then it
-// wakes and writes. An append refused for a stale token or epoch is run
-// again from the start (new lease or current owner, fresh read), as the
-// caller of a refused operation would.
+// wakes and writes. An append refused for a stale token or epoch, or
+// cancelled by its member (errLapsed), is run again from the start (new
+// lease or current owner, fresh read), as the caller of a refused
+// operation would.
 func session(ctx context.Context, cfg config, w io.Writer, label string, l ledger, expire func(context.Context) error,
 	add func(ctx context.Context, worker int, paused func()) error) error {
 	if err := l.reset(ctx); err != nil {
@@ -539,7 +558,7 @@ func session(ctx context.Context, cfg config, w io.Writer, label string, l ledge
 	}
 	fenced := 0
 	refused := func(err error) bool {
-		return errors.Is(err, fencedlock.ErrFenced) || errors.Is(err, partition.ErrStaleEpoch)
+		return errors.Is(err, fencedlock.ErrFenced) || errors.Is(err, partition.ErrStaleEpoch) || errors.Is(err, errLapsed)
 	}
 
 	isPaused, resume, first := make(chan struct{}), make(chan struct{}), make(chan error, 1)

@@ -1,6 +1,8 @@
 // Package fencedlocktest is the behaviour suite every fencedlock.Store must
 // pass, in the manner of testing/slogtest: the memory and PostgreSQL backends
-// run it, and so can any other implementation.
+// run it, and so can any other implementation. The tests of an optional
+// ability (fencedlock.ValueStore, MultiStore, Lister, Watcher) run when the
+// store has it, and are skipped otherwise.
 package fencedlocktest
 
 import (
@@ -43,6 +45,13 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"BadInputWritesNothing", testBadInput},
 		{"ConcurrentContention", testConcurrent},
 		{"WaitForBusyLock", testWait},
+		{"ValueSetAtGrantChangedByHolderOnly", testValue},
+		{"ValueTooLargeWritesNothing", testValueTooLarge},
+		{"AcquireAllOrNothing", testAcquireAll},
+		{"AcquireAllBadInputWritesNothing", testAcquireAllBadInput},
+		{"AcquireAllOverlappingSets", testAcquireAllOverlapping},
+		{"ListHeldLocks", testList},
+		{"WatcherSeesChanges", testWatcher},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

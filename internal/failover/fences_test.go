@@ -15,6 +15,7 @@ import (
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/fence"
 	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/leader"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
@@ -66,6 +67,24 @@ var (
 		}
 		l, err := store.Acquire(ctx, fmt.Sprintf("lock-%d", lockNames.Add(1)), "failover", time.Hour)
 		return l.Token, err
+	}}
+	// An election of a fresh name mints its first term: a fencedlock token
+	// granted with a value (AcquireValue's statements). The term is resigned
+	// before its first renewal, which would share db with the mint.
+	leaderTerm = &fenceKind{name: "leader term", era: true, mint: func(ctx context.Context, db db) (int64, error) {
+		store, err := fencedlock.NewPostgres(db, nil)
+		if err != nil {
+			return 0, err
+		}
+		e, err := leader.NewElection(store, fmt.Sprintf("election-%d", lockNames.Add(1)), &leader.Config{TTL: time.Hour})
+		if err != nil {
+			return 0, err
+		}
+		term, err := e.Campaign(ctx, "failover")
+		if err != nil {
+			return 0, err
+		}
+		return term.Token(), term.Resign(ctx)
 	}}
 	// A leased-mode claim of a fresh key mints a token.
 	leasedToken = &fenceKind{name: "idempotency leased token", era: true, mint: func(ctx context.Context, db db) (int64, error) {
@@ -124,7 +143,7 @@ var claimerIncarnation atomic.Int64
 // fences returns every fence the tests mint: every package's, through its
 // own API, and the foils.
 func fences() []*fenceKind {
-	return []*fenceKind{plainToken, plainEpoch, lockToken, partitionIncarnation, partitionEpoch, leasedToken, inboxEpoch}
+	return []*fenceKind{plainToken, plainEpoch, lockToken, leaderTerm, partitionIncarnation, partitionEpoch, leasedToken, inboxEpoch}
 }
 
 // migrations is the schema of every package whose fences the tests mint.

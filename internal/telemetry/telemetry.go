@@ -63,6 +63,9 @@ const (
 	Mode = "lockfree.mode"
 	// Operation is the store operation ("load", "insert", "update", …).
 	Operation = "lockfree.operation"
+	// Election is a leader election's name (its lock name without the
+	// prefix): chosen by the program, one per job, so few per process.
+	Election = "lockfree.election"
 	// Member is a partition member's name.
 	Member = "lockfree.member"
 	// Incarnation is a member's incarnation: one per join.

@@ -149,8 +149,17 @@ func dialController(brokers []string, deadline time.Time) (*kafka.Conn, error) {
 		return nil, err
 	}
 	c, err := conn.Controller()
-	if err != nil {
+	// A busy broker may answer before it knows the controller (id -1, no
+	// host): ask again until the deadline.
+	for err == nil && c.Host == "" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		c, err = conn.Controller()
+	}
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("find controller: %w", err)
+	case c.Host == "":
+		return nil, fmt.Errorf("find controller: none known by %s before the deadline", conn.RemoteAddr())
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

@@ -48,7 +48,9 @@ type Harness struct {
 	Store occ.Store[string, Doc]
 }
 
-// Run runs the suite; newHarness is called once per subtest.
+// Run runs the suite; newHarness is called once per subtest. A store that
+// is an occ.Recorder also runs the tests of operation IDs (WithID, Resolve,
+// Purge; a PostgreSQL store needs occ.Migrations applied).
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	tests := []struct {
 		name string
@@ -73,6 +75,16 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.fn(t, newHarness(t))
+		})
+	}
+	for _, tt := range idTests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			r, ok := h.Store.(occ.Recorder[string, Doc])
+			if !ok {
+				t.Skipf("%T records no operation IDs", h.Store)
+			}
+			tt.fn(t, h, r)
 		})
 	}
 }

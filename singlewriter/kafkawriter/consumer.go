@@ -60,6 +60,25 @@ type ConsumerConfig struct {
 	// *PoisonError rather than being dropped.
 	DeadLetterTopic string
 
+	// Dedupe drops, in the transaction that would apply them, the
+	// messages already applied by event rather than by offset: a message
+	// whose event ID (header HeaderEventID) was applied before, or whose
+	// sequence (header HeaderEventSeq) is not above the highest applied for
+	// its key (Inbox.Dedupe). Package outbox sets both headers, so that a
+	// relay's or a producer's retry, a paused relay's late publish or a
+	// republish after a database restore is applied once, and never after a
+	// newer event of the entity. The handler never sees a dropped message;
+	// Stats counts it in Duplicates. Messages without the headers are
+	// deduplicated by offset only. Defaults to false.
+	Dedupe bool
+	// DedupeRetention is how long the IDs of applied events are kept when
+	// Dedupe is on: the consumer purges older ones (Inbox.Purge) every
+	// DedupeRetention/10, at most every hour. A copy that arrives later is
+	// still dropped by its sequence; only an event written again, with a new
+	// sequence, is then applied again. At least a minute. Defaults to 7 days
+	// (DefaultDedupeRetention).
+	DedupeRetention time.Duration
+
 	// MirrorOffsets also commits the stored offsets to Kafka, at most once
 	// per MirrorInterval per partition, so that lag monitors see them.
 	// Kafka's copy is never read back. A commit rejected with
@@ -114,6 +133,9 @@ func (c *ConsumerConfig) withDefaults() ConsumerConfig {
 	if d.MirrorInterval == 0 {
 		d.MirrorInterval = time.Second
 	}
+	if d.DedupeRetention == 0 {
+		d.DedupeRetention = DefaultDedupeRetention
+	}
 	return d
 }
 
@@ -126,6 +148,9 @@ func (c ConsumerConfig) validate() error {
 	}
 	if c.MirrorInterval < 0 {
 		return fmt.Errorf("%w: negative mirror interval %v", ErrInvalid, c.MirrorInterval)
+	}
+	if c.DedupeRetention < time.Minute {
+		return fmt.Errorf("%w: dedupe retention %v below a minute", ErrInvalid, c.DedupeRetention)
 	}
 	return nil
 }
@@ -150,7 +175,7 @@ type Consumer struct {
 	tel     *consumerTelemetry
 
 	stats struct {
-		claims, applied, txs, fenced, failed, dead, mirrored atomic.Int64
+		claims, applied, txs, fenced, failed, dead, mirrored, dups atomic.Int64
 	}
 	mu       sync.Mutex
 	assigned map[int]int64 // partition → epoch of the current claims
@@ -201,7 +226,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Claims: c.stats.claims.Load(), Applied: c.stats.applied.Load(), Transactions: c.stats.txs.Load(),
 		Fenced: c.stats.fenced.Load(), Failed: c.stats.failed.Load(), DeadLettered: c.stats.dead.Load(),
-		Mirrored: c.stats.mirrored.Load(),
+		Mirrored: c.stats.mirrored.Load(), Duplicates: c.stats.dups.Load(),
 	}
 }
 
@@ -264,6 +289,11 @@ func (c *Consumer) run(stopping, work context.Context, ready func()) error {
 	// Closed after stopping has ended: the partition goroutines stop
 	// fetching, and Close waits for their transactions in flight.
 	defer group.Close()
+	if c.cfg.Dedupe {
+		purged := make(chan struct{})
+		defer func() { <-purged }()
+		go func() { defer close(purged); c.purgeLoop(stopping, log) }()
+	}
 	var joinErr error // the last error before this member first joined
 	joined := false
 	for {
@@ -288,6 +318,23 @@ func (c *Consumer) run(stopping, work context.Context, ready func()) error {
 					c.life.fail(err)
 				}
 			})
+		}
+	}
+}
+
+// purgeLoop purges the event IDs older than DedupeRetention, at once and
+// then every DedupeRetention/10 (at most every hour), until ctx ends.
+func (c *Consumer) purgeLoop(ctx context.Context, log *slog.Logger) {
+	every := min(c.cfg.DedupeRetention/10, time.Hour)
+	for {
+		n, err := c.inbox.Purge(ctx, c.src.GroupID, c.src.Topic, c.cfg.DedupeRetention)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("kafkawriter: purging applied event IDs", telemetry.Err(err))
+		} else if n > 0 {
+			log.Debug("kafkawriter: purged applied event IDs", telemetry.Count, n)
+		}
+		if !sleep(ctx, every) {
+			return
 		}
 	}
 }
@@ -382,7 +429,8 @@ type partitionRun struct {
 	log      *slog.Logger
 	// unsure is the last transaction's messages when its COMMIT failed: it
 	// may have committed. A resync tells whether it did.
-	unsure []kafka.Message
+	unsure     []kafka.Message
+	unsureDups dedupeCounts // the duplicates Dedupe dropped from unsure
 
 	mirrored     int64
 	mirroredAt   time.Time
@@ -504,8 +552,19 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if err := callBatch(ctx, pp.c.handler, tx, msgs); err != nil {
-		return err
+	fresh, dups := msgs, dedupeCounts{}
+	if pp.c.cfg.Dedupe {
+		if fresh, dups, err = pp.c.inbox.WithDB(tx).dedupe(ctx, pp.claim, msgs); err != nil {
+			if errors.Is(err, ErrInvalid) {
+				return &handlerError{err} // the message's own fault: retried, then dead-lettered
+			}
+			return err
+		}
+	}
+	if len(fresh) > 0 {
+		if err := callBatch(ctx, pp.c.handler, tx, fresh); err != nil {
+			return err
+		}
 	}
 	// Between the handler's writes and the compare-and-set that decides
 	// whether they commit: where a pause lets another member take over.
@@ -515,21 +574,25 @@ func (pp *partitionRun) tryTx(ctx context.Context, msgs []kafka.Message) (err er
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		pp.unsure = msgs
+		pp.unsure, pp.unsureDups = msgs, dups
 		return err
 	}
 	pp.unsure = nil
 	pp.expected = next
-	pp.committed(ctx, msgs)
+	pp.committed(ctx, msgs, dups)
 	return nil
 }
 
-// committed counts msgs as applied by one transaction.
-func (pp *partitionRun) committed(ctx context.Context, msgs []kafka.Message) {
+// committed counts msgs as passed by one transaction: applied, but for the
+// duplicates that Dedupe dropped.
+func (pp *partitionRun) committed(ctx context.Context, msgs []kafka.Message, dups dedupeCounts) {
 	next := msgs[len(msgs)-1].Offset + 1
+	applied := int64(len(msgs) - dups.total())
 	pp.c.stats.txs.Add(1)
-	pp.c.stats.applied.Add(int64(len(msgs)))
-	pp.c.tel.committed(ctx, int64(len(msgs)), msgs[len(msgs)-1].HighWaterMark-next)
+	pp.c.stats.applied.Add(applied)
+	pp.c.stats.dups.Add(int64(dups.total()))
+	pp.c.tel.committed(ctx, applied, msgs[len(msgs)-1].HighWaterMark-next)
+	pp.c.tel.duplicates(ctx, dups)
 }
 
 // settle counts the unsure transaction as applied if the stored offset
@@ -541,7 +604,7 @@ func (pp *partitionRun) settle(ctx context.Context, stored int64) bool {
 	if len(unsure) == 0 || unsure[len(unsure)-1].Offset >= stored {
 		return false
 	}
-	pp.committed(ctx, unsure)
+	pp.committed(ctx, unsure, pp.unsureDups)
 	return true
 }
 

@@ -43,6 +43,15 @@ func guards() []guard {
 		{"lost COMMIT mid-retry, both checks off", []string{"kafkawriter.consumer.resync.drop", "kafkawriter.consumer.apply.below-stored"}, checkLostCommitMidRetry},
 		{"dead letter refused", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedConsumer},
 		{"dead letter refused, fenced consumer", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedFenced},
+		{"event applied before, written again", []string{"kafkawriter.inbox.dedupe.event-id"}, func(t *testing.T) error {
+			db, inbox, c := dedupeInbox(t)
+			return checkDedupeByID(t, db, inbox, c)
+		}},
+		{"a producer's resend after ErrUncertain", []string{"kafkawriter.inbox.dedupe.event-id", "kafkawriter.inbox.dedupe.seq"}, checkProducerResend},
+		{"older event after its ID was purged", []string{"kafkawriter.inbox.dedupe.seq"}, func(t *testing.T) error {
+			db, inbox, c := dedupeInbox(t)
+			return checkDedupeBySeq(t, db, inbox, c)
+		}},
 	}
 }
 

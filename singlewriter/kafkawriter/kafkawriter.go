@@ -225,10 +225,11 @@ type Handler func(ctx context.Context, tx pgx.Tx, msg kafka.Message) error
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error
 
 // Stats counts what a consumer did since it was created. Each message is
-// counted once, in one of Applied, Skipped and DeadLettered, however often
-// Kafka delivered it to this consumer; a message whose COMMIT answer was
-// lost counts once too, when the consumer learns that it committed (a
-// Consumer: Applied; a FencedConsumer, which finds it applied: Skipped).
+// counted once, in one of Applied, Skipped, DeadLettered and Duplicates,
+// however often Kafka delivered it to this consumer; a message whose COMMIT
+// answer was lost counts once too, when the consumer learns that it
+// committed (a Consumer: Applied, or Duplicates; a FencedConsumer, which
+// finds it applied: Skipped).
 type Stats struct {
 	Claims       int64 // partitions claimed in the inbox (Consumer: one per assignment)
 	Applied      int64 // messages applied and committed
@@ -239,6 +240,7 @@ type Stats struct {
 	Mirrored     int64 // offset commits mirrored to Kafka (Consumer)
 	Skipped      int64 // messages found already applied, by another consumer or by a COMMIT whose answer was lost (FencedConsumer)
 	Redelivered  int64 // deliveries of messages this consumer had already handled, dropped (FencedConsumer)
+	Duplicates   int64 // messages that Dedupe found applied by event ID or sequence, not handled (Consumer with Dedupe)
 }
 
 // Headers set on dead-lettered messages, besides the original key, value

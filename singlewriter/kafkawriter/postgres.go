@@ -21,7 +21,8 @@ var migrationFiles embed.FS
 
 // Migrations returns the package's schema (the fence functions, package
 // "fence", shared with every lockfree package that mints fences and applied
-// once; the inbox table and the fenced twin's progress table), for
+// once; the inbox table, the fenced twin's progress table, and the tables
+// of Dedupe: event IDs and entity sequences), for
 // migrate.Up and migrate.Print (or `lockfree migrate --packages
 // singlewriter`). The set keeps the name "singlewriter", under which
 // installations made before this package was split out recorded it, so
@@ -100,6 +101,8 @@ const (
 // inboxStatements are the inbox's statements rendered for one Tables.
 type inboxStatements struct {
 	claim, advance, current string
+	// Dedupe's and Purge's (dedupe.go).
+	claimEvents, entitySeqs, raiseSeqs, purgeEvents string
 	// The mutants' statements: used only under the lockfree_mutants tag.
 	mutantClaim, mutantOffset, mutantEpoch, mutantNeither string
 }
@@ -108,6 +111,7 @@ func renderInbox(n migrate.Names) inboxStatements {
 	r := func(s string) string { return migrate.Render(s, n) }
 	return inboxStatements{
 		claim: r(sqlClaim), advance: r(sqlAdvance), current: r(sqlCurrent),
+		claimEvents: r(sqlClaimEvents), entitySeqs: r(sqlEntitySeqs), raiseSeqs: r(sqlRaiseSeqs), purgeEvents: r(sqlPurgeEvents),
 		mutantClaim: r(mutantClaimEpoch), mutantOffset: r(mutantAdvanceOffset), mutantEpoch: r(mutantAdvanceEpoch),
 		mutantNeither: r(mutantAdvanceNeither),
 	}

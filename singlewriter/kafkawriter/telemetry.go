@@ -20,6 +20,7 @@ const (
 	metricDeadLettered = "lockfree.kafkawriter.dead_lettered"
 	metricLag          = "lockfree.kafkawriter.lag"
 	metricClaims       = "lockfree.kafkawriter.claims"
+	metricDuplicates   = "lockfree.kafkawriter.duplicates"
 )
 
 // consumerTelemetry is a Consumer's instruments, with its attribute sets
@@ -33,9 +34,11 @@ type consumerTelemetry struct {
 	deadLettered metric.Int64Counter
 	lag          metric.Int64Histogram
 	claims       metric.Int64Counter
+	dups         metric.Int64Counter
 
 	source              telemetry.Attrs
 	zombie, staleOffset telemetry.Attrs
+	dupID, dupSeq       telemetry.Attrs
 }
 
 func newConsumerTelemetry(c ConsumerConfig, src Source) *consumerTelemetry {
@@ -52,9 +55,12 @@ func newConsumerTelemetry(c ConsumerConfig, src Source) *consumerTelemetry {
 		lag: in.Histogram(metricLag, "{message}", "Per committed transaction, how many messages of its partition were left behind it (high watermark − next offset).",
 			0, 1, 10, 100, 1000, 10000, 100000, 1000000),
 		claims:      in.Counter(metricClaims, "{partition}", "Partitions claimed in the inbox, each with a new epoch."),
+		dups:        in.Counter(metricDuplicates, "{message}", "Messages Dedupe dropped, by cause: event_id (the event was applied before) or sequence (not above the entity's highest applied)."),
 		source:      telemetry.NewAttrs(g, t),
 		zombie:      cause("fenced"),
 		staleOffset: cause("stale_offset"),
+		dupID:       cause("event_id"),
+		dupSeq:      cause("sequence"),
 	}
 }
 
@@ -64,4 +70,15 @@ func (t *consumerTelemetry) committed(ctx context.Context, n, lag int64) {
 	t.batches.Add(ctx, 1, t.source.Add()...)
 	t.applied.Add(ctx, n, t.source.Add()...)
 	t.lag.Record(ctx, max(lag, 0), t.source.Record()...)
+}
+
+// duplicates counts the messages Dedupe dropped from a committed
+// transaction.
+func (t *consumerTelemetry) duplicates(ctx context.Context, d dedupeCounts) {
+	if d.byID > 0 {
+		t.dups.Add(ctx, int64(d.byID), t.dupID.Add()...)
+	}
+	if d.bySeq > 0 {
+		t.dups.Add(ctx, int64(d.bySeq), t.dupSeq.Add()...)
+	}
 }

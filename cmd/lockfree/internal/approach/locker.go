@@ -32,8 +32,10 @@ func NaiveLocker(env *engine.Env, prefix string) (*fencedlock.Locker, error) {
 	})
 }
 
-// SameContext is the writes' context of the naive lock on PostgreSQL: the
-// operation's own. A stopped process does not see its lease's context end.
+// SameContext is the context of the naive lock's writes on PostgreSQL:
+// the operation's, as its fenced twin's. A stop at the before-write point
+// is not spent from its deadline (the engine's operation deadline), and a
+// stopped process does not see its lease's context end.
 func SameContext(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} }
 
 // WriteContext is the context of the writes a Redis lock's client sends

@@ -14,10 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/short"
 	"github.com/lockfree-go/lockfree/migrate"
+	"github.com/lockfree-go/lockfree/occ"
+	"github.com/lockfree-go/lockfree/outbox"
 	"github.com/lockfree-go/lockfree/partition"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
@@ -67,8 +70,11 @@ type usageError struct{ error }
 
 // packageMigrations is the schema of every package that has one, by name.
 var packageMigrations = map[string]func() []migrate.Migration{
+	"atomic":       atomic.Migrations,
 	"fencedlock":   fencedlock.Migrations,
 	"idempotency":  idempotency.Migrations,
+	"occ":          occ.Migrations,
+	"outbox":       outbox.Migrations,
 	"partition":    partition.Migrations,
 	"singlewriter": kafkawriter.Migrations, // the set kept its name when it moved to singlewriter/kafkawriter
 }

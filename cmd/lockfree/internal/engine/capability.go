@@ -55,11 +55,9 @@ type Foil interface{ FoilOf() (Fault, string) }
 // approaches take their leases from the lock service (Env.Locks), where a
 // token that goes back lets a stale holder write, and its clients share
 // keys, so that another can take the stopped one's key over.
-// FailoverVictim says where the victim is stopped — a key, "" for any —
-// and how far its token must be above what the token sequence had
-// WAL-logged when the standby was held (fault_failover.go).
+// FailoverVictim says where the victim is stopped: a key, "" for any.
 type FailoverTarget interface {
-	FailoverVictim() (key string, slack int64)
+	FailoverVictim() (key string)
 }
 
 // Harmer is a Scenario that says what a violation of it is, in the words
@@ -85,4 +83,13 @@ type Coster interface{ CostRuns() []CostRun }
 type CostRun struct {
 	Keys int
 	What string
+}
+
+// StaleBlind is a Scenario some of whose keys no stale write can show a
+// violation on, whatever the approach: the faults a stale write lands under
+// (Bites) do not stop or cut a worker off at them, so that each one they
+// inject lets the approaches without a fence lose data.
+type StaleBlind interface {
+	// BlindKeys returns the prefixes of those keys.
+	BlindKeys() []string
 }

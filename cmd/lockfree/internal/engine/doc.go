@@ -46,18 +46,22 @@
 // worker hits it at a before-write point: a failpoint.Inject in library
 // code (or Env.BeforeWrite in the lab's own approaches) between an operation's read, claim or acquire and its write,
 // armed by a command on the worker's stdin and fired once. Pause stops the
-// process there with SIGSTOP; the coordinator counts it once /proc shows
-// the process stopped, waits past the lease that protects the approach
-// (its ApproachDef's Protection) and until another worker has taken the key
+// process there with SIGSTOP; once /proc shows the process stopped, the
+// coordinator waits past the lease that protects the approach (its
+// ApproachDef's Protection), sends another worker to the key (the taker:
+// cmdDirect, Env.Directed), and waits until a worker has taken the key
 // over — a newer lease, a completed operation, or that worker held at its
 // own before-write point on the key — and only then sends SIGCONT, letting
-// the held worker go on once the stale operation has completed. Stall
-// blocks the operation's goroutine instead, the rest of the process
-// running. Isolate and Delay cut the worker off at the point: its own proxy
-// of the database (and, for an approach that consumes from Kafka, one of
-// each broker) holds every byte, its write included, past the lease and a
-// takeover, and then resets the connections (Isolate) or delivers the
-// bytes late (Delay); they count only when the proxies held bytes. A
+// the held worker go on once the stale operation has completed. The pause
+// counts once another worker came for the key, taken over or kept out
+// (the report counts the takeovers apart); one no worker came for does
+// not. Stall blocks the operation's goroutine instead, the rest of the
+// process running. Isolate and Delay cut the worker off at the point: its
+// own proxy of the database (and, for an approach that consumes from
+// Kafka, one of each broker) holds every byte, its write included, past
+// the lease and the taker, and then resets the connections (Isolate) or
+// delivers the bytes late (Delay); they count only when the proxies held
+// bytes and a taker came. A
 // consumer's background work that a fault may stop is a task (Env.Task):
 // the coordinator waits for its transaction to end before the worker held
 // behind it goes on. Restart restarts the

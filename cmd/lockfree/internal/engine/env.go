@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -94,6 +95,30 @@ func (e *Env) Invoke(ctx context.Context, key, kind string, input any) (context.
 		e.w.invoked.Add(1)
 	}
 	return context.WithValue(ctx, opKey{}, op), op, nil
+}
+
+// DetachedEnv returns the Env of a client that runs in no worker, for a
+// scenario's unit tests: its operations are recorded to out, its random
+// source is seeded with seed, and its next operation is sent to directed
+// unless that is "" (as a fault's taker is: Directed). It has no database,
+// lock service or Kafka: a test sets those it needs.
+func DetachedEnv(p Params, seed uint64, out io.Writer, directed string) *Env {
+	w := &worker{out: &emitter{w: io.Discard}, directed: directed}
+	return &Env{Params: p, Rand: rand.New(rand.NewPCG(seed, seed)), rec: history.NewRecorder(out), w: w}
+}
+
+// Directed returns, once, the key the fault injector sent the client's
+// next operation to — a taker, sent to the key of a worker a fault stopped
+// or cut off, so that the fault does not wait on chance for one — or ""
+// when there is none. A client that picks its operations' keys asks first,
+// and when it gets a key of its own kind makes its next operation on it;
+// one whose keys are not its own to pick (a partition member acts on the
+// entities it owns) does not ask.
+func (e *Env) Directed() string {
+	if e.w == nil {
+		return ""
+	}
+	return e.w.direction()
 }
 
 // BeforeWrite is the before-write point of code that is the harness's own

@@ -83,6 +83,19 @@ type failoverRun struct {
 	lockURL string
 }
 
+// failoverSlack is how far a victim's token must be above what the token
+// sequence had WAL-logged when the standby was held (sqlLoggedFence): the
+// values the promoted node can hand out before the taker is parked. The
+// taker was stopped anywhere in an operation, and once resumed that
+// operation runs on, unparked, on the promoted node: it can be granted the
+// promoted node's first values before the coordinator draws the sequence
+// (takeover) — one lease in most operations, two in a basket or in an edit
+// that finds its document deleted and creates it. A victim holding one of
+// those values would see the taker's operation in flight take its very
+// token, and the taker's next one, the one held for the collision, the
+// token after it.
+const failoverSlack = 2
+
 // sqlLoggedFence reads how far the lock schema's token sequence has been
 // WAL-logged: nextval logs a value 32 (SEQ_LOG_VALS) ahead of the one it
 // hands out and counts log_cnt down as it hands out the values in between,
@@ -96,9 +109,10 @@ var sqlLoggedFence = `SELECT last_value + log_cnt FROM ` + migrate.Names{}.Table
 
 // sqlMintUpTo draws the token sequence up to %d, when it is below: the
 // values between the promoted node's first and the stopped client's,
-// which a busy lock service would grant to other locks' leases.
-var sqlMintUpTo = `SELECT setval('` + migrate.Names{}.Table("lock_fences") + `', %[1]d) FROM ` +
-	migrate.Names{}.Table("lock_fences") + ` WHERE last_value < %[1]d`
+// which a busy lock service would grant to other locks' leases. It returns
+// the sequence's last value after the draw.
+var sqlMintUpTo = `SELECT CASE WHEN last_value < %[1]d THEN setval('` + migrate.Names{}.Table("lock_fences") + `', %[1]d) ELSE last_value END FROM ` +
+	migrate.Names{}.Table("lock_fences")
 
 // lsnSQL reads a node's WAL position: written on a primary, replayed on a
 // standby.
@@ -174,11 +188,9 @@ type failoverStep struct {
 	r       *run
 	pair    *replpair.Pair
 	lockURL string // the run's lock schema on the pair
-	// victimKey and slack are the scenario's (FailoverTarget): where the
-	// victim is stopped, and how far above what was WAL-logged its token
-	// must be.
+	// victimKey is the scenario's (FailoverTarget): where the victim is
+	// stopped.
 	victimKey string
-	slack     int64
 	v         *proc
 	at        event
 	// logged is how far the token sequence had been WAL-logged once the
@@ -206,7 +218,7 @@ func (fr *failoverRun) inject(ctx context.Context, _ *proc) {
 		return
 	}
 	f := &failoverStep{r: r, pair: r.infra.Failover, lockURL: fr.lockURL}
-	f.victimKey, f.slack = r.sc.(FailoverTarget).FailoverVictim()
+	f.victimKey = r.sc.(FailoverTarget).FailoverVictim()
 	// The pair's steps run to their end even if the run ends meanwhile:
 	// a half-done step would leave the next run a pair in no known state.
 	pctx := context.WithoutCancel(ctx)
@@ -403,17 +415,17 @@ func rowChange(point string) bool {
 // fence era carries it below fence.EraSize) is at or below what the
 // sequence had WAL-logged when the standby was held — the promoted standby
 // would hand out tokens above it, the plain tokens would not go back past
-// it — or within the scenario's slack above that (FailoverTarget), where
-// the taker's leases on other rows could pass it before it reaches the
-// victim's. An operation without a lease has no token to know.
+// it — or within failoverSlack above that, where the taker's operation in
+// flight could be granted it before the taker is parked. An operation
+// without a lease has no token to know.
 func (f *failoverStep) known(at event) bool {
 	return at.Token > 0 && at.Token%fence.EraSize <= f.floor()
 }
 
 // floor is the token sequence value a victim's token must be above:
-// what the sequence had WAL-logged when the standby was held, and the
-// scenario's slack.
-func (f *failoverStep) floor() int64 { return f.logged + f.slack }
+// what the sequence had WAL-logged when the standby was held, and
+// failoverSlack.
+func (f *failoverStep) floor() int64 { return f.logged + failoverSlack }
 
 // promote kills the primary and promotes the standby. It returns how many
 // bytes of WAL the primary had written that the standby never replayed (at
@@ -441,7 +453,9 @@ func (f *failoverStep) promote(ctx context.Context) (int64, error) {
 // takeover makes the interleaving that shows a fence that went back. One
 // other client, the taker, runs alone (every other client stays stopped),
 // one operation at a time: each is parked at its start (modePark), which
-// reports its key, and let go by the coordinator. Once the taker parks at
+// reports its key, and let go by the coordinator; the operation it was in
+// when it was stopped runs on first, and its next one is sent to the
+// stopped client's key (cmdDirect). Once the taker parks at
 // the start of an operation on the stopped client's key, the coordinator
 // draws the token sequence on the promoted node up to just below the
 // stopped client's token (mint), as other locks' leases would on a busy
@@ -464,6 +478,7 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	}
 	taker := procs[i]
 	deadline := time.Now().Add(f.r.takeoverBound() + time.Minute) // it reconnects first
+	taker.command(command{Cmd: cmdDirect, Key: key})
 	taker.command(command{Cmd: cmdStep})
 	_ = taker.signal(sigCont)
 	since := f.promoted
@@ -485,9 +500,7 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 		}
 		taker.command(command{Cmd: cmdStep})
 	}
-	if err := f.mint(ctx); err != nil {
-		f.r.log.note("failover: drawing the promoted node's tokens up to the stopped client's: %v", err)
-	}
+	f.mint(ctx)
 	taker.command(command{Cmd: cmdStep, Arm: &arm{Mode: modeHold, Key: key}})
 	var held pointSeen
 	if !m.wait(ctx, time.Until(deadline), func() bool {
@@ -538,12 +551,22 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 // that: the taker's next lease is then granted the value the stopped
 // client holds, if the sequence went back, and a value above it otherwise.
 // A value the sequence has already handed out is never drawn again: setval
-// only moves it forward here.
-func (f *failoverStep) mint(ctx context.Context) error {
+// only moves it forward here. It notes, for the foil, a sequence that had
+// handed out the stopped client's value already: no lease granted from now
+// on can carry it.
+func (f *failoverStep) mint(ctx context.Context) {
 	if f.at.Token <= 0 {
-		return nil
+		return
 	}
-	return f.exec(ctx, fmt.Sprintf(sqlMintUpTo, f.at.Token%fence.EraSize-1))
+	want := f.at.Token%fence.EraSize - 1
+	var last int64
+	if err := f.queryRow(ctx, fmt.Sprintf(sqlMintUpTo, want), &last); err != nil {
+		f.r.log.note("failover: drawing the promoted node's tokens up to the stopped client's: %v", err)
+		return
+	}
+	if _, foil := f.r.def.(plainTokenLock); foil && last > want {
+		f.r.log.note("failover: the promoted node had handed out %d before the taker began its operation on %s, past %d, the value before the stopped client's token %d: no lease granted from then on carries that token", last, f.at.Key, want, f.at.Token)
+	}
 }
 
 // resume resumes the stopped client, whose write is now the next to land,

@@ -80,7 +80,8 @@ func TestArmAtAPointSkipsBeforeWrite(t *testing.T) {
 	w := &worker{out: &emitter{w: pw}, haltCh: make(chan struct{})}
 	w.agents = newAgents(w)
 	w.armed = &arm{Mode: modeWait, Point: pointBeforeRelease}
-	w.point(context.Background(), "harness.test.before-write") // would block if it fired
+	op := context.WithValue(context.Background(), opKey{}, &Invocation{key: "k"})
+	w.point(op, "harness.test.before-write") // would block if it fired
 	if w.armed == nil {
 		t.Fatal("the arm fired at a before-write point")
 	}

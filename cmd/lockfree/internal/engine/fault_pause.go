@@ -11,26 +11,27 @@ import (
 // Pause stops a worker with SIGSTOP at its next before-write point — after
 // its read, claim or acquire, before its write — and resumes it with
 // SIGCONT once the lease that protects the approach has run out and another
-// worker has taken the key over.
+// worker, sent to the key, has taken it over or been kept out of it. A
+// pause no other worker came for is not counted.
 const Pause Fault = "pause"
 
 type pause struct{}
 
 func (pause) Name() Fault { return Pause }
 func (pause) How() string {
-	return "SIGSTOPs at a before-write point, each resumed past the lease that protects the approach and after another worker took the key over"
+	return "SIGSTOPs at a before-write point, each resumed past the lease that protects the approach, once another worker sent to the key had taken it over or been kept out of it"
 }
 func (pause) bites()                {}
 func (pause) start(r *run) injector { return pauseRun{r} }
 
 type pauseRun struct{ r *run }
 
-// inject stops v at its next before-write point with SIGSTOP, counts the
-// pause once the process is seen stopped, and resumes it past the lease and
-// a takeover.
+// inject stops v at its next before-write point with SIGSTOP and, once the
+// process is seen stopped, resumes it past the lease and a taker; it counts
+// the pause once a taker came (countTaking).
 func (p pauseRun) inject(ctx context.Context, v *proc) {
 	r := p.r
-	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop})
+	at, ok := r.armPoint(ctx, Pause, v, arm{Mode: modeStop, Skip: r.blind()})
 	if !ok {
 		return
 	}
@@ -42,9 +43,9 @@ func (p pauseRun) inject(ctx context.Context, v *proc) {
 		r.finish(ctx, v, at, true, Pause)
 		return
 	}
-	r.log.count(Pause)
-	taken := r.takeover(ctx, v, at)
+	t := r.takeover(ctx, v, at, false)
 	_ = v.signal(sigCont)
 	r.log.span(v.client, report.SpanPause, at.T, history.Now(), fmt.Sprintf("SIGSTOP on %s", at.Key))
-	r.finish(ctx, v, at, taken, Pause)
+	r.finish(ctx, v, at, true, Pause)
+	r.countTaking(ctx, Pause, v, at, t, true)
 }

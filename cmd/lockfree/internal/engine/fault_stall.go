@@ -18,7 +18,7 @@ type stall struct{}
 
 func (stall) Name() Fault { return Stall }
 func (stall) How() string {
-	return "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on)"
+	return "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on), another worker sent to the key meanwhile"
 }
 func (stall) start(r *run) injector { return stallRun{r} }
 
@@ -33,8 +33,8 @@ func (s stallRun) inject(ctx context.Context, v *proc) {
 	if !ok {
 		return
 	}
-	r.log.count(Stall)
-	taken := r.takeover(ctx, v, at)
-	r.finish(ctx, v, at, taken, Stall)
+	t := r.takeover(ctx, v, at, true)
+	r.finish(ctx, v, at, true, Stall)
+	r.countTaking(ctx, Stall, v, at, t, false)
 	r.log.span(v.client, report.SpanStall, at.T, at.T+history.Time(d), fmt.Sprintf("stall on %s", at.Key))
 }

@@ -154,6 +154,9 @@ func (f *fleet) halt(ctx context.Context, bound time.Duration, log *runLog) erro
 		p.command(command{Cmd: cmdClear})
 		p.command(command{Cmd: cmdHalt})
 	}
+	leaving, stopLeaving := context.WithCancel(ctx)
+	defer stopLeaving()
+	go f.letLeave(leaving)
 	deadline := time.NewTimer(bound)
 	defer deadline.Stop()
 	for _, p := range procs {
@@ -178,6 +181,28 @@ func (f *fleet) halt(ctx context.Context, bound time.Duration, log *runLog) erro
 }
 
 // cleanup kills the workers that are still running and closes the proxies.
+// letLeave sends every worker cmdLeave once each has reported its stats —
+// a Drainer has drained — or exited, or once ctx ends: no member of a
+// consumer group leaves it, making the others rebalance, while another
+// still applies what was sent to it.
+func (f *fleet) letLeave(ctx context.Context) {
+	procs := f.all()
+	f.mon.wait(ctx, maxBlock, func() bool {
+		for _, p := range procs {
+			p.mu.Lock()
+			drained := p.stats != nil
+			p.mu.Unlock()
+			if !drained && !p.exited() {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range procs {
+		p.command(command{Cmd: cmdLeave})
+	}
+}
+
 func (f *fleet) cleanup() {
 	for _, p := range f.all() {
 		if !p.exited() {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"syscall"
@@ -62,8 +63,18 @@ func (r *run) reachBound() time.Duration {
 }
 
 // takeoverBound bounds the wait for another worker to take over, after the
-// lease: past it, the fault counts as injected, not taken over.
+// lease: past it, the fault is not taken over (takeover).
 func (r *run) takeoverBound() time.Duration { return 5*time.Second + r.prot.Lease }
+
+// blind returns the prefixes of the keys at which a fault a stale write
+// lands under (pause, delay) stops or cuts off no worker: the scenario's
+// StaleBlind keys.
+func (r *run) blind() []string {
+	if b, ok := r.sc.(StaleBlind); ok {
+		return b.BlindKeys()
+	}
+	return nil
+}
 
 // armPoint arms v with a and waits until it fires; false (and a note) when
 // v reaches no before-write point in time.
@@ -98,30 +109,113 @@ func stopped(ctx context.Context, v *proc) bool {
 	return seen && s
 }
 
-// takeover waits until the victim's lease has run out (since its point, at)
-// and another worker has taken its key over — held, if it can be, at its own
-// before-write point, so that the victim's stale write lands between the
-// other's read and write. It reports whether a takeover was seen before the
-// bound.
-func (r *run) takeover(ctx context.Context, v *proc, at event) bool {
+// taking is what became of the takeover of a fault's victim: whether
+// another worker came for its key once its lease had run out, and whether
+// it took the key over.
+type taking int
+
+const (
+	// noTaker: no other worker began an operation on the key.
+	noTaker taking = iota
+	// keptOut: another worker began one and did not take the key over —
+	// the approach kept it waiting or refused it (a payment's claim held
+	// in the stopped worker's open transaction; a lease its keepalive
+	// renews).
+	keptOut
+	// takenOver: another worker took the key over.
+	takenOver
+)
+
+// takeover waits until the victim's lease has run out (since its point,
+// at), sends another worker to its key unless one has taken it over
+// already (the taker: it does not wait on chance for a worker to pick the
+// key), and waits until a worker other than the victim has taken the key
+// over — held, if it can be, at its own before-write point, so that the
+// victim's stale write lands between the other's read and write. It
+// reports what became of the key within the bound (takeoverBound). A
+// victim whose operation goes on by itself (a stall: ends, when set) is
+// taken over only by what another worker did before that operation
+// completed: once it has, the key is its holder's to give, not to lose.
+func (r *run) takeover(ctx context.Context, v *proc, at event, ends bool) taking {
 	if at.Key != "" {
 		r.holdOne(ctx, v, at)
 	}
-	expiry := time.Duration(at.T-history.Now()) + r.prot.Lease + r.margin()
-	if !Sleep(ctx, expiry) {
-		return false
+	until := func() history.Time {
+		if ends && at.Op != "" {
+			return r.mon.completedAtLocked(at.Op)
+		}
+		return math.MaxInt64
 	}
-	taken := r.mon.wait(ctx, r.takeoverBound(), func() bool {
-		return r.mon.takenOverLocked(v.client, at.Key, at.Token, at.T)
-	})
-	if taken {
+	taken := func() bool { return r.mon.takenOverBeforeLocked(v.client, at.Key, at.Token, at.T, until()) }
+	over := func() bool { return taken() || until() != math.MaxInt64 }
+	expiry := time.Duration(at.T-history.Now()) + r.prot.Lease + r.margin()
+	if Sleep(ctx, expiry) && at.Key != "" && !r.mon.wait(ctx, 0, over) {
+		r.direct(v, at.Key)
+	}
+	if r.mon.wait(ctx, r.takeoverBound(), over) && r.mon.wait(ctx, 0, taken) {
 		// The taker may be on its way to its point (it has the lease, its
 		// read is under way): held there, it makes the interleaving that
 		// shows a missing fence — the stale write between its read and
 		// its write.
 		r.mon.wait(ctx, r.reachBound(), func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
+		return takenOver
 	}
-	return taken
+	r.mon.mu.Lock()
+	defer r.mon.mu.Unlock()
+	switch {
+	case taken():
+		return takenOver // as the run ended
+	case ctx.Err() != nil:
+		return noTaker // the run ended before the bound: not kept out
+	case at.Key != "" && r.mon.cameLocked(v.client, at.Key, at.T):
+		return keptOut
+	}
+	return noTaker
+}
+
+// direct sends the worker after v that completed an operation in the last
+// second — or, when none did, the next one running — to key: its next
+// operation is on key (Env.Directed).
+func (r *run) direct(v *proc, key string) {
+	procs := r.fleet.all() // the crash fault adds to the fleet meanwhile
+	i := slices.Index(procs, v)
+	since := history.Now() - history.Time(time.Second)
+	var taker *proc
+	for n := 1; n < len(procs); n++ {
+		p := procs[(i+n)%len(procs)]
+		if p.exited() {
+			continue
+		}
+		if r.mon.active(p.client, since) {
+			taker = p
+			break
+		}
+		if taker == nil {
+			taker = p
+		}
+	}
+	if taker != nil {
+		taker.command(command{Cmd: cmdDirect, Key: key})
+	}
+}
+
+// countTaking counts fault f, injected into v at its point at, by what
+// became of its takeover (t): once another worker came for the key — or,
+// when the fault needs no taker (needsTaker false), in any case — and
+// apart, those taken over (Result.TakenOver). It notes a fault not taken
+// over.
+func (r *run) countTaking(ctx context.Context, f Fault, v *proc, at event, t taking, needsTaker bool) {
+	r.log.countTaking(f, t != noTaker || !needsTaker, t == takenOver)
+	switch {
+	case t == keptOut:
+		r.log.note("%s of worker %d on key %s: another worker began an operation on the key and did not take it over", f, v.client, at.Key)
+	case t == noTaker && ctx.Err() == nil:
+		what := "counted"
+		if needsTaker {
+			what = "not counted"
+		}
+		r.log.note("%s of worker %d on key %s: no other worker began an operation on the key within %v past the lease; %s", f, v.client, at.Key, r.takeoverBound(), what)
+	}
 }
 
 // holdOne arms every worker but the victim to hold at its before-write

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ type opSeen struct {
 	client  int
 	key     string
 	call    history.Time
+	ret     history.Time // when it completed; 0 while open
 	outcome string
 }
 
@@ -100,7 +102,7 @@ func (m *monitor) history(line []byte) {
 		return
 	}
 	delete(m.open, id)
-	o.outcome = h.Ev
+	o.outcome, o.ret = h.Ev, h.T
 	m.done[id] = o
 	m.lastDone[o.client] = h.T
 	if h.Ev == "ok" {
@@ -138,7 +140,7 @@ func (m *monitor) event(client int, ev event) {
 	case evDone:
 		// A task is no operation of the history: only its end is
 		// waited for.
-		m.done[ev.Op] = opSeen{client: client, key: ev.Key, call: ev.T, outcome: evDone}
+		m.done[ev.Op] = opSeen{client: client, key: ev.Key, call: ev.T, ret: ev.T, outcome: evDone}
 		if ev.Produced != "" {
 			if m.applied == nil {
 				m.applied = map[string][]appliedSeen{}
@@ -188,19 +190,47 @@ func (m *monitor) pointLocked(client int, ev string, mode string, since history.
 // completed an operation on key, or reached its own before-write point on
 // key (held there).
 func (m *monitor) takenOverLocked(victim int, key string, token int64, t history.Time) bool {
+	return m.takenOverBeforeLocked(victim, key, token, t, math.MaxInt64)
+}
+
+// takenOverBeforeLocked is takenOverLocked with the evidence before until:
+// a lease granted, an operation completed, a point reached.
+func (m *monitor) takenOverBeforeLocked(victim int, key string, token int64, t, until history.Time) bool {
 	for _, l := range m.leases[key] {
-		if l.client != victim && l.t > t && l.token > token {
+		if l.client != victim && l.t > t && l.t < until && l.token > token {
 			return true
 		}
 	}
 	for _, o := range m.ok[key] {
-		if o.client != victim && o.call > t {
+		if o.client != victim && o.call > t && o.ret < until {
 			return true
 		}
 	}
 	for _, p := range m.points {
-		if p.client != victim && p.ev.Ev == evPoint && p.ev.Mode == modeHold && p.ev.Key == key && p.ev.T > t {
+		if p.client != victim && p.ev.Ev == evPoint && p.ev.Mode == modeHold && p.ev.Key == key && p.ev.T > t && p.ev.T < until {
 			return true
+		}
+	}
+	return false
+}
+
+// completedAtLocked returns when the operation id completed, or
+// math.MaxInt64 while it is open (or unknown).
+func (m *monitor) completedAtLocked(id string) history.Time {
+	if o, ok := m.done[id]; ok {
+		return o.ret
+	}
+	return math.MaxInt64
+}
+
+// cameLocked reports whether another client than victim began an
+// operation on key after t.
+func (m *monitor) cameLocked(victim int, key string, t history.Time) bool {
+	for _, ops := range []map[string]opSeen{m.open, m.done} {
+		for _, o := range ops {
+			if o.client != victim && o.key == key && o.call > t {
+				return true
+			}
 		}
 	}
 	return false

@@ -67,6 +67,8 @@ type workerConfig struct {
 type command struct {
 	Cmd string `json:"cmd"`
 	Arm *arm   `json:"arm,omitempty"`
+	// Key is the key of cmdDirect.
+	Key string `json:"key,omitempty"`
 }
 
 // The commands.
@@ -74,8 +76,15 @@ const (
 	// cmdGo starts the measured part of the run.
 	cmdGo = "go"
 	// cmdHalt ends it: the worker finishes its operation, reports its
-	// stats and exits.
+	// stats and exits — a Drainer once it has drained and been sent
+	// cmdLeave.
 	cmdHalt = "halt"
+	// cmdLeave lets a worker that drained (a Drainer: a member of a
+	// consumer group) close its client, once every worker of the run has
+	// drained or exited: a member that left the group earlier would make
+	// it rebalance, and stop every other member, while they still apply
+	// what their producers sent.
+	cmdLeave = "leave"
 	// cmdArm arms the worker's before-write points (command.Arm).
 	cmdArm = "arm"
 	// cmdClear disarms them and lets an operation blocked at one go on.
@@ -88,6 +97,11 @@ const (
 	// that instead of the park: an operation parked at its start goes on,
 	// armed for its point.
 	cmdStep = "step"
+	// cmdDirect sends the worker's next operation to command.Key, in the
+	// scenarios whose clients pick their keys (Env.Directed): a fault's
+	// taker, sent to the key of a worker it stopped or cut off. cmdClear
+	// drops a direction not yet taken.
+	cmdDirect = "direct"
 )
 
 // arm says what a worker does at the next before-write point it reaches
@@ -105,6 +119,9 @@ type arm struct {
 	Fetched bool `json:"fetched,omitempty"`
 	// Token is the lease of a late-renewal arm (modeRenew).
 	Token int64 `json:"token,omitempty"`
+	// Skip lists the prefixes of the keys the arm does not fire at
+	// (StaleBlind).
+	Skip []string `json:"skip,omitempty"`
 }
 
 // The modes of an arm.

@@ -32,6 +32,9 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 	res.Violations, res.Checked = int64(rep.Violations()), rep.Checked()
 	res.Detail = detail(rep)
 	res.FaultsInjected = r.log.injectedSoFar()
+	if t := r.log.takenOverSoFar(); len(t) > 0 {
+		res.TakenOver = t
+	}
 	for _, f := range r.cfg.Faults {
 		res.FaultsInjected[f] += 0 // asked for and never injected shows as 0
 	}

@@ -21,9 +21,12 @@ type runLog struct {
 
 	mu       sync.Mutex
 	injected map[Fault]int64
-	notes    []string
-	spans    map[int][]report.Span // by client
-	global   []report.Span
+	// takenOver counts, of the faults injected that sent a taker to their
+	// victim's key (run.countTaking), those taken over.
+	takenOver map[Fault]int64
+	notes     []string
+	spans     map[int][]report.Span // by client
+	global    []report.Span
 	// forgot lists when a fault made the lock service forget the leases
 	// it had granted (a failover that lost their WAL): the exclusivity
 	// check ends every tenure granted before at that moment.
@@ -42,7 +45,7 @@ type runLog struct {
 type cut struct{ from, to history.Time }
 
 func newRunLog() *runLog {
-	return &runLog{injected: map[Fault]int64{}, spans: map[int][]report.Span{}, cuts: map[int][]cut{}, lanes: map[int]int{}}
+	return &runLog{injected: map[Fault]int64{}, takenOver: map[Fault]int64{}, spans: map[int][]report.Span{}, cuts: map[int][]cut{}, lanes: map[int]int{}}
 }
 
 func (l *runLog) note(format string, args ...any) {
@@ -63,6 +66,28 @@ func (l *runLog) count(f Fault) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.injected[f]++
+}
+
+// countTaking counts one injection of f, when counted, and, when taken,
+// one taken over (report.Result.TakenOver); a fault that sent a taker
+// shows its count of takeovers even when it is 0.
+func (l *runLog) countTaking(f Fault, counted, taken bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if counted {
+		l.injected[f]++
+		l.takenOver[f] += 0
+	}
+	if taken {
+		l.takenOver[f]++
+	}
+}
+
+// takenOverSoFar returns the counts of the takeovers.
+func (l *runLog) takenOverSoFar() map[Fault]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.takenOver)
 }
 
 // injectedOf is how often f took effect so far.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,10 +61,16 @@ type worker struct {
 	mu      sync.Mutex
 	armed   *arm
 	release chan struct{} // closed by cmdClear: an operation blocked at a point goes on
+	// directed is the key of the worker's next operation (cmdDirect), or
+	// "".
+	directed string
 
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
 	haltOnce     sync.Once
+	// leaveCh is closed by cmdLeave, or when the coordinator is gone.
+	leaveCh   chan struct{}
+	leaveOnce sync.Once
 
 	// invoked counts the operations the client invoked (Env.Invoke): a
 	// call of Op that found nothing to do (a member owning no key) is
@@ -86,7 +93,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	if err := json.Unmarshal(sc.Bytes(), &cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	w := &worker{cfg: cfg, out: &emitter{w: out}, goCh: make(chan struct{}), haltCh: make(chan struct{})}
+	w := &worker{cfg: cfg, out: &emitter{w: out}, goCh: make(chan struct{}), haltCh: make(chan struct{}), leaveCh: make(chan struct{})}
 	w.agents = newAgents(w)
 	go w.control(sc)
 	return w.run(ctx)
@@ -95,6 +102,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 // control follows the coordinator's commands until stdin ends, which halts
 // the worker: its coordinator is gone.
 func (w *worker) control(sc *bufio.Scanner) {
+	defer w.leave()
 	defer w.halt()
 	for sc.Scan() {
 		var c command
@@ -109,7 +117,9 @@ func (w *worker) control(sc *bufio.Scanner) {
 		case cmdGo:
 			w.goOnce.Do(func() { close(w.goCh) })
 		case cmdHalt:
-			return
+			w.halt()
+		case cmdLeave:
+			w.leave()
 		case cmdArm:
 			w.mu.Lock()
 			w.armed = c.Arm
@@ -118,6 +128,10 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.clear()
 		case cmdStep:
 			w.step(c.Arm)
+		case cmdDirect:
+			w.mu.Lock()
+			w.directed = c.Key
+			w.mu.Unlock()
 		case cmdDisarm:
 			w.mu.Lock()
 			w.armed = nil
@@ -139,6 +153,24 @@ func (w *worker) agentCommand(c command) bool {
 
 func (w *worker) halt() { w.haltOnce.Do(func() { close(w.haltCh) }) }
 
+func (w *worker) leave() { w.leaveOnce.Do(func() { close(w.leaveCh) }) }
+
+// leaveWhenLet returns once the worker may close client: at once, unless
+// client is a Drainer (a member of a consumer group), whose consumer stays
+// in the group until every worker has drained — until cmdLeave, or the
+// coordinator is gone, at most maxBlock.
+func (w *worker) leaveWhenLet(client Client) {
+	if _, ok := client.(Drainer); !ok {
+		return
+	}
+	t := time.NewTimer(maxBlock)
+	defer t.Stop()
+	select {
+	case <-w.leaveCh:
+	case <-t.C:
+	}
+}
+
 func (w *worker) halted() bool {
 	select {
 	case <-w.haltCh:
@@ -153,6 +185,7 @@ func (w *worker) clear() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.armed = nil
+	w.directed = ""
 	if w.release != nil {
 		close(w.release)
 		w.release = nil
@@ -160,6 +193,16 @@ func (w *worker) clear() {
 	for _, a := range w.agents {
 		a.clear()
 	}
+}
+
+// direction returns the key the worker's next operation was sent to
+// (cmdDirect), once, or "".
+func (w *worker) direction() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := w.directed
+	w.directed = ""
+	return key
 }
 
 // step lets an operation blocked at a point go on and parks the next
@@ -196,7 +239,11 @@ func (w *worker) park(ctx context.Context, key string) {
 // takes the points it holds; an arm that names a point (arm.Point) fires
 // there only; at a before-write point it marks the operation as having
 // reached its write and, when the worker is armed for it, fires the arm
-// once.
+// once. A before-write point reached with no operation (a Kafka
+// consumer's own point, on the library's context, after the engine's
+// handler reached its point) fires nothing: the coordinator could not name
+// the key the worker stopped on, so it could neither send a taker there
+// nor see one take it over.
 func (w *worker) point(ctx context.Context, name string) {
 	for _, a := range w.agents {
 		if a.point(ctx, name) {
@@ -213,14 +260,15 @@ func (w *worker) point(ctx context.Context, name string) {
 		return
 	}
 	op := opFrom(ctx)
-	ev := event{Ev: evPoint, Name: name}
-	if op != nil {
-		op.passed.Store(true)
-		ev.Key, ev.Op, ev.Token = op.key, op.ID(), op.Token()
+	if op == nil {
+		return
 	}
+	op.passed.Store(true)
+	ev := event{Ev: evPoint, Name: name, Key: op.key, Op: op.ID(), Token: op.Token()}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && (op == nil || !op.fetched.Load())) {
+	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
+		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return
 	}
@@ -242,17 +290,28 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 	case modeStop:
 		// The event is written before the process stops: the coordinator
 		// knows where it stopped. The operation's goroutine stops before
-		// its write, which lands only after the coordinator's SIGCONT.
+		// its write, which lands only after the coordinator's SIGCONT,
+		// whatever the operation's deadline: the stop is not spent from
+		// it (opDeadline).
+		resumed := stopping(ctx)
 		failpoint.StopProcess()(ctx, ev.Name)
+		resumed()
 	case modeStall:
 		failpoint.Stall(a.For)(ctx, ev.Name)
 	case modeWait, modeHold, modePark:
+		// A taker held until the stale write has landed writes after it
+		// whatever its deadline, as a stopped victim does.
+		resumed := func() {}
+		if a.Mode == modeHold {
+			resumed = stopping(ctx)
+		}
 		t := time.NewTimer(maxBlock)
 		select {
 		case <-release:
 		case <-t.C:
 		}
 		t.Stop()
+		resumed()
 	}
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
 }
@@ -341,7 +400,11 @@ func (w *worker) run(ctx context.Context) error {
 	if c, ok := client.(Counter); ok {
 		st.Counts = c.Counts()
 	}
-	return w.out.event(event{Ev: evStats, T: history.Now(), Stats: st})
+	if err := w.out.event(event{Ev: evStats, T: history.Now(), Stats: st}); err != nil {
+		return err
+	}
+	w.leaveWhenLet(client)
+	return nil
 }
 
 // newClient starts def's client on env. A crashed worker's replacement's
@@ -370,9 +433,11 @@ func (w *worker) newClient(ctx context.Context, def ApproachDef, env *Env) (Clie
 	return c, nil // sctx lives on with the client; a halt as it started may end it, and the worker halts
 }
 
-// op runs one operation under the operation timeout.
+// op runs one operation under the operation timeout, which the time the
+// process spends stopped at a before-write point does not spend
+// (opDeadline).
 func (w *worker) op(ctx context.Context, c Client) error {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Params.OpTimeout)
+	ctx, cancel := withOpDeadline(ctx, w.cfg.Params.OpTimeout)
 	defer cancel()
 	if err := c.Op(ctx); err != nil {
 		return fmt.Errorf("%s/%s: %w", w.cfg.Scenario, w.cfg.Approach, err)

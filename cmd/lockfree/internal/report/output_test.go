@@ -42,6 +42,12 @@ func TestTableShowsUncheckedAsDash(t *testing.T) {
 	if !strings.Contains(alt, "pause 14") || !strings.Contains(alt, " 7 ") {
 		t.Errorf("alternative row lacks its faults or extra: %q", alt)
 	}
+	rep.Results[0].TakenOver = map[Fault]int64{"pause": 9}
+	b.Reset()
+	WriteTable(&b, rep)
+	if !strings.Contains(b.String(), "pause 14 (9 taken over)") {
+		t.Errorf("the alternative's row lacks its takeovers:\n%s", b.String())
+	}
 	var md bytes.Buffer
 	md.WriteString(Markdown([]Report{rep}))
 	if !strings.Contains(md.String(), "| raw |") || !strings.Contains(md.String(), "| — |") || !strings.Contains(md.String(), "**Verdict.**") {

@@ -95,6 +95,11 @@ type Result struct {
 	// FaultsInjected counts the faults that took effect, by kind. When nil,
 	// Pauses stands for {"pause": Pauses}.
 	FaultsInjected map[Fault]int64 `json:"faults_injected,omitempty"`
+	// TakenOver counts, of the faults in FaultsInjected that send another
+	// worker to the key of the worker they stopped, stalled or cut off,
+	// those after which that worker took the key over; the rest found it
+	// kept from them. A fault that sends no such worker is absent.
+	TakenOver map[Fault]int64 `json:"taken_over,omitempty"`
 	// Extra holds a scenario's own counts (first_executions, replays, …),
 	// shown as extra columns.
 	Extra map[string]float64 `json:"extra,omitempty"`
@@ -248,13 +253,18 @@ func FaultList(fs []Fault) string {
 	return strings.Join(s, ",")
 }
 
-// faultsText is "pause 12, isolate 3" or "—".
-func faultsText(m map[Fault]int64) string {
+// faultsText is "pause 12 (10 taken over), isolate 3" or "—": the counts
+// of m, and of taken those that were taken over.
+func faultsText(m, taken map[Fault]int64) string {
 	if len(m) == 0 {
 		return "—"
 	}
 	var s []string
 	for _, f := range sortedKeys(m) {
+		if t, ok := taken[f]; ok {
+			s = append(s, fmt.Sprintf("%s %d (%d taken over)", f, m[f], t))
+			continue
+		}
 		s = append(s, fmt.Sprintf("%s %d", f, m[f]))
 	}
 	return strings.Join(s, ", ")

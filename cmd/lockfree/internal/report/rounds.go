@@ -89,7 +89,7 @@ func mergeResults(rs []Result) Result {
 	m := rs[0]
 	m.Checked = true
 	m.Ops, m.Retries, m.Rejected, m.Violations, m.Errors, m.Uncertain, m.Pauses, m.Submitted = 0, 0, 0, 0, 0, 0, 0, 0
-	m.FaultsInjected, m.Extra, m.Timeline, m.Metrics = nil, nil, nil, nil
+	m.FaultsInjected, m.TakenOver, m.Extra, m.Timeline, m.Metrics = nil, nil, nil, nil, nil
 	var ops, p50, p99 []float64
 	for i, r := range rs {
 		switch {
@@ -110,6 +110,7 @@ func mergeResults(rs []Result) Result {
 		m.Pauses += r.Pauses
 		m.Submitted += r.Submitted
 		m.FaultsInjected = addCounts(m.FaultsInjected, r.FaultsInjected)
+		m.TakenOver = addCounts(m.TakenOver, r.TakenOver)
 		m.Extra = addCounts(m.Extra, r.Extra)
 		m.Metrics = MergeMetrics(m.Metrics, r.Metrics)
 		if r.Timeline != nil && (m.Timeline == nil || r.Violations > 0) {

@@ -58,7 +58,7 @@ func columns(rep Report) []column {
 		}})
 	}
 	return append(cols,
-		column{"faults injected", "faults that took effect during the approach's run", func(r Result) string { return faultsText(r.Faults()) }},
+		column{"faults injected", "faults that took effect during the approach's run, and how many of them another worker took over", func(r Result) string { return faultsText(r.Faults(), r.TakenOver) }},
 		column{"violations", "broken invariants found afterwards; — means not checked", violations},
 	)
 }

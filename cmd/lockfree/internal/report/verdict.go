@@ -145,6 +145,9 @@ func injected(rep Report) string {
 		if lo[f] != hi[f] {
 			n = fmt.Sprintf("%d–%d", lo[f], hi[f])
 		}
+		if t := takeovers(rep, f); t != "" {
+			how = strings.TrimPrefix(how+"; "+t, "; ")
+		}
 		switch {
 		case hi[f] == 0:
 			parts = append(parts, fmt.Sprintf("%s configured, but none took effect (so this run proves nothing about it)", f))
@@ -158,6 +161,31 @@ func injected(rep Report) string {
 		return "No faults injected: this run measures cost, not safety."
 	}
 	return "Injected: " + strings.Join(parts, "; ") + "."
+}
+
+// takeovers says how many of the faults f of each approach another worker
+// took over (Result.TakenOver): "every one taken over" when all were,
+// "taken over: alternative 0 of 2, fenced-lock 3 of 3" when some were not,
+// and "" when no result counts them.
+func takeovers(rep Report, f Fault) string {
+	var each []string
+	all := true
+	for _, r := range rep.Results {
+		t, ok := r.TakenOver[f]
+		if !ok || !r.Ran() {
+			continue
+		}
+		n := r.Faults()[f]
+		all = all && t == n
+		each = append(each, fmt.Sprintf("%s %d of %d", r.Approach, t, n))
+	}
+	switch {
+	case len(each) == 0:
+		return ""
+	case all:
+		return "every one taken over"
+	}
+	return "taken over: " + strings.Join(each, ", ")
 }
 
 // Lines returns the verdict as sentences: who got what wrong, the throughput

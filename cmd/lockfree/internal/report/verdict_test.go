@@ -81,6 +81,21 @@ var verdictCases = []struct {
 		}
 		return r
 	}, []string{"Injected: pause 5 times per approach."}, nil},
+	{"every fault taken over says so", func() Report {
+		r := inventoryReport()
+		for i := range r.Results {
+			r.Results[i].TakenOver = map[Fault]int64{"pause": r.Results[i].FaultsInjected["pause"]}
+		}
+		return r
+	}, []string{"(SIGSTOPs past the lease, each resumed after another worker took over; every one taken over)."}, []string{"of 14"}},
+	{"a fault not taken over says whose", func() Report {
+		r := inventoryReport()
+		for i := range r.Results {
+			r.Results[i].TakenOver = map[Fault]int64{"pause": r.Results[i].FaultsInjected["pause"]}
+		}
+		r.Results[0].TakenOver["pause"] = 0
+		return r
+	}, []string{"; taken over: alternative 0 of 14, fenced-lock 14 of 14, naive-lock 12 of 12, raw 14 of 14)."}, []string{"every one"}},
 	{"an unknown scenario gets generic words", func() Report {
 		r := inventoryReport()
 		r.Scenario = "ledger"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,7 +67,7 @@ func (accounts) Migrations() []migrate.Migration { return partition.Migrations()
 
 // FailoverVictim: the failover fault runs on accounts, whose clients, on
 // one key, write the victim's row in every operation: any key will do.
-func (accounts) FailoverVictim() (string, int64) { return "", 0 }
+func (accounts) FailoverVictim() string { return "" }
 
 func (accounts) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
 	if _, err := db.Exec(ctx, sqlAccountsTables); err != nil {
@@ -196,5 +197,12 @@ func accountAppend(ctx context.Context, env *engine.Env, key string) (context.Co
 	return env.Invoke(ctx, key, KindAppend, nil)
 }
 
-// accountKey picks the entity of a client's next append.
-func accountKey(env *engine.Env) string { return engine.Key("account-", env.Rand.IntN(env.Keys)) }
+// accountKey picks the entity of a client's next append: the one a taker
+// is sent to (engine.Env.Directed), or one at random.
+func accountKey(env *engine.Env) string {
+	k := engine.Key("account-", env.Rand.IntN(env.Keys))
+	if d := env.Directed(); strings.HasPrefix(d, "account-") {
+		return d
+	}
+	return k
+}

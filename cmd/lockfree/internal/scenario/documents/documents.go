@@ -3,6 +3,7 @@ package documents
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,7 +132,7 @@ func (documents) Migrations() []migrate.Migration { return nil }
 
 // FailoverVictim: the failover fault runs on documents, whose clients, on
 // one key, write the victim's row in every operation: any key will do.
-func (documents) FailoverVictim() (string, int64) { return "", 0 }
+func (documents) FailoverVictim() string { return "" }
 
 func (documents) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
 	if _, err := db.Exec(ctx, sqlDocumentsTable); err != nil {
@@ -177,7 +178,11 @@ func docEdit(ctx context.Context, env *engine.Env, n *int) (_ context.Context, _
 	*n++
 	name = "c" + strconv.Itoa(env.Lane()) + "-" + strconv.Itoa(*n)
 	del = env.Rand.IntN(deleteOdds) == 0
-	ctx, op, err := env.Invoke(ctx, engine.Key("doc-", env.Rand.IntN(env.Keys)), history.KindEdit, history.DocInput{Edit: name, Delete: del})
+	key := engine.Key("doc-", env.Rand.IntN(env.Keys))
+	if d := env.Directed(); strings.HasPrefix(d, "doc-") {
+		key = d // a taker
+	}
+	ctx, op, err := env.Invoke(ctx, key, history.KindEdit, history.DocInput{Edit: name, Delete: del})
 	return ctx, op, name, del, err
 }
 

@@ -40,8 +40,8 @@ func (eventsAlternative) Label() string {
 // Protection is the consumer group's: another member takes a stopped one's
 // partitions once the broker has evicted it (the session timeout) and the
 // group has rebalanced (at most the rebalance timeout).
-func (eventsAlternative) Protection(engine.Params) engine.Protection {
-	return engine.Protection{Lease: kafkaSession + kafkaRebalance, What: "the consumer session timeout plus the rebalance"}
+func (eventsAlternative) Protection(p engine.Params) engine.Protection {
+	return engine.Protection{Lease: kafkaTiming(p.Clients).lease(), What: "the consumer session timeout plus the rebalance"}
 }
 
 func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
@@ -49,10 +49,11 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	if err != nil {
 		return nil, err
 	}
-	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{})}
+	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{}),
+		timing: kafkaTiming(env.Clients)}
 	c.consumer, err = kafkawriter.NewBatchConsumer(taskDB{env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
+			SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
 			MeterProvider: env.MeterProvider})
 	if err != nil {
 		p.Close()
@@ -76,6 +77,7 @@ type eventsAltClient struct {
 	group    string
 	stop     chan struct{}
 	watched  sync.WaitGroup
+	timing   groupTiming
 }
 
 // partitionKey is the key of partition p's work: what a fault is injected
@@ -125,7 +127,7 @@ func (c *eventsAltClient) watch() {
 		now := c.consumer.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
-				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: kafkaSession})
+				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.session})
 			}
 		}
 		for p, epoch := range held {

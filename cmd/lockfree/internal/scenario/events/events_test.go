@@ -2,7 +2,9 @@ package events
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -143,5 +145,92 @@ func TestGroupConsumerApply(t *testing.T) {
 	var last int64
 	if err := pool.QueryRow(ctx, sqlEventsProgress, name).Scan(&last); err != nil || last != 9 {
 		t.Errorf("progress = %d, %v; want offset 9", last, err)
+	}
+}
+
+// backlogProducer is a producer of worker 0 of a run of clients workers
+// whose entity k has acked[k] events acknowledged, and whose consumers
+// apply the first entity's only after its polls-th poll: it records the
+// polls and the delays between them.
+func backlogProducer(clients int, acked []int64, polls int) (*kafkaProducer, *[]string, *[]time.Duration) {
+	var polled []string
+	var delays []time.Duration
+	p := &kafkaProducer{producer: &producer{env: &engine.Env{Params: engine.Params{Sizes: engine.Sizes{Clients: clients, Keys: len(acked)}}}}, acked: acked}
+	p.applied = func(_ context.Context, entity string) (int64, error) {
+		polled = append(polled, entity)
+		if len(polled) < polls {
+			return 0, nil
+		}
+		return acked[len(acked)-1], nil
+	}
+	p.pause = func(_ context.Context, d time.Duration) bool {
+		delays = append(delays, d)
+		return true
+	}
+	return p, &polled, &delays
+}
+
+// A producer waiting for its consumers polls their progress less and less
+// often, down to once a millisecond per worker of the run: a fleet of 64
+// that polled every 2 ms sent the server 32 000 queries a second, on the
+// cores its consumers needed, and they applied nothing for a minute.
+func TestBacklogWaitBacksOff(t *testing.T) {
+	p, _, delays := backlogProducer(64, []int64{kafkaBacklog}, 12)
+	if !p.wait(context.Background(), 0) {
+		t.Fatal("wait gave up")
+	}
+	var want []time.Duration
+	for _, ms := range []time.Duration{1, 2, 4, 8, 16, 32, 64, 64, 64, 64, 64} {
+		want = append(want, ms*time.Millisecond)
+	}
+	if !slices.Equal(*delays, want) {
+		t.Fatalf("delays %v, want %v", *delays, want)
+	}
+}
+
+// A worker drains only the entities it was acknowledged events of: one
+// poll each of 10 000 entities never sent to kept a fleet of 64 busy past
+// its bound.
+func TestDrainPollsTheEntitiesSentTo(t *testing.T) {
+	acked := make([]int64, 10000)
+	acked[len(acked)-1] = 5
+	p, polled, _ := backlogProducer(64, acked, 3)
+	if err := p.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range *polled {
+		if e != entityName(0, len(acked)-1) {
+			t.Fatalf("polled %d times, %s among them, which nothing was sent to", len(*polled), e)
+		}
+	}
+}
+
+// The consumer group's timing grows with the fleet: 2 s sessions and
+// rebalances up to 8 members, 2 s more each for every 8 more, so that a
+// member of 64 on a loaded machine heartbeats and rejoins in time. The
+// lease that protects each approach on Kafka — how long a fault waits for
+// a takeover — grows with it.
+func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
+	for _, tc := range []struct {
+		clients int
+		want    groupTiming
+	}{
+		{1, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
+		{8, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
+		{9, groupTiming{4 * time.Second, 4 * time.Second, 200 * time.Millisecond}},
+		{64, groupTiming{16 * time.Second, 16 * time.Second, 800 * time.Millisecond}},
+	} {
+		if got := kafkaTiming(tc.clients); got != tc.want {
+			t.Errorf("%d clients: %+v, want %+v", tc.clients, got, tc.want)
+		}
+		for _, d := range engine.Approaches(events{}.Name()) {
+			if _, ok := d.(engine.KafkaUser); !ok {
+				continue
+			}
+			lease := d.Protection(engine.Params{Sizes: engine.Sizes{Clients: tc.clients, Keys: 1}}).Lease
+			if lease < tc.want.session+tc.want.rebalance {
+				t.Errorf("%d clients: %s is protected for %v, less than its group's session and rebalance", tc.clients, d.Approach(), lease)
+			}
+		}
 	}
 }

@@ -45,7 +45,7 @@ func (eventsFenced) Label() string {
 // reads a partition before its member is evicted and the group rebalanced,
 // long after the entity lock's lease has run out.
 func (eventsFenced) Protection(p engine.Params) engine.Protection {
-	return engine.Protection{Lease: max(p.LeaseTTL, kafkaSession+kafkaRebalance), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+	return engine.Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
 func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
@@ -62,6 +62,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 	}
 	holder := approach.Holder(env)
 	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
+	timing := kafkaTiming(env.Clients)
 	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.Recording(store), env},
 		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.FencedConsumerConfig{
@@ -69,7 +70,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 				Wait:          approach.LockWait(),
 				MeterProvider: env.MeterProvider},
 			Stream: topic, BatchSize: 100,
-			SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat, Dialer: kafkaDialer(env),
+			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
 		})
 	if err != nil {
 		p.Close()

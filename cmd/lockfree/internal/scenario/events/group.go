@@ -57,9 +57,10 @@ const (
 // startGroup starts a member of the run's group and returns once it has
 // joined, or with ctx's error.
 func startGroup(ctx context.Context, env *engine.Env, topic, holder, point string, lock entityLock) (*groupConsumer, error) {
+	timing := kafkaTiming(env.Clients)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: env.Kafka, GroupID: topic, Topic: topic, Dialer: kafkaDialer(env),
-		SessionTimeout: kafkaSession, RebalanceTimeout: kafkaRebalance, HeartbeatInterval: kafkaHeartbeat,
+		SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat,
 		JoinGroupBackoff: 500 * time.Millisecond, MaxWait: 500 * time.Millisecond, StartOffset: kafka.FirstOffset,
 	})
 	rctx, cancel := context.WithCancel(context.Background())

@@ -86,10 +86,14 @@ func (inventory) Migrations() []migrate.Migration { return nil }
 // fresh compare-and-set of one old price land when their tokens are equal
 // (the check sees the prices unchained); a sale may be refused before its
 // write (no stock), and a basket takes two leases, the victim's row's
-// second. The slack is room for the leases the taker is granted on the
-// promoted node on other rows before it begins a reprice of price-0: one
-// operation in ten, with one key.
-func (inventory) FailoverVictim() (string, int64) { return "price-0", 100 }
+// second.
+func (inventory) FailoverVictim() string { return "price-0" }
+
+// BlindKeys are the bids' rows: a bid rises with time, so the bid of a
+// worker stopped before its write is below the one of the worker that
+// takes the row over after it, whose write comes last: the row ends on the
+// highest bid, as every order of the two allows.
+func (inventory) BlindKeys() []string { return []string{"bid-"} }
 
 func (inventory) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
 	if _, err := db.Exec(ctx, sqlInventoryTable); err != nil {
@@ -175,7 +179,14 @@ func newInventoryClient(env *engine.Env, ops inventoryOps) *inventoryClient {
 
 func (c *inventoryClient) Op(ctx context.Context) error {
 	i := c.env.Rand.IntN(c.env.Keys)
-	sku, n := engine.Key("sku-", i), c.env.Rand.IntN(inventoryMixOf)
+	n := c.env.Rand.IntN(inventoryMixOf)
+	directed := c.env.Directed()
+	if di, dn, ok := inventoryDirected(directed); ok {
+		i, n = di, dn // a taker
+	} else {
+		directed = ""
+	}
+	sku := engine.Key("sku-", i)
 	invoke := func(kind string, in history.StoreInput) (context.Context, *engine.Invocation, error) {
 		return c.env.Invoke(ctx, in.Rows[len(in.Rows)-1], kind, in)
 	}
@@ -199,6 +210,9 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 		row := sku
 		if c.env.Rand.IntN(4) == 0 {
 			row = engine.Key("case-", i)
+		}
+		if directed != "" {
+			row = directed
 		}
 		ctx, op, err := invoke(history.KindRestock, history.StoreInput{Rows: []string{row}, Amount: inventoryRestock})
 		if err != nil {
@@ -226,6 +240,9 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 	}
 	c.holds++
 	row := engine.Key("hold-", i) + "-" + strconv.Itoa(c.env.Rand.IntN(inventoryHolds))
+	if directed != "" {
+		row = directed
+	}
 	holder := int64(c.env.Lane())<<32 | c.holds // a replacement of a crashed worker counts its own
 	ctx, op, err := invoke(history.KindHold, history.StoreInput{Rows: []string{row}, Value: holder})
 	if err != nil {
@@ -235,6 +252,32 @@ func (c *inventoryClient) Op(ctx context.Context) error {
 }
 
 func (c *inventoryClient) Close() error { return nil }
+
+// inventoryDirected returns the SKU number and the operation (a number of
+// the mix, below inventoryMixOf) of a taker sent to row: one that writes
+// row — a sale of a SKU's row (a basket's key is its SKU's row too), a
+// restock of a case, a reprice, a bid, a hold of that slot.
+func inventoryDirected(row string) (i, n int, ok bool) {
+	prefix, rest, _ := strings.Cut(row, "-")
+	num, _, _ := strings.Cut(rest, "-")
+	i, err := strconv.Atoi(num)
+	if err != nil || i < 0 {
+		return 0, 0, false
+	}
+	switch prefix {
+	case "sku":
+		return i, 0, true
+	case "case":
+		return i, inventorySales + inventoryBaskets, true
+	case "price":
+		return i, inventorySales + inventoryBaskets + inventoryRestocks, true
+	case "bid":
+		return i, inventorySales + inventoryBaskets + inventoryRestocks + inventoryReprices, true
+	case "hold":
+		return i, inventoryMixOf - 1, true
+	}
+	return 0, 0, false
+}
 
 // finishStock records a sale, a basket or a restock: the stock it left in
 // each row, a refusal for want of stock or of room (an answer about the

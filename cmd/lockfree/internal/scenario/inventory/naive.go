@@ -57,7 +57,7 @@ func (inventoryNaive) NewClient(_ context.Context, env *engine.Env) (engine.Clie
 		lock: func(ctx context.Context, rows []string, fn func() error) error {
 			return lockEach(ctx, l, sortedRows(rows), fn)
 		},
-		writeContext: func(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} },
+		writeContext: approach.SameContext,
 	}), nil
 }
 

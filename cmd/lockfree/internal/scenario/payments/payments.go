@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -184,13 +185,39 @@ func (p *paymentKeys) next(ctx context.Context, env *engine.Env) (context.Contex
 	}
 	round := now - env.Rand.Int64N(min(paymentRounds(env), now-p.since+1))
 	k := env.Rand.IntN(env.Keys)
-	key := "pay-" + strconv.FormatInt(round, 10) + "-" + strconv.Itoa(k)
+	key := paymentKey(round, k)
 	amount := 100 + int64(k)
 	if env.Rand.IntN(reuseOdds) == 0 {
 		amount += 1000
 	}
+	if d := env.Directed(); d != "" {
+		if dk, ok := parsePaymentKey(d); ok {
+			// A taker retries the stopped worker's payment: its key,
+			// its own amount.
+			key, amount = d, 100+int64(dk)
+		}
+	}
 	ctx, op, err := env.Invoke(ctx, key, KindCharge, ChargeInput{Amount: amount})
 	return ctx, op, amount, err
+}
+
+// paymentKey is the key of payment k of round.
+func paymentKey(round int64, k int) string {
+	return "pay-" + strconv.FormatInt(round, 10) + "-" + strconv.Itoa(k)
+}
+
+// parsePaymentKey returns the number of the payment of key, a paymentKey.
+func parsePaymentKey(key string) (k int, ok bool) {
+	rest, ok := strings.CutPrefix(key, "pay-")
+	if !ok {
+		return 0, false
+	}
+	round, num, ok := strings.Cut(rest, "-")
+	if _, err := strconv.ParseInt(round, 10, 64); !ok || err != nil {
+		return 0, false
+	}
+	k, err := strconv.Atoi(num)
+	return k, err == nil && k >= 0
 }
 
 // reuseOdds is one in how many charges reuses its key with another amount.

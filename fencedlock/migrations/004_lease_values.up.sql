@@ -1,0 +1,11 @@
+-- A small value on each lease (who holds it, for what), set at the grant
+-- (AcquireValue) or by the holder (SetValue), read by Holder and List.
+-- NULL is no value. Adding a nullable column without a default rewrites
+-- nothing: existing rows and their tokens are untouched. The column is in
+-- no index, so acquires, renewals and releases stay heap-only updates.
+--
+-- Every acquire of this version sets the column (NULL, or the new value), so
+-- no tenure shows another's value. An acquire of an earlier version does not:
+-- a name taken by such a process would show the value of the tenure before.
+-- Upgrade every process before values are used on names they share.
+ALTER TABLE {{locks}} ADD COLUMN value bytea CHECK (octet_length(value) <= 1024);

@@ -1,0 +1,9 @@
+package client_test
+
+import (
+	"testing"
+
+	"github.com/lockfree-go/lockfree/internal/testproc"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, nil) }

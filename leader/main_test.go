@@ -1,0 +1,11 @@
+package leader_test
+
+import (
+	"testing"
+
+	"github.com/lockfree-go/lockfree/internal/testproc"
+)
+
+func TestMain(m *testing.M) {
+	testproc.Main(m, map[string]testproc.Program{"paused-leader": pausedLeader})
+}

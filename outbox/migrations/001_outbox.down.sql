@@ -1,0 +1,2 @@
+DROP TABLE {{outbox_events}};
+DROP TABLE {{outbox_sequences}};

@@ -1,0 +1,2 @@
+DROP TABLE {{inbox_entities}};
+DROP TABLE {{inbox_events}};
