@@ -37,7 +37,6 @@ var overBudget = map[string]float64{
 	"ARCHITECTURE.md paragraph":                 275.0,
 	"docs/compare.md mean sentence":             20.0,
 	"docs/compare.md paragraph":                 483.0,
-	"docs/decision-guide.md paragraph":          162.0,
 	"docs/failover.md paragraph":                192.0,
 	"docs/fencedlock.md paragraph":              420.0,
 	"docs/idempotency.md paragraph":             290.0,
