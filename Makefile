@@ -19,7 +19,7 @@ ALL_PKGS = $(GO) list ./... ./cmd/lockfree/... ./examples/...
 LIB_PKGS = $(GO) list ./...
 SERIAL_PKGS = '/internal/(failover|testrepl|kafkacluster|comparefailover)$$'
 
-.PHONY: test test-lib test-failover test-mutants test-kafka-cluster mutants services services-down browser lint tidy bench compare screenshot
+.PHONY: docs-check test test-lib test-failover test-mutants test-kafka-cluster mutants services services-down browser lint tidy bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
@@ -58,6 +58,12 @@ test-kafka-cluster: services
 		$(GO) test $(GOTESTFLAGS) ./internal/kafkacluster/ && \
 		$(GO) test $(GOTESTFLAGS) -tags lockfree_mutants -run '^TestZombieConsumerFoil$$' ./internal/kafkacluster/ \
 		|| status=$$?; KAFKA_BROKERS=3 scripts/kafka.sh down; exit $$status
+
+# The pages' budgets (internal/docscheck): README length, sentence and
+# paragraph length, CHANGELOG's Unreleased section, the examples' main.go,
+# relative links. make test runs it too.
+docs-check:
+	@$(GO) test -count=1 ./internal/docscheck/
 
 browser:
 	@scripts/chromium.sh >/dev/null

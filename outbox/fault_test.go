@@ -98,7 +98,7 @@ func checkLatePublish(t *testing.T) (*env, error) {
 	}
 	resume()
 	copies := e.expectCopies(t)
-	waitFor(t, 60*time.Second, func() bool { return a.Stats().Failed+a.Stats().Fenced > 0 })
+	waitFor(t, 60*time.Second, func() bool { s := a.Stats(); return s.Failed+s.Fenced+s.Moved > 0 })
 	checkFencedMetric(t, tel, a)
 	t.Logf("%d copies; a %+v, b %+v", copies, a.Stats(), b.Stats())
 	return e, e.consume(t, "dedupe", true).err()

@@ -111,7 +111,7 @@ func holdPaused(ctx context.Context, name string) {
 // "stop-before-publish" stops the process (SIGSTOP) at its first batch,
 // before the publish; "hang-before-mark" hangs at its first batch after
 // the publish, before the delete, until killed. It reports "started", then
-// "stopping" or "published" at that point, then "gave up: fenced" once a
+// "stopping" or "published" at that point, then "gave up: fenced" (or "moved") once a
 // delete was refused or "gave up: failed" once a batch failed.
 func childRelay(in *bufio.Scanner, out io.Writer) error {
 	var mu sync.Mutex
@@ -164,6 +164,9 @@ func childRelay(in *bufio.Scanner, out io.Writer) error {
 				return
 			case s.Failed > 0:
 				say("gave up: failed, %+v", s)
+				return
+			case s.Moved > 0:
+				say("gave up: moved, %+v", s)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)

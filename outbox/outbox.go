@@ -1,62 +1,33 @@
 // Package outbox publishes events to Kafka exactly once downstream, in
-// order per entity, without a lock: a transactional outbox whose relays are
-// fenced by partition epochs, and whose events a deduplicating inbox
-// applies once.
+// order per entity, without a lock. Example first (memory backend).
 //
-// Write puts an event in the outbox inside the caller's transaction
-// ([Postgres.WithDB]): it is published if and only if the transaction
-// commits. Each event has an entity key, a payload, headers, an ID (derive
-// it from the request's idempotency key or operation ID, so that a retried
-// request writes the same ID) and a sequence: Write raises the entity's
-// sequence in the same statement, so an entity's writers take turns and its
-// sequences follow the order their transactions commit in. A [Relay]
-// publishes the events: keys hash to partitions, relays on several
-// instances share the partitions as members of a [partition] fleet, and the
-// owner of a partition publishes its events in order, then deletes them
-// with a statement fenced by its epoch.
+// [Postgres.WithDB] writes an event in the caller's transaction: it is
+// published if and only if the transaction commits. Write raises the
+// entity's sequence in the same statement, so sequences follow commit
+// order. [Relay]s share the outbox's partitions as a [partition] fleet; a
+// partition's owner publishes its events in order, then deletes them with
+// a statement fenced by its epoch.
 //
-// Guarantee, with a kafkawriter.Consumer whose Dedupe is on: every event
-// whose transaction committed is applied exactly once, and an entity's
-// events in sequence order. Kafka may hold copies of an event: a publish
-// whose outcome is unknown (kafkawriter.ErrUncertain: its answer lost, or
-// timed out) is published again, a relay that crashed between its
-// publish and its delete leaves the events to its successor, a database
-// restore brings published events back, and a relay that paused past its
-// lease (GC, SIGSTOP) may publish its batch late, after its successor
-// published the same events and newer ones (its delete then affects no row:
-// ErrStaleEpoch, and it gives the partition up). But an event's first
-// record always lands after the first records of its entity's earlier
-// events: a relay publishes a partition's oldest events first, deletes them
-// only once Kafka has them all, and puts each topic partition's share of a
-// batch in one produce request. The inbox drops every copy — by its
-// event ID, and by its sequence, which is not above the entity's last
-// applied — so nothing is applied twice, and never an older event after a
-// newer one. The relays' epochs keep them from publishing one partition at
-// once; the inbox's checks, not the epochs, are what make copies harmless.
+// Guarantee, with a kafkawriter.Consumer whose Dedupe is on:
+//   - Every event whose transaction committed is applied exactly once.
+//   - An entity's events are applied in sequence order.
+//   - Kafka may hold copies (an uncertain publish sent again, a crash
+//     between publish and delete, a restore, a relay paused past its
+//     lease). The inbox drops each one by event ID or by sequence.
+//   - An event's first record lands after its entity's earlier events'.
 //
-// What it does NOT protect: consumers without Dedupe apply every copy. The
-// ID check lasts as long as the inbox keeps IDs (kafkawriter's
-// DedupeRetention): an event written twice under one ID is applied twice
-// if the second copy arrives later than that. Events of different entities
-// have no order. Changing the partition count of the outbox or of the
-// topic moves keys, and order with them: drain the outbox first. After
-// restoring the database from a backup, run fence_advance before writing
-// (see ErrFenceEra). The entity rows (one per key) are never deleted.
-// Memory holds events in this process only, outside any transaction.
+// The relays' epochs keep two relays off one partition; the inbox's
+// checks make copies harmless.
 //
-// Example:
+// Not protected:
+//   - Consumers without Dedupe apply every copy.
+//   - A copy that arrives after the inbox's DedupeRetention forgot its ID.
+//   - Order across entities; order across a change of partition counts
+//     (drain the outbox first).
+//   - Writes after a restore before fence_advance (ErrFenceEra).
+//   - [Memory]: this process only, outside any transaction.
 //
-//	store, _ := outbox.NewPostgres(pool, nil)
-//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		if _, err := tx.Exec(ctx, `UPDATE orders SET state = 'paid' WHERE id = $1`, id); err != nil {
-//			return err
-//		}
-//		_, err := store.WithDB(tx).Write(ctx, outbox.Event{Key: id, ID: idempotency.DeriveKey(key, "paid"), Payload: body})
-//		return err
-//	})
-//	relay, _ := outbox.NewRelay(store, brokers, "orders", nil)
-//	if err := relay.Start(ctx); err != nil { … }
-//	defer relay.Stop(ctx)
+// docs/outbox.md has the relay's faults, their tests and the cost.
 package outbox
 
 import (

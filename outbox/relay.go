@@ -165,6 +165,7 @@ type RelayStats struct {
 	Failed    int64 // batches whose publish or delete failed, published again
 	Uncertain int64 // of Failed, publishes that may have been written (ErrUncertain): published again, maybe twice
 	Fenced    int64 // batches whose delete a newer owner refused (ErrStaleEpoch): published, maybe twice
+	Moved     int64 // batches cut short when the relay lost their partition (partition.ErrMoving): the new owner publishes them, maybe twice
 }
 
 // Relay publishes an outbox's events to a Kafka topic, as one member of a
@@ -205,7 +206,7 @@ type Relay struct {
 	working map[int]bool // partitions with a worker
 	workers sync.WaitGroup
 
-	stats struct{ published, batches, failed, uncertain, fenced atomic.Int64 }
+	stats struct{ published, batches, failed, uncertain, fenced, moved atomic.Int64 }
 }
 
 const (
@@ -277,7 +278,8 @@ func (r *Relay) Owned() []partition.Epoch { return r.member.Owned() }
 // Stats returns the relay's counters. It is safe to call at any time.
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{Published: r.stats.published.Load(), Batches: r.stats.batches.Load(),
-		Failed: r.stats.failed.Load(), Uncertain: r.stats.uncertain.Load(), Fenced: r.stats.fenced.Load()}
+		Failed: r.stats.failed.Load(), Uncertain: r.stats.uncertain.Load(), Fenced: r.stats.fenced.Load(),
+		Moved: r.stats.moved.Load()}
 }
 
 // Start checks the topic, joins the relays' fleet, claims the partitions
@@ -456,9 +458,10 @@ func (r *Relay) worker(stopping, work context.Context, p int) {
 	log := r.cfg.Logger.With(telemetry.Topic, r.topic, telemetry.Partition, p)
 	backoff := r.cfg.RetryBackoff
 	for stopping.Err() == nil {
-		var more bool
+		var more, ran bool
 		err := r.member.Do(work, r.keys[p], func(ctx context.Context, e partition.Epoch) error {
 			var err error
+			ran = true
 			more, err = r.batch(ctx, e)
 			return err
 		})
@@ -472,6 +475,12 @@ func (r *Relay) worker(stopping, work context.Context, p int) {
 			r.stats.fenced.Add(1)
 			r.tel.fenced.Add(work, 1, r.tel.topic.Add()...)
 			log.Info("outbox: partition claimed by a newer relay; giving it up", telemetry.Err(err))
+			return
+		case errors.Is(err, partition.ErrMoving) && ran:
+			// The member cut the batch short: the relay lost the partition
+			// (its lease lapsed, a handoff) with the batch in flight.
+			r.stats.moved.Add(1)
+			log.Info("outbox: partition lost with a batch in flight; giving it up", telemetry.Err(err))
 			return
 		case errors.Is(err, partition.ErrNotOwner), errors.Is(err, partition.ErrMoving), errors.Is(err, partition.ErrStopped),
 			work.Err() != nil:

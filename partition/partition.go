@@ -1,49 +1,31 @@
-// Package partition routes every entity to one owning member of a fleet and
-// runs the entity's work on that member's serial executor for its partition,
-// with an epoch that fences the work's writes.
+// Package partition routes every entity to one owning member of a fleet,
+// runs the entity's work on that member's serial executor, and fences the
+// work's writes with the partition's epoch. Example first (memory backend).
 //
-// Keys hash to a fixed number of partitions; partitions are placed on the live
-// members by a consistent-hash ring with bounded loads
-// (github.com/buraksezer/consistent v1.0.0, FNV-1a 64). The ring is a pure
-// function of (live member names, [RingConfig], library version), so every
-// member computes the same placement without talking to the others.
-// Membership is a heartbeat lease per member and ownership a row per
-// partition with an epoch, both kept by a [Membership] ([Postgres] or
-// [Memory]).
+// Keys hash to a fixed number of partitions. A consistent-hash ring with
+// bounded loads (github.com/buraksezer/consistent) places them on the live
+// members; every member computes the same placement. Membership is a
+// heartbeat lease per member; ownership is a row per partition with an
+// epoch, kept by a [Membership] ([Postgres] or [Memory]).
 //
-// Guarantee: a partition's epoch only increases, and a member claims a
-// partition — bumping its epoch — only after the previous owner released it
-// (having stopped accepting work and drained what was running: begin handoff →
-// drain → release, then bump → start) or after the previous owner's
-// membership lease expired on the store's clock. While members keep their
-// leases, at most one member accepts work for a partition at any moment, and
-// [Member.Do] runs one function at a time per partition, in arrival order.
-// A write that presents its (partition, owner, epoch) to the store —
-// [Postgres.Condition] in the write's own statement, [Postgres.Verify] inside
-// the write's transaction, [Memory.Verify] for a resource in memory — is
-// rejected (a *[StaleEpochError]) once a newer owner has claimed the
-// partition.
+// Guarantee:
+//   - A partition's epoch only increases. A member claims a partition only
+//     after the previous owner released it (drained) or its lease expired.
+//   - While members keep their leases, at most one accepts work for a
+//     partition; [Member.Do] runs one function at a time per partition.
+//   - A write that presents its epoch ([Postgres.Condition],
+//     [Postgres.Verify], [Memory.Verify]) is refused with a
+//     *[StaleEpochError] once a newer owner claimed the partition.
 //
-// What it does NOT protect: a member that pauses (GC, swap, SIGSTOP) longer
-// than its lease is replaced while its functions may still be running; when
-// it wakes, its writes land unless they are fenced as above. Writes to systems
-// that cannot check the epoch are not protected. Routing is advisory: callers
-// that do not go through Do, or that cache an owner, reach no executor at all.
-// Members must agree on the [RingConfig] and on the library version — v0.10.0
-// of the ring library places 221 of 271 partitions differently from v1.0.0;
-// members record their ring's [Ring.ID] and [Member.Start] refuses to join a
-// fleet with a different one. Changing the partition count remaps keys, so
-// the epoch of a key's old partition says nothing about its new one.
+// Not protected:
+//   - A member paused past its lease: its unfenced writes land.
+//   - Writes to systems that cannot check the epoch.
+//   - Callers that bypass Do or cache an owner.
+//   - Members that disagree on [RingConfig] or the ring library's version:
+//     [Member.Start] refuses a fleet whose [Ring.ID] differs.
+//   - A change of the partition count remaps keys.
 //
-// Example (memory backend, one member):
-//
-//	store, _ := partition.NewMemory(nil)
-//	m, _ := partition.NewMember(store, &partition.Config{Name: "a", Addr: "10.0.0.1:8080"})
-//	if err := m.Start(ctx); err != nil { … }
-//	defer m.Stop(ctx)
-//	err := m.Do(ctx, "account-42", func(ctx context.Context, e partition.Epoch) error {
-//		return store.Verify(e, func() error { balance["account-42"]++; return nil })
-//	})
+// docs/partition.md has the handoff, Forward, metrics and fault tests.
 package partition
 
 import (

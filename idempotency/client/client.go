@@ -30,7 +30,8 @@
 // of at most MaxBufferedBody bytes, which the Transport buffers; a larger
 // one is refused before anything is sent (ErrBodyNotResendable).
 //
-//	c := &http.Client{Transport: client.NewTransport(nil)} // plus Timeout: the bound of every attempt together
+//	tr, err := client.NewTransport(nil)
+//	c := &http.Client{Transport: tr, Timeout: time.Minute} // Timeout bounds every attempt together
 //	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 package client
 

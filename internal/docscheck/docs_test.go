@@ -1,0 +1,286 @@
+// Package docscheck holds the repository's checks of its hand-written
+// pages: README.md, ARCHITECTURE.md, CONTRIBUTING.md, CHANGELOG.md, docs/
+// (but the generated results.md) and the examples. It has no code of its
+// own; `make docs-check` and `make test` run its tests.
+//
+// The measure: prose is what is not a fenced code block, a table, a
+// heading, an HTML comment or an image. A paragraph is a run of prose
+// lines; a list item is a paragraph of its own. A sentence ends at . ! ? :
+// or ; before a space or the line's end; words after the last stop of a
+// paragraph are one more sentence. Inline code counts as one word and a
+// link as its text.
+package docscheck
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// The budgets every page keeps.
+const (
+	maxReadmeLines     = 120
+	maxMeanSentence    = 18.0 // words
+	maxParagraphWords  = 120
+	maxUnreleasedLines = 250
+	maxExampleLines    = 250
+)
+
+// overBudget lists the pages not yet within a budget, with the figure each
+// had when it was listed: a listed page may shrink, never grow. A page that
+// comes within its budget must leave the list (the test says so), so the
+// list only gets shorter.
+var overBudget = map[string]float64{
+	"ARCHITECTURE.md paragraph":                 275.0,
+	"docs/compare.md mean sentence":             20.0,
+	"docs/compare.md paragraph":                 483.0,
+	"docs/failover.md paragraph":                192.0,
+	"docs/fencedlock.md paragraph":              420.0,
+	"docs/idempotency.md paragraph":             290.0,
+	"docs/occ.md paragraph":                     155.0,
+	"docs/partition.md paragraph":               199.0,
+	"docs/singlewriter.md paragraph":            382.0,
+	"examples/inventory/README.md paragraph":    132.0,
+	"examples/order-events/README.md paragraph": 136.0,
+	"examples/cache-rebuild/main.go lines":      327.0,
+	"examples/documents/main.go lines":          540.0,
+	"examples/inventory/main.go lines":          413.0,
+	"examples/order-events/main.go lines":       706.0,
+	"examples/payment-capture/main.go lines":    799.0,
+	"examples/per-account/main.go lines":        644.0,
+}
+
+// root is the repository's root.
+func root(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// pages are the hand-written Markdown pages, relative to the root.
+func pages(t *testing.T) []string {
+	t.Helper()
+	r := root(t)
+	ps := []string{"README.md", "ARCHITECTURE.md", "CONTRIBUTING.md"}
+	for _, glob := range []string{"docs/*.md", "examples/*.md", "examples/*/README.md"} {
+		m, err := filepath.Glob(filepath.Join(r, glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m {
+			rel, _ := filepath.Rel(r, p)
+			if rel != filepath.Join("docs", "results.md") {
+				ps = append(ps, filepath.ToSlash(rel))
+			}
+		}
+	}
+	return ps
+}
+
+// budgets collects every page's figure for every budget it is over, and
+// tells the test which listed figures grew.
+type budgets struct {
+	t    *testing.T
+	seen map[string]bool
+}
+
+func (b *budgets) check(name string, got, limit float64) {
+	b.t.Helper()
+	listed, ok := overBudget[name]
+	switch {
+	case got <= limit && ok:
+		b.t.Errorf("%s is %.1f, within its budget of %.0f: remove it from overBudget", name, got, limit)
+	case got <= limit:
+	case !ok:
+		b.t.Errorf("%s is %.1f, over its budget of %.0f", name, got, limit)
+	case got > listed+0.05:
+		b.t.Errorf("%s grew to %.1f (listed at %.1f, budget %.0f): shorten it", name, got, listed, limit)
+	}
+	b.seen[name] = true
+}
+
+func TestPagesKeepTheirBudgets(t *testing.T) {
+	r := root(t)
+	b := &budgets{t: t, seen: map[string]bool{}}
+	for _, p := range pages(t) {
+		text := read(t, filepath.Join(r, p))
+		if p == "README.md" {
+			b.check(p+" lines", float64(strings.Count(text, "\n")), maxReadmeLines)
+		}
+		st := measure(text)
+		t.Logf("%s: %d words, %d sentences, longest paragraph %d words", p, st.words, st.sentences, st.longest)
+		if st.sentences > 0 {
+			b.check(p+" mean sentence", round1(float64(st.words)/float64(st.sentences)), maxMeanSentence)
+		}
+		b.check(p+" paragraph", float64(st.longest), maxParagraphWords)
+	}
+	mains, err := filepath.Glob(filepath.Join(r, "examples", "*", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mains {
+		rel, _ := filepath.Rel(r, m)
+		b.check(filepath.ToSlash(rel)+" lines", float64(strings.Count(read(t, m), "\n")), maxExampleLines)
+	}
+	b.check("CHANGELOG.md unreleased lines", float64(unreleasedLines(read(t, filepath.Join(r, "CHANGELOG.md")))), maxUnreleasedLines)
+	for name := range overBudget {
+		if !b.seen[name] {
+			t.Errorf("overBudget lists %s, which names no page: remove it", name)
+		}
+	}
+}
+
+func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// unreleasedLines counts the lines of CHANGELOG's first "## " section.
+func unreleasedLines(text string) int {
+	n, in := 0, false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "## ") {
+			if in {
+				break
+			}
+			in = true
+		}
+		if in {
+			n++
+		}
+	}
+	return n
+}
+
+// stats are a page's prose figures: code blocks, tables, headings, HTML
+// comments and link-only lines are not prose.
+type stats struct {
+	words, sentences int
+	longest          int // words of the longest paragraph (a list item is one)
+}
+
+var (
+	sentenceEnd = regexp.MustCompile(`[.!?:;](\s|$)`)
+	inlineCode  = regexp.MustCompile("`[^`]*`")
+	linkTarget  = regexp.MustCompile(`\]\([^)]*\)`)
+	listItem    = regexp.MustCompile(`^\s*([-*+]|\d+\.)\s+`)
+)
+
+// measure splits text's prose into paragraphs and sentences: sentences
+// end at . ! ? : or ; followed by a space or the end of the line.
+func measure(text string) stats {
+	var st stats
+	var para []string
+	flush := func() {
+		if len(para) == 0 {
+			return
+		}
+		p := strings.Join(para, " ")
+		para = nil
+		p = linkTarget.ReplaceAllString(p, "]")
+		p = inlineCode.ReplaceAllString(p, "code")
+		w := len(strings.Fields(p))
+		if w == 0 {
+			return
+		}
+		st.words += w
+		st.longest = max(st.longest, w)
+		p = strings.TrimSpace(p)
+		ends := sentenceEnd.FindAllStringIndex(p, -1)
+		st.sentences += len(ends)
+		if len(ends) == 0 || len(strings.Fields(p[ends[len(ends)-1][1]:])) > 0 {
+			st.sentences++ // words after the last end: a sentence without its stop
+		}
+	}
+	fence, comment := false, false
+	for _, l := range strings.Split(text, "\n") {
+		trim := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(trim, "```"):
+			flush()
+			fence = !fence
+			continue
+		case fence:
+			continue
+		case strings.HasPrefix(trim, "<!--"):
+			flush()
+			comment = !strings.Contains(trim, "-->")
+			continue
+		case comment:
+			comment = !strings.Contains(trim, "-->")
+			continue
+		case trim == "", strings.HasPrefix(trim, "#"), strings.HasPrefix(trim, "|"), strings.HasPrefix(trim, "!["):
+			flush()
+			continue
+		case listItem.MatchString(l):
+			flush()
+			l = listItem.ReplaceAllString(l, "")
+		}
+		para = append(para, strings.TrimSpace(l))
+	}
+	flush()
+	return st
+}
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// Every relative link of every page, CHANGELOG's too, names a file or
+// folder that exists (anchors are not checked).
+func TestRelativeLinksResolve(t *testing.T) {
+	r := root(t)
+	for _, p := range append(pages(t), "CHANGELOG.md", "docs/results.md") {
+		text := read(t, filepath.Join(r, p))
+		for _, m := range mdLink.FindAllStringSubmatch(stripCode(text), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			path := filepath.Join(r, filepath.Dir(p), filepath.FromSlash(target))
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which does not exist", p, m[1])
+			}
+		}
+	}
+}
+
+// stripCode drops fenced code blocks and inline code.
+func stripCode(text string) string {
+	var out []string
+	fence := false
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fence = !fence
+			continue
+		}
+		if !fence {
+			out = append(out, inlineCode.ReplaceAllString(l, ""))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// The measure behaves as its comment says.
+func TestMeasure(t *testing.T) {
+	text := "# Title\n\nOne two three. Four five: six\nseven.\n\n| a | b |\n|---|---|\n\n```go\nx := 1. 2. 3.\n```\n\n- an item of five words\n- another; two\n"
+	st := measure(text)
+	want := stats{words: 7 + 5 + 2, sentences: 3 + 1 + 2, longest: 7}
+	if st != want {
+		t.Fatalf("measure = %+v, want %+v", st, want)
+	}
+	if got := unreleasedLines("# C\n\n## Unreleased\n\n- a\n\n## 0.1\n- b\n"); got != 4 {
+		t.Fatalf("unreleasedLines = %d, want 4", got)
+	}
+}
