@@ -74,6 +74,15 @@ func TestFaultTable(t *testing.T) {
 	if begin < 0 || end < begin {
 		t.Fatalf("%s lacks the lines %q and %q around its fault table", path, faultTableBegin, faultTableEnd)
 	}
+	// The --faults row of the flags' table lists them too, in order.
+	var names []string
+	for _, f := range engine.FaultNames() {
+		names = append(names, "`"+string(f)+"`")
+	}
+	row := "`none`, or comma-separated " + strings.Join(names, ", ") + " (below)"
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "| `--faults` |") && strings.Contains(l, row) }) {
+		t.Errorf("%s: its --faults row does not list the registry's faults: want %q", path, row)
+	}
 	want := faultTable()
 	got := strings.Join(lines[begin+1:end], "\n")
 	if got == want {
