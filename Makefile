@@ -17,7 +17,7 @@ SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh e
 # Every package of the three modules; LIB_PKGS the library's alone.
 ALL_PKGS = $(GO) list ./... ./cmd/lockfree/... ./examples/...
 LIB_PKGS = $(GO) list ./...
-SERIAL_PKGS = '/internal/(failover|testrepl|kafkacluster|comparefailover)$$'
+SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
 
 .PHONY: docs-check test test-lib test-failover test-mutants test-kafka-cluster mutants services services-down browser lint tidy bench compare screenshot
 
@@ -27,7 +27,7 @@ SERIAL_PKGS = '/internal/(failover|testrepl|kafkacluster|comparefailover)$$'
 # cmd/lockfree/internal/comparefailover runs `lockfree compare --faults
 # failover` through the harness (documents, 4 approaches, 10 s each: about two
 # minutes).
-FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/... ./cmd/lockfree/internal/comparefailover/...
+FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
 test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) \

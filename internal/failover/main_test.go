@@ -3,10 +3,10 @@ package failover_test
 import (
 	"testing"
 
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
 // TestMain removes the binary's replication pair.
 func TestMain(m *testing.M) {
-	testrepl.Main(m)
+	replpair.Main(m)
 }

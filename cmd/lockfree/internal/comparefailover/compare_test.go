@@ -8,7 +8,6 @@ import (
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
-	"github.com/lockfree-go/lockfree/internal/testrepl"
 )
 
 // Test 4 of docs/failover.md, through the harness (`lockfree compare
@@ -34,7 +33,7 @@ import (
 // documents, where every operation writes the one register it locks, and
 // inventory, whose victim is stopped at a reprice.
 func TestCompareFailover(t *testing.T) {
-	pair := testrepl.Get(t).Shared()
+	pair := replpair.Get(t).Shared()
 	for _, name := range []string{"documents", "inventory"} {
 		t.Run(name, func(t *testing.T) { compareFailover(t, pair, name) })
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
 // TestMain lets the harness re-execute this test binary as its workers,
@@ -15,5 +15,5 @@ func TestMain(m *testing.M) {
 	if engine.IsWorker() {
 		os.Exit(engine.WorkerMain())
 	}
-	testrepl.Main(m)
+	replpair.Main(m)
 }

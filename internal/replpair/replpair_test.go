@@ -1,4 +1,4 @@
-package testrepl_test
+package replpair_test
 
 import (
 	"context"
@@ -7,10 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
-func TestMain(m *testing.M) { testrepl.Main(m) }
+func TestMain(m *testing.M) { replpair.Main(m) }
 
 func count(t *testing.T, conn *pgx.Conn) int {
 	t.Helper()
@@ -34,7 +34,7 @@ func port(t *testing.T, conn *pgx.Conn) int {
 // and a promotion; the multi-host URL then reaches the promoted node, which
 // writes on a higher timeline.
 func TestLostCommit(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	old := p.Primary()
 	p.Exec(old, `CREATE TABLE rows (id int PRIMARY KEY)`)
 	p.Exec(old, `INSERT INTO rows VALUES (1)`)
@@ -66,7 +66,7 @@ func TestLostCommit(t *testing.T) {
 // Get hands the pair over healthy whatever the previous test left: the
 // standby streams from the primary again.
 func TestHandedOverHealthy(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	p.Exec(p.Primary(), `CREATE TABLE rows (id int PRIMARY KEY)`)
 	p.Exec(p.Primary(), `INSERT INTO rows VALUES (1), (2), (3)`)
 	p.WaitReplayed()
@@ -82,7 +82,7 @@ func TestHandedOverHealthy(t *testing.T) {
 // has; after a promotion the multi-host URL reaches the promoted node while
 // the isolated one still accepts writes (a split brain).
 func TestIsolate(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	old := p.Primary()
 	p.Exec(old, `CREATE TABLE rows (id int PRIMARY KEY)`)
 	p.WaitReplayed()
