@@ -12,8 +12,15 @@
 // the command that produced it, the section's first table cut to the
 // columns named ("*": all of them) and to the rows the optional where
 // clauses keep, and the section's verdict when it has one. TestPagesQuoteResults
-// fails when a page's copy is stale; `go test ./internal/docsync -args -update`
-// (which scripts/results.sh runs after regenerating) rewrites them.
+// fails when a page's copy is stale; `go test ./cmd/lockfree/internal/docsync
+// -args -update` (which scripts/results.sh runs after regenerating) rewrites
+// them.
+//
+// Why copies rather than links alone: five pages (atomic, occ, idempotency,
+// singlewriter, compare) show their own scenario's figures beside the prose
+// that explains them, and a reader in a hurry reads the page, not
+// results.md. The copies are generated, so the rule that figures live in
+// results.md holds: no page types a figure by hand.
 package docsync
 
 import (
