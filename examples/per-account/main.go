@@ -237,23 +237,7 @@ func runPartition(ctx context.Context, cfg config, w io.Writer) error {
 		// runs out on the store's clock, and the other member claims the
 		// partition with a higher epoch.
 		frozen[e.Owner].freeze()
-		for {
-			for name, m := range members {
-				if name == e.Owner {
-					continue
-				}
-				for _, o := range m.Owned() {
-					if o.Partition == e.Partition && o.Token > e.Token {
-						return nil
-					}
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		return claimedFrom(ctx, members, e)
 	}
 	return session(ctx, cfg, w, "partition", l, expire, func(ctx context.Context, _ int, paused func()) error {
 		return forward(ctx, members, func(m *partition.Member) error {
@@ -275,6 +259,22 @@ func runPartition(ctx context.Context, cfg config, w io.Writer) error {
 			return err
 		})
 	})
+}
+
+// claimedFrom waits until another member claims e's partition, above e.
+func claimedFrom(ctx context.Context, members map[string]*partition.Member, e partition.Epoch) error {
+	for {
+		for name, m := range members {
+			if name != e.Owner && slices.ContainsFunc(m.Owned(), func(o partition.Epoch) bool { return o.Partition == e.Partition && o.Token > e.Token }) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // errLapsed is the paused append cancelled by its own member: the member

@@ -316,8 +316,7 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 	_ = w.out.event(event{Ev: evResumed, T: history.Now(), Key: ev.Key, Op: ev.Op, Mode: a.Mode})
 }
 
-// run runs the client: the warm-up, then operations from cmdGo until
-// cmdHalt, then the stats.
+// run starts the worker's client on its pools and runs it (measure).
 func (w *worker) run(ctx context.Context) error {
 	def, ok := lookupApproach(w.cfg.Scenario, w.cfg.Approach)
 	if !ok {
@@ -358,7 +357,13 @@ func (w *worker) run(ctx context.Context) error {
 		return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
 	}
 	defer client.Close()
+	return w.measure(ctx, client, tr, meter)
+}
 
+// measure runs client: the warm-up, then operations from cmdGo until
+// cmdHalt, then its drain and the stats; a Drainer then waits until every
+// worker drained (leaveWhenLet).
+func (w *worker) measure(ctx context.Context, client Client, tr *Tracer, meter *workerMeter) error {
 	warm := time.Now().Add(w.cfg.Warmup)
 	for time.Now().Before(warm) && !w.halted() {
 		if err := w.op(ctx, client); err != nil {

@@ -393,26 +393,34 @@ func (r *storeRow) holds(k string, d *describer) {
 	}
 }
 
-// conserve checks each stock row's conservation: its final stock is its
-// initial stock plus what the OK restocks added minus what the OK sales
-// and baskets took, plus what the operations of unknown outcome did if
-// they took effect. A basket of unknown outcome took effect on all its
-// rows or on none, so the baskets over the same rows take effect the same
-// number of times on each.
-func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
-	// delta is what the row's operations of unknown outcome must explain;
-	// sales and restocks the row's own unknowns.
-	type tally struct {
-		delta   int64
-		sales   int64
-		restock []int64
+// stockTally is what a stock row's operations of unknown outcome must
+// explain (delta), and its own unknowns: the sales and the restocks.
+type stockTally struct {
+	delta   int64
+	sales   int64
+	restock []int64
+}
+
+// explains reports whether the row's own unknowns plus m baskets explain
+// its delta.
+func (t *stockTally) explains(m int64) bool {
+	for _, up := range subsetSums(t.restock) {
+		if take := up - t.delta - m; take >= 0 && take <= t.sales {
+			return true
+		}
 	}
-	tallies := map[string]*tally{}
+	return false
+}
+
+// stockTallies tallies each stock row that has a conservation to check: no
+// violation reported on it yet, and a final stock read.
+func stockTallies(rows map[string]*storeRow, s Store) map[string]*stockTally {
+	tallies := map[string]*stockTally{}
 	for k, r := range rows {
 		if kindOf(r.ops[0].Kind) != "stock" || !r.has || len(r.found) > 0 {
 			continue // a violation is already reported, or nothing to conserve
 		}
-		t := &tally{delta: r.final - s.Stock}
+		t := &stockTally{delta: r.final - s.Stock}
 		for i, op := range r.ops {
 			switch {
 			case op.Outcome == OK && r.out[i].Refused, op.Outcome == Fail:
@@ -428,25 +436,33 @@ func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
 		}
 		tallies[k] = t
 	}
-	// explains reports whether the row's own unknowns plus m baskets
-	// explain its delta.
-	explains := func(t *tally, m int64) bool {
-		for _, up := range subsetSums(t.restock) {
-			if take := up - t.delta - m; take >= 0 && take <= t.sales {
-				return true
-			}
-		}
-		return false
-	}
-	groups := map[string][]*Op{} // the unknown baskets, by their rows
+	return tallies
+}
+
+// unknownBaskets groups the baskets of unknown outcome by their rows (the
+// sorted rows joined by NUL).
+func unknownBaskets(baskets []*Op) map[string][]*Op {
+	groups := map[string][]*Op{}
 	for _, op := range baskets {
 		if op.Outcome == Unknown {
 			var in StoreInput
 			_ = json.Unmarshal(op.Input, &in)
-			rs := slices.Sorted(slices.Values(in.Rows))
-			groups[strings.Join(rs, "\x00")] = append(groups[strings.Join(rs, "\x00")], op)
+			g := strings.Join(slices.Sorted(slices.Values(in.Rows)), "\x00")
+			groups[g] = append(groups[g], op)
 		}
 	}
+	return groups
+}
+
+// conserve checks each stock row's conservation: its final stock is its
+// initial stock plus what the OK restocks added minus what the OK sales
+// and baskets took, plus what the operations of unknown outcome did if
+// they took effect. A basket of unknown outcome took effect on all its
+// rows or on none, so the baskets over the same rows take effect the same
+// number of times on each.
+func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
+	tallies := stockTallies(rows, s)
+	groups := unknownBaskets(baskets)
 	grouped := map[string]bool{}
 	for _, g := range sortedKeys(groups) {
 		ops, rs := groups[g], strings.Split(g, "\x00")
@@ -454,7 +470,7 @@ func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
 		for m := int64(0); m <= int64(len(ops)) && !ok; m++ {
 			ok = true
 			for _, k := range rs {
-				if t := tallies[k]; t != nil && !explains(t, m) {
+				if t := tallies[k]; t != nil && !t.explains(m) {
 					ok = false
 				}
 			}
@@ -479,7 +495,7 @@ func conserve(rows map[string]*storeRow, baskets []*Op, s Store) {
 		}
 	}
 	for _, k := range sortedKeys(tallies) {
-		if t := tallies[k]; !grouped[k] && !explains(t, 0) {
+		if t := tallies[k]; !grouped[k] && !t.explains(0) {
 			rows[k].add(Violation{Anomaly: Phantom, Text: fmt.Sprintf("%s ended with stock %d, %+d off what the answered operations left, which its %d sales and %d restocks of unknown outcome cannot explain: stock was gained or lost without an operation",
 				quote(k), rows[k].final, t.delta, t.sales, len(t.restock))})
 		}
