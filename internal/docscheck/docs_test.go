@@ -39,7 +39,6 @@ var overBudget = map[string]float64{
 	"docs/compare.md paragraph":                 483.0,
 	"docs/failover.md paragraph":                192.0,
 	"docs/fencedlock.md paragraph":              420.0,
-	"docs/idempotency.md paragraph":             290.0,
 	"docs/occ.md paragraph":                     155.0,
 	"docs/partition.md paragraph":               199.0,
 	"examples/inventory/README.md paragraph":    132.0,
