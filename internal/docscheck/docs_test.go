@@ -40,7 +40,6 @@ var overBudget = map[string]float64{
 	"docs/failover.md paragraph":                192.0,
 	"docs/fencedlock.md paragraph":              420.0,
 	"docs/occ.md paragraph":                     155.0,
-	"docs/partition.md paragraph":               199.0,
 	"examples/inventory/README.md paragraph":    132.0,
 	"examples/order-events/README.md paragraph": 136.0,
 	"examples/cache-rebuild/main.go lines":      327.0,
