@@ -38,7 +38,6 @@ var overBudget = map[string]float64{
 	"docs/compare.md mean sentence":             20.0,
 	"docs/compare.md paragraph":                 483.0,
 	"docs/fencedlock.md paragraph":              420.0,
-	"examples/inventory/README.md paragraph":    132.0,
 	"examples/order-events/README.md paragraph": 136.0,
 	"examples/cache-rebuild/main.go lines":      327.0,
 	"examples/documents/main.go lines":          540.0,
