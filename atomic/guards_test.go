@@ -73,6 +73,7 @@ func guards() []guard {
 			}},
 		)
 	}
+	gs = append(gs, guard{"atomic.refusal.recheck/postgres", checkRefusalRecheck})
 	return append(gs, idGuards()...)
 }
 

@@ -122,16 +122,29 @@ func (t Table) render(tmpl string) string {
 	).Replace(tmpl)
 }
 
-// The single-key statements are the bare conditional statements: on success
-// an operation costs exactly what the statement alone would. Only a miss
-// pays for telling a refusal from a missing key, with a second statement
-// (sqlValue).
+// The single-key statements are the bare conditional statements, each
+// wrapped so that the same statement answers a refusal: when the change
+// applies it returns (true, the new value); when it is refused, (false, the
+// value the statement's snapshot holds); when the key has no row, nothing.
+// The read runs only when the change returned no row (its NOT EXISTS is a
+// one-time filter), so an operation that applies costs what the bare
+// statement costs, and a refusal or a missing key costs no second round
+// trip.
+//
+// The snapshot's value is the one the change was refused on, with one
+// exception: under READ COMMITTED, a change that finds the row changed by a
+// transaction that committed after the snapshot re-checks its condition on
+// the newest version, which the read does not see. Then the snapshot's
+// value passes the condition that the newest version failed, and the
+// store runs the statement again (refusalRead).
 const (
-	sqlDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V}`
-	sqlIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V}`
-	sqlCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2`
-	sqlSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2`
-	sqlClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING`
+	answerHead       = `WITH u AS (`
+	answerTail       = `) SELECT true, {V} FROM u UNION ALL SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
+	sqlDecrement     = answerHead + `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V}` + answerTail
+	sqlIncrement     = answerHead + `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V}` + answerTail
+	sqlCompareAndSet = answerHead + `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2 RETURNING {V}` + answerTail
+	sqlSetIfGreater  = answerHead + `UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2 RETURNING {V}` + answerTail
+	sqlClaim         = answerHead + `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING RETURNING {V}` + answerTail
 	sqlValue         = `SELECT {V} FROM {T} WHERE {K} = $1`
 
 	// sqlDecrementMany locks every requested row in key order (the sort
@@ -168,27 +181,28 @@ const (
 // default builds. Each drops one condition and keeps the parameters of the
 // statement it replaces.
 const (
-	mutantDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
-	mutantIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
-	mutantCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL`
-	mutantSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1`
-	mutantClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V}`
+	mutantDecrement     = answerHead + `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantIncrement     = answerHead + `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantCompareAndSet = answerHead + `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantSetIfGreater  = answerHead + `UPDATE {T} SET {V} = $2 WHERE {K} = $1 RETURNING {V}` + answerTail
+	mutantClaim         = answerHead + `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V} RETURNING {V}` + answerTail
 	// mutantManyVerdict is removed from sqlDecrementMany: each key with
 	// enough is then updated whether or not the others have enough.
 	mutantManyVerdict = `verdict.ok AND `
 )
 
-// maxAttempts bounds the runs of a statement whose miss the read after it
-// contradicts. Under READ COMMITTED that read takes a new snapshot, in which
-// a concurrent change may have committed since the statement decided; the
-// statement then runs again, and usually applies.
+// maxAttempts bounds the runs of a statement whose refusal its own read
+// contradicts: the change re-checked a newer row version than the read's
+// snapshot holds (READ COMMITTED), so the read's value does not explain the
+// refusal. The statement then runs again on a new snapshot, and usually
+// applies or is refused on a value that explains it.
 const maxAttempts = 32
 
 // Postgres is a Store on the user's own table: each operation is one
 // conditional statement, so it needs no lock and no transaction of its own,
-// and runs as well inside the caller's transaction (WithDB). A refusal costs
-// a second statement, which reads the value that the error reports: the
-// value the row held just after the refusal. It is safe for concurrent use.
+// and runs as well inside the caller's transaction (WithDB). The same
+// statement reads the value that a refusal reports: the value it was
+// refused on. It is safe for concurrent use.
 type Postgres struct {
 	db        DB
 	table     Table
@@ -251,23 +265,36 @@ func (p *Postgres) valueOf(d decided, err error) func(op *started) (int64, error
 	}
 }
 
-// miss tells why a conditional statement on key changed nothing. err is the
-// statement's error: pgx.ErrNoRows or nil for a plain miss, which miss
-// explains by reading the key's value now; anything else is returned
-// wrapped. A key without a row is ErrNotFound.
-func (p *Postgres) miss(ctx context.Context, op, key string, err error) (int64, error) {
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
-	}
-	var v int64
-	err = p.db.QueryRow(ctx, p.sql.value, key).Scan(&v)
+// answer is what one single-key statement said: applied with the new
+// value, refused with the value its snapshot held, or (found false) no row
+// for the key in its snapshot.
+type answer struct {
+	applied, found bool
+	value          int64
+}
+
+// run sends one single-key statement (sqlDecrement and its kin) with args,
+// key first.
+func (p *Postgres) run(ctx context.Context, op, sql, key string, args ...any) (answer, error) {
+	var a answer
+	err := p.db.QueryRow(ctx, sql, append([]any{key}, args...)...).Scan(&a.applied, &a.value)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, notFound(key)
+		return answer{}, nil
 	case err != nil:
-		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
+		return answer{}, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
 	}
-	return v, nil
+	a.found = true
+	return a, nil
+}
+
+// refusalRead reports whether a refusal's value explains it (refused(v) is
+// true of it), so that the store may report it; otherwise the change was
+// refused on a newer row version than the read saw (maxAttempts), and the
+// store runs the statement again. The mutant site reports the read's value
+// whatever it is.
+func refusalRead(refused bool) bool {
+	return refused || failpoint.Mutant("atomic.refusal.recheck")
 }
 
 // Decrement implements Store with one
@@ -298,17 +325,16 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64, opts
 		sql = p.table.render(mutantDecrement)
 	}
 	for attempt := 1; ; attempt++ {
-		var v int64
-		err := p.db.QueryRow(ctx, sql, key, amount, threshold).Scan(&v)
-		if err == nil {
-			return v, nil
-		}
-		cur, err := p.miss(ctx, OpDecrement, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpDecrement, sql, key, amount, threshold)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if cur < threshold || attempt == maxAttempts {
-			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: p.table.Floor}
+		case a.applied:
+			return a.value, nil
+		case !a.found:
+			return 0, notFound(key)
+		case refusalRead(a.value < threshold) || attempt == maxAttempts:
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: a.value, Amount: amount, Bound: p.table.Floor}
 		}
 	}
 }
@@ -337,17 +363,16 @@ func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int6
 		sql = p.table.render(mutantIncrement)
 	}
 	for attempt := 1; ; attempt++ {
-		var v int64
-		err := p.db.QueryRow(ctx, sql, key, amount, ceiling).Scan(&v)
-		if err == nil {
-			return v, nil
-		}
-		cur, err := p.miss(ctx, OpIncrement, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpIncrement, sql, key, amount, ceiling)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if cur > ceiling || attempt == maxAttempts {
-			return 0, incrementMiss(key, amount, limit, cur)
+		case a.applied:
+			return a.value, nil
+		case !a.found:
+			return 0, notFound(key)
+		case refusalRead(a.value > ceiling) || attempt == maxAttempts:
+			return 0, incrementMiss(key, amount, limit, a.value)
 		}
 	}
 }
@@ -375,16 +400,16 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 		sql = p.table.render(mutantCompareAndSet)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, old, next)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpCompareAndSet, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpCompareAndSet, sql, key, old, next)
+		switch {
+		case err != nil:
 			return err
-		}
-		if cur != old || attempt == maxAttempts {
-			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
+		case a.applied:
+			return nil
+		case !a.found:
+			return notFound(key)
+		case refusalRead(a.value != old) || attempt == maxAttempts:
+			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: a.value}
 		}
 	}
 }
@@ -412,16 +437,16 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64, op
 		sql = p.table.render(mutantSetIfGreater)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, value)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpSetIfGreater, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpSetIfGreater, sql, key, value)
+		switch {
+		case err != nil:
 			return err
-		}
-		if value <= cur || attempt == maxAttempts {
-			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
+		case a.applied:
+			return nil
+		case !a.found:
+			return notFound(key)
+		case refusalRead(value <= a.value) || attempt == maxAttempts:
+			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: a.value}
 		}
 	}
 }
@@ -450,20 +475,19 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64, opts ...O
 		sql = p.table.render(mutantClaim)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, value)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpClaim, key, err)
+		a, err := p.run(ctx, OpClaim, sql, key, value)
 		switch {
-		case err == nil:
-			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: cur}
-		case !errors.Is(err, ErrNotFound):
+		case err != nil:
 			return err
+		case a.applied:
+			return nil
+		case a.found:
+			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: a.value}
 		case attempt == maxAttempts:
-			return fmt.Errorf("atomic: claim %s: the conflicting row vanished under each of %d attempts", short.Quote(key), attempt)
+			return fmt.Errorf("atomic: claim %s: the conflicting row was out of the statement's snapshot under each of %d attempts", short.Quote(key), attempt)
 		}
-		// The row that conflicted was deleted before the read: claim again.
+		// The row that conflicted committed after the statement's snapshot
+		// (a concurrent claim), or was deleted: claim again.
 	}
 }
 

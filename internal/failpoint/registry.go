@@ -32,6 +32,7 @@ var registry = []Point{
 	{"atomic.id.replay", MutantSite, "an operation whose ID is recorded (Postgres, Memory) applies again and writes its record over, instead of returning the recorded outcome"},
 	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
 	{"atomic.purge.expired", MutantSite, "Purge (Postgres, Memory) deletes operation records whatever the age of their ID, not only those older than Retention"},
+	{"atomic.refusal.recheck", MutantSite, "a single-key refusal on Postgres reports the value its statement's snapshot held even when the change was refused on a newer row version (READ COMMITTED re-check), a value that would have let it apply, instead of running the statement again"},
 	{"atomic.resolve.abandon", MutantSite, "Resolve (Postgres, Memory) reports an unrecorded ID abandoned without recording it, so that the operation still on its way applies afterwards"},
 	{"atomic.setifgreater.compare", MutantSite, "SetIfGreater (every backend) sets the value even when it is not greater"},
 	{"fencedlock.acquire.clear-value", MutantSite, "a grant by Acquire keeps the previous tenure's value on the lease instead of starting without one"},
