@@ -177,6 +177,33 @@ const (
 	LEFT JOIN u ON u.k = req.k`
 )
 
+// sqlDecrementInOrder locks the key's row (cur), folds the amounts over its
+// value in their order, as serial decrements would (fold: step i takes
+// amount i if the value it meets is at least threshold i, and leaves the
+// value unchanged otherwise), and writes the last value once, if any step
+// took. It returns, per step, whether it took and the value after it (or
+// the value it was refused on). The fold decides on the value the lock
+// returned, never on the row as the statement's snapshot saw it (see
+// sqlDecrementMany). $1 key, $2 amounts, $3 thresholds (floor + amount).
+const sqlDecrementInOrder = `WITH RECURSIVE cur AS MATERIALIZED (
+		SELECT {V} AS v FROM {T} WHERE {K} = $1 FOR NO KEY UPDATE
+	), fold (i, v, ok) AS (
+		SELECT 0, v, true FROM cur
+		UNION ALL
+		SELECT f.i + 1,
+			CASE WHEN f.v >= ($3::bigint[])[f.i + 1] THEN f.v - ($2::bigint[])[f.i + 1] ELSE f.v END,
+			f.v >= ($3::bigint[])[f.i + 1]
+		FROM fold f WHERE f.i < cardinality($2::bigint[])
+	), u AS (
+		UPDATE {T} SET {V} = (SELECT v FROM fold ORDER BY i DESC LIMIT 1)
+		WHERE {K} = $1 AND EXISTS (SELECT FROM fold WHERE i > 0 AND ok)
+	)
+	SELECT ok, v FROM fold WHERE i > 0 ORDER BY i`
+
+// mutantInOrderFloor is removed from sqlDecrementInOrder (both places):
+// every step takes its amount whatever the value it meets.
+const mutantInOrderFloor = `f.v >= ($3::bigint[])[f.i + 1]`
+
 // Unsafe variants for the mutant sites (internal/failpoint): dead code in
 // default builds. Each drops one condition and keeps the parameters of the
 // statement it replaces.
@@ -215,7 +242,7 @@ type Postgres struct {
 
 // pgStatements are the statements of one table, rendered once per store.
 type pgStatements struct {
-	decrement, increment, cas, setIfGreater, claim, value, many string
+	decrement, increment, cas, setIfGreater, claim, value, many, inOrder string
 }
 
 func renderStatements(t Table) pgStatements {
@@ -223,6 +250,7 @@ func renderStatements(t Table) pgStatements {
 		decrement: t.render(sqlDecrement), increment: t.render(sqlIncrement),
 		cas: t.render(sqlCompareAndSet), setIfGreater: t.render(sqlSetIfGreater),
 		claim: t.render(sqlClaim), value: t.render(sqlValue), many: t.render(sqlDecrementMany),
+		inOrder: t.render(sqlDecrementInOrder),
 	}
 }
 
@@ -556,6 +584,73 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64, 
 		}
 	}
 	return nil, fmt.Errorf("atomic: %s: batch refused although every key had enough", OpDecrementMany)
+}
+
+// DecrementInOrder implements InOrder in one statement, which locks key's
+// row, decides every amount in order on the value the lock returned, and
+// writes the result once. An error after the statement was sent, other than
+// one the server returned (the statement then rolled back), matches
+// ErrUncertain: the reply was lost, and the step may have committed.
+func (p *Postgres) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error) {
+	r, err := newInOrder(key, amounts, p.table.Floor)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.sent) == 0 {
+		return r.results, nil
+	}
+	sql := p.sql.inOrder
+	if failpoint.Mutant("atomic.inorder.floor") {
+		sql = strings.ReplaceAll(sql, mutantInOrderFloor, `$3::bigint[] IS NOT NULL`)
+	}
+	rows, err := p.db.Query(ctx, sql, key, r.amounts, r.thresholds)
+	if err != nil {
+		return nil, p.inOrderError(key, err)
+	}
+	n := 0
+	for rows.Next() {
+		var ok bool
+		var v int64
+		if err := rows.Scan(&ok, &v); err != nil {
+			rows.Close()
+			return nil, p.inOrderError(key, err)
+		}
+		if n == len(r.sent) {
+			rows.Close()
+			return nil, fmt.Errorf("%w: decrement %s in order: more results than amounts", ErrUncertain, short.Quote(key))
+		}
+		i := r.sent[n]
+		r.results[i].Value = v
+		if !ok {
+			r.results[i].Err = &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amounts[i], Bound: p.table.Floor}
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, p.inOrderError(key, err)
+	}
+	switch n {
+	case len(r.sent):
+		return r.results, nil
+	case 0: // no row for the key
+		for _, i := range r.sent {
+			r.results[i].Err = notFound(key)
+		}
+		return r.results, nil
+	}
+	return nil, fmt.Errorf("%w: decrement %s in order: %d results for %d amounts", ErrUncertain, short.Quote(key), n, len(r.sent))
+}
+
+// inOrderError wraps the error of a DecrementInOrder statement: one the
+// server returned, or one before anything was sent, means the statement
+// did not apply; any other leaves it unknown (ErrUncertain).
+func (p *Postgres) inOrderError(key string, err error) error {
+	var pgErr *pgconn.PgError
+	known := errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+	if known || failpoint.Mutant("atomic.inorder.uncertain") {
+		return fmt.Errorf("atomic: decrement %s in order: %w", short.Quote(key), err)
+	}
+	return fmt.Errorf("%w: decrement %s in order: %w", ErrUncertain, short.Quote(key), err)
 }
 
 // Value implements Store.

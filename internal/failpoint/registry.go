@@ -24,6 +24,8 @@ type Point struct {
 var registry = []Point{
 	{"atomic.cas.compare", MutantSite, "CompareAndSet (every backend) sets the value whatever it holds, without comparing it with the expected one"},
 	{"atomic.claim.conflict", MutantSite, "Claim (Postgres, Memory) overwrites an existing key (ON CONFLICT DO UPDATE) instead of refusing"},
+	{"atomic.coalescer.in-flight", MutantSite, "a Coalescer caller whose context ends while its decrement's step runs is told it did not apply (the context's error alone) instead of ErrUncertain"},
+	{"atomic.coalescer.order", MutantSite, "a Coalescer hands a step's outcomes to its callers in reverse order, not each caller its own in arrival order"},
 	{"atomic.decrement.floor", MutantSite, "Decrement (every backend) takes the amount whatever the value, below the floor too"},
 	{"atomic.decrementmany.all", MutantSite, "DecrementMany (Postgres, Memory) takes each key that has enough even when another is short: not all or nothing"},
 	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
@@ -31,6 +33,8 @@ var registry = []Point{
 	{"atomic.id.fingerprint", MutantSite, "an operation ID recorded for one operation replays its outcome to another operation, key or arguments instead of answering ErrIDReused"},
 	{"atomic.id.replay", MutantSite, "an operation whose ID is recorded (Postgres, Memory) applies again and writes its record over, instead of returning the recorded outcome"},
 	{"atomic.increment.cap", MutantSite, "Increment (every backend) adds the amount whatever the value, past the cap too"},
+	{"atomic.inorder.floor", MutantSite, "DecrementInOrder (Postgres, Memory) takes every amount whatever the value it meets, below the floor too"},
+	{"atomic.inorder.uncertain", MutantSite, "Postgres.DecrementInOrder reports a step whose reply was lost after it was sent as not applied, instead of ErrUncertain"},
 	{"atomic.purge.expired", MutantSite, "Purge (Postgres, Memory) deletes operation records whatever the age of their ID, not only those older than Retention"},
 	{"atomic.refusal.recheck", MutantSite, "a single-key refusal on Postgres reports the value its statement's snapshot held even when the change was refused on a newer row version (READ COMMITTED re-check), a value that would have let it apply, instead of running the statement again"},
 	{"atomic.resolve.abandon", MutantSite, "Resolve (Postgres, Memory) reports an unrecorded ID abandoned without recording it, so that the operation still on its way applies afterwards"},
