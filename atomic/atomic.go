@@ -35,6 +35,10 @@
 // release) for comparison. The behaviour suite in atomic/atomictest checks
 // all three.
 //
+// On one hot key, a [Coalescer] sends the decrements waiting in this process
+// in one step ([InOrder]: one statement and one commit on Postgres), each
+// answered as a serial execution in arrival order would answer it.
+//
 // The package is called atomic because that is what it is; a file that also
 // uses sync/atomic imports it under another name:
 //

@@ -107,41 +107,6 @@ func checkExclusion(t *testing.T, e lockEnv) error {
 	return nil
 }
 
-// checkExclusionUnseen guards acquire only when free or expired, for a
-// store that has not seen the name's row: the acquire of a held name is
-// answered by the insert-first statement (or, with full, the statement that
-// inserts or takes a free row), not by the one for known rows.
-func checkExclusionUnseen(t *testing.T, full bool) error {
-	e := postgresEnv(t)
-	if _, err := e.store.Acquire(ctx, "exclusive", "a", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	other := newPostgres(t, e.db, false)
-	if full {
-		fencedlock.SendFullAcquire(other)
-	}
-	if l, err := other.Acquire(ctx, "exclusive", "b", time.Minute); !errors.Is(err, fencedlock.ErrHeld) {
-		return fmt.Errorf("a held lock was granted to a store that had not seen its row (token %d): %v", l.Token, err)
-	}
-	return nil
-}
-
-// checkExclusionHeldFirst guards acquire only when free or expired, for a
-// store whose attempts on rows it has seen mostly found them held: the
-// acquire of a held name is answered by the statement that reports the
-// holder, not by the update alone (which checkExclusion's store sends).
-func checkExclusionHeldFirst(t *testing.T) error {
-	e := postgresEnv(t)
-	if _, err := e.store.Acquire(ctx, "exclusive", "a", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	fencedlock.SendHeldFirst(e.store.(*fencedlock.Postgres))
-	if l, err := e.store.Acquire(ctx, "exclusive", "b", time.Minute); !errors.Is(err, fencedlock.ErrHeld) {
-		return fmt.Errorf("a held lock was granted by the held-first statement (token %d): %v", l.Token, err)
-	}
-	return nil
-}
-
 // checkVerify guards Verify's check.
 func checkVerify(t *testing.T, e lockEnv) error {
 	a, _ := supersede(t, e, "verified")
@@ -362,11 +327,7 @@ func guards() []guard {
 	}
 	return append(g,
 		guard{"fencedlock.verify.check", func(t *testing.T) error { return checkVerify(t, postgresEnv(t)) }},
-		guard{"fencedlock.acquire.purge-fence/insert", func(t *testing.T) error { return checkPurgeFence(t, false) }},
-		guard{"fencedlock.acquire.purge-fence/full", func(t *testing.T) error { return checkPurgeFence(t, true) }},
-		guard{"fencedlock.acquire.expired/postgres-unseen-insert", func(t *testing.T) error { return checkExclusionUnseen(t, false) }},
-		guard{"fencedlock.acquire.expired/postgres-unseen-full", func(t *testing.T) error { return checkExclusionUnseen(t, true) }},
-		guard{"fencedlock.acquire.expired/postgres-seen-held-first", checkExclusionHeldFirst},
+		guard{"fencedlock.acquire.purge-fence/insert", checkPurgeFence},
 		guard{"fencedlock.fence.update.token", func(t *testing.T) error { return checkFencedUpdate(t, resourceDB(t)) }},
 		guard{"fencedlock.fence.read.stamp", func(t *testing.T) error { return checkStampedRead(t, resourceDB(t)) }},
 		guard{"fencedlock.gate.compare", checkGate},
