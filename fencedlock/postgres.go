@@ -134,7 +134,7 @@ const (
 	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM took)`
 	sqlAcquire       = acquireUpdate
 	sqlAcquireInsert = `WITH took AS (` + acquireInsert + `)` + heldAnswer
-	sqlHolder = `SELECT holder, token, expires_at, value FROM {{locks}}
+	sqlHolder        = `SELECT holder, token, expires_at, value FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	// sqlSetValue changes the value of the current tenure only.
 	sqlSetValue = `UPDATE {{locks}} SET value = $4
@@ -198,7 +198,7 @@ const valueArg = "{value}"
 
 type pgStatements struct {
 	acquire, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
-	setValue, setValueNotify, notifyChange, list                                                                                string
+	setValue, setValueNotify, notifyChange, list                                                     string
 	// valued are the acquire statements of AcquireValue: the value is $4.
 	valued acquireStatements
 }
