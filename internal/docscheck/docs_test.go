@@ -40,7 +40,6 @@ var overBudget = map[string]float64{
 	"docs/fencedlock.md paragraph":           420.0,
 	"examples/cache-rebuild/main.go lines":   327.0,
 	"examples/documents/main.go lines":       540.0,
-	"examples/inventory/main.go lines":       413.0,
 	"examples/order-events/main.go lines":    706.0,
 	"examples/payment-capture/main.go lines": 799.0,
 	"examples/per-account/main.go lines":     644.0,
