@@ -40,7 +40,6 @@ var overBudget = map[string]float64{
 	"docs/fencedlock.md paragraph":           420.0,
 	"examples/order-events/main.go lines":    706.0,
 	"examples/payment-capture/main.go lines": 799.0,
-	"examples/per-account/main.go lines":     644.0,
 }
 
 // root is the repository's root.
