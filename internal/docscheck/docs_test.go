@@ -38,7 +38,6 @@ var overBudget = map[string]float64{
 	"docs/compare.md mean sentence":          20.0,
 	"docs/compare.md paragraph":              483.0,
 	"docs/fencedlock.md paragraph":           420.0,
-	"examples/order-events/main.go lines":    706.0,
 	"examples/payment-capture/main.go lines": 799.0,
 }
 
