@@ -37,7 +37,6 @@ var overBudget = map[string]float64{
 	"ARCHITECTURE.md paragraph":     275.0,
 	"docs/compare.md mean sentence": 20.0,
 	"docs/compare.md paragraph":     483.0,
-	"docs/fencedlock.md paragraph":  420.0,
 }
 
 // root is the repository's root.
