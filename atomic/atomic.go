@@ -5,38 +5,36 @@
 //	UPDATE inventory SET quantity = quantity - $1
 //	WHERE sku = $2 AND quantity >= $1 RETURNING quantity
 //
-// Guarantee: every operation of a [Store] applies entirely or not at all, and
-// only if its condition holds on the value it changes at the moment it
-// changes it: a decrement never takes a value below the floor, an increment
-// never above its cap, a compare-and-set or set-if-greater never overwrites a
-// value it did not check, a claim succeeds once per key, and a multi-key
-// decrement ([Store.DecrementMany]) changes every key or none, locking its keys
-// in one fixed order so that concurrent batches cannot deadlock. A client that
-// pauses (GC, swap, SIGSTOP) between deciding and writing cannot oversell,
-// because there is no such gap: the database decides. A miss says why: a
-// *[InsufficientError] (matching [ErrInsufficient], with the current value),
-// a *[ConflictError] ([ErrConflict]), or [ErrNotFound]; bad input is
-// [ErrInvalid], returned before anything is written.
+// Guarantee: every operation of a [Store] applies entirely or not at all,
+// and only if its condition holds on the value at the moment it changes it:
+//   - a decrement never takes a value below the floor, an increment never
+//     above its cap;
+//   - a compare-and-set or set-if-greater never overwrites a value it did not
+//     check; a claim succeeds once per key;
+//   - [Store.DecrementMany] changes every key or none, locking its keys in one
+//     order, so concurrent batches cannot deadlock;
+//   - a client that pauses (GC, swap, SIGSTOP) cannot oversell: the database
+//     decides, with no gap between deciding and writing;
+//   - a refusal says why: *[InsufficientError] ([ErrInsufficient], with the
+//     value it read), *[ConflictError] ([ErrConflict]) or [ErrNotFound].
+//     Bad input is [ErrInvalid], before anything is sent.
 //
-// What it does NOT protect: a change that must also touch other rows or
-// systems is atomic only if the caller runs it in one transaction with them
-// (see [Postgres.WithDB]); a call whose reply is lost (a timeout, a dropped
-// connection) may or may not have been applied, so retrying it without an
-// operation ID can apply it twice. Give it one ([WithID], minted once per
-// intent): a retry with the ID returns the first outcome instead of
-// applying again, and [Recorder.Resolve] tells whether it applied. The
-// value is a number; invariants across rows beyond one batch are the
-// caller's.
+// What it does NOT protect:
+//   - a change that must also touch other rows or systems, unless the caller
+//     runs them in one transaction ([Postgres.WithDB]);
+//   - a call whose reply is lost: it may have applied, and a retry may apply
+//     it twice. Give it an ID ([WithID], minted once per intent): a retry
+//     then returns the first outcome, and [Recorder.Resolve] tells whether
+//     it applied;
+//   - invariants across rows beyond one batch.
 //
-// Three implementations share the contract: [Postgres] (the user's own table),
-// [Memory] (a map under a mutex, for tests and single processes), and
-// [Fenced], the same operations done the lock-based way on a
-// [fencedlock.Locker] (lock the key, fenced read, check, fenced write,
-// release) for comparison. The behaviour suite in atomic/atomictest checks
-// all three.
+// [Postgres] works on the user's own table, [Memory] in one process, and
+// [Fenced] does the same the lock-based way, for comparison; the suite in
+// atomic/atomictest checks all three. On one hot key, a [Coalescer] sends
+// the decrements waiting in this process as one step ([InOrder]).
+// docs/atomic.md has the failure modes, IDs, operations and costs.
 //
-// The package is called atomic because that is what it is; a file that also
-// uses sync/atomic imports it under another name:
+// A file that also uses sync/atomic imports this package under another name:
 //
 //	import lfatomic "github.com/lockfree-go/lockfree/atomic"
 package atomic

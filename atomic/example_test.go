@@ -99,3 +99,28 @@ func ExampleMemory_SetIfGreater() {
 	// <nil>
 	// true
 }
+
+// Many buyers of one hot item in one process: a Coalescer sends the
+// decrements that wait together in one step (one statement and one commit
+// on PostgreSQL), and each buyer gets what selling one after another would
+// give it. DecrementInOrder is that step.
+func ExampleCoalescer() {
+	ctx := context.Background()
+	inv, _ := atomic.NewMemory(nil)
+	inv.Claim(ctx, "sku-1", 5)
+	sales, _ := atomic.NewCoalescer(inv, nil)
+
+	left, err := sales.Decrement(ctx, "sku-1", 2)
+	fmt.Println(left, err)
+
+	// The step a Coalescer sends for three buyers who arrived together:
+	results, _ := inv.DecrementInOrder(ctx, "sku-1", []int64{2, 2, 1})
+	for _, r := range results {
+		fmt.Println(r.Value, errors.Is(r.Err, atomic.ErrInsufficient))
+	}
+	// Output:
+	// 3 <nil>
+	// 1 false
+	// 1 true
+	// 0 false
+}

@@ -73,6 +73,16 @@ func guards() []guard {
 			}},
 		)
 	}
+	gs = append(gs, guard{"atomic.refusal.recheck/postgres", checkRefusalRecheck})
+	for _, kind := range []string{"memory", "postgres"} {
+		serial := func(t *testing.T) error { return checkCoalescerSerial(t, inOrderKinds[kind](t)) }
+		gs = append(gs,
+			guard{"atomic.inorder.floor/" + kind, serial},
+			guard{"atomic.coalescer.order/" + kind, serial},
+			guard{"atomic.coalescer.in-flight/" + kind, func(t *testing.T) error { return checkCoalescerInFlight(t, inOrderKinds[kind](t)) }},
+		)
+	}
+	gs = append(gs, guard{"atomic.inorder.uncertain/postgres", checkCoalescerLostReply})
 	return append(gs, idGuards()...)
 }
 

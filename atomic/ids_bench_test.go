@@ -55,10 +55,10 @@ func BenchmarkIDOverhead(b *testing.B) {
 					func(ctx context.Context, key string) error { return o.op(store, ctx, key) },
 					func(ctx context.Context, key string) error { return o.op(store, ctx, key, atomic.WithID(newID(b))) },
 				}
-				runMixed(b, clients, keys, 4*clients, sides) // dial and prepare
+				runMixed(b, clients, "vs-", keys, 4*clients, sides) // dial and prepare
 				b.ResetTimer()
 				n := max(b.N, 2)
-				busy := runMixed(b, clients, keys, n, sides)
+				busy := runMixed(b, clients, "vs-", keys, n, sides)
 				plain, id := busy[0].Seconds()/float64(n/2), busy[1].Seconds()/float64(n-n/2)
 				b.ReportMetric(plain*1e3, "plain-ms/op")
 				b.ReportMetric(id*1e3, "id-ms/op")

@@ -211,6 +211,37 @@ func (m *Memory) Decrement(ctx context.Context, key string, amount int64, opts .
 	return m.update(ctx, key, d)
 }
 
+// DecrementInOrder implements InOrder under the store's mutex: the steps
+// are decided one after another on the value the last one left, and no
+// other operation runs between them.
+func (m *Memory) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error) {
+	r, err := newInOrder(key, amounts, m.floor)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.values[key]
+	for n, i := range r.sent {
+		switch {
+		case !ok:
+			r.results[i].Err = notFound(key)
+		case v >= r.thresholds[n] || failpoint.Mutant("atomic.inorder.floor"):
+			v -= amounts[i]
+			r.results[i].Value = v
+		default:
+			r.results[i] = Result{Value: v, Err: &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amounts[i], Bound: m.floor}}
+		}
+	}
+	if ok {
+		m.values[key] = v
+	}
+	return r.results, nil
+}
+
 // Increment implements Store.
 func (m *Memory) Increment(ctx context.Context, key string, amount, limit int64, opts ...Option) (_ int64, err error) {
 	ctx, op := m.tel.start(ctx, opIncrement)

@@ -122,16 +122,29 @@ func (t Table) render(tmpl string) string {
 	).Replace(tmpl)
 }
 
-// The single-key statements are the bare conditional statements: on success
-// an operation costs exactly what the statement alone would. Only a miss
-// pays for telling a refusal from a missing key, with a second statement
-// (sqlValue).
+// The single-key statements are the bare conditional statements, each
+// wrapped so that the same statement answers a refusal: when the change
+// applies it returns (true, the new value); when it is refused, (false, the
+// value the statement's snapshot holds); when the key has no row, nothing.
+// The read runs only when the change returned no row (its NOT EXISTS is a
+// one-time filter), so an operation that applies costs what the bare
+// statement costs, and a refusal or a missing key costs no second round
+// trip.
+//
+// The snapshot's value is the one the change was refused on, with one
+// exception: under READ COMMITTED, a change that finds the row changed by a
+// transaction that committed after the snapshot re-checks its condition on
+// the newest version, which the read does not see. Then the snapshot's
+// value passes the condition that the newest version failed, and the
+// store runs the statement again (refusalRead).
 const (
-	sqlDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V}`
-	sqlIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V}`
-	sqlCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2`
-	sqlSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2`
-	sqlClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING`
+	answerHead       = `WITH u AS (`
+	answerTail       = `) SELECT true, {V} FROM u UNION ALL SELECT false, {V} FROM {T} WHERE {K} = $1 AND NOT EXISTS (SELECT FROM u)`
+	sqlDecrement     = answerHead + `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND {V} >= $3 RETURNING {V}` + answerTail
+	sqlIncrement     = answerHead + `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND {V} <= $3 RETURNING {V}` + answerTail
+	sqlCompareAndSet = answerHead + `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND {V} = $2 RETURNING {V}` + answerTail
+	sqlSetIfGreater  = answerHead + `UPDATE {T} SET {V} = $2 WHERE {K} = $1 AND {V} < $2 RETURNING {V}` + answerTail
+	sqlClaim         = answerHead + `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO NOTHING RETURNING {V}` + answerTail
 	sqlValue         = `SELECT {V} FROM {T} WHERE {K} = $1`
 
 	// sqlDecrementMany locks every requested row in key order (the sort
@@ -164,31 +177,59 @@ const (
 	LEFT JOIN u ON u.k = req.k`
 )
 
+// sqlDecrementInOrder locks the key's row (cur), folds the amounts over its
+// value in their order, as serial decrements would (fold: step i takes
+// amount i if the value it meets is at least threshold i, and leaves the
+// value unchanged otherwise), and writes the last value once, if any step
+// took. It returns, per step, whether it took and the value after it (or
+// the value it was refused on). The fold decides on the value the lock
+// returned, never on the row as the statement's snapshot saw it (see
+// sqlDecrementMany). $1 key, $2 amounts, $3 thresholds (floor + amount).
+const sqlDecrementInOrder = `WITH RECURSIVE cur AS MATERIALIZED (
+		SELECT {V} AS v FROM {T} WHERE {K} = $1 FOR NO KEY UPDATE
+	), fold (i, v, ok) AS (
+		SELECT 0, v, true FROM cur
+		UNION ALL
+		SELECT f.i + 1,
+			CASE WHEN f.v >= ($3::bigint[])[f.i + 1] THEN f.v - ($2::bigint[])[f.i + 1] ELSE f.v END,
+			f.v >= ($3::bigint[])[f.i + 1]
+		FROM fold f WHERE f.i < cardinality($2::bigint[])
+	), u AS (
+		UPDATE {T} SET {V} = (SELECT v FROM fold ORDER BY i DESC LIMIT 1)
+		WHERE {K} = $1 AND EXISTS (SELECT FROM fold WHERE i > 0 AND ok)
+	)
+	SELECT ok, v FROM fold WHERE i > 0 ORDER BY i`
+
+// mutantInOrderFloor is removed from sqlDecrementInOrder (both places):
+// every step takes its amount whatever the value it meets.
+const mutantInOrderFloor = `f.v >= ($3::bigint[])[f.i + 1]`
+
 // Unsafe variants for the mutant sites (internal/failpoint): dead code in
 // default builds. Each drops one condition and keeps the parameters of the
 // statement it replaces.
 const (
-	mutantDecrement     = `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
-	mutantIncrement     = `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}`
-	mutantCompareAndSet = `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL`
-	mutantSetIfGreater  = `UPDATE {T} SET {V} = $2 WHERE {K} = $1`
-	mutantClaim         = `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V}`
+	mutantDecrement     = answerHead + `UPDATE {T} SET {V} = {V} - $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantIncrement     = answerHead + `UPDATE {T} SET {V} = {V} + $2 WHERE {K} = $1 AND $3::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantCompareAndSet = answerHead + `UPDATE {T} SET {V} = $3 WHERE {K} = $1 AND $2::bigint IS NOT NULL RETURNING {V}` + answerTail
+	mutantSetIfGreater  = answerHead + `UPDATE {T} SET {V} = $2 WHERE {K} = $1 RETURNING {V}` + answerTail
+	mutantClaim         = answerHead + `INSERT INTO {T} ({K}, {V}) VALUES ($1, $2) ON CONFLICT ({K}) DO UPDATE SET {V} = excluded.{V} RETURNING {V}` + answerTail
 	// mutantManyVerdict is removed from sqlDecrementMany: each key with
 	// enough is then updated whether or not the others have enough.
 	mutantManyVerdict = `verdict.ok AND `
 )
 
-// maxAttempts bounds the runs of a statement whose miss the read after it
-// contradicts. Under READ COMMITTED that read takes a new snapshot, in which
-// a concurrent change may have committed since the statement decided; the
-// statement then runs again, and usually applies.
+// maxAttempts bounds the runs of a statement whose refusal its own read
+// contradicts: the change re-checked a newer row version than the read's
+// snapshot holds (READ COMMITTED), so the read's value does not explain the
+// refusal. The statement then runs again on a new snapshot, and usually
+// applies or is refused on a value that explains it.
 const maxAttempts = 32
 
 // Postgres is a Store on the user's own table: each operation is one
 // conditional statement, so it needs no lock and no transaction of its own,
-// and runs as well inside the caller's transaction (WithDB). A refusal costs
-// a second statement, which reads the value that the error reports: the
-// value the row held just after the refusal. It is safe for concurrent use.
+// and runs as well inside the caller's transaction (WithDB). The same
+// statement reads the value that a refusal reports: the value it was
+// refused on. It is safe for concurrent use.
 type Postgres struct {
 	db        DB
 	table     Table
@@ -201,7 +242,7 @@ type Postgres struct {
 
 // pgStatements are the statements of one table, rendered once per store.
 type pgStatements struct {
-	decrement, increment, cas, setIfGreater, claim, value, many string
+	decrement, increment, cas, setIfGreater, claim, value, many, inOrder string
 }
 
 func renderStatements(t Table) pgStatements {
@@ -209,6 +250,7 @@ func renderStatements(t Table) pgStatements {
 		decrement: t.render(sqlDecrement), increment: t.render(sqlIncrement),
 		cas: t.render(sqlCompareAndSet), setIfGreater: t.render(sqlSetIfGreater),
 		claim: t.render(sqlClaim), value: t.render(sqlValue), many: t.render(sqlDecrementMany),
+		inOrder: t.render(sqlDecrementInOrder),
 	}
 }
 
@@ -251,23 +293,36 @@ func (p *Postgres) valueOf(d decided, err error) func(op *started) (int64, error
 	}
 }
 
-// miss tells why a conditional statement on key changed nothing. err is the
-// statement's error: pgx.ErrNoRows or nil for a plain miss, which miss
-// explains by reading the key's value now; anything else is returned
-// wrapped. A key without a row is ErrNotFound.
-func (p *Postgres) miss(ctx context.Context, op, key string, err error) (int64, error) {
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
-	}
-	var v int64
-	err = p.db.QueryRow(ctx, p.sql.value, key).Scan(&v)
+// answer is what one single-key statement said: applied with the new
+// value, refused with the value its snapshot held, or (found false) no row
+// for the key in its snapshot.
+type answer struct {
+	applied, found bool
+	value          int64
+}
+
+// run sends one single-key statement (sqlDecrement and its kin) with args,
+// key first.
+func (p *Postgres) run(ctx context.Context, op, sql, key string, args ...any) (answer, error) {
+	var a answer
+	err := p.db.QueryRow(ctx, sql, append([]any{key}, args...)...).Scan(&a.applied, &a.value)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, notFound(key)
+		return answer{}, nil
 	case err != nil:
-		return 0, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
+		return answer{}, fmt.Errorf("atomic: %s %s: %w", op, short.Quote(key), err)
 	}
-	return v, nil
+	a.found = true
+	return a, nil
+}
+
+// refusalRead reports whether a refusal's value explains it (refused(v) is
+// true of it), so that the store may report it; otherwise the change was
+// refused on a newer row version than the read saw (maxAttempts), and the
+// store runs the statement again. The mutant site reports the read's value
+// whatever it is.
+func refusalRead(refused bool) bool {
+	return refused || failpoint.Mutant("atomic.refusal.recheck")
 }
 
 // Decrement implements Store with one
@@ -298,17 +353,16 @@ func (p *Postgres) Decrement(ctx context.Context, key string, amount int64, opts
 		sql = p.table.render(mutantDecrement)
 	}
 	for attempt := 1; ; attempt++ {
-		var v int64
-		err := p.db.QueryRow(ctx, sql, key, amount, threshold).Scan(&v)
-		if err == nil {
-			return v, nil
-		}
-		cur, err := p.miss(ctx, OpDecrement, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpDecrement, sql, key, amount, threshold)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if cur < threshold || attempt == maxAttempts {
-			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: cur, Amount: amount, Bound: p.table.Floor}
+		case a.applied:
+			return a.value, nil
+		case !a.found:
+			return 0, notFound(key)
+		case refusalRead(a.value < threshold) || attempt == maxAttempts:
+			return 0, &InsufficientError{Op: OpDecrement, Key: key, Actual: a.value, Amount: amount, Bound: p.table.Floor}
 		}
 	}
 }
@@ -337,17 +391,16 @@ func (p *Postgres) Increment(ctx context.Context, key string, amount, limit int6
 		sql = p.table.render(mutantIncrement)
 	}
 	for attempt := 1; ; attempt++ {
-		var v int64
-		err := p.db.QueryRow(ctx, sql, key, amount, ceiling).Scan(&v)
-		if err == nil {
-			return v, nil
-		}
-		cur, err := p.miss(ctx, OpIncrement, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpIncrement, sql, key, amount, ceiling)
+		switch {
+		case err != nil:
 			return 0, err
-		}
-		if cur > ceiling || attempt == maxAttempts {
-			return 0, incrementMiss(key, amount, limit, cur)
+		case a.applied:
+			return a.value, nil
+		case !a.found:
+			return 0, notFound(key)
+		case refusalRead(a.value > ceiling) || attempt == maxAttempts:
+			return 0, incrementMiss(key, amount, limit, a.value)
 		}
 	}
 }
@@ -375,16 +428,16 @@ func (p *Postgres) CompareAndSet(ctx context.Context, key string, old, next int6
 		sql = p.table.render(mutantCompareAndSet)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, old, next)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpCompareAndSet, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpCompareAndSet, sql, key, old, next)
+		switch {
+		case err != nil:
 			return err
-		}
-		if cur != old || attempt == maxAttempts {
-			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: cur}
+		case a.applied:
+			return nil
+		case !a.found:
+			return notFound(key)
+		case refusalRead(a.value != old) || attempt == maxAttempts:
+			return &ConflictError{Op: OpCompareAndSet, Key: key, Expected: old, Actual: a.value}
 		}
 	}
 }
@@ -412,16 +465,16 @@ func (p *Postgres) SetIfGreater(ctx context.Context, key string, value int64, op
 		sql = p.table.render(mutantSetIfGreater)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, value)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpSetIfGreater, key, err)
-		if err != nil {
+		a, err := p.run(ctx, OpSetIfGreater, sql, key, value)
+		switch {
+		case err != nil:
 			return err
-		}
-		if value <= cur || attempt == maxAttempts {
-			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: cur}
+		case a.applied:
+			return nil
+		case !a.found:
+			return notFound(key)
+		case refusalRead(value <= a.value) || attempt == maxAttempts:
+			return &ConflictError{Op: OpSetIfGreater, Key: key, Expected: value, Actual: a.value}
 		}
 	}
 }
@@ -450,20 +503,19 @@ func (p *Postgres) Claim(ctx context.Context, key string, value int64, opts ...O
 		sql = p.table.render(mutantClaim)
 	}
 	for attempt := 1; ; attempt++ {
-		tag, err := p.db.Exec(ctx, sql, key, value)
-		if err == nil && tag.RowsAffected() > 0 {
-			return nil
-		}
-		cur, err := p.miss(ctx, OpClaim, key, err)
+		a, err := p.run(ctx, OpClaim, sql, key, value)
 		switch {
-		case err == nil:
-			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: cur}
-		case !errors.Is(err, ErrNotFound):
+		case err != nil:
 			return err
+		case a.applied:
+			return nil
+		case a.found:
+			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: a.value}
 		case attempt == maxAttempts:
-			return fmt.Errorf("atomic: claim %s: the conflicting row vanished under each of %d attempts", short.Quote(key), attempt)
+			return fmt.Errorf("atomic: claim %s: the conflicting row was out of the statement's snapshot under each of %d attempts", short.Quote(key), attempt)
 		}
-		// The row that conflicted was deleted before the read: claim again.
+		// The row that conflicted committed after the statement's snapshot
+		// (a concurrent claim), or was deleted: claim again.
 	}
 }
 
@@ -532,6 +584,73 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64, 
 		}
 	}
 	return nil, fmt.Errorf("atomic: %s: batch refused although every key had enough", OpDecrementMany)
+}
+
+// DecrementInOrder implements InOrder in one statement, which locks key's
+// row, decides every amount in order on the value the lock returned, and
+// writes the result once. An error after the statement was sent, other than
+// one the server returned (the statement then rolled back), matches
+// ErrUncertain: the reply was lost, and the step may have committed.
+func (p *Postgres) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error) {
+	r, err := newInOrder(key, amounts, p.table.Floor)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.sent) == 0 {
+		return r.results, nil
+	}
+	sql := p.sql.inOrder
+	if failpoint.Mutant("atomic.inorder.floor") {
+		sql = strings.ReplaceAll(sql, mutantInOrderFloor, `$3::bigint[] IS NOT NULL`)
+	}
+	rows, err := p.db.Query(ctx, sql, key, r.amounts, r.thresholds)
+	if err != nil {
+		return nil, p.inOrderError(key, err)
+	}
+	n := 0
+	for rows.Next() {
+		var ok bool
+		var v int64
+		if err := rows.Scan(&ok, &v); err != nil {
+			rows.Close()
+			return nil, p.inOrderError(key, err)
+		}
+		if n == len(r.sent) {
+			rows.Close()
+			return nil, fmt.Errorf("%w: decrement %s in order: more results than amounts", ErrUncertain, short.Quote(key))
+		}
+		i := r.sent[n]
+		r.results[i].Value = v
+		if !ok {
+			r.results[i].Err = &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amounts[i], Bound: p.table.Floor}
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, p.inOrderError(key, err)
+	}
+	switch n {
+	case len(r.sent):
+		return r.results, nil
+	case 0: // no row for the key
+		for _, i := range r.sent {
+			r.results[i].Err = notFound(key)
+		}
+		return r.results, nil
+	}
+	return nil, fmt.Errorf("%w: decrement %s in order: %d results for %d amounts", ErrUncertain, short.Quote(key), n, len(r.sent))
+}
+
+// inOrderError wraps the error of a DecrementInOrder statement: one the
+// server returned, or one before anything was sent, means the statement
+// did not apply; any other leaves it unknown (ErrUncertain).
+func (p *Postgres) inOrderError(key string, err error) error {
+	var pgErr *pgconn.PgError
+	known := errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+	if known || failpoint.Mutant("atomic.inorder.uncertain") {
+		return fmt.Errorf("atomic: decrement %s in order: %w", short.Quote(key), err)
+	}
+	return fmt.Errorf("%w: decrement %s in order: %w", ErrUncertain, short.Quote(key), err)
 }
 
 // Value implements Store.

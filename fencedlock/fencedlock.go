@@ -1,53 +1,38 @@
 // Package fencedlock is a lease lock whose every tenure carries a fencing
 // token, plus the resource-side check that makes the token matter.
 //
-// Guarantee: tokens strictly increase per lock name and never go back — not on
-// release, expiry, row clean-up ([Postgres.Purge]) or a server restart — and
-// stay constant while one tenure is renewed. A resource that accepts a write
-// only when its token is at least the highest it has seen ([Fence.Update],
-// [Postgres.Verify], [Gate]) rejects a holder that paused past its lease and
-// woke up after another holder took over.
+// Guarantee:
+//   - A lock is granted only when free or expired on the store's clock.
+//   - Tokens strictly increase per lock name and never go back: not on
+//     release, expiry, [Postgres.Purge], a restart or a standby's promotion.
+//     A renewal keeps the token.
+//   - Release and Renew act only for the exact (holder, token): a holder
+//     that paused past its lease gets [ErrNotHeld], on every [Store].
+//   - A resource that checks the token ([Fence.Update], [Fence.Read],
+//     [Postgres.Verify], [Gate]) rejects the paused holder's write.
 //
-// [Locker] is the building block: Do acquires a lock (waiting while it is
-// busy), keeps the lease alive while a function runs with it, and releases
-// it when the function returns or panics. Every fenced twin in lockfree is
-// built on it.
+// What it does NOT protect:
+//   - The lock alone excludes nothing: a paused holder (GC, swap, SIGSTOP)
+//     still runs its critical section. Only the resource's check stops it.
+//   - A resource that cannot check a token (a third-party API).
+//   - A failover that creates no WAL timeline (a restore onto a new cluster,
+//     pg_upgrade) is not seen by the tokens: an operator runs fence_advance.
+//     Acquire fails with [ErrFenceEra] meanwhile if the timeline went back.
+//
+// [Locker] is the building block of every fenced twin in lockfree: Do
+// acquires (waiting while the lock is busy), keeps the lease alive while a
+// function runs, and releases it when the function returns or panics.
 //
 //	locker, _ := fencedlock.NewLocker(store, &fencedlock.LockerConfig{LockPrefix: "inventory/"})
 //	err := locker.Do(ctx, "sku-42", func(ctx context.Context, lease fencedlock.Lease) error {
 //		return fence.Update(ctx, pool, "sku-42", lease.Token, "qty = qty - $1", 1)
 //	})
 //
-// What it does NOT protect: the lock alone excludes nothing. A holder that
-// pauses (GC, swap, VM migration, SIGSTOP) longer than its lease still runs its
-// critical section; only the fencing check at the resource stops its write. A
-// resource that cannot check a token (a third-party API) is not protected by
-// any lock. The keepalive ([Keep]) cancels a context before the server can
-// re-grant the lease, which stops work that looks at the context, but a pause
-// stops the keepalive too.
-//
-// Failover: [Postgres] mints tokens in fence eras — the WAL timeline the
-// server writes on, read in the acquiring statement, times 2^40 plus the
-// sequence's value — so every token minted after a standby is promoted
-// exceeds every token minted before, even with asynchronous replication that
-// lost the old primary's last WAL, and an isolated old primary that goes on
-// granting locks mints tokens that a resource which has seen the new
-// primary's refuses. A failover that creates no timeline (a restore or an
-// upgrade onto a new cluster) needs an operator to run fence_advance; until
-// then Acquire fails with ErrFenceEra if the era went back. docs/failover.md
-// states the limits.
-//
-// Two backends implement [Store]: [Postgres] (the database's clock decides
-// expiry) and [Memory] (a [clock.Clock]; one process). Both have the
-// optional abilities too: a small value on each lease ([ValueStore]),
-// several names acquired all or nothing ([MultiStore]), a listing of the
-// held locks for operators ([Lister]) and notices of changes ([Watcher]).
-//
-// There is no counted semaphore (N holders at once). A fencing token orders
-// the tenures of one exclusive resource, and the resource keeps the highest
-// it has seen; N holders at once have no such order, so a resource cannot
-// tell a paused holder from a current one by a number. docs/fencedlock.md,
-// "Several names at once", says what to use instead.
+// Two backends implement [Store] and its optional abilities ([ValueStore],
+// [MultiStore], [Lister], [Watcher]): [Postgres], whose clock decides
+// expiry, and [Memory], for one process. There is no counted semaphore:
+// docs/fencedlock.md says what to use instead, and has the acquire path,
+// fence eras, operations, metrics, the fault tests and the benchmarks.
 package fencedlock
 
 import (

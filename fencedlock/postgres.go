@@ -71,104 +71,70 @@ func (c PostgresConfig) validate() error {
 
 // The statements of the Postgres store, rendered once per store.
 //
-// Acquire is one statement. It mints a token with fence_mint, in the fence
-// era of the server it runs on (see ErrFenceEra), so that a token minted
-// after a failover exceeds every token minted before it. Its fresh-row
-// branch mints with the INSERT's fence_mint(), evaluated before the row
-// exists, so a Purge that deleted the name's row between that mint and the
-// insert could let a later tenure carry a smaller token than a purged
-// earlier one. So the
-// branch first takes a shared transaction-level advisory lock (sqlPurgeLock
-// takes it exclusively): a Purge waits for every mint in flight, and every
-// mint after a Purge is greater than the tokens of the rows it deleted. The
-// update branch mints for a row it has found: a competing tenure of the same
-// name must lock that row, and the UPDATE re-evaluates (and re-mints) after
-// waiting for it. A failed attempt writes nothing: a held row is not touched
-// (unlike INSERT … ON CONFLICT DO UPDATE … WHERE, which locks the row it
-// refuses), and the holder comes back in the same round trip.
+// Acquire sends at most two statements, in this order:
 //
-// sqlAcquireRow is the same statement without the fresh-row branch, for a
-// name whose row the store has seen (knownRows): PostgreSQL sets up the
-// INSERT in every execution even when its guard skips it, which costs a
-// free name's acquire about as much server time as the UPDATE itself. When
-// the row is gone (purged) or changed hands while it ran, it returns no row
-// and the store goes on as for a name it has not seen.
+//  1. sqlAcquire takes the name's row if it is free or expired, minting a
+//     new token. It returns no row when the row is held, or when the name
+//     has none (a fresh name, or a purged row).
+//  2. sqlAcquireInsert, only then, inserts the name's row with a new token
+//     if it has none, or reports the holder.
 //
-// sqlAcquireUpdate is acquireUpdate alone, sent first for a name whose row
-// the store has seen while such attempts mostly find the row free
-// (heldFirst): a free row costs the server what the bare lease's update
-// does, without the set-up of the held answer. An UPDATE whose condition
-// fails neither locks nor writes the row, so a refusal still writes nothing;
-// it returns no row, and sqlAcquireRow follows, which tries again and
-// reports the holder in one round trip. A store whose attempts on seen rows
-// mostly find them held sends sqlAcquireRow first, which answers a held lock
-// in one round trip.
+// Both mint with fence_mint, in the fence era of the server they run on
+// (see ErrFenceEra), so that a token minted after a failover exceeds every
+// token minted before it. sqlAcquire mints for a row it has found: a
+// competing tenure of the same name must lock that row, and the UPDATE
+// re-evaluates (and re-mints) after waiting for it. A refusal writes
+// nothing: an UPDATE whose condition fails neither locks nor writes the
+// row, and an INSERT that finds the row inserts nothing. A free row, the
+// common case, costs the bare UPDATE; a held one a second round trip.
 //
-// sqlAcquireInsert is the other half, for a name whose row the store has
-// not seen, and pays for the held answer the same way: it only inserts, under
-// the same purge fence, and returns no row when the name has one (ON
-// CONFLICT DO NOTHING locks and writes nothing on a row it finds). Its guard
-// (WHERE NOT EXISTS) keeps it from minting for a name that has a row: the
-// values of an INSERT are computed before its conflict is found, so without
-// it every such attempt would use up a token (only an insert racing another
-// of the same name still does). A fresh
-// name then costs the server what the bare lease's insert does, instead of
-// the set-up of both branches; an existing row, held or free, takes a second
-// statement, sqlAcquireRow, which takes it or reports its holder. Which of
-// the two statements a name the store has not seen gets is decided by what
-// such
-// names turned out to be lately (insertFirst): mostly fresh names,
-// sqlAcquireInsert; mostly existing rows (many processes sharing many
-// names), sqlAcquire, which inserts, takes a free row or reports the holder
-// in one statement. Its last column
-// says whether it inserted.
+// sqlAcquireInsert mints with its SELECT's fence_mint(), evaluated before
+// the row exists, so a Purge that deleted the name's row between that mint
+// and the insert could let a later tenure carry a smaller token than a
+// purged earlier one. So it first takes a shared transaction-level
+// advisory lock (sqlPurgeLock takes it exclusively): a Purge waits for
+// every mint in flight, and every mint after a Purge is greater than the
+// tokens of the rows it deleted. Its guard (WHERE NOT EXISTS) keeps it from
+// minting for a name that has a row (the values of an INSERT are computed
+// before its conflict is found), and ON CONFLICT DO NOTHING from locking
+// or writing one that a concurrent insert of the name created.
+//
+// When both find no row to take or report (the row changed hands while
+// they ran: released, taken, purged), Acquire runs them again, a few times
+// (acquireRetrying).
 const (
 	// purgeFence is the advisory lock that orders mints and purges of one
 	// lock table.
 	purgeFence = `hashtext('lockfree.fencedlock.purge'), {{regclass locks}}::regclass::oid::int`
-	// purgeFenceFrom is the source of the fresh-row branch's single row:
-	// it takes purgeFence shared before the row's token is minted.
+	// purgeFenceFrom is the source of the insert's single row: it takes
+	// purgeFence shared before the row's token is minted.
 	purgeFenceFrom = `FROM (SELECT pg_advisory_xact_lock_shared(` + purgeFence + `)) AS purge_fence`
 	// acquireUpdate takes an expired row and mints its token.
 	acquireUpdate = `UPDATE {{locks}} SET holder = $2, token = {{fence_mint}}({{regclass lock_fences}}),
 			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'` + clearValue + `
 		WHERE name = $1 AND expires_at <= clock_timestamp()
 		RETURNING token, expires_at`
-	// clearValue sets the new tenure's value: none in Acquire's
-	// statements, the bound $4 in AcquireValue's (valueArg). A fresh row
-	// gets it from its INSERT.
-	clearValue = `, value = ` + valueArg
-	sqlAcquire = `WITH upd AS (
-		` + acquireUpdate + `
-	), ins AS (
-		INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at, value)
-		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond', ` + valueArg + `
-		` + purgeFenceFrom + `
-		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
-		ON CONFLICT (name) DO NOTHING
-		RETURNING token, expires_at
-	), got AS (
-		SELECT token, expires_at, false AS inserted FROM upd UNION ALL SELECT token, expires_at, true FROM ins
-	)
-	SELECT true, $2::text, token, expires_at, inserted FROM got
-	UNION ALL
-	SELECT false, holder, token, expires_at, false FROM {{locks}}
-	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM got)`
-	sqlAcquireUpdate = acquireUpdate
-	sqlAcquireRow    = `WITH upd AS (
-		` + acquireUpdate + `
-	)
-	SELECT true, $2::text, token, expires_at, false FROM upd
-	UNION ALL
-	SELECT false, holder, token, expires_at, false FROM {{locks}}
-	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM upd)`
-	sqlAcquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at, value)
+	// acquireInsert inserts a fresh row and mints its token.
+	acquireInsert = `INSERT INTO {{locks}} (name, holder, token, acquired_at, expires_at, value)
 		SELECT $1, $2, {{fence_mint}}({{regclass lock_fences}}), clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond', ` + valueArg + `
 		` + purgeFenceFrom + `
 		WHERE NOT EXISTS (SELECT FROM {{locks}} WHERE name = $1)
 		ON CONFLICT (name) DO NOTHING
 		RETURNING token, expires_at`
-	sqlHolder = `SELECT holder, token, expires_at, value FROM {{locks}}
+	// clearValue sets the new tenure's value: none in Acquire's
+	// statements, the bound $4 in AcquireValue's (valueArg). A fresh row
+	// gets it from its INSERT.
+	clearValue = `, value = ` + valueArg
+	// heldAnswer reports the holder when the statement took (the CTE)
+	// took nothing.
+	heldAnswer = `
+	SELECT true, $2::text, token, expires_at FROM took
+	UNION ALL
+	SELECT false, holder, token, expires_at FROM {{locks}}
+	WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT FROM took)`
+	sqlAcquire       = acquireUpdate
+	sqlAcquireInsert = `WITH took AS (` + acquireInsert + `)` + heldAnswer
+	sqlHolder        = `SELECT holder, token, expires_at, value FROM {{locks}}
 		WHERE name = $1 AND expires_at > clock_timestamp()`
 	// sqlSetValue changes the value of the current tenure only.
 	sqlSetValue = `UPDATE {{locks}} SET value = $4
@@ -231,8 +197,8 @@ const (
 const valueArg = "{value}"
 
 type pgStatements struct {
-	acquire, acquireRow, acquireUpdate, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
-	setValue, setValueNotify, notifyChange, list                                                                                string
+	acquire, acquireInsert, holder, renew, release, releaseNotify, verify, current, purgeLock, purge string
+	setValue, setValueNotify, notifyChange, list                                                     string
 	// valued are the acquire statements of AcquireValue: the value is $4.
 	valued acquireStatements
 }
@@ -252,11 +218,11 @@ func renderStatements(n migrate.Names) pgStatements {
 	a := func(s string) string { return renderAcquire(s, n, false) }
 	v := func(s string) string { return renderAcquire(s, n, true) }
 	return pgStatements{
-		acquire: a(sqlAcquire), acquireRow: a(sqlAcquireRow), acquireUpdate: a(sqlAcquireUpdate), acquireInsert: a(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
+		acquire: a(sqlAcquire), acquireInsert: a(sqlAcquireInsert), holder: r(sqlHolder), renew: r(sqlRenew),
 		release: r(sqlRelease), releaseNotify: r(sqlReleaseNotify), verify: r(sqlVerify),
 		current: r(sqlCurrent), purgeLock: r(sqlPurgeLock), purge: r(sqlPurge),
 		setValue: r(sqlSetValue), setValueNotify: r(sqlSetValueNotify), notifyChange: sqlNotifyChange, list: r(sqlList),
-		valued: acquireStatements{full: v(sqlAcquire), row: v(sqlAcquireRow), update: v(sqlAcquireUpdate), insert: v(sqlAcquireInsert), valued: true},
+		valued: acquireStatements{take: v(sqlAcquire), insert: v(sqlAcquireInsert), valued: true},
 	}
 }
 
@@ -272,10 +238,7 @@ type Postgres struct {
 	// SetValue, bound as an argument.
 	changeChannel string
 	sql           pgStatements
-	listener      *listener    // nil unless Notify and db is a pool
-	known         *knownRows   // shared by WithDB's copies
-	unseen        *insertFirst // shared by WithDB's copies
-	seen          *heldFirst   // shared by WithDB's copies
+	listener      *listener // nil unless Notify and db is a pool
 }
 
 // NewPostgres returns a store on db; the schema must have been migrated
@@ -291,7 +254,7 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{db: db, tables: c.Tables, notify: c.Notify, channel: releaseChannel(c.Tables), changeChannel: changeChannel(c.Tables),
-		sql: renderStatements(c.Tables), known: newKnownRows(), unseen: new(insertFirst), seen: new(heldFirst)}
+		sql: renderStatements(c.Tables)}
 	if pool, ok := db.(*pgxpool.Pool); ok && c.Notify {
 		p.listener = &listener{pool: pool, released: p.channel, changed: p.changeChannel}
 	}
@@ -336,13 +299,9 @@ func (p *Postgres) Changed(name string) (<-chan struct{}, func()) {
 	return p.listener.Changed(name)
 }
 
-// Acquire implements Store. It is one statement, and one round trip unless
-// the lock was released or purged while the statement ran, a name the
-// store had seen is held while its attempts on such names mostly found them
-// free (see heldFirst), the row of a
-// name the store had seen was purged since, or a name the store had not seen
-// has a free row while such names mostly turned out fresh (see insertFirst):
-// then a second statement takes the row.
+// Acquire implements Store. It is one statement when the name's row is free
+// or expired (sqlAcquire), and two when it is held or the name has none
+// (then sqlAcquireInsert).
 func (p *Postgres) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if err := validAcquire(name, holder, ttl); err != nil {
 		return Lease{}, err
@@ -413,149 +372,67 @@ func (p *Postgres) acquireRetrying(ctx context.Context, g grant) (Lease, error) 
 	}
 }
 
-// acquireStatements are the statements of one acquire: full is sqlAcquire,
-// row sqlAcquireRow, update sqlAcquireUpdate and insert sqlAcquireInsert,
-// rendered (with the value bound as $4 when valued), with a mutant's change
-// when one is on.
+// acquireStatements are the statements of one acquire, sqlAcquire (take)
+// and sqlAcquireInsert (insert), rendered (with the value bound as $4 when
+// valued), with a mutant's change when one is on.
 type acquireStatements struct {
-	full, row, update, insert string
-	valued                    bool
+	take, insert string
+	valued       bool
 }
 
 func (p *Postgres) acquireStatements(valued bool) acquireStatements {
-	s := acquireStatements{full: p.sql.acquire, row: p.sql.acquireRow, update: p.sql.acquireUpdate, insert: p.sql.acquireInsert}
+	s := acquireStatements{take: p.sql.acquire, insert: p.sql.acquireInsert}
 	if valued {
 		s = p.sql.valued
 	}
 	render := func(sql string) string { return renderAcquire(sql, p.tables, valued) }
 	if failpoint.Mutant("fencedlock.acquire.expired") {
-		// The update without its expiry condition (the insert has none: a
-		// name with a row goes on to sqlAcquireRow).
-		unexpired := func(sql string) string {
-			return render(strings.Replace(sql, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1))
-		}
-		s.full, s.row, s.update = unexpired(sqlAcquire), unexpired(sqlAcquireRow), unexpired(sqlAcquireUpdate)
+		// The update without its expiry condition.
+		s.take = render(strings.Replace(sqlAcquire, "WHERE name = $1 AND expires_at <= clock_timestamp()", "WHERE name = $1", 1))
 	}
 	if failpoint.Mutant("fencedlock.acquire.purge-fence") {
-		// The fresh-row branch mints without waiting for a purge in flight.
-		unfenced := func(sql string) string { return render(strings.Replace(sql, purgeFenceFrom, "", 1)) }
-		s.full, s.insert = unfenced(sqlAcquire), unfenced(sqlAcquireInsert)
+		// The insert mints without waiting for a purge in flight.
+		s.insert = render(strings.Replace(sqlAcquireInsert, purgeFenceFrom, "", 1))
 	}
 	if !valued && failpoint.Mutant("fencedlock.acquire.clear-value") {
 		// A taken row keeps the value of the tenure before.
-		kept := func(sql string) string { return render(strings.Replace(sql, clearValue, "", 1)) }
-		s.full, s.row, s.update = kept(sqlAcquire), kept(sqlAcquireRow), kept(sqlAcquireUpdate)
+		s.take = render(strings.Replace(sqlAcquire, clearValue, "", 1))
 	}
 	return s
 }
 
-// acquire runs one attempt: acquireSeen when the name's row is known to
-// exist, and acquireUnseen when it is not or acquireSeen found no row. It
-// returns pgx.ErrNoRows when the statement it sent last found no row to take
-// or report.
+// acquire runs one attempt: sqlAcquire, then sqlAcquireInsert when it took
+// nothing. It returns pgx.ErrNoRows when neither found a row to take or
+// report.
 func (p *Postgres) acquire(ctx context.Context, g grant) (Lease, error) {
 	s := p.acquireStatements(g.valued)
-	if p.known.has(g.name) {
-		l, err := p.acquireSeen(ctx, s, g)
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return l, err
-		}
-		p.known.forget(g.name)
-	}
-	return p.acquireUnseen(ctx, s, g)
-}
-
-// acquireSeen acquires a name whose row the store has seen, with
-// sqlAcquireUpdate (then sqlAcquireRow when it took nothing) or sqlAcquireRow
-// alone, as heldFirst says, and tells heldFirst whether the row was held. It
-// returns pgx.ErrNoRows when the row is gone.
-func (p *Postgres) acquireSeen(ctx context.Context, s acquireStatements, g grant) (Lease, error) {
-	updateFirst := !p.seen.held()
-	if updateFirst {
-		l, err := p.take(ctx, s.update, g)
-		if err == nil {
-			p.seen.record(false)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return l, err
-		}
-		// Held, or gone: sqlAcquireRow tells which, and takes a row freed
-		// meanwhile.
-	}
-	l, _, err := p.attempt(ctx, s.row, g)
-	var held *HeldError
-	switch {
-	case errors.As(err, &held):
-		p.seen.record(true)
-	case err == nil:
-		// After an update that took nothing, the row was held when it ran.
-		p.seen.record(updateFirst)
-	}
-	return l, err
-}
-
-// take runs a statement that only takes the lock, sqlAcquireUpdate or
-// sqlAcquireInsert: the lease, or pgx.ErrNoRows when it took nothing.
-func (p *Postgres) take(ctx context.Context, stmt string, g grant) (Lease, error) {
 	l := g.lease(time.Now())
-	err := p.db.QueryRow(ctx, stmt, g.args()...).Scan(&l.Token, &l.Expires)
+	err := p.db.QueryRow(ctx, s.take, g.args()...).Scan(&l.Token, &l.Expires)
+	switch {
+	case err == nil:
+		return l, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(g.name), fence.Check(err, p.tables))
+	}
+	return p.attempt(ctx, s.insert, g)
+}
+
+// attempt runs sqlAcquireInsert: the lease it granted, a *HeldError with
+// the holder it reported, or pgx.ErrNoRows.
+func (p *Postgres) attempt(ctx context.Context, acquire string, g grant) (Lease, error) {
+	l := g.lease(time.Now())
+	var acquired bool
+	var cur string
+	err := p.db.QueryRow(ctx, acquire, g.args()...).Scan(&acquired, &cur, &l.Token, &l.Expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Lease{}, err
 	case err != nil:
 		return Lease{}, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(g.name), fence.Check(err, p.tables))
+	case !acquired:
+		return Lease{}, &HeldError{Name: g.name, Holder: cur, Token: l.Token}
 	}
 	return l, nil
-}
-
-// acquireUnseen acquires a name whose row the store has not seen, with
-// sqlAcquireInsert (then sqlAcquireRow when the name has a row) or
-// sqlAcquire, as insertFirst says, and tells insertFirst what the name
-// turned out to be.
-func (p *Postgres) acquireUnseen(ctx context.Context, s acquireStatements, g grant) (Lease, error) {
-	var (
-		l        Lease
-		inserted bool
-		err      error
-	)
-	if p.unseen.insert() {
-		l, err = p.take(ctx, s.insert, g)
-		inserted = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The name has a row: take it if free, or learn its holder.
-			l, _, err = p.attempt(ctx, s.row, g)
-		}
-	} else {
-		l, inserted, err = p.attempt(ctx, s.full, g)
-	}
-	var held *HeldError
-	if inserted {
-		p.unseen.record(true)
-	} else if err == nil || errors.As(err, &held) {
-		p.unseen.record(false)
-	}
-	if err == nil || errors.As(err, &held) {
-		p.known.add(g.name) // the row exists now
-	}
-	return l, err
-}
-
-// attempt runs one acquire statement and reports whether it inserted the
-// name's row.
-func (p *Postgres) attempt(ctx context.Context, acquire string, g grant) (Lease, bool, error) {
-	l := g.lease(time.Now())
-	var acquired, inserted bool
-	var cur string
-	err := p.db.QueryRow(ctx, acquire, g.args()...).Scan(&acquired, &cur, &l.Token, &l.Expires, &inserted)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return Lease{}, false, err
-	case err != nil:
-		return Lease{}, false, fmt.Errorf("fencedlock: acquire %s: %w", short.Quote(g.name), fence.Check(err, p.tables))
-	case !acquired:
-		return Lease{}, false, &HeldError{Name: g.name, Holder: cur, Token: l.Token}
-	}
-	return l, inserted, nil
 }
 
 // Renew implements Store.

@@ -20,14 +20,11 @@ import (
 // acquire must come out with a token above P's: it waited for the purge
 // before minting. (Without the purge lock — the mutant — it mints first,
 // blocks on P's row, and inserts the smaller token once P's row is gone.)
-// full sends the statement that inserts or takes a free row instead of the
-// insert alone: both have the fresh-row branch.
-func checkPurgeFence(t *testing.T, full bool) error {
+// The acquire's first statement finds no row (P's is not committed); its
+// second, the insert, is the one that waits.
+func checkPurgeFence(t *testing.T) error {
 	db := testdb.New(t, fencedlock.Migrations()...)
 	store := newPostgres(t, db, false)
-	if full {
-		fencedlock.SendFullAcquire(store)
-	}
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

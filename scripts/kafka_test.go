@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// kafkaStartTimeout is how long, in seconds, TestKafkaPortsTaken lets its
+// broker take to answer.
+const kafkaStartTimeout = 300
+
 // TestKafkaPortsTaken: a checkout whose remembered broker port another
 // process listens on, and whose remembered controller port another process
 // bound after the probe, starts Kafka on free ports (it used to stop with
@@ -28,7 +32,14 @@ func TestKafkaPortsTaken(t *testing.T) {
 	t.Cleanup(func() { script(root, "", nil, "kafka.sh", "down", "--purge") })
 	taken, bound := holdListening(t), holdBound(t)
 	remember(t, root, "kafka", map[string]int{"broker": taken, "controller": bound})
-	_, errOut, err := script(root, "", nil, "kafka.sh", "up")
+	// The broker starts twice (its first JVM fails to bind), beside the
+	// checkout's own broker: on a loaded 2-core machine a start can outlast
+	// kafka.sh's default 120 s, which says nothing about the ports.
+	_, errOut, err := script(root, "", []string{"KAFKA_START_TIMEOUT=" + strconv.Itoa(kafkaStartTimeout)}, "kafka.sh", "up")
+	if err != nil && strings.Contains(errOut, "did not answer") {
+		t.Fatalf("kafka.sh up: the broker did not answer within KAFKA_START_TIMEOUT=%d s; "+
+			"the machine is too loaded to start a second broker (the ports were chosen):\n%s", kafkaStartTimeout, errOut)
+	}
 	if err != nil {
 		t.Fatalf("kafka.sh up with its remembered ports taken: %v\n%s", err, errOut)
 	}

@@ -30,7 +30,9 @@ type Harness struct {
 // keys that start with their own name, so one store (one table) may serve
 // them all. A store that is an atomic.Recorder also runs the tests of
 // operation IDs (WithID, Resolve, Purge; a PostgreSQL store needs
-// atomic.Migrations applied); another must refuse an ID with ErrInvalid.
+// atomic.Migrations applied); another must refuse an ID with ErrInvalid. A
+// store that is an atomic.InOrder also runs the tests of DecrementInOrder
+// and of an atomic.Coalescer on it.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	tests := []struct {
 		name string
@@ -61,6 +63,16 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 				t.Skipf("%T records no operation IDs", h.Store)
 			}
 			tt.fn(t, h, r)
+		})
+	}
+	for _, tt := range inOrderTests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := harness(t, newHarness)
+			s, ok := h.Store.(atomic.InOrder)
+			if !ok {
+				t.Skipf("%T has no DecrementInOrder", h.Store)
+			}
+			tt.fn(t, h, s)
 		})
 	}
 	for _, tt := range refusedIDTests {

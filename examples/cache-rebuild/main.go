@@ -10,20 +10,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/lockfree-go/lockfree/clock"
-	"github.com/lockfree-go/lockfree/examples/internal/backend"
+	"github.com/lockfree-go/lockfree/examples/internal/demo"
 	"github.com/lockfree-go/lockfree/fencedlock"
-	"github.com/lockfree-go/lockfree/migrate"
 )
 
 const (
@@ -32,55 +25,27 @@ const (
 	ttl      = 1 * time.Second // the lock's lease
 )
 
-type config struct {
-	// DB is the database that holds the lock; nil uses the memory lock
-	// service. The cache and its source stay in memory either way.
-	DB *pgxpool.Pool
-	// Mode is "lock" (rebuild under the lock), "alternative" (no lock at
-	// all, for comparison) or "both".
-	Mode string
-	// Pause stops the first rebuilder before it rebuilds, until its lease
-	// has expired and the other requests have been served.
-	Pause bool
-}
+// config is what the program runs with. DB holds the lock; nil uses the
+// memory lock service. The cache and its source stay in memory either way.
+// Mode "alternative" is no lock at all, for comparison. Pause stops the
+// first rebuilder before it rebuilds, until its lease has expired and the
+// other requests have been served.
+type config = demo.Config
 
-func main() {
-	pg := flag.String("postgres", os.Getenv("DATABASE_URL"), `PostgreSQL URL; "memory" for the memory backends; empty: a throwaway local PostgreSQL if its binaries exist, else memory`)
-	mode := flag.String("mode", "both", "lock, alternative or both")
-	pause := flag.Bool("pause", true, "pause the first rebuilder past its lease")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := open(ctx, *pg, config{Mode: *mode, Pause: *pause}); err != nil {
-		fmt.Fprintln(os.Stderr, "cache-rebuild:", err)
-		os.Exit(1)
-	}
-}
-
-func open(ctx context.Context, pg string, cfg config) error {
-	b, err := backend.Open(ctx, pg, os.Stdout)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	cfg.DB = b.Pool
-	return run(ctx, cfg, os.Stdout)
-}
+func main() { demo.Main("cache-rebuild", "pause the first rebuilder past its lease", run) }
 
 // run serves the requests once per approach the mode selects and prints one
 // line per approach.
 func run(ctx context.Context, cfg config, w io.Writer) error {
-	lock, alt := cfg.Mode == "lock" || cfg.Mode == "both", cfg.Mode == "alternative" || cfg.Mode == "both"
-	if !lock && !alt {
-		return fmt.Errorf("unknown -mode %q (want lock, alternative or both)", cfg.Mode)
+	lock, alt, err := demo.Modes(cfg.Mode)
+	if err != nil {
+		return err
 	}
-	if cfg.DB != nil {
-		if err := migrate.Up(ctx, cfg.DB, migrate.Names{}, fencedlock.Migrations()); err != nil {
-			return err
-		}
+	if err := demo.Migrate(ctx, cfg.DB, "", fencedlock.Migrations()); err != nil {
+		return err
 	}
 	if lock {
-		locks, expire := newLockSetup(cfg.DB)
+		locks, expire := demo.Locks(cfg.DB, lockName, ttl)
 		t, err := burst(ctx, cfg, expire, func(ctx context.Context, c *cache, req int, paused func()) (bool, error) {
 			return serveWithLock(ctx, locks, c, fmt.Sprintf("request-%d", req), paused)
 		})
@@ -90,7 +55,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		t.print(w, "lock")
 	}
 	if alt {
-		t, err := burst(ctx, cfg, func(context.Context) error { return nil }, func(ctx context.Context, c *cache, _ int, paused func()) (bool, error) {
+		t, err := burst(ctx, cfg, nil, func(ctx context.Context, c *cache, _ int, paused func()) (bool, error) {
 			return serveWithoutLock(ctx, c, paused)
 		})
 		if err != nil {
@@ -207,32 +172,7 @@ func (c *cache) correct() bool {
 	return c.isFresh && c.report == total
 }
 
-// --- Setup and the scenario ---------------------------------------------------
-
-// newLockSetup returns the lock service and the function that makes the
-// paused rebuilder's lease expire: on the memory backend the lock service's
-// clock jumps past the lease; on PostgreSQL the database clock decides, so
-// it waits for the lease to run out.
-func newLockSetup(db *pgxpool.Pool) (fencedlock.Store, func(context.Context) error) {
-	if db == nil {
-		c := &clock.Manual{}
-		locks, _ := fencedlock.NewMemory(&fencedlock.MemoryConfig{Clock: c}) // a config with a clock is valid
-		return locks, func(context.Context) error { c.Advance(ttl); return nil }
-	}
-	locks, err := fencedlock.NewPostgres(db, nil)
-	if err != nil {
-		panic(err) // a nil config is valid
-	}
-	return locks, func(ctx context.Context) error {
-		for {
-			_, held, err := locks.Holder(ctx, lockName)
-			if err != nil || !held {
-				return err
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
+// --- The run -----------------------------------------------------------------
 
 type tally struct {
 	rebuilds, stale int
@@ -255,10 +195,11 @@ func (t tally) print(w io.Writer, label string) {
 	}
 }
 
-// burst empties the cache and serves the requests. Request 1 comes first;
-// with cfg.Pause it stops where serve calls paused until its lease has
-// expired (expire) and requests 2–8, arriving together, have been served;
-// then it wakes and finishes.
+// burst empties the cache and serves the requests. Request 1 comes first
+// and is still rebuilding (stopped where serve calls paused) while requests
+// 2–8 arrive together and are served; with cfg.Pause its lease expires
+// meanwhile (expire, when the approach has a lease). Then it wakes and
+// finishes.
 func burst(ctx context.Context, cfg config, expire func(context.Context) error,
 	serve func(ctx context.Context, c *cache, req int, paused func()) (bool, error)) (tally, error) {
 	c := newCache()
@@ -279,49 +220,27 @@ func burst(ctx context.Context, cfg config, expire func(context.Context) error,
 			t.stale++
 		}
 	}
-
-	isPaused, resume, first := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(first)
-		record(serve(ctx, c, 1, func() {
-			if cfg.Pause {
-				close(isPaused)
-				<-resume
-			}
-		}))
-	}()
-	if cfg.Pause {
-		select {
-		case <-isPaused:
-		case <-first:
-		}
-		if err := expire(ctx); err != nil {
-			return tally{}, err
-		}
-	} else {
-		// Request 1 is rebuilding (it has looked at the lock) when the others
-		// arrive.
-		for {
-			c.mu.Lock()
-			n := c.looked
-			c.mu.Unlock()
-			if n > 0 {
-				break
-			}
-			select {
-			case <-first: // finished without looking (e.g. an error)
-				return tally{}, errors.Join(errs...)
-			case <-time.After(time.Millisecond):
+	var rebuilt1 bool
+	err1, err := demo.WhilePaused(true, func(paused func()) (err error) {
+		rebuilt1, err = serve(ctx, c, 1, paused)
+		return err
+	}, func() error {
+		if cfg.Pause && expire != nil {
+			if err := expire(ctx); err != nil {
+				return err
 			}
 		}
+		var wg sync.WaitGroup
+		for r := 2; r <= requests; r++ {
+			wg.Go(func() { record(serve(ctx, c, r, func() {})) })
+		}
+		wg.Wait()
+		return nil
+	})
+	if err != nil {
+		return tally{}, err
 	}
-	var wg sync.WaitGroup
-	for r := 2; r <= requests; r++ {
-		wg.Go(func() { record(serve(ctx, c, r, func() {})) })
-	}
-	wg.Wait()
-	close(resume)
-	<-first
+	record(rebuilt1, err1)
 	t.correct = c.correct()
 	return t, errors.Join(errs...)
 }

@@ -48,6 +48,9 @@ type Harness struct {
 
 // Run runs the suite. newHarness is called once per subtest with the
 // configuration the subtest needs; it must return a store built with it.
+// The subtests run in parallel: newHarness must be safe for concurrent use,
+// and the stores it returns must share no records or clock (each its own
+// database or schema): the purge tests count what a store purges.
 func Run(t *testing.T, newHarness func(t *testing.T, cfg Config) Harness) {
 	tests := []struct {
 		name string
@@ -75,6 +78,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, cfg Config) Harness) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			tt.fn(t, newHarness(t, tt.cfg))
 		})
 	}

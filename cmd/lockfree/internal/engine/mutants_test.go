@@ -651,6 +651,15 @@ var mutantHoles = map[string]string{
 	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 
+	// No scenario's workload coalesces or decrements in order yet, and a
+	// refusal's re-check is a race inside one statement: atomic's TestGuards
+	// catches each (TestMutantsAreCaught).
+	"atomic.refusal.recheck":     "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
+	"atomic.inorder.floor":       "no scenario decrements in order; atomic's TestGuards/atomic.inorder.floor catches it (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain":   "no scenario decrements in order; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.order":     "no scenario coalesces; atomic's TestGuards/atomic.coalescer.order catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.in-flight": "no scenario coalesces; atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
+
 	// No scenario's workload gives its operations IDs or sends through the
 	// idempotency client: each package's TestGuards catches these.
 	"atomic.id.expired":           "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
