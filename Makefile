@@ -1,4 +1,8 @@
-# lockfree: `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
+# lockfree is three Go modules tied by go.work: the library (the root), the
+# lab (cmd/lockfree: `lockfree compare`) and the examples (examples/).
+# `make test` covers all three; `make test-lib` the library module alone.
+#
+# `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the failover tests
 # last (`make test-failover`), then the mutant builds (`make test-mutants`),
@@ -10,23 +14,32 @@ GOTESTFLAGS ?= -race -count=1 -timeout 30m
 SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh env)" && \
 	eval "$$(scripts/redis.sh env)"
 
-.PHONY: docs-check test test-failover test-mutants test-kafka-cluster mutants services services-down browser lint bench compare screenshot
+# Every package of the three modules; LIB_PKGS the library's alone.
+ALL_PKGS = $(GO) list ./... ./cmd/lockfree/... ./examples/...
+LIB_PKGS = $(GO) list ./...
+SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
+
+.PHONY: docs-check test test-lib test-failover test-mutants test-kafka-cluster mutants services services-down browser lint tidy bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
 # them. They run after the other tests, so as not to share the CPU with them.
-# internal/failover's TestCompareFailover runs `lockfree compare --faults
+# cmd/lockfree/internal/comparefailover runs `lockfree compare --faults
 # failover` through the harness (documents, 4 approaches, 10 s each: about two
 # minutes).
-FAILOVER_PKGS = ./internal/failover/... ./internal/testrepl/...
+FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
 test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) \
-		$$($(GO) list ./... | grep -v -E '/internal/(failover|testrepl|kafkacluster)$$')
+		$$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS))
 	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory test-mutants
 	@$(MAKE) --no-print-directory mutants
 	@$(MAKE) --no-print-directory test-kafka-cluster
+
+# The library module alone, with the services (no lab, no examples).
+test-lib: services
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $$($(LIB_PKGS) | grep -v -E $(SERIAL_PKGS))
 
 test-failover: services
 	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) $(FAILOVER_PKGS)
@@ -57,7 +70,7 @@ browser:
 
 # docs/img/report.png, the README's picture of the HTML report.
 screenshot: browser
-	@eval "$$(scripts/chromium.sh env)" && $(GO) test -count=1 -run TestReportScreenshot ./internal/report -update-screenshot
+	@eval "$$(scripts/chromium.sh env)" && $(GO) test -count=1 -run TestReportScreenshot ./cmd/lockfree/internal/report -update-screenshot
 
 # The packages built with their mutant sites compiled in (internal/failpoint):
 # each package's tests show that the test guarding a safety condition fails
@@ -70,7 +83,7 @@ test-mutants: services
 # The harness against every mutant site of failpoint's registry: one test
 # binary with all of them compiled in, the mutant of each run chosen by
 # $$LOCKFREE_MUTANTS in its workers, each run under the fault scenarios until
-# one catches it (TestMutants, internal/harness/mutants_test.go). It fails on
+# one catches it (TestMutants, cmd/lockfree/internal/engine/mutants_test.go). It fails on
 # a mutant that no scenario catches, unless the test's mutantHoles names it
 # with why. It prints the table mutant → scenario → violations;
 # MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
@@ -81,7 +94,7 @@ MUTANTS_TABLE ?=
 
 mutants: services
 	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 20m -tags lockfree_mutants -run '^TestMutants$$' \
-		./internal/harness $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
+		./cmd/lockfree/internal/engine $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
 
 services:
 	@scripts/postgres.sh up
@@ -97,15 +110,22 @@ services-down:
 	@scripts/kafka.sh down
 	@scripts/postgres.sh down
 
+# go mod tidy for each module (scripts/tidy.sh: the lab and the examples
+# require the library at a placeholder version that go.work replaces).
+tidy:
+	@scripts/tidy.sh
+
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) vet ./...
-	$(GOLANGCI_LINT) run ./...
+	$(GO) vet ./... ./cmd/lockfree/... ./examples/...
+	$(GOLANGCI_LINT) run ./... ./cmd/lockfree/... ./examples/...
+	@scripts/tidy.sh --check
+	$(GO) test -count=1 ./internal/codecheck/ ./cmd/lockfree/internal/scenario/
 
 bench: services
-	@$(SERVICES_ENV) && $(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@$(SERVICES_ENV) && $(GO) test -run '^$$' -bench . -benchtime 2s ./... ./cmd/lockfree/...
 
 compare:
 	$(GO) run ./cmd/lockfree compare

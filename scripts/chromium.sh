@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a headless-capable Chromium is installed and prints its path, for
-# the HTML report's browser test (internal/report) and for screenshots.
+# the HTML report's browser test (cmd/lockfree/internal/report) and for screenshots.
 #
 #   scripts/chromium.sh          install it when missing (as root), print its path
 #   eval "$(scripts/chromium.sh env)"   export LOCKFREE_CHROMIUM=<path>

@@ -44,7 +44,7 @@
 # Remembered in .services/pg-replication.ports. The data is in .services/pg-replication/ (as
 # root: see scripts/lib/pg.sh). REPL_DIR, a folder, takes the place of the checkout for all of
 # that (REPL_DIR/.services/…): a pair of its own beside the checkout's, as each test binary of
-# internal/testrepl makes. The script connects as the superuser lockfree_ctl, which isolate
+# internal/replpair makes. The script connects as the superuser lockfree_ctl, which isolate
 # leaves admitted. status prints the timeline each node writes or receives on.
 #
 # Authentication: scram-sha-256 on 127.0.0.1 only (no Unix socket), replication included. The

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockfree-go/lockfree/internal/localredis"
 )
 
@@ -44,7 +42,7 @@ func TestRedisPassword(t *testing.T) {
 	root := checkout(t)
 	t.Cleanup(func() { script(root, "", nil, "redis.sh", "down", "--purge") })
 	addr := redisUp(t, root)
-	o, err := localredis.Options(addr)
+	o, err := localredis.Parse(addr)
 	if err != nil {
 		t.Fatalf("TEST_REDIS_ADDR=%s: %v", addr, err)
 	}
@@ -56,9 +54,7 @@ func TestRedisPassword(t *testing.T) {
 	if host, _, _ := net.SplitHostPort(o.Addr); host != "127.0.0.1" {
 		t.Errorf("listens on %s, want 127.0.0.1", o.Addr)
 	}
-	stranger := redis.NewClient(&redis.Options{Addr: o.Addr, MaxRetries: -1})
-	defer stranger.Close()
-	if err := stranger.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+	if _, err := localredis.Do(ctx, o.Addr, "SET", "k", "v"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("SET without the password: %v, want NOAUTH", err)
 	}
 

@@ -11,16 +11,17 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lockfree-go/lockfree/internal/cli"
-	"github.com/lockfree-go/lockfree/internal/harness"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/cli"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
 )
 
 func main() {
 	// `lockfree compare` re-executes this binary as its worker processes,
 	// marked by the environment: a worker takes its orders on stdin and
 	// must not parse the command line or catch the coordinator's signals.
-	if harness.IsWorker() {
-		os.Exit(harness.WorkerMain())
+	if engine.IsWorker() {
+		os.Exit(engine.WorkerMain())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)

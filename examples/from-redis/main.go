@@ -93,11 +93,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if lock && cfg.Redis == "" {
 		fmt.Fprintln(w, "redislock: skipped: no Redis (-redis host:port, or install redis-server)")
 	} else if lock {
-		opts, err := localredis.Options(cfg.Redis)
+		e, err := localredis.Parse(cfg.Redis)
 		if err != nil {
 			return err
 		}
-		client := redis.NewClient(opts)
+		client := redis.NewClient(&redis.Options{Addr: e.Addr, Username: e.Username, Password: e.Password, DB: e.DB})
 		defer client.Close()
 		locker := redislock.New(client)
 		var schema string

@@ -14,7 +14,7 @@ import (
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/idempotency"
 	"github.com/lockfree-go/lockfree/internal/fence"
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/leader"
 	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/partition"
@@ -164,7 +164,7 @@ func scalarMint(sql string) func(context.Context, db) (int64, error) {
 
 // setup installs every package's schema and the plain forms on the pair's
 // primary, in the test's schema, and waits until the standby has them.
-func setup(t *testing.T, p *testrepl.Pair) {
+func setup(t *testing.T, p *replpair.Test) {
 	t.Helper()
 	conn := p.Connect(p.URL(p.Primary()))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -224,7 +224,7 @@ func serverPort(t *testing.T, conn *pgx.Conn) int {
 }
 
 // nodePort returns the port of node n, read through its own URL.
-func nodePort(t *testing.T, p *testrepl.Pair, n testrepl.Node) int {
+func nodePort(t *testing.T, p *replpair.Test, n replpair.Node) int {
 	t.Helper()
 	return serverPort(t, p.Connect(p.URL(n)))
 }

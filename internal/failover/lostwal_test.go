@@ -3,7 +3,7 @@ package failover_test
 import (
 	"testing"
 
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
 // Test 1 of docs/failover.md: asynchronous replication, the standby held
@@ -11,7 +11,7 @@ import (
 // killed, the standby promoted. Every fence minted afterwards is greater
 // than every fence minted before, in every kind; the plain forms go back.
 func TestLostWALAsync(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	setup(t, p)
 	old := p.Primary()
 	conn := p.Connect(p.URL(old))

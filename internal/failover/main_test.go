@@ -1,18 +1,12 @@
 package failover_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/lockfree-go/lockfree/internal/harness"
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
-// TestMain lets the harness re-execute this test binary as its workers
-// (TestCompareFailover), and removes the binary's replication pair.
+// TestMain removes the binary's replication pair.
 func TestMain(m *testing.M) {
-	if harness.IsWorker() {
-		os.Exit(harness.WorkerMain())
-	}
-	testrepl.Main(m)
+	replpair.Main(m)
 }

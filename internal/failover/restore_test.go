@@ -15,8 +15,8 @@ import (
 
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/localpg"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
-	"github.com/lockfree-go/lockfree/internal/testrepl"
 )
 
 // A failover that creates no timeline: the database, dumped after a
@@ -25,7 +25,7 @@ import (
 // old cluster minted.
 func TestRestoreOntoAnotherCluster(t *testing.T) {
 	pgDump, psql := tool(t, "pg_dump"), tool(t, "psql")
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	setup(t, p)
 	p.Kill(p.Primary())
 	p.Promote()

@@ -6,8 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
-	"github.com/lockfree-go/lockfree/internal/testrepl"
 )
 
 // resource is what the fences protect: a row per fence in a third
@@ -51,7 +51,7 @@ func (r *resource) write(f *fenceKind, token int64) bool {
 // every later write fenced by the old one; with the plain forms it accepts
 // some, for every kind.
 func TestSplitBrain(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	setup(t, p)
 	old := p.Primary()
 	oldConn := p.Connect(p.URL(old)) // a client on the old primary's side

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 )
 
 // Test 3 of docs/failover.md, with the timeline scheme switched off (the
@@ -23,7 +23,7 @@ import (
 // An acknowledged commit under synchronous replication survives the
 // failover: no plain fence goes back either.
 func TestSyncAcknowledgedCommit(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	p.SetSync(true)
 	setup(t, p)
 	old := p.Primary()
@@ -45,7 +45,7 @@ type noticed struct {
 	notices []string
 }
 
-func connectNoticed(t *testing.T, p *testrepl.Pair, url string) *noticed {
+func connectNoticed(t *testing.T, p *replpair.Test, url string) *noticed {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -137,7 +137,7 @@ func mintTx(ctx context.Context, conn *pgx.Conn, n int) (m minted, commitErr, er
 // committed on the primary, and the client is told so with a warning: the
 // fences it minted are lost by a failover, and the plain forms go back.
 func TestSyncCancelledWait(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	p.SetSync(true)
 	setup(t, p)
 	old := p.Primary()
@@ -182,7 +182,7 @@ func TestSyncCancelledWait(t *testing.T) {
 // measureContextCancel: a Go client whose context ends while its commit
 // waits for the synchronous standby. pgx cancels the wait; the commit has
 // happened on the primary all the same.
-func measureContextCancel(t *testing.T, p *testrepl.Pair, admin *pgx.Conn) {
+func measureContextCancel(t *testing.T, p *replpair.Test, admin *pgx.Conn) {
 	t.Helper()
 	conn := p.Connect(p.URL(p.Primary()))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -225,7 +225,7 @@ func measureContextCancel(t *testing.T, p *testrepl.Pair, admin *pgx.Conn) {
 // waited for: the client holds a value the standby has no record of, and a
 // failover hands it out again. fence_mint on the same path does not go back.
 func TestSyncBareNextval(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	p.SetSync(true)
 	old := p.Primary()
 	p.Exec(old, `CREATE SEQUENCE bare_plain; CREATE SEQUENCE bare_era`)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lockfree-go/lockfree/internal/testrepl"
+	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/migrate"
 )
 
@@ -32,7 +32,7 @@ func (pr *probe) scan(ctx context.Context, conn *pgx.Conn) error {
 // checkpoint has ended and after a CHECKPOINT: pg_control_checkpoint() may
 // still show the old timeline meanwhile, the WAL file name never does.
 func TestEraAtPromotion(t *testing.T) {
-	p := testrepl.Get(t)
+	p := replpair.Get(t)
 	setup(t, p)
 	old := p.Primary()
 	// Dirty buffers make the post-promotion checkpoint, which is spread,

@@ -6,7 +6,7 @@
 //
 // A Redis address, wherever lockfree takes one (--redis, REDIS_ADDR,
 // TEST_REDIS_ADDR), is host:port or a URL redis://[[user]:password@]host:port[/db];
-// [Options] reads both, [Addr] gives the part to show.
+// [Parse] reads both, [Addr] gives the part to show.
 package localredis
 
 import (
@@ -19,14 +19,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ErrNoBinary reports that no redis-server was found.
@@ -38,7 +37,7 @@ type Server struct {
 	// Addr is the server's address, 127.0.0.1:port. It takes no command
 	// without the password: connect with URL.
 	Addr string
-	// URL is redis://:password@127.0.0.1:port, for [Options].
+	// URL is redis://:password@127.0.0.1:port, for [Parse].
 	URL string
 
 	cmd      *exec.Cmd
@@ -146,21 +145,49 @@ func (s *Server) waitReady(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Options returns the go-redis options of a Redis address: host:port, or a
-// URL redis://[[user]:password@]host:port[/db] (redis.ParseURL).
-func Options(addr string) (*redis.Options, error) {
+// Endpoint is a Redis address taken apart: where to dial, and whom to
+// AUTH as. A client library's options are made from it (the lab's
+// approaches, the examples): this package depends on none.
+type Endpoint struct {
+	// Addr is host:port.
+	Addr string
+	// Username and Password are the AUTH's; both empty for none.
+	Username, Password string
+	// DB is the database number, 0 unless the URL names one.
+	DB int
+}
+
+// Parse reads a Redis address: host:port, or a URL
+// redis://[[user]:password@]host:port[/db]. Its errors never quote the
+// password.
+func Parse(addr string) (Endpoint, error) {
 	if !strings.Contains(addr, "://") {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("localredis: Redis address %q: want host:port or redis://[:password@]host:port", addr)
+			return Endpoint{}, fmt.Errorf("localredis: Redis address %q: want host:port or redis://[:password@]host:port", addr)
 		}
-		return &redis.Options{Addr: addr}, nil
+		return Endpoint{Addr: addr}, nil
 	}
-	o, err := redis.ParseURL(addr)
-	if err != nil {
-		// The error may quote the URL, password included.
-		return nil, fmt.Errorf("localredis: Redis address %s: not a valid redis:// URL", Addr(addr))
+	bad := fmt.Errorf("localredis: Redis address %s: not a valid redis:// URL", Addr(addr))
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "redis" || u.Opaque != "" || u.RawQuery != "" || u.Fragment != "" {
+		return Endpoint{}, bad // url's error may quote the URL, password included
 	}
-	return o, nil
+	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
+		return Endpoint{}, bad
+	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return Endpoint{}, bad
+	}
+	e := Endpoint{Addr: u.Host}
+	if u.User != nil {
+		e.Username = u.User.Username()
+		e.Password, _ = u.User.Password()
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if e.DB, err = strconv.Atoi(db); err != nil || e.DB < 0 {
+			return Endpoint{}, bad
+		}
+	}
+	return e, nil
 }
 
 // Addr returns the host:port of a Redis address, without user or password:
@@ -179,48 +206,77 @@ func Addr(addr string) string {
 // answers PING within a second, after AUTH when addr has a password: nil
 // when it answers +PONG.
 func Ping(ctx context.Context, addr string) error {
-	o, err := Options(addr)
+	reply, err := Do(ctx, addr, "PING")
 	if err != nil {
 		return err
 	}
-	d := net.Dialer{Timeout: time.Second}
-	c, err := d.DialContext(ctx, "tcp", o.Addr)
+	if reply != "PONG" {
+		return fmt.Errorf("answered %q", reply)
+	}
+	return nil
+}
+
+// Do sends one command to the Redis server at addr (host:port or a URL),
+// after AUTH when addr has a password, within a second, and returns its
+// reply: a simple string, an integer or a bulk string, as text ("" for a
+// null). An error reply ("-NOAUTH …") is an error.
+func Do(ctx context.Context, addr string, args ...string) (string, error) {
+	e, err := Parse(addr)
 	if err != nil {
-		return err
+		return "", err
+	}
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "tcp", e.Addr)
+	if err != nil {
+		return "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
 	r := bufio.NewReader(c)
-	if o.Password != "" {
-		args := []string{"AUTH", o.Password}
-		if o.Username != "" {
-			args = []string{"AUTH", o.Username, o.Password}
+	if e.Password != "" {
+		auth := []string{"AUTH", e.Password}
+		if e.Username != "" {
+			auth = []string{"AUTH", e.Username, e.Password}
 		}
-		if err := command(c, r, "+OK", args...); err != nil {
-			return fmt.Errorf("AUTH: %w", err)
+		if _, err := command(c, r, auth...); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
 		}
 	}
-	return command(c, r, "+PONG", "PING")
+	return command(c, r, args...)
 }
 
-// command sends one command in RESP and wants the reply want.
-func command(w io.Writer, r *bufio.Reader, want string, args ...string) error {
+// command sends one command in RESP and reads its reply.
+func command(w io.Writer, r *bufio.Reader, args ...string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
-		return err
+		return "", err
 	}
 	line, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
-	if got := strings.TrimRight(line, "\r\n"); got != want {
-		return fmt.Errorf("answered %q", got)
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"), strings.HasPrefix(line, ":"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err // a null bulk string: ""
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
 	}
-	return nil
+	return "", fmt.Errorf("answered %q", line)
 }
 
 // Stop stops the server and waits for it to exit.

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockfree-go/lockfree/internal/localredis"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -30,28 +28,23 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("address %s, want 127.0.0.1:port (%v)", s.Addr, err)
 	}
 	// Another local account knows the port, not the password.
-	stranger := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer stranger.Close()
-	if err := stranger.Set(ctx, "k", "stranger", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+	if _, err := localredis.Do(ctx, s.Addr, "SET", "k", "stranger"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("SET without the password: %v, want NOAUTH", err)
 	}
 	if err := localredis.Ping(ctx, s.Addr); err == nil {
 		t.Error("Ping without the password succeeded")
 	}
-	o, err := localredis.Options(s.URL)
+	e, err := localredis.Parse(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Addr != s.Addr || o.Password == "" {
-		t.Errorf("Options(URL) = %s with password %v, want %s with one", o.Addr, o.Password != "", s.Addr)
+	if e.Addr != s.Addr || e.Password == "" {
+		t.Errorf("Parse(URL) = %s with password %v, want %s with one", e.Addr, e.Password != "", s.Addr)
 	}
-	o.MaxRetries = -1
-	c := redis.NewClient(o)
-	defer c.Close()
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+	if _, err := localredis.Do(ctx, s.URL, "SET", "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v" {
+	if v, err := localredis.Do(ctx, s.URL, "GET", "k"); err != nil || v != "v" {
 		t.Fatalf("GET k = %q, %v", v, err)
 	}
 	if err := localredis.Ping(ctx, s.URL); err != nil {
@@ -101,29 +94,29 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// Options and Addr read host:port and redis:// URLs; Addr never shows the
+// Parse and Addr read host:port and redis:// URLs; Addr never shows the
 // password, and neither does a bad URL's error.
-func TestOptionsAddr(t *testing.T) {
+func TestParseAddr(t *testing.T) {
 	for _, tc := range []struct{ in, addr, user, password string }{
 		{"127.0.0.1:6379", "127.0.0.1:6379", "", ""},
 		{"redis://:s3cret@127.0.0.1:56379", "127.0.0.1:56379", "", "s3cret"},
 		{"redis://app:s3cret@[::1]:7000/2", "[::1]:7000", "app", "s3cret"},
 	} {
-		o, err := localredis.Options(tc.in)
+		e, err := localredis.Parse(tc.in)
 		if err != nil {
-			t.Errorf("Options(%q): %v", tc.in, err)
+			t.Errorf("Parse(%q): %v", tc.in, err)
 			continue
 		}
-		if o.Addr != tc.addr || o.Username != tc.user || o.Password != tc.password {
-			t.Errorf("Options(%q) = %s %q %q, want %s %q %q", tc.in, o.Addr, o.Username, o.Password, tc.addr, tc.user, tc.password)
+		if e.Addr != tc.addr || e.Username != tc.user || e.Password != tc.password {
+			t.Errorf("Parse(%q) = %s %q %q, want %s %q %q", tc.in, e.Addr, e.Username, e.Password, tc.addr, tc.user, tc.password)
 		}
 		if got := localredis.Addr(tc.in); got != tc.addr || strings.Contains(got, "s3cret") {
 			t.Errorf("Addr(%q) = %q, want %q", tc.in, got, tc.addr)
 		}
 	}
-	for _, bad := range []string{"nohost", "redis://:s3cret@127.0.0.1:notaport"} {
-		if _, err := localredis.Options(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
-			t.Errorf("Options(%q): %v, want an error without the password", bad, err)
+	for _, bad := range []string{"nohost", "redis://:s3cret@127.0.0.1:notaport", "rediss://:s3cret@127.0.0.1:1", "redis://:s3cret@127.0.0.1:1/x"} {
+		if _, err := localredis.Parse(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Parse(%q): %v, want an error without the password", bad, err)
 		}
 	}
 }

@@ -3,8 +3,10 @@
 // free ports, and takes it through a failover one step at a time: hold the
 // standby's WAL receiver, kill or isolate the primary, promote the standby,
 // and bring the pair back (the old primary rebuilt as the new one's
-// standby). The failover tests use it through internal/testrepl, and the
-// harness for its failover fault.
+// standby). It is the repository's one primary/standby helper: the lab's
+// failover fault takes steps on a Pair of its own (Start), and a test takes
+// its turn on its binary's shared pair with Get, which hands it over
+// healthy, in a schema of the test's own (test.go).
 //
 // A pair needs bash, the script (found above the working directory, or at
 // $LOCKFREE_REPL_SCRIPT) and PostgreSQL's server programs (initdb, pg_ctl,

@@ -1,0 +1,113 @@
+package approach
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/partition"
+)
+
+// Membership is a partition member's store, with each membership lease it
+// grants or extends, each partition it hands over and each one it takes back
+// reported to the engine with the time its request was sent: the tenures of
+// the exclusivity check, as the engine's lock service reports a lock's.
+type Membership struct {
+	partition.Membership
+	Env *engine.Env
+}
+
+var _ partition.Membership = Membership{}
+
+// Join reports the membership lease it grants.
+func (r Membership) Join(ctx context.Context, m partition.MemberInfo, ttl time.Duration) (partition.MemberInfo, error) {
+	sent := history.Now()
+	info, err := r.Membership.Join(ctx, m, ttl)
+	if err == nil {
+		r.report(engine.Evidence{Kind: engine.Joined, Name: info.Name, Token: info.Incarnation, TTL: ttl, Sent: sent})
+	}
+	return info, err
+}
+
+// Heartbeat reports the membership lease it extends.
+func (r Membership) Heartbeat(ctx context.Context, name string, incarnation int64, ttl time.Duration) error {
+	sent := history.Now()
+	err := r.Membership.Heartbeat(ctx, name, incarnation, ttl)
+	if err == nil {
+		r.report(engine.Evidence{Kind: engine.Joined, Name: name, Token: incarnation, TTL: ttl, Sent: sent})
+	}
+	return err
+}
+
+// Leave reports the membership lease it ends.
+func (r Membership) Leave(ctx context.Context, name string, incarnation int64) error {
+	sent := history.Now()
+	err := r.Membership.Leave(ctx, name, incarnation)
+	if err == nil {
+		r.report(engine.Evidence{Kind: engine.Left, Name: name, Token: incarnation, Sent: sent})
+	}
+	return err
+}
+
+// Claim reports each partition it claims, its epoch the token.
+func (r Membership) Claim(ctx context.Context, member string, incarnation int64, partitions []int) ([]partition.Epoch, error) {
+	sent := history.Now()
+	es, err := r.Membership.Claim(ctx, member, incarnation, partitions)
+	for _, e := range es {
+		r.report(engine.Evidence{Kind: engine.Claimed, Name: PartitionName(e.Partition), Token: e.Token, Incarnation: incarnation, Sent: sent})
+	}
+	return es, err
+}
+
+// Release reports each epoch it released: those no *StaleEpochError names.
+func (r Membership) Release(ctx context.Context, epochs []partition.Epoch) error {
+	sent := history.Now()
+	err := r.Membership.Release(ctx, epochs)
+	stale := map[int]bool{}
+	for _, e := range joined(err) {
+		se, ok := errors.AsType[*partition.StaleEpochError](e)
+		if !ok {
+			return err // which epochs were released is unknown: none is reported
+		}
+		stale[se.Partition] = true
+	}
+	for _, e := range epochs {
+		if !stale[e.Partition] {
+			r.report(engine.Evidence{Kind: engine.Disowned, Name: PartitionName(e.Partition), Token: e.Token, Sent: sent})
+		}
+	}
+	return err
+}
+
+// report reports ev: evidence for the exclusivity check, of no operation
+// (a member's heartbeats and claims are its background work).
+func (r Membership) report(ev engine.Evidence) { r.Env.Report(context.Background(), ev) }
+
+// Acting reports that operation op's call under ownership ep begins.
+func Acting(ctx context.Context, env *engine.Env, ep partition.Epoch) {
+	env.Report(ctx, engine.Evidence{Kind: engine.Acted, Name: PartitionName(ep.Partition), Token: ep.Token})
+}
+
+// RefusedStale reports that the store refused the write of the operation of
+// ctx under ownership ep as stale (its epoch not the partition's): the
+// refusal had come back by now.
+func RefusedStale(ctx context.Context, env *engine.Env, ep partition.Epoch) {
+	env.Report(ctx, engine.Evidence{Kind: engine.Refused, Name: PartitionName(ep.Partition), Token: ep.Token})
+}
+
+// PartitionName is the name partition p's ownership is reported under.
+func PartitionName(p int) string { return "partition/" + strconv.Itoa(p) }
+
+// joined returns the errors err joins (errors.Join), or err itself.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err != nil {
+		return []error{err}
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+)
+
+// TestCompareDefaults: with no flags, compare injects real pauses into
+// every approach of the four PostgreSQL scenarios, and --scenario all adds
+// every registered one.
+func TestCompareDefaults(t *testing.T) {
+	f, err := parseCompare(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.faults, []engine.Fault{engine.Pause}) {
+		t.Errorf("faults = %v, want pause", f.faults)
+	}
+	if !slices.Equal(f.names, []string{"inventory", "documents", "payments", "accounts"}) {
+		t.Errorf("scenarios = %v", f.names)
+	}
+	want := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.RedisLock, engine.Raw}
+	if !slices.Equal(f.approaches, want) || !slices.Equal(f.clients, []int{6}) || f.rounds != 1 {
+		t.Errorf("approaches %v, clients %v, rounds %d", f.approaches, f.clients, f.rounds)
+	}
+	all, err := parseCompare([]string{"--scenario", "all"}, io.Discard)
+	if err != nil || !slices.Equal(all.names, engine.Names()) {
+		t.Errorf("--scenario all = %v (%v), want %v", all.names, err, engine.Names())
+	}
+}
+
+// --metrics is off by default and, given, shows in the command line the
+// HTML report quotes.
+func TestCompareMetricsFlag(t *testing.T) {
+	f, err := parseCompare(nil, io.Discard)
+	if err != nil || f.metrics || strings.Contains(f.command(), "--metrics") {
+		t.Errorf("default: metrics %v, command %q (%v)", f.metrics, f.command(), err)
+	}
+	f, err = parseCompare([]string{"--metrics"}, io.Discard)
+	if err != nil || !f.metrics || !strings.HasSuffix(f.command(), " --metrics") {
+		t.Errorf("--metrics: metrics %v, command %q (%v)", f.metrics, f.command(), err)
+	}
+}

@@ -1,0 +1,80 @@
+package comparefailover_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/internal/replpair"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// Test 4 of docs/failover.md, through the harness (`lockfree compare
+// --faults failover`, short): the lock service's primary is killed with
+// leases whose WAL its held standby never received, and the standby
+// promoted, while a client holding one of them is stopped at its write.
+// The fenced lock, its tokens minted in fence eras, and the alternative
+// lose nothing; the naive lock and the foil — the same fenced lock, its
+// tokens a plain nextval — let the stopped client's write through, in every
+// run. The run fails (engine.ErrNotInjected) when no WAL was lost or when
+// the foil's tokens did not go back.
+//
+// The foil bites only when the taker is granted the stopped client's very
+// token on the stopped client's row: the stopped client's fenced read
+// stamped the row with it, and refuses any lower one. The harness makes
+// that so: the stopped client holds a token above what the sequence had
+// WAL-logged when the standby was held, and above the values the taker's
+// operation in flight can be granted on the promoted node once resumed, so
+// the promoted node hands it out again; the taker runs alone, one
+// operation at a time, its next one sent to the stopped client's key, and
+// when it begins it the coordinator draws the promoted node's sequence up
+// to just below that token, as other locks' leases would. It runs
+// documents, where every operation writes the one register it locks, and
+// inventory, whose victim is stopped at a reprice.
+func TestCompareFailover(t *testing.T) {
+	pair := replpair.Get(t).Shared()
+	for _, name := range []string{"documents", "inventory"} {
+		t.Run(name, func(t *testing.T) { compareFailover(t, pair, name) })
+	}
+}
+
+// compareFailover runs scenario name under the failover fault and checks
+// what every run must show: each approach checked with its failover
+// injected, no violation for the alternative and the fenced lock, and one
+// at least for the naive lock and the foil.
+func compareFailover(t *testing.T, pair *replpair.Pair, name string) {
+	approaches := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.PlainTokenLock}
+	sc, _ := engine.Lookup(name)
+	rep, err := engine.Run(context.Background(), sc, engine.Config{
+		Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []engine.Fault{engine.Failover},
+		Approaches: approaches,
+	}, engine.Infra{URL: testdb.URL(t), Failover: pair})
+	for _, n := range rep.Notes {
+		t.Log(n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		t.Logf("%-16s ops=%d rejected=%d errors=%d uncertain=%d faults=%v violations=%d %s",
+			r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Violations, r.Detail)
+		switch {
+		case r.Skipped != "":
+			t.Errorf("%s skipped: %s", r.Approach, r.Skipped)
+		case !r.Checked:
+			t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
+		case r.FaultsInjected[engine.Failover] == 0:
+			t.Errorf("%s: failover not injected", r.Approach)
+		case r.Approach == engine.Alternative || r.Approach == engine.FencedLock:
+			if r.Violations != 0 || r.Ops == 0 {
+				t.Errorf("%s: %d violations, %d operations; want none and some", r.Approach, r.Violations, r.Ops)
+			}
+		case r.Violations == 0:
+			t.Errorf("%s: no violation across the failover: the fault did not bite, or the check missed it", r.Approach)
+		}
+	}
+	if len(rep.Results) != len(approaches) {
+		t.Errorf("%d results, want %d", len(rep.Results), len(approaches))
+	}
+}

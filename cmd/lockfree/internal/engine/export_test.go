@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+)
+
+// The hooks below let this directory's external tests, which run the
+// registered scenarios (an internal test cannot import them: they import
+// the engine), look inside one approach's run.
+
+// WithDefaults is Config.withDefaults.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
+// SkipReason is skipReason.
+func SkipReason(ctx context.Context, cfg Config, def ApproachDef, infra Infra) string {
+	return skipReason(ctx, cfg, def, infra)
+}
+
+// RunApproach runs def alone (runApproach) and returns its run.
+func RunApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, infra Infra) (*run, report.Result, error) {
+	return runApproach(ctx, sc, def, cfg, infra)
+}
+
+// WorkerStats are a worker's figures, summed over a run's (Stats).
+type WorkerStats = workerStats
+
+// Stats sums the workers' figures over the measured part of the run.
+func (r *run) Stats() WorkerStats { return r.fleet.stats() }
+
+// Lease is the lease that protects the run's approach.
+func (r *run) Lease() time.Duration { return r.prot.Lease }
+
+// Stop is a worker stopped at its before-write point by the pause fault,
+// held for the whole lease, and when its operation went on.
+type Stop struct {
+	Client  int
+	Op      string
+	At      history.Time
+	Resumed history.Time // 0 when no resumption was seen
+}
+
+// HeldStops returns the stops the coordinator held for the whole lease
+// before it resumed them (their pause span lasts that long): a stop the
+// run's end resumed early is left out.
+func (r *run) HeldStops() []Stop {
+	r.mon.mu.Lock()
+	defer r.mon.mu.Unlock()
+	r.log.mu.Lock()
+	defer r.log.mu.Unlock()
+	var out []Stop
+	for i, p := range r.mon.points {
+		if p.ev.Ev != evPoint || p.ev.Mode != modeStop || !heldForLease(r, p) {
+			continue
+		}
+		s := Stop{Client: p.client, Op: p.ev.Op, At: p.ev.T}
+		for _, q := range r.mon.points[i+1:] {
+			if q.client == p.client && q.ev.Ev == evResumed && q.ev.Op == p.ev.Op {
+				s.Resumed = q.ev.T
+				break
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// heldForLease reports whether the coordinator held the stop p for the whole
+// lease before it resumed it: its pause span lasts that long.
+func heldForLease(r *run, p pointSeen) bool {
+	for _, s := range r.log.spans[p.client] {
+		if s.Kind == report.SpanPause && s.Start == r.log.seconds(p.ev.T) {
+			return s.End-s.Start >= r.prot.Lease.Seconds()
+		}
+	}
+	return false
+}

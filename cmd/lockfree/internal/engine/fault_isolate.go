@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+)
+
+// Isolate cuts a worker off at its before-write point — its proxy holds
+// every byte, its write included — past the lease until another worker,
+// sent to the key, has taken it over or been kept out of it, then resets
+// its connections: the write never lands. A cut no other worker came for
+// is not counted.
+const Isolate Fault = "isolate"
+
+type isolate struct{}
+
+func (isolate) Name() Fault { return Isolate }
+func (isolate) How() string {
+	return "cuts of one worker's connections at a before-write point, held past the lease until another worker sent to the key had taken it over or been kept out of it, then reset (the write never lands)"
+}
+func (isolate) networked()            {}
+func (isolate) start(r *run) injector { return cutRun{r: r, f: Isolate} }
+
+// cutRun holds a worker's traffic at its before-write point: Isolate, or,
+// when it delivers the held bytes, Delay (fault_delay.go).
+type cutRun struct {
+	r       *run
+	f       Fault
+	deliver bool
+}
+
+// inject holds v's traffic from its next before-write point on, past the
+// lease and a taker, then delivers it (late) or resets it. It counts the
+// cut only when the proxy held bytes and a taker came.
+func (c cutRun) inject(ctx context.Context, v *proc) {
+	r, f := c.r, c.f
+	a := arm{Mode: modeWait}
+	if c.deliver {
+		a.Skip = r.blind()
+	}
+	at, ok := r.armPoint(ctx, f, v, a)
+	if !ok {
+		return
+	}
+	before := v.held()
+	v.cut(faultproxy.Hold, false)
+	from := history.Now()
+	v.command(command{Cmd: cmdClear}) // the write goes into the cut
+	held := func() int64 { return v.held() - before }
+	caught := poll(ctx, 2*time.Second, func() bool { return held() > 0 })
+	t := r.takeover(ctx, v, at, false)
+	n := held()
+	r.log.cut(v.client, from, history.Now())
+	v.cut(faultproxy.Pass, c.deliver)
+	end := history.Now()
+	if caught && n > 0 {
+		r.log.span(v.client, report.SpanIsolate, at.T, end, fmt.Sprintf("%s on %s: %d bytes held", f, at.Key, n))
+	}
+	r.finish(ctx, v, at, true, f)
+	switch {
+	case caught && n > 0:
+		r.countTaking(ctx, f, v, at, t, true)
+	case ctx.Err() == nil:
+		r.log.note("%s: worker %d sent nothing into the cut; not counted", f, v.client)
+	}
+}

@@ -1,0 +1,60 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+)
+
+// LostCommit loses the answer to a worker's COMMIT: its proxy forwards the
+// COMMIT, the server commits, and the worker's connection is reset before
+// the answer reaches it. The worker cannot tell whether its transaction
+// took effect; one that retries it must find it did. It runs on the
+// approaches whose workers commit transactions of their own (Committer).
+const LostCommit Fault = "lost-commit"
+
+type lostCommit struct{}
+
+func (lostCommit) Name() Fault { return LostCommit }
+func (lostCommit) How() string {
+	return "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"
+}
+func (lostCommit) networked()            {}
+func (lostCommit) start(r *run) injector { return lostCommitRun{r} }
+
+func (lostCommit) skip(_ Scenario, def ApproachDef) string {
+	if _, ok := def.(Committer); ok {
+		return ""
+	}
+	return "its workers commit no transaction of their own for lost-commit to take the answer of"
+}
+
+type lostCommitRun struct{ r *run }
+
+// inject loses the answer to v's next COMMIT, and counts it once its proxy
+// lost one: the server committed, and v's connection was reset before the
+// answer came. It then leaves v a margin to find out what happened.
+func (l lostCommitRun) inject(ctx context.Context, v *proc) {
+	r := l.r
+	before := v.proxy.Stats().LostReplies
+	lost := func() bool { return v.proxy.Stats().LostReplies > before }
+	from := history.Now()
+	v.proxy.LoseReply(faultproxy.PostgresCommit)
+	if !poll(ctx, r.reachBound(), lost) {
+		v.proxy.LoseReply(nil)
+		// It may have matched a COMMIT as it was disarmed: that COMMIT's
+		// answer is on its way, and is lost.
+		if !poll(ctx, time.Second, lost) {
+			if ctx.Err() == nil {
+				r.log.note("lost-commit: worker %d committed no transaction within %v; not counted", v.client, r.reachBound())
+			}
+			return
+		}
+	}
+	r.log.count(LostCommit)
+	r.log.span(v.client, report.SpanIsolate, from, history.Now(), "lost-commit: a COMMIT went through, its answer was lost")
+	Sleep(ctx, r.margin())
+}

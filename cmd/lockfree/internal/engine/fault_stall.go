@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+)
+
+// Stall blocks the goroutine of a worker's operation at its before-write
+// point for longer than the lease, the rest of the process running on (its
+// keepalives too): a goroutine descheduled at the worst instruction,
+// deterministic.
+const Stall Fault = "stall"
+
+type stall struct{}
+
+func (stall) Name() Fault { return Stall }
+func (stall) How() string {
+	return "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on), another worker sent to the key meanwhile"
+}
+func (stall) start(r *run) injector { return stallRun{r} }
+
+type stallRun struct{ r *run }
+
+// inject stalls v's operation at its next before-write point for twice the
+// lease and a margin.
+func (s stallRun) inject(ctx context.Context, v *proc) {
+	r := s.r
+	d := 2*r.prot.Lease + r.margin()
+	at, ok := r.armPoint(ctx, Stall, v, arm{Mode: modeStall, For: d})
+	if !ok {
+		return
+	}
+	t := r.takeover(ctx, v, at, true)
+	r.finish(ctx, v, at, true, Stall)
+	r.countTaking(ctx, Stall, v, at, t, false)
+	r.log.span(v.client, report.SpanStall, at.T, at.T+history.Time(d), fmt.Sprintf("stall on %s", at.Key))
+}

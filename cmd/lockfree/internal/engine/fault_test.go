@@ -1,0 +1,251 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+)
+
+// faultTests lists, per scenario, the faults its test runs: every scenario
+// under the faults a stale holder's write lands under (pause, delay) and
+// under crash (each restart meets its own name's lease), the
+// first scenario with an approach a fault can take effect in (FaultSkip)
+// under the others too, to keep the suite within minutes, and the pairs of
+// alsoByDefault; LOCKFREE_FAULT_TESTS=all runs every scenario under every
+// fault.
+func faultTests() []struct {
+	scenario string
+	fault    engine.Fault
+} {
+	var out []struct {
+		scenario string
+		fault    engine.Fault
+	}
+	all := os.Getenv("LOCKFREE_FAULT_TESTS") == "all"
+	first := map[engine.Fault]bool{} // the fault has its scenario
+	for _, sc := range engine.Scenarios() {
+		for _, f := range engine.FaultNames() {
+			if f == engine.Failover {
+				continue // it needs a replication pair: internal/failover's TestCompareFailover
+			}
+			if len(faultApproaches(sc.Name(), f)) == 0 {
+				continue
+			}
+			if all || !first[f] || engine.Bites(f) || f == engine.Crash || alsoByDefault[sc.Name()+"/"+string(f)] {
+				first[f] = true
+				out = append(out, struct {
+					scenario string
+					fault    engine.Fault
+				}{sc.Name(), f})
+			}
+		}
+	}
+	return out
+}
+
+// alsoByDefault are the scenario/fault pairs the default set runs beyond
+// the first scenario of their fault, each because it cuts what no other
+// scenario's run under that fault does.
+var alsoByDefault = map[string]bool{
+	// A cut worker's Kafka connections are cut with its PostgreSQL ones:
+	// its consumer's session runs out while its producer's request may be
+	// in flight, whose lost answer must not write the events twice.
+	"events/isolate": true,
+}
+
+// Under each fault, really injected (counted only once it took effect), the
+// alternative and the fenced lock lose nothing, checked; under the faults a
+// stale write lands under, the naive lock loses data, which proves the fault
+// bit and the check can see it.
+func TestFaults(t *testing.T) {
+	for _, tc := range faultTests() {
+		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
+			sc, _ := engine.Lookup(tc.scenario)
+			infra := engine.Infra{}
+			if tc.fault == engine.Restart {
+				f := testdb.Faults(t)
+				infra.URL = f.URL
+				ctl := os.Getenv("TEST_FAULT_POSTGRES_CTL")
+				infra.Restart = func(ctx context.Context) error {
+					out, err := exec.CommandContext(ctx, "bash", "-c", ctl+" restart").CombinedOutput()
+					if err != nil {
+						return errors.New(strings.TrimSpace(string(out)))
+					}
+					return nil
+				}
+			} else {
+				infra.URL = testdb.New(t).URL
+			}
+			infra.Redis = redisAddr(t)
+			infra.Kafka = kafkaBrokers(t)
+			cfg := engine.Config{
+				Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{tc.fault},
+				Approaches: faultApproaches(tc.scenario, tc.fault),
+			}
+			// Room for a fault past the longest lease, and its takeover:
+			// a Kafka consumer's session and rebalance take seconds.
+			cfg.Duration = max(cfg.Duration, 3*longestLease(tc.scenario, cfg))
+			rep, err := engine.Run(context.Background(), sc, cfg, infra)
+			for _, n := range rep.Notes {
+				t.Log(n)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rep.Results {
+				logResult(t, r)
+				checkResult(t, tc.fault, r)
+			}
+		})
+	}
+}
+
+func logResult(t *testing.T, r report.Result) {
+	t.Helper()
+	t.Logf("%-12s ops=%d rejected=%d errors=%d uncertain=%d faults=%v counts=%v violations=%d %s",
+		r.Approach, r.Ops, r.Rejected, r.Errors, r.Uncertain, r.FaultsInjected, r.Extra, r.Violations, r.Detail)
+}
+
+// faultApproaches are the approaches of scenario that TestFaults runs under
+// f: those f can take effect in.
+func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
+	var out []engine.Approach
+	for _, a := range []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock, engine.NaiveLock,
+		engine.RedisLock, engine.RedsyncLock} {
+		for _, d := range engine.Approaches(scenario) {
+			if d.Approach() == a && engine.FaultSkip(f, d) == "" {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// longestLease is the longest lease that protects an approach of scenario
+// that cfg runs.
+func longestLease(scenario string, cfg engine.Config) time.Duration {
+	var d time.Duration
+	for _, a := range engine.Approaches(scenario) {
+		if slices.Contains(cfg.Approaches, a.Approach()) {
+			d = max(d, a.Protection(engine.Params{Sizes: engine.Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: 250 * time.Millisecond}).Lease)
+		}
+	}
+	return d
+}
+
+// kafkaBrokers returns the brokers of TEST_KAFKA_BROKERS, or none, when
+// the approaches that need Kafka are reported as skipped; with CI=true a
+// missing broker fails the test instead.
+func kafkaBrokers(t *testing.T) []string {
+	t.Helper()
+	v := os.Getenv("TEST_KAFKA_BROKERS")
+	if v == "" && os.Getenv("CI") == "true" {
+		t.Fatal("TEST_KAFKA_BROKERS is not set and CI=true: run scripts/kafka.sh up and eval \"$(scripts/kafka.sh env)\"")
+	}
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// skipped handles a result the harness skipped: a failure under CI=true,
+// where every approach must run, a note otherwise.
+func skipped(t *testing.T, r report.Result) {
+	t.Helper()
+	if strings.Contains(r.Skipped, "Redis") {
+		skippedRedis(t, r)
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s skipped under CI=true: %s", r.Approach, r.Skipped)
+		return
+	}
+	t.Logf("%s skipped: %s (set TEST_KAFKA_BROKERS: eval \"$(scripts/kafka.sh env)\")", r.Approach, r.Skipped)
+}
+
+func checkResult(t *testing.T, f engine.Fault, r report.Result) {
+	t.Helper()
+	if r.Skipped != "" {
+		skipped(t, r)
+		return
+	}
+	if r.FaultsInjected[f] == 0 {
+		t.Errorf("%s: %s not injected", r.Approach, f)
+	}
+	if n := r.FaultsInjected[engine.CrashRestartFailed]; n > 0 {
+		t.Errorf("%s: %d of %d crashed workers not restarted", r.Approach, n, r.FaultsInjected[engine.Crash])
+	}
+	if !r.Checked {
+		t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
+		return
+	}
+	switch r.Approach {
+	case engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock:
+		if r.Violations != 0 {
+			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
+		}
+		// A mechanism that counts the stale writers it refused refused
+		// one after each pause: a stopped writer was taken over.
+		if n, ok := r.Extra["fenced"]; ok && (f == engine.Pause || f == engine.Overtake) && n == 0 {
+			t.Errorf("%s: no transaction refused by a fence under %d × %s: no stopped writer was taken over", r.Approach, r.FaultsInjected[f], f)
+		}
+		// An overtaken consumer tried its batch again and found it
+		// applied by the one that overtook it.
+		if n, ok := r.Extra["skipped"]; ok && f == engine.Overtake && n == 0 {
+			t.Errorf("%s: no event found applied under %d × %s: no stopped consumer's batch was skipped", r.Approach, r.FaultsInjected[f], f)
+		}
+		if r.Ops == 0 {
+			t.Errorf("%s: no operation succeeded", r.Approach)
+		}
+	case engine.NaiveLock, engine.RedisLock, engine.RedsyncLock:
+		if engine.Bites(f) && r.Violations == 0 {
+			t.Errorf("%s: no violation under %d × %s: the fault did not bite, or the check missed it", r.Approach, r.FaultsInjected[f], f)
+		}
+		if engine.Bites(f) {
+			checkTimeline(t, r.Timeline)
+		}
+	}
+}
+
+// checkTimeline checks that a run whose check found violations draws them,
+// each referring to a write that is drawn too, and the faults before them.
+func checkTimeline(t *testing.T, tl *report.Timeline) {
+	t.Helper()
+	if tl == nil {
+		t.Error("no timeline")
+		return
+	}
+	ids := map[string]bool{}
+	var violations []report.Mark
+	faults := 0
+	for _, l := range tl.Lanes {
+		for _, m := range l.Marks {
+			ids[m.ID] = true
+			if m.Kind == report.MarkViolation {
+				violations = append(violations, m)
+			}
+		}
+		for _, s := range l.Spans {
+			if s.Kind == report.SpanPause || s.Kind == report.SpanIsolate {
+				faults++
+			}
+		}
+	}
+	if len(violations) == 0 || faults == 0 {
+		t.Errorf("timeline: %d violation marks, %d fault spans; want some of each", len(violations), faults)
+	}
+	for _, v := range violations {
+		if v.Ref != "" && !ids[v.Ref] {
+			t.Errorf("timeline: violation %s refers to %s, which is not drawn", v.ID, v.Ref)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// WriteTimeout bounds a write sent after a fault: it is sent whatever the
+// operation's deadline, so that a stale write reaches the fence that must
+// refuse it.
+const WriteTimeout = 5 * time.Second
+
+// recordingLocks is the lock service of a worker: the store it wraps, with
+// each lease it grants, renews and releases reported as an event, with the
+// time its request was sent (the tenures of the timeline and of the
+// exclusivity check, and the evidence of a takeover the fault injector
+// waits for) and noted on the operation that asked for it. It keeps
+// the store's wake-ups.
+type recordingLocks struct {
+	fencedlock.Store
+	w *worker
+}
+
+var (
+	_ fencedlock.Store   = recordingLocks{}
+	_ fencedlock.Wakeups = recordingLocks{}
+)
+
+func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	for _, h := range r.w.lockHooks() {
+		h.acquiring(ctx) // a fault may keep the key from this worker
+	}
+	sent := history.Now()
+	l, err := r.Store.Acquire(ctx, name, holder, ttl)
+	if err == nil {
+		r.report(ctx, evLease, l, sent)
+	}
+	return l, err
+}
+
+// Renew waits for the service's answer even after the caller stopped
+// waiting (a renewal loop gives up at its lease's local deadline), and
+// reports a renewal the service made then too: a renewal held by a fault
+// and delivered late extends a lease all the same, and the exclusivity
+// check must see it. The caller gets the answer only if it comes in time.
+func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
+	sent := history.Now()
+	type answer struct {
+		l   fencedlock.Lease
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		sent := sent // moved to when a held renewal is let go
+		var key string
+		if op := opFrom(ctx); op != nil {
+			key = op.key
+		}
+		// A fault may hold it (late-renewal): it is sent when the fault
+		// lets it go, whoever still waits for it.
+		var holder lockHook
+		for _, h := range r.w.lockHooks() {
+			if h.renewing(key, lease.Name, lease.Token) {
+				holder = h
+				break
+			}
+		}
+		if holder != nil {
+			sent = history.Now()
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
+		defer cancel()
+		l, err := r.Store.Renew(rctx, lease)
+		if err == nil {
+			r.report(ctx, evRenew, l, sent)
+		}
+		if holder != nil {
+			holder.renewed(key, lease.Name, lease.Token, err)
+		}
+		done <- answer{l, err}
+	}()
+	select {
+	case a := <-done:
+		return a.l, a.err
+	case <-ctx.Done():
+		return fencedlock.Lease{}, fmt.Errorf("engine: renew %s token %d: %w", lease.Name, lease.Token, context.Cause(ctx))
+	}
+}
+
+func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
+	sent := history.Now()
+	err := r.Store.Release(ctx, lease)
+	if err == nil {
+		r.report(ctx, evRelease, lease, sent)
+	}
+	return err
+}
+
+// Released implements fencedlock.Wakeups with the wrapped store's, if any.
+func (r recordingLocks) Released(name string) (<-chan struct{}, func()) {
+	if w, ok := r.Store.(fencedlock.Wakeups); ok {
+		return w.Released(name)
+	}
+	return nil, func() {}
+}
+
+// report reports ev of lease l, whose request was sent at sent.
+func (r recordingLocks) report(ctx context.Context, ev string, l fencedlock.Lease, sent history.Time) {
+	e := event{Ev: ev, T: history.Now(), Sent: sent, Name: l.Name, Token: l.Token, TTL: l.TTL}
+	if op := opFrom(ctx); op != nil {
+		e.Key, e.Op = op.key, op.ID()
+		if ev == evLease {
+			op.token.Store(l.Token)
+		}
+	}
+	// The event is evidence for the fault injector and the timeline; a
+	// worker whose output is gone is halted by its run loop.
+	_ = r.w.out.event(e)
+}

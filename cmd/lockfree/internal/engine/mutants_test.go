@@ -1,0 +1,683 @@
+//go:build lockfree_mutants
+
+package engine_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/internal/testkafka"
+)
+
+var (
+	mutantsTable = flag.String("mutants-table", "", "TestMutants writes its table (Markdown) to this file")
+	mutantsOnly  = flag.String("mutants-only", "", "TestMutants hunts only the mutants whose names match this regexp")
+	// A hunt of the mutants of one package needs only the scenarios that
+	// reach its sites (kafkawriter's: events): the others' runs without a
+	// mutant take most of a short hunt's minutes.
+	mutantsScenarios = flag.String("mutants-scenarios", "", "TestMutants runs only the scenarios whose names match this regexp")
+)
+
+// mutantTrials are the runs a mutant is tried in, in order, each an
+// approach under a fault it loses nothing under without a mutant (TestFaults,
+// and the fault-free runs of reachedSites), so that a violation is the
+// mutant's: the naive lock without faults, where nothing but the lock keeps
+// two clients apart (the cheapest run: no fault to wait out); the
+// alternative and the fenced lock under a pause past the lease (it catches a
+// missing fence and, with the clients' contention, a missing condition), and
+// the lock and the epoch verified in the write's transaction (accounts'
+// verified-lock and verified-alternative, the uses of fencedlock's and
+// partition's Postgres.Verify);
+// then under the late delivery of a cut worker's write; then the
+// alternative under a COMMIT whose answer was lost, which its worker
+// retries (the inbox's offset condition); then under a partition member's
+// heartbeats held while its calls go on (its check of its lease), and under
+// a member stopped in a handoff until others claimed what it releases (the
+// release's epoch condition); then the fenced lock under a consumer stopped
+// with a fetched batch until another applied past it (the skip of events
+// already applied); last the fenced lock under a renewal held past its
+// lease's expiry while no other worker could take the key (late-renewal),
+// which the lock service must refuse; then the alternative under a crash,
+// whose replacement starts under the crashed worker's names while its lease
+// is in force (a member's Join).
+var mutantTrials = []struct {
+	approach engine.Approach
+	fault    engine.Fault // "" for none
+}{
+	{engine.NaiveLock, ""},
+	{engine.Alternative, engine.Pause},
+	{engine.FencedLock, engine.Pause},
+	{engine.VerifiedLock, engine.Pause},
+	{engine.VerifiedAlternative, engine.Pause},
+	{engine.Alternative, engine.Delay},
+	{engine.FencedLock, engine.Delay},
+	{engine.Alternative, engine.LostCommit},
+	{engine.Alternative, engine.LateHeartbeat},
+	{engine.Alternative, engine.HandoffPause},
+	{engine.FencedLock, engine.Overtake},
+	{engine.FencedLock, engine.LateRenewal},
+	{engine.Alternative, engine.Crash},
+}
+
+// mutantTargets is how many of the scenarios whose approach reaches a
+// mutant's site (the most-hit first) each trial runs; a known hole
+// (mutantHoles) gets its first run only, which shows whether it is still
+// one. Both keep make mutants within its minutes.
+const mutantTargets = 2
+
+// mutantRun is one run of one mutant against one scenario's approach.
+type mutantRun struct {
+	mutant, doc string // doc: what the mutant does, from the registry
+	scenario    string
+	approach    engine.Approach
+	fault       engine.Fault
+	violations  int64
+	checked     bool
+	hits        int64  // how often the workers reached the mutant's site
+	detail      string // what the check found, from the report
+	err         error
+	// test is the package test run for a site out of every scenario's
+	// reach (packageCatchers), with how it ended without the mutant and
+	// with it; scenarioCaught: a scenario's run caught it all the same.
+	test                 *packageCatcher
+	passedWithout, fails bool
+	scenarioCaught       bool
+}
+
+func (m mutantRun) caught() bool {
+	if m.test != nil {
+		return m.passedWithout && m.fails
+	}
+	return m.checked && m.violations > 0 && m.hits > 0
+}
+
+// reach is one scenario's approach that reaches a mutant site.
+type reach struct {
+	scenario string
+	approach engine.Approach
+	hits     int64
+}
+
+// TestMutants builds nothing of its own: this test binary, built with the
+// lockfree_mutants tag, has every mutant site of the module compiled in, and
+// the harness re-executes it as its workers with $LOCKFREE_MUTANTS naming
+// the one mutant of a run. It first runs every scenario's approaches of
+// mutantTrials once without a mutant and without faults, to learn which of
+// them reach which site (the workers' hit counts) — one that loses anything
+// there is left out, with a note under the table; then, for every mutant site in failpoint's registry, it tries the
+// approaches that reach it, under their trial faults, until one run shows a
+// violation. A mutant that no run catches is a hole in the proof: the test
+// fails on it, unless mutantHoles names it with the reason, and fails on a
+// hole listed there that a run now catches.
+func TestMutants(t *testing.T) {
+	if !failpoint.MutantsBuilt {
+		t.Fatal("built without the lockfree_mutants tag")
+	}
+	infra := engine.Infra{URL: testdb.New(t).URL, Kafka: testkafka.Brokers(t)}
+	base := engine.Config{Clients: 4, Keys: 1, Duration: 1500 * time.Millisecond, LeaseTTL: 250 * time.Millisecond}
+	only := regexp.MustCompile(*mutantsOnly)
+	var hunted []failpoint.Point
+	for _, p := range failpoint.Registered() {
+		if p.Kind == failpoint.MutantSite && only.MatchString(p.Name) {
+			hunted = append(hunted, p)
+		}
+	}
+	var notes []string
+	var reached map[string][]reach
+	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { c, ok := packageCatchers[p.Name]; return !ok || siteFiles[c.why] == "" }) {
+		reached = reachedSites(t, infra, base, &notes)
+	}
+	var rows []mutantRun
+	whys := map[outOfReach]bool{}
+	for _, p := range hunted {
+		var row mutantRun
+		if c, ok := packageCatchers[p.Name]; ok {
+			row, whys[c.why] = catchInPackage(t, infra, base, p.Name, c, reached), true
+		} else {
+			row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name)...)
+		}
+		row.doc = p.Doc
+		t.Logf("%s: %s", p.Name, row.verdict())
+		rows = append(rows, row)
+	}
+	table := mutantMarkdown(rows)
+	for _, why := range []outOfReach{inMemory, inMiddleware, inOneStatement} {
+		if whys[why] {
+			table += "\n" + outOfReachNotes[why] + "\n"
+		}
+	}
+	for _, n := range notes {
+		table += "\n" + n + "\n"
+	}
+	t.Log("\n" + table)
+	if *mutantsTable != "" {
+		if err := os.WriteFile(*mutantsTable, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rows {
+		_, known := mutantHoles[r.mutant]
+		_, unsteady := mutantUnsteady[r.mutant]
+		switch {
+		case r.test != nil && r.scenarioCaught:
+			t.Errorf("%s is listed in packageCatchers as out of every scenario's reach (%s), but %s/%s under %s caught it: remove it from packageCatchers",
+				r.mutant, r.test.why, r.scenario, r.approach, r.faultName())
+		case unsteady:
+			// Either outcome is what its reason says: the table shows which.
+		case r.caught() && known:
+			t.Errorf("%s is caught now (%s/%s under %s): remove it from mutantHoles", r.mutant, r.scenario, r.approach, r.faultName())
+		case !r.caught() && !known:
+			t.Errorf("%s: no scenario catches it: a hole in the proof (%s)", r.mutant, r.verdict())
+		}
+	}
+}
+
+// reachedSites runs each scenario's trial approaches once, without a mutant
+// or a fault, and returns, per mutant site, the approaches whose workers
+// reached it, the most-hit first. One that loses anything there is left out,
+// with a note: its violations under a mutant would prove nothing.
+func reachedSites(t *testing.T, infra engine.Infra, base engine.Config, notes *[]string) map[string][]reach {
+	out := map[string][]reach{}
+	only := regexp.MustCompile(*mutantsScenarios)
+	for _, sc := range engine.Scenarios() {
+		if !only.MatchString(sc.Name()) {
+			continue
+		}
+		cfg := base
+		for _, tr := range mutantTrials {
+			if !slices.Contains(cfg.Approaches, tr.approach) {
+				cfg.Approaches = append(cfg.Approaches, tr.approach)
+			}
+		}
+		cfg.Hits = func(a engine.Approach, hits map[string]int64) {
+			for name, n := range hits {
+				out[name] = append(out[name], reach{scenario: sc.Name(), approach: a, hits: n})
+			}
+		}
+		rep, err := engine.Run(context.Background(), sc, cfg, infra)
+		if err != nil {
+			t.Fatalf("%s without a mutant: %v", sc.Name(), err)
+		}
+		for _, r := range rep.Results {
+			if !r.Checked || r.Violations > 0 {
+				// Its violations under a mutant would prove nothing: it is
+				// not tried in this hunt, and the table says so.
+				dirty := fmt.Sprintf("%s/%s lost something without a mutant or a fault (checked %v, %d violations: %s): not tried",
+					sc.Name(), r.Approach, r.Checked, r.Violations, r.Detail)
+				t.Log(dirty)
+				*notes = append(*notes, dirty)
+				for name, rs := range out {
+					out[name] = slices.DeleteFunc(rs, func(x reach) bool { return x.scenario == sc.Name() && x.approach == r.Approach })
+				}
+			}
+		}
+	}
+	for _, rs := range out {
+		slices.SortStableFunc(rs, func(a, b reach) int { return int(b.hits - a.hits) })
+	}
+	return out
+}
+
+// targetsOf returns the hunt's passes over the trials: first the approaches
+// that reached mutant's site without a fault, then — unless it is a known
+// hole — the others that reached another site of its package, the most-hit
+// first. A site reached only under a fault (a branch taken only when a
+// lease is not safely held), or only now and then (a renewal: only a lock
+// held past a third of its TTL renews), may have been reached in the run
+// without faults by no approach, or by one alone and not by the one whose
+// fault catches it.
+func targetsOf(reached map[string][]reach, mutant string) [][]reach {
+	direct := reached[mutant]
+	if _, known := mutantHoles[mutant]; known {
+		return [][]reach{direct} // its reason says why; the hunt keeps within its minutes
+	}
+	var more []reach
+	for _, r := range packageTargets(reached, mutant) {
+		if !slices.ContainsFunc(direct, func(x reach) bool { return x.scenario == r.scenario && x.approach == r.approach }) {
+			more = append(more, r)
+		}
+	}
+	return [][]reach{direct, more}
+}
+
+// packageTargets are the approaches that reached a site of mutant's
+// package, the most-hit first.
+func packageTargets(reached map[string][]reach, mutant string) []reach {
+	pkg, _, _ := strings.Cut(mutant, ".")
+	best := map[[2]string]reach{}
+	for name, rs := range reached {
+		if p, _, _ := strings.Cut(name, "."); p != pkg {
+			continue
+		}
+		for _, r := range rs {
+			k := [2]string{r.scenario, string(r.approach)}
+			if r.hits > best[k].hits {
+				best[k] = r
+			}
+		}
+	}
+	out := slices.Collect(maps.Values(best))
+	slices.SortFunc(out, func(a, b reach) int {
+		return cmp.Or(cmp.Compare(b.hits, a.hits), cmp.Compare(a.scenario, b.scenario), cmp.Compare(a.approach, b.approach))
+	})
+	return out
+}
+
+// huntMutant tries mutant in each trial on each pass's approaches, pass
+// after pass, and returns the first run that catches it, or the last one
+// tried.
+func huntMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant string, passes ...[]reach) mutantRun {
+	last := mutantRun{mutant: mutant}
+	for _, targets := range passes {
+		if run, ok := huntPass(t, infra, base, mutant, targets, &last); ok {
+			return run
+		}
+	}
+	return last
+}
+
+// huntPass tries mutant in each trial on targets; ok when a run caught it
+// (or, for a known hole, when its first run is made). *last is the last run
+// tried.
+func huntPass(t *testing.T, infra engine.Infra, base engine.Config, mutant string, targets []reach, last *mutantRun) (mutantRun, bool) {
+	_, known := mutantHoles[mutant]
+	for _, tr := range mutantTrials {
+		var tries []reach
+		for _, tg := range targets {
+			if tg.approach == tr.approach && len(tries) < mutantTargets {
+				tries = append(tries, tg)
+			}
+		}
+		// Fewer approaches than mutantTargets: the first runs again, so
+		// that each trial has as many chances at a catch whose timing
+		// varies (a redelivery, a renewal delivered late).
+		for len(tries) > 0 && len(tries) < mutantTargets && !known {
+			tries = append(tries, tries[0])
+		}
+		for _, tg := range tries {
+			run := runMutant(t, infra, base, mutant, tg, tr.fault)
+			if run.caught() || known {
+				return run, true
+			}
+			*last = run
+		}
+	}
+	return *last, false
+}
+
+// runMutant runs tg's approach with mutant on in every worker, under f (none
+// when empty).
+func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant string, tg reach, f engine.Fault) mutantRun {
+	sc, _ := engine.Lookup(tg.scenario)
+	cfg := base
+	if f != "" {
+		cfg.Faults = []engine.Fault{f}
+	}
+	cfg.Approaches = []engine.Approach{tg.approach}
+	cfg.Env = []string{"LOCKFREE_MUTANTS=" + mutant}
+	if f != "" {
+		// A fault waits out the lease that protects the approach: a run of
+		// a few leases has room for a few faults whatever the lease (the
+		// accounts members' 1.1 s as well as the locks' 250 ms).
+		cfg.Duration = max(cfg.Duration, 4*protection(tg, cfg))
+	}
+	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f}
+	cfg.Hits = func(_ engine.Approach, hits map[string]int64) { run.hits = hits[mutant] }
+	rep, err := engine.Run(context.Background(), sc, cfg, infra)
+	run.err = err
+	if err != nil {
+		// Why a fault did not take effect, or what went wrong.
+		for _, n := range rep.Notes {
+			t.Logf("%s on %s/%s: %s", mutant, tg.scenario, tg.approach, n)
+		}
+	}
+	for _, r := range rep.Results {
+		run.violations, run.checked, run.detail = r.Violations, r.Checked, r.Detail
+	}
+	t.Logf("%s on %s/%s under %s: %d violations (checked %v), site hit %d times, err %v; %s",
+		mutant, tg.scenario, tg.approach, run.faultName(), run.violations, run.checked, run.hits, err, run.detail)
+	return run
+}
+
+// protection is the lease that protects a stopped client of tg's approach.
+func protection(tg reach, cfg engine.Config) time.Duration {
+	for _, d := range engine.Approaches(tg.scenario) {
+		if d.Approach() == tg.approach {
+			return d.Protection(engine.Params{Sizes: engine.Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL}).Lease
+		}
+	}
+	return 0
+}
+
+func (m mutantRun) faultName() string {
+	if m.fault == "" {
+		return "none"
+	}
+	return string(m.fault)
+}
+
+func (m mutantRun) verdict() string {
+	if why, ok := mutantHoles[m.mutant]; ok && !m.caught() {
+		return "HOLE: " + why
+	}
+	if why, ok := mutantUnsteady[m.mutant]; ok {
+		if m.caught() {
+			return "caught in this run; unsteady: " + why
+		}
+		return "HOLE in this run; unsteady: " + why
+	}
+	switch {
+	case m.test != nil && m.scenarioCaught:
+		return fmt.Sprintf("listed as out of every scenario's reach (%s), but caught by %s/%s under %s", m.test.why, m.scenario, m.approach, m.faultName())
+	case m.test != nil && !m.passedWithout:
+		return "HOLE: its package test fails without the mutant too"
+	case m.test != nil && !m.fails:
+		return "HOLE: its package test passes with the mutant on"
+	case m.test != nil && m.scenario != "":
+		return fmt.Sprintf("caught by its package test, not by a scenario (%s; no run of its hunt caught it, the last on %s/%s under %s)", m.test.why, m.scenario, m.approach, m.faultName())
+	case m.test != nil:
+		return "caught by its package test, not by a scenario (" + string(m.test.why) + ")"
+	case m.scenario == "":
+		return "HOLE: no approach of mutantTrials reaches its site"
+	case m.caught():
+		return "caught"
+	case m.hits == 0:
+		return "HOLE: reached without it, not with it on"
+	default:
+		return "HOLE: reached, never caught"
+	}
+}
+
+// mutantMarkdown is the table of the runs: one row per mutant.
+func mutantMarkdown(rows []mutantRun) string {
+	var b strings.Builder
+	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | verdict |\n")
+	b.WriteString("|---|---|---|---|---|--:|--:|---|\n")
+	for _, r := range rows {
+		v := "—"
+		if r.checked {
+			v = fmt.Sprint(r.violations)
+		}
+		if kinds, _, ok := strings.Cut(r.detail, "; first"); ok && r.violations > 0 {
+			v = kinds // "3 lost update, 1 phantom": what the check found
+		}
+		sc, ap, f, hits := "—", "—", "—", fmt.Sprint(r.hits)
+		switch {
+		case r.test != nil:
+			sc, ap, hits = fmt.Sprintf("package test `%s` (`%s`)", r.test.name, r.test.pkg), r.test.where(), "—"
+			v = "fails"
+			if !r.fails {
+				v = "passes"
+			}
+		case r.scenario != "":
+			sc, ap, f = r.scenario, string(r.approach), r.faultName()
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.verdict())
+	}
+	return b.String()
+}
+
+// packageTest is a test of a library package, by its package and its name
+// (a test and its subtests, slash-separated).
+type packageTest struct{ pkg, name string }
+
+// outOfReach says why no scenario can reach a mutant: the workers are
+// processes, and the harness's faults act on them — stop one, stall it at a
+// point, hold its traffic, restart the server — never inside a statement
+// the server runs, nor inside one process's memory that no other shares.
+type outOfReach string
+
+const (
+	// inMemory: the site is in memory backends alone (memory.go files),
+	// whose state no two workers share.
+	inMemory outOfReach = "a memory backend's site"
+	// inOneStatement: the race the mutant opens lies inside one SQL
+	// statement, between two of its steps, with only another session's
+	// open transaction able to act in between.
+	inOneStatement outOfReach = "a race inside one statement"
+	// inMiddleware: the site is in an HTTP middleware alone
+	// (middleware.go files), which no scenario's worker serves through.
+	inMiddleware outOfReach = "an HTTP middleware's site"
+)
+
+// siteFiles are the files a site of each kind may be in, and nowhere else.
+var siteFiles = map[outOfReach]string{inMemory: "memory.go", inMiddleware: "middleware.go"}
+
+// packageCatcher is a site out of every scenario's reach, with the package
+// test that guards it and why no scenario reaches it.
+type packageCatcher struct {
+	packageTest
+	why outOfReach
+}
+
+// where says what runs the package test, for the table.
+func (c packageCatcher) where() string {
+	if f, ok := siteFiles[c.why]; ok {
+		return "in-process (" + f + ")"
+	}
+	return "sessions driven step by step (postgres.go)"
+}
+
+// packageCatchers are the mutant sites out of every process fault's reach,
+// each with the package test that guards it and why: each is caught only
+// if its package test, run in a test binary built with the mutants and
+// $LOCKFREE_MUTANTS naming it, fails — and passes without it. TestMutants
+// fails on a listed site a scenario may reach: one of inMemory (or
+// inMiddleware) whose site is in a file other than memory.go (or
+// middleware.go), and one of inOneStatement that a run
+// of its hunt (the scenarios', as for any mutant, but on the naive lock)
+// catches.
+var packageCatchers = map[string]packageCatcher{
+	"occ.fenced.read.stamp":                {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
+	"occ.fenced.write.token":               {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
+	"fencedlock.gate.compare":              {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
+	"idempotency.middleware.lost-response": {packageTest{"./idempotency", "TestGuards/idempotency.middleware.lost-response/memory"}, inMiddleware},
+	// A fresh row's mint and its insert are one statement (sqlAcquireInsert,
+	// sqlAcquire's fresh-row branch), which waits only on another
+	// session's uncommitted row of the same name: the mutant shows only
+	// when that session's transaction, which holds the purge lock, gives
+	// the name a tenure with a newer token and purges its row before it
+	// commits (checkPurgeFence builds it). A user can do that with the
+	// public API (Postgres.WithDB on an open transaction: Purge, Acquire,
+	// Release, Acquire, Release, Purge), but no workload of a scenario
+	// does, and no fault can open the race otherwise: a whole tenure —
+	// insert, release, purge, each committed — would have to fit between
+	// one statement's mint and its insert.
+	"fencedlock.acquire.purge-fence": {packageTest{"./fencedlock", "TestGuards/fencedlock.acquire.purge-fence/insert"}, inOneStatement},
+}
+
+// outOfReachNotes are the notes under the table, one for each kind of
+// site caught by a package test.
+var outOfReachNotes = map[outOfReach]string{
+	inMemory: "A mutant whose site is in memory backends only (a `memory.go`) is out of every scenario's reach: " +
+		"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught, not by a scenario, when the package test named in its row, " +
+		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
+		"TestMutants checks that each such site is in `memory.go` files alone.",
+	inMiddleware: "A mutant whose site is in an HTTP middleware only (a `middleware.go`) is out of every scenario's reach: " +
+		"the workers call the executors directly and serve no HTTP. It is caught, not by a scenario, when the package test named in its row, " +
+		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
+		"TestMutants checks that each such site is in `middleware.go` files alone.",
+	inOneStatement: "A mutant whose race lies inside one SQL statement (`fencedlock.acquire.purge-fence`: a fresh row's token minted, then its insert waiting on " +
+		"another session's uncommitted row of the name) is out of every process fault's reach: only that other session's own transaction can act in between, " +
+		"by giving the name a newer tenure and purging it before it commits, which no scenario's workload does. It is caught, not by a scenario, when the package test " +
+		"named in its row, which drives the two sessions step by step, fails with the mutant on and passes with it off; TestMutants also hunts it with the scenarios, " +
+		"as any other mutant but on the naive lock (which cannot see a token's order, and loses updates without a mutant on a loaded machine), " +
+		"and fails if a run catches it (the row's verdict names the last run tried).",
+}
+
+// catchInPackage runs c's package test with mutant and without (runPackageTest),
+// after checking that no scenario reaches the site: a site inMemory or
+// inMiddleware must be in memory.go or middleware.go files alone, and a site
+// inOneStatement is hunted with the
+// scenarios, as any other mutant but on the naive lock, whose runs must not
+// catch it.
+func catchInPackage(t *testing.T, infra engine.Infra, base engine.Config, mutant string, c packageCatcher, reached map[string][]reach) mutantRun {
+	run := mutantRun{mutant: mutant}
+	switch c.why {
+	case inMemory, inMiddleware:
+		root := moduleRoot(t)
+		want := siteFiles[c.why]
+		if files := mutantFiles(t, root, mutant); len(files) == 0 || slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) != want }) {
+			t.Errorf("%s is listed in packageCatchers as %s, but its site is in %v: only a site in %s files alone is out of the scenarios' reach", mutant, c.why, files, want)
+			return run
+		}
+	case inOneStatement:
+		// Not on the naive lock: what such a race breaks is a token's
+		// order, which only a fence or the exclusivity check can see, and
+		// the naive lock without faults loses updates on a loaded machine
+		// whenever a worker is descheduled past its lease — a catch there
+		// would not be the mutant's.
+		passes := targetsOf(reached, mutant)
+		for i := range passes {
+			passes[i] = slices.DeleteFunc(slices.Clone(passes[i]), func(r reach) bool { return r.approach == engine.NaiveLock })
+		}
+		run = huntMutant(t, infra, base, mutant, passes...)
+		run.scenarioCaught = run.caught()
+	}
+	run.test = &c
+	run.passedWithout, run.fails = runPackageTest(t, mutant, c.packageTest)
+	return run
+}
+
+// runPackageTest runs pt in a test binary built with the mutants, first
+// without mutant and then with $LOCKFREE_MUTANTS naming it, and reports
+// whether it passed without it and failed with it.
+func runPackageTest(t *testing.T, mutant string, pt packageTest) (passedWithout, fails bool) {
+	root := moduleRoot(t)
+	var pattern []string
+	for _, part := range strings.Split(pt.name, "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	goTest := func(mutants string) (passed, failed bool) {
+		cmd := exec.Command("go", "test", "-count=1", "-v", "-tags", "lockfree_mutants", "-run", strings.Join(pattern, "/"), pt.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "LOCKFREE_MUTANTS="+mutants)
+		out, err := cmd.CombinedOutput()
+		passed = err == nil && strings.Contains(string(out), "--- PASS: "+pt.name+" ")
+		failed = err != nil && strings.Contains(string(out), "--- FAIL: "+pt.name+" ")
+		t.Logf("%s (%s) with LOCKFREE_MUTANTS=%q: err %v\n%s", pt.name, pt.pkg, mutants, err, out)
+		return passed, failed
+	}
+	passedWithout, _ = goTest("")
+	_, fails = goTest(mutant)
+	return passedWithout, fails
+}
+
+// moduleRoot is the directory of the library module, whose packages hold
+// the mutant sites: the repository's root, where go.work ties the lab's
+// module to it.
+func moduleRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOWORK").Output()
+	if err != nil {
+		t.Fatalf("go env GOWORK: %v", err)
+	}
+	work := strings.TrimSpace(string(out))
+	if work == "" || work == "off" {
+		t.Fatal("TestMutants runs the library's package tests from the repository's go.work: run it without GOWORK=off")
+	}
+	return filepath.Dir(work)
+}
+
+// mutantFiles lists the Go files of the module, tests aside, that hold
+// mutant's site.
+func mutantFiles(t *testing.T, root, mutant string) []string {
+	// The call is spelled in two pieces, so that the registry test does not
+	// take this line for a site.
+	site := []byte("failpoint." + "Mutant(" + strconv.Quote(mutant) + ")")
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(src, site) {
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// mutantUnsteady are the mutants the hunt catches in some runs and not in
+// others, each with why: TestMutants fails on neither outcome, and the
+// table shows which it was. Each is a hole in the proof until a scenario
+// catches it every time.
+var mutantUnsteady = map[string]string{}
+
+// mutantHoles are the mutants no scenario catches yet, each with why: the
+// holes in the proof that remain to be closed with a sharper scenario.
+// TestMutants fails on a hole missing here and on one listed here that a
+// run catches, so the list cannot drift from what the runs show.
+var mutantHoles = map[string]string{
+	// The scenarios' workloads have no failing handler and no poison
+	// message: no batch is retried one message at a time, where a lost
+	// answer resyncs mid-batch, and nothing is dead-lettered.
+	"kafkawriter.consumer.apply.below-stored": "no scenario's reader delivers a batch below the stored offset (the resync drops the batch held; " +
+		"see kafkawriter.consumer.resync.drop); kafkawriter's TestConsumerDropsOffsetsBelowStored catches it (TestMutantsAreCaught)",
+	"kafkawriter.consumer.resync.drop": "no scenario's handler fails, so no batch is retried one message at a time, where a lost answer resyncs " +
+		"mid-batch; kafkawriter's TestConsumerLostAnswerMidRetry catches it (TestMutantsAreCaught)",
+	"kafkawriter.deadletter.permanent": "no scenario dead-letters a message; kafkawriter's TestDeadLetterRefused catches it (TestMutantsAreCaught)",
+	// No scenario's workload sets a lease value or acquires several names
+	// at once: fencedlock's TestGuards catches each (TestMutantsAreCaught).
+	"fencedlock.acquire.clear-value": "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.acquire.clear-value catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.atomic":   "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.atomic catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
+	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
+	// No scenario elects a leader yet.
+	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
+
+	// No scenario's consumer has Dedupe on, the one path to these sites.
+	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+
+	// No scenario's workload coalesces or decrements in order yet, and a
+	// refusal's re-check is a race inside one statement: atomic's TestGuards
+	// catches each (TestMutantsAreCaught).
+	"atomic.refusal.recheck":     "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
+	"atomic.inorder.floor":       "no scenario decrements in order; atomic's TestGuards/atomic.inorder.floor catches it (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain":   "no scenario decrements in order; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.order":     "no scenario coalesces; atomic's TestGuards/atomic.coalescer.order catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.in-flight": "no scenario coalesces; atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
+
+	// No scenario's workload gives its operations IDs or sends through the
+	// idempotency client: each package's TestGuards catches these.
+	"atomic.id.expired":           "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
+	"atomic.id.fingerprint":       "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.fingerprint catches it (TestMutantsAreCaught)",
+	"atomic.id.replay":            "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.replay catches it (TestMutantsAreCaught)",
+	"atomic.purge.expired":        "no scenario gives its operations IDs; atomic's TestGuards/atomic.purge.expired catches it (TestMutantsAreCaught)",
+	"atomic.resolve.abandon":      "no scenario gives its operations IDs; atomic's TestGuards/atomic.resolve.abandon catches it (TestMutantsAreCaught)",
+	"occ.id.expired":              "no scenario gives its operations IDs; occ's TestGuards/occ.id.expired catches it (TestMutantsAreCaught)",
+	"occ.id.fingerprint":          "no scenario gives its operations IDs; occ's TestGuards/occ.id.fingerprint catches it (TestMutantsAreCaught)",
+	"occ.id.replay":               "no scenario gives its operations IDs; occ's TestGuards/occ.id.replay catches it (TestMutantsAreCaught)",
+	"occ.purge.expired":           "no scenario gives its operations IDs; occ's TestGuards/occ.purge.expired catches it (TestMutantsAreCaught)",
+	"occ.resolve.abandon":         "no scenario gives its operations IDs; occ's TestGuards/occ.resolve.abandon catches it (TestMutantsAreCaught)",
+	"idempotency.client.same-key": "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.same-key catches it (TestMutantsAreCaught)",
+	"idempotency.client.unkeyed":  "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
+
+	// No scenario writes through an outbox or runs its relays yet.
+	"outbox.mark.epoch":      "no scenario runs an outbox relay; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
+	"outbox.relay.order":     "no scenario runs an outbox relay; outbox's TestRelaysPublishEachEventInOrder catches it (TestMutantsAreCaught)",
+	"outbox.relay.uncertain": "no scenario runs an outbox relay; outbox's TestUncertainPublishIsResent catches it (TestMutantsAreCaught)",
+	"outbox.write.seq":       "no scenario writes to an outbox; outbox's TestPostgresWritersOfOneEntityTakeTurns catches it (TestMutantsAreCaught)",
+}

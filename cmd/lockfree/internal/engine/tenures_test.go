@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+)
+
+const ms = history.Time(time.Millisecond)
+
+// A grant's span runs from its return to its release's send, or to its last
+// grant's or renewal's send plus the TTL less the margin; a failover that
+// lost the lock service's WAL ends the spans granted before it.
+func TestLeaseSpans(t *testing.T) {
+	ttl := 250 * time.Millisecond
+	m := tenureMargin(ttl)
+	evs := map[int][]event{
+		1: {
+			{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+			{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 110 * ms},
+			{Ev: evRelease, Name: "a", Token: 1, Sent: 200 * ms, T: 210 * ms},
+			{Ev: evLease, Name: "a", Token: 3, TTL: ttl, Sent: 300 * ms, T: 305 * ms},
+			// Sent after the grant of 3 had expired: revived.
+			{Ev: evRenew, Name: "a", Token: 3, TTL: ttl, Sent: 700 * ms, T: 705 * ms},
+		},
+		2: {
+			{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 210 * ms, T: 220 * ms},
+			{Ev: evLease, Name: "b", Token: -1, TTL: ttl, T: 1}, // no send time: not checked
+		},
+	}
+	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms}, nil)
+	want := []history.Tenure{
+		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms},
+		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m},
+		{Name: "a", Client: 2, Token: 2, From: 220 * ms, To: 210*ms + history.Time(ttl) - m},
+	}
+	if len(tenures) != len(want) {
+		t.Fatalf("tenures %+v, want %+v", tenures, want)
+	}
+	for i := range want {
+		if tenures[i] != want[i] {
+			t.Errorf("tenure %d: %+v, want %+v", i, tenures[i], want[i])
+		}
+	}
+	if vs := history.Revivals(renewals, 0); len(vs) != 1 {
+		t.Errorf("revivals %+v, want the renewal of token 3", vs)
+	}
+	// 1 was released before 2 was granted; 3 was granted while 2's grant
+	// was in force.
+	if vs := history.Exclusive(tenures, 0); len(vs) != 1 {
+		t.Errorf("overlaps %+v, want 3 granted during 2", vs)
+	}
+
+	capped, _ := leaseSpans(evs, []history.Time{300 * ms}, nil)
+	if capped[2].To != 300*ms || capped[1].To != want[1].To {
+		t.Errorf("spans with a failover at 300 ms: %+v", capped)
+	}
+
+	// A renewal of 1 sent at 100 ms, while a cut held the worker's traffic
+	// until 400 ms, reached the service after 1's grant had expired.
+	held, renewed := leaseSpans(evs, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	if vs := history.Revivals(renewed, 0); len(vs) != 2 {
+		t.Errorf("revivals with a cut %+v, want the held renewal of token 1 and the renewal of token 3", vs)
+	}
+	if held[0].To != 200*ms {
+		t.Errorf("the release still ends the span: %+v", held[0])
+	}
+
+	// A renewal held by a cut and answered after the release's answer ran
+	// before the release: the release still ends the span.
+	late := map[int][]event{1: {
+		{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+		{Ev: evRelease, Name: "a", Token: 1, Sent: 120 * ms, T: 410 * ms},
+		{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 420 * ms},
+	}}
+	spans, _ := leaseSpans(late, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	if spans[0].To != 120*ms {
+		t.Errorf("a late renewal outlasted the release: %+v", spans[0])
+	}
+}
+
+// An ownership lasts until its member releases the partition, claims it
+// anew, or its membership lease ends by the store's rules; a call under it
+// is judged unless a fault held its operation.
+func TestOwnerSpans(t *testing.T) {
+	ttl := time.Second
+	m := tenureMargin(ttl)
+	evs := map[int][]event{
+		1: {
+			{Ev: evMember, Name: "worker-1", Token: 10, TTL: ttl, Sent: 0, T: 5 * ms},
+			{Ev: evClaim, Name: "partition/0", Token: 100, Incarnation: 10, Sent: 10 * ms, T: 15 * ms},
+			{Ev: evClaim, Name: "partition/1", Token: 200, Incarnation: 10, Sent: 10 * ms, T: 15 * ms},
+			{Ev: evMember, Name: "worker-1", Token: 10, TTL: ttl, Sent: 100 * ms, T: 105 * ms},
+			{Ev: evDisown, Name: "partition/0", Token: 100, Sent: 300 * ms, T: 305 * ms},
+			{Ev: evClaim, Name: "partition/1", Token: 201, Incarnation: 10, Sent: 400 * ms, T: 405 * ms},
+			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/7"},
+			{Ev: evAct, Name: "partition/1", Token: 201, T: 3000 * ms, Op: "1/8"},
+			{Ev: evRefuse, Name: "partition/0", Token: 100, T: 200 * ms, Op: "1/5"},
+			{Ev: evRefuse, Name: "partition/1", Token: 200, T: 500 * ms, Op: "1/6"},
+		},
+	}
+	own := ownerSpans(evs, map[string]bool{"1/7": true})
+	members, owners, acts, gotTTL := own.members, own.owners, own.acts, own.ttl
+	end := 100*ms + history.Time(ttl) - m
+	if gotTTL != ttl || len(members) != 1 || members[0].To != end {
+		t.Fatalf("members %+v (TTL %v)", members, gotTTL)
+	}
+	want := []history.Tenure{
+		{Name: "partition/0", Client: 1, Token: 100, From: 15 * ms, To: 300 * ms},
+		{Name: "partition/1", Client: 1, Token: 200, From: 15 * ms, To: 400 * ms},
+		{Name: "partition/1", Client: 1, Token: 201, From: 405 * ms, To: end},
+	}
+	if len(owners) != len(want) {
+		t.Fatalf("owners %+v, want %+v", owners, want)
+	}
+	for i := range want {
+		if owners[i] != want[i] {
+			t.Errorf("owner %d: %+v, want %+v", i, owners[i], want[i])
+		}
+	}
+	if vs := history.Lapses(owners, acts, history.Time(ttl/2), 0); len(vs) != 1 {
+		t.Errorf("lapses %+v, want the one call whose operation no fault held", vs)
+	}
+	if vs := history.Refused(owners, own.refusals, 0); len(vs) != 1 || vs[0].Key != "partition/0" {
+		t.Errorf("refusals %+v, want the one that came back while its ownership was in force", vs)
+	}
+	if len(own.releases) != 1 || own.releases[0] != (history.Act{Name: "partition/0", Client: 1, Token: 100, At: 300 * ms}) {
+		t.Errorf("releases %+v, want the disown of partition/0 at its send time", own.releases)
+	}
+	if vs := history.StaleReleases(owners, own.releases, 0); len(vs) != 0 {
+		t.Errorf("stale releases %+v, want none: no later claim of partition/0", vs)
+	}
+}
+
+// A crashed member's replacement (the crash fault) joins under the same name
+// from a lane of its own: a Join that returned while the crashed member's
+// lease was certainly in force is two leases of one name at once, and one
+// that returned after it lapsed is none.
+func TestReplacementJoin(t *testing.T) {
+	ttl := time.Second
+	crashed := []event{
+		{Ev: evMember, Name: "worker-3", Token: 10, TTL: ttl, Sent: 0, T: 5 * ms},
+		{Ev: evMember, Name: "worker-3", Token: 10, TTL: ttl, Sent: 100 * ms, T: 105 * ms},
+	}
+	lapsed := 100*ms + history.Time(ttl) // the store's expiry: after the check's end of it
+	for _, tc := range []struct {
+		name   string
+		joined history.Time // when the replacement's Join returned
+		want   int
+	}{
+		{"at once", 300 * ms, 1},
+		{"after the lapse", lapsed + 5*ms, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := map[int][]event{
+				3:  crashed,
+				11: {{Ev: evMember, Name: "worker-3", Token: 11, TTL: ttl, Sent: tc.joined - 5*ms, T: tc.joined}},
+			}
+			own := ownerSpans(evs, nil)
+			if vs := history.Exclusive(own.members, 0); len(vs) != tc.want {
+				t.Errorf("violations %+v, want %d", vs, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,18 @@
+package report_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
+)
+
+// TestMain lets the real run of the browser test re-execute this test
+// binary as the harness's workers.
+func TestMain(m *testing.M) {
+	if engine.IsWorker() {
+		os.Exit(engine.WorkerMain())
+	}
+	os.Exit(m.Run())
+}

@@ -1,0 +1,170 @@
+package events
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/approach"
+)
+
+// eventsFenced is kafkawriter's fenced-lock twin on the same topic and the
+// same consumer group as the alternative: kafkawriter.FencedConsumer with a
+// batch handler, every worker a member; per entity and batch, lock the
+// entity (fencedlock.Locker) → fenced read of its progress (raising its
+// token) → skip the events applied → apply the rest and write the progress
+// fenced by the token, in one transaction, one pipelined round trip →
+// release, then commit the Kafka offsets.
+// A member stopped past its session timeout is evicted, another member gets
+// its partition, fetches the events whose offsets were not committed, and
+// takes the entity's lock, whose lease ran out long before: the stopped
+// holder wakes with a stale token, and its transaction is refused.
+type eventsFenced struct{ kafkaEvents }
+
+func init() { engine.RegisterApproach(eventsFenced{}) }
+
+// MarksFetched: its handler marks a transaction's first event, held with
+// the rest of the batch, for the overtake fault.
+func (eventsFenced) MarksFetched() {}
+
+func (eventsFenced) Scenario() string          { return "events" }
+func (eventsFenced) Approach() engine.Approach { return engine.FencedLock }
+func (eventsFenced) Label() string {
+	return "kafkawriter.FencedConsumer: the same consumer group; per entity lock → fenced read of its progress → skip if applied → apply + fenced progress write, pipelined → release → commit the Kafka offset"
+}
+
+// Protection is the consumer group's, as the alternative's: nobody else
+// reads a partition before its member is evicted and the group rebalanced,
+// long after the entity lock's lease has run out.
+func (eventsFenced) Protection(p engine.Params) engine.Protection {
+	return engine.Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+}
+
+func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
+	p, topic, err := runProducer(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	// Polled, not woken, as the naive twin's locks: the lock is contended
+	// only around a rebalance.
+	store, err := fencedlock.NewPostgres(env.DB, nil)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	holder := approach.Holder(env)
+	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
+	timing := kafkaTiming(env.Clients)
+	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.Recording(store), env},
+		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
+		&kafkawriter.FencedConsumerConfig{
+			LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
+				Wait:          approach.LockWait(),
+				MeterProvider: env.MeterProvider},
+			Stream: topic, BatchSize: 100,
+			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
+		})
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.consumer.Start(sctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+type eventsFencedClient struct {
+	*kafkaProducer
+	consumer *kafkawriter.FencedConsumer
+	holder   string
+}
+
+// apply is the consumer's batch handler: an entity's events of a fetched
+// batch, sent in one pgx.Batch that also carries the entity's progress write
+// fenced by the lock's token (FencedConsumer appends it), in one round trip
+// as the naive twin's. The events are one task (the naive twin's one per
+// entity and batch), whose before-write point comes before that round trip.
+// On an entity another worker produces it is marked as holding fetched
+// events (markFetched): stopped there, the worker holds the batch and no row
+// lock, and the worker that takes its partition over can apply past the
+// batch while it is stopped (the overtake fault).
+func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	if err != nil {
+		return err
+	}
+	tctx, done := c.env.Task(ctx, last.entity, 0)
+	if onTask(tx, tctx, done) && !c.produces(last.entity) {
+		engine.MarkFetched(tctx)
+	}
+	engine.MarkApplied(tctx, last.by)
+	c.env.BeforeWrite(tctx, "harness.events.fenced.before-write")
+	return applyBatch(ctx, tx, msgs, c.holder, "")
+}
+
+// produces reports whether entity is one of the worker's own, which no
+// other worker produces.
+func (c *eventsFencedClient) produces(entity string) bool {
+	for k := range c.env.Keys {
+		if entityName(c.env.Client, k) == entity {
+			return true
+		}
+	}
+	return false
+}
+
+// Counts are the consumer's: transactions refused by the token (stale
+// holders), events found applied by another member.
+func (c *eventsFencedClient) Counts() map[string]int64 {
+	st := c.consumer.Stats()
+	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped}
+}
+
+func (c *eventsFencedClient) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
+	defer cancel()
+	err := c.consumer.Stop(ctx)
+	c.kafkaProducer.Close()
+	return err
+}
+
+// entityLocks is the fenced twin's lock service: each lease is reported on
+// the key of the entity it locks — the message key of the lock's name
+// ("events/<n>:<stream>/<partition>/<key>"), without the suffix that spread
+// it over the partitions — so that the fault injector sees who took an
+// entity over.
+type entityLocks struct {
+	fencedlock.Store
+	env *engine.Env
+}
+
+func (l entityLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	return l.Store.Acquire(l.env.Background(ctx, lockEntity(name)), name, holder, ttl)
+}
+
+func (l entityLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
+	return l.Store.Renew(l.env.Background(ctx, lockEntity(lease.Name)), lease)
+}
+
+func (l entityLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
+	return l.Store.Release(l.env.Background(ctx, lockEntity(lease.Name)), lease)
+}
+
+// lockEntity is the entity whose lock is name.
+func lockEntity(name string) string {
+	key := name[strings.LastIndexByte(name, '/')+1:]
+	entity, _, _ := strings.Cut(key, "#")
+	return entity
+}

@@ -1,0 +1,377 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+)
+
+// kafkaTiming is the consumer-group timing of the events approaches that
+// consume from Kafka, for a run of clients workers, one member each: 2 s
+// sessions and rebalances and heartbeats every 100 ms up to 8 members —
+// short, so that a member stopped past its session is evicted and its
+// partitions taken over within a run — and as much again for every 8
+// members more. Every member must heartbeat within its session and rejoin
+// within a rebalance, and the more worker processes share the cores, the
+// longer one may wait for them: 64 members on 2 s rebalanced without end on
+// a loaded machine (one evicted, the others too late to rejoin and evicted
+// in turn, the group empty), and applied next to nothing. The broker must
+// allow the session: group.min.session.timeout.ms ≤ 2000 (scripts/kafka.sh
+// sets 1000; Kafka's own default, 6000, refuses the join).
+func kafkaTiming(clients int) groupTiming {
+	f := time.Duration(max(1, (clients+7)/8))
+	return groupTiming{session: f * 2 * time.Second, rebalance: f * 2 * time.Second, heartbeat: f * 100 * time.Millisecond}
+}
+
+// groupTiming is a consumer group's session timeout, rebalance timeout and
+// heartbeat interval.
+type groupTiming struct{ session, rebalance, heartbeat time.Duration }
+
+// lease is how long after a member stops another may take its partitions:
+// its session runs out, then the group rebalances.
+func (g groupTiming) lease() time.Duration { return g.session + g.rebalance }
+
+// kafkaBacklog is how many events of one entity may be acknowledged and not
+// yet applied before its producer waits: the backpressure that makes a run
+// measure what the consumers apply, not what Kafka takes in.
+const kafkaBacklog = 2 * eventsPerOp
+
+// kafkaEvents is embedded by the events approaches that consume from Kafka:
+// each of their runs gets a topic of its own from the engine (KafkaTopic),
+// one partition per worker, and without brokers they are skipped.
+type kafkaEvents struct{}
+
+// KafkaTopic is the topic of the run whose schema is named run.
+func (kafkaEvents) KafkaTopic(run string) string { return eventsTopic(run) }
+
+// CommitsTransactions: each worker applies a batch and records its progress
+// in one transaction of its own (taskDB), whose COMMIT the lost-commit fault
+// can take the answer of.
+func (kafkaEvents) CommitsTransactions() {}
+
+// kafkaDialer is how env's consumers reach the brokers: through the
+// worker's proxies under network faults, directly otherwise (nil).
+func kafkaDialer(env *engine.Env) *kafka.Dialer {
+	if env.KafkaDial == nil {
+		return nil
+	}
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial}
+}
+
+// eventsTopic is the topic of the run whose schema is named run.
+func eventsTopic(run string) string { return "lockfree-" + run }
+
+// runTopic returns the topic of env's run, named after its schema.
+func runTopic(ctx context.Context, env *engine.Env) (string, error) {
+	var schema string
+	if err := env.DB.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return "", fmt.Errorf("harness: naming the run's topic: %w", err)
+	}
+	return eventsTopic(schema), nil
+}
+
+// kafkaBrokers returns the brokers of env's run.
+func kafkaBrokers(env *engine.Env) ([]string, error) {
+	if len(env.Kafka) == 0 {
+		return nil, errors.New("harness: events: the run has no Kafka brokers")
+	}
+	return env.Kafka, nil
+}
+
+// kafkaProducer is a worker's producing side on Kafka: each operation sends
+// the next events of one of its entities in one call, keyed so that the
+// entity's events go to one partition, and waits until every in-sync replica
+// runProducer makes the run's topic (runTopic) and a producer on it: every
+// Kafka approach's client starts so.
+func runProducer(ctx context.Context, env *engine.Env) (*kafkaProducer, string, error) {
+	topic, err := runTopic(ctx, env)
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := newKafkaProducer(env, topic)
+	return p, topic, err
+}
+
+// has them (kafkawriter.Producer: acks=all).
+type kafkaProducer struct {
+	*producer
+	kp *kafkawriter.Producer
+	tr *kafka.Transport // the producer's, closed with it
+	// keys are the entities' message keys: the entity's name and a suffix
+	// chosen so that entity i of all lands on partition i mod partitions,
+	// and every partition has work (hashed as they are, a few names would
+	// leave some partitions empty and crowd others).
+	keys  []string
+	acked []int64 // by entity: the highest event acknowledged
+	// applied reads an entity's last applied event (the backpressure).
+	applied func(ctx context.Context, entity string) (int64, error)
+	// pause waits between two polls of applied: sleep, but in tests.
+	pause func(ctx context.Context, d time.Duration) bool
+}
+
+func newKafkaProducer(env *engine.Env, topic string) (*kafkaProducer, error) {
+	brokers, err := kafkaBrokers(env)
+	if err != nil {
+		return nil, err
+	}
+	tr := &kafka.Transport{Dial: env.KafkaDial} // nil: dial directly
+	kp, err := kafkawriter.NewProducer(brokers, topic, &kafkawriter.ProducerConfig{Transport: tr})
+	if err != nil {
+		return nil, err
+	}
+	p := &kafkaProducer{producer: newProducer(env), kp: kp, tr: tr, acked: make([]int64, env.Keys), pause: engine.Sleep}
+	for k := range env.Keys {
+		p.keys = append(p.keys, spreadKey(entityName(env.Client, k), env.Client*env.Keys+k, env.Clients))
+	}
+	p.applied = func(ctx context.Context, entity string) (int64, error) {
+		var last int64
+		err := env.DB.QueryRow(ctx, sqlEventsState, entity).Scan(&last)
+		return last, err
+	}
+	return p, nil
+}
+
+// spreadKey returns entity's message key: entity, or entity and a suffix,
+// that a Producer sends to partition i mod partitions.
+func spreadKey(entity string, i, partitions int) string {
+	want := i % partitions
+	for n := 0; ; n++ {
+		key := entity
+		if n > 0 {
+			key += "#" + strconv.Itoa(n)
+		}
+		if kafkawriter.PartitionFor(key, partitions) == want {
+			return key
+		}
+	}
+}
+
+// Op sends the next events of a random entity of the worker's, once fewer
+// than kafkaBacklog of its events wait to be applied.
+func (p *kafkaProducer) Op(ctx context.Context) error {
+	k := p.env.Rand.IntN(p.env.Keys)
+	if !p.wait(ctx, k) {
+		return nil // the run is over, or the operation's time: nothing was invoked
+	}
+	ctx, op, first, err := p.invoke(ctx, k)
+	if err != nil {
+		return err
+	}
+	msgs := make([]kafka.Message, 0, eventsPerOp)
+	for s := first; s < first+eventsPerOp; s++ {
+		msgs = append(msgs, kafka.Message{Key: []byte(p.keys[k]), Value: encodeEvent(pendingEvent{entity: op.Key(), seq: s, by: op.ID()})})
+	}
+	op.ReachedWrite() // the send is the produce's write
+	err = p.kp.SendMessages(ctx, msgs...)
+	if err == nil {
+		p.acked[k] = first + eventsPerOp - 1
+	}
+	return op.Finish(nil, err)
+}
+
+// wait waits until entity k's backlog is below kafkaBacklog, and reports
+// whether it is (false when ctx ended first).
+func (p *kafkaProducer) wait(ctx context.Context, k int) bool {
+	for d := time.Duration(0); ctx.Err() == nil; {
+		last, err := p.applied(ctx, entityName(p.env.Client, k))
+		if err == nil && p.acked[k]-last < kafkaBacklog {
+			return true
+		}
+		d = pollDelay(d, p.env.Clients)
+		p.pause(ctx, d)
+	}
+	return false
+}
+
+// pollDelay is the delay before a worker's next poll of an entity's
+// progress while it waits for the consumers, after a delay of d (0 for
+// none yet): 1 ms, doubled up to a millisecond per worker of the run, so
+// that a fleet that waits polls about a thousand times a second in all,
+// whatever its size. 64 workers polling every 2 ms sent the server 32 000
+// queries a second, on the two cores their consumers needed.
+func pollDelay(d time.Duration, clients int) time.Duration {
+	return min(max(2*d, time.Millisecond), max(time.Duration(clients)*time.Millisecond, time.Millisecond))
+}
+
+// Drain waits until every event the worker was acknowledged is applied. It
+// polls only the entities it sent events of: one query each for 10 000
+// entities never sent to kept a fleet of 64 workers busy past the bound.
+func (p *kafkaProducer) Drain(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for k := range p.env.Keys {
+		if p.acked[k] == 0 {
+			continue // nothing acknowledged: nothing to wait for
+		}
+		for d := time.Duration(0); ; {
+			last, err := p.applied(ctx, entityName(p.env.Client, k))
+			if err == nil && last >= p.acked[k] {
+				break
+			}
+			d = pollDelay(d, p.env.Clients)
+			if !p.pause(ctx, d) {
+				return fmt.Errorf("harness: events: %s: applied %d of the %d acknowledged within a minute (%v)",
+					entityName(p.env.Client, k), last, p.acked[k], err)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *kafkaProducer) Close() error {
+	err := p.kp.Close()
+	p.tr.CloseIdleConnections()
+	return err
+}
+
+// encodeEvent is an event's message value: "entity seq produced_by".
+func encodeEvent(e pendingEvent) []byte {
+	return []byte(e.entity + " " + strconv.FormatInt(e.seq, 10) + " " + e.by)
+}
+
+func decodeEvent(b []byte) (pendingEvent, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return pendingEvent{}, fmt.Errorf("harness: events: bad message %q", b)
+	}
+	seq, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return pendingEvent{}, fmt.Errorf("harness: events: bad message %q: %w", b, err)
+	}
+	return pendingEvent{entity: f[0], seq: seq, by: f[2]}, nil
+}
+
+// sqlEventsApplyKafka is an application by a Kafka consumer, in its
+// transaction: the entity's new number and the log row, which also records
+// the worker that applied it and, for the inbox ($6: a group), the
+// partition's owner in the inbox as the write runs — after any pause before
+// it. A consumer whose row commits while another owns its partition is a
+// zombie whose transaction went through.
+const sqlEventsApplyKafka = `WITH o AS (SELECT last_seq FROM entity_state WHERE entity = $1),
+u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1)
+INSERT INTO applied (entity, seq, prev_seq, produced_by, applied_by, owner)
+SELECT $1, $2, o.last_seq, $3, $4,
+	(SELECT owner FROM lockfree_inbox_offsets WHERE group_id = $5 AND topic = $6 AND partition = $7)
+FROM o`
+
+// applyBatch applies msgs in tx in one round trip, as worker holder; group
+// is the inbox's consumer group, "" for none.
+func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, group string) error {
+	b := &pgx.Batch{}
+	for _, m := range msgs {
+		e, err := decodeEvent(m.Value)
+		if err != nil {
+			return err
+		}
+		var g any
+		if group != "" {
+			g = group
+		}
+		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// taskDB is a worker's pool whose transactions tell the fault injector when
+// they end: the background work the harness's handler runs in one is a
+// task (Env.Task), and the injector waits for a stopped task's transaction
+// to commit or be refused before it lets the worker that took over go on.
+type taskDB struct{ *pgxpool.Pool }
+
+func (d taskDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &taskTx{Tx: tx}, nil
+}
+
+// taskTx is a transaction of taskDB: the tasks of the handler that runs in
+// it (onEnd, onTask) end once it has committed or rolled back.
+type taskTx struct {
+	pgx.Tx
+	mu    sync.Mutex
+	done  []func()
+	tasks []context.Context // the tasks whose positions it applies (onTask)
+}
+
+// onEnd adds a function called when tx ends, when tx is a taskTx.
+func onEnd(tx pgx.Tx, done func()) {
+	if t, ok := taskTxOf(tx); ok {
+		t.mu.Lock()
+		t.done = append(t.done, done)
+		t.mu.Unlock()
+	}
+}
+
+// onTask is onEnd for the task of tctx, which marks the event it applies
+// (markApplied): a task whose transaction does not commit applied nothing,
+// and its mark is cleared. It reports whether the
+// task is tx's first, before which tx wrote nothing of the handler's.
+func onTask(tx pgx.Tx, tctx context.Context, done func()) (first bool) {
+	t, ok := taskTxOf(tx)
+	if !ok {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	first = len(t.done) == 0
+	t.done = append(t.done, done)
+	t.tasks = append(t.tasks, tctx)
+	return first
+}
+
+// taskTxOf returns the taskTx that tx is or wraps (kafkawriter's fenced
+// twin hands its handler the transaction wrapped, so that the handler's
+// batch carries the fenced write).
+func taskTxOf(tx pgx.Tx) (*taskTx, bool) {
+	for {
+		if t, ok := tx.(*taskTx); ok {
+			return t, true
+		}
+		w, ok := tx.(interface{ Unwrap() pgx.Tx })
+		if !ok {
+			return nil, false
+		}
+		tx = w.Unwrap()
+	}
+}
+
+func (t *taskTx) end(committed bool) {
+	t.mu.Lock()
+	done, tasks := t.done, t.tasks
+	t.done, t.tasks = nil, nil
+	t.mu.Unlock()
+	for _, ctx := range tasks {
+		if !committed {
+			engine.MarkApplied(ctx, "")
+		}
+	}
+	for _, d := range done {
+		d()
+	}
+}
+
+func (t *taskTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.end(err == nil)
+	return err
+}
+
+func (t *taskTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.end(false)
+	return err
+}

@@ -1,0 +1,209 @@
+package payments
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/idempotency"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// paymentsLeased is payments with the charge outside the claim's
+// transaction — a call to a payment provider, here a charge written in its
+// own transaction — so its alternative is idempotency's leased mode: the
+// key is claimed with a lease and a fencing token, the charge presents the
+// attempt's token to the provider (a fenced write, as the fenced twin's),
+// and the result is stored with a compare-and-set on the token. An attempt
+// stopped past its lease is superseded: its charge is refused by the
+// token, and its completion or release by the record; the faults fall
+// before its charge or between its charge and its completion, in turn
+// (chargePoint: each shows a stale attempt's other write). One key in expiringOdds of the alternative expires while
+// it is still retried: a retry after the key's retention is refused. The tables, the check and the
+// other approaches are payments'.
+type paymentsLeased struct{ payments }
+
+func init() { engine.Register(paymentsLeased{}) }
+
+func (paymentsLeased) Name() string { return "payments-leased" }
+func (paymentsLeased) Description() string {
+	return "payments whose charge is an external call (its own transaction, fenced by the attempt's token), the alternative idempotency's leased mode, one key in 4 expiring while clients still retry it: each key is charged exactly once, only by an attempt that was not refused, no attempt of another amount is told it is charged, at most one stores the key's answer, no attempt is granted a key while another's lease on it is in force, and no retry is answered after the key's answer expired"
+}
+
+// OnRequest: the default run of lockfree compare leaves the scenario out.
+func (paymentsLeased) OnRequest() string {
+	return "payments runs the same workload, its alternative the transactional mode"
+}
+
+// paymentsLeasedAlternative charges with idempotency.Leased: claim the key
+// with a lease, fenced read of the key's charged flag with the attempt's
+// token, charge with a fenced write, complete with the token.
+type paymentsLeasedAlternative struct{}
+
+func init() { engine.RegisterApproach(paymentsLeasedAlternative{}) }
+
+func (paymentsLeasedAlternative) Scenario() string          { return "payments-leased" }
+func (paymentsLeasedAlternative) Approach() engine.Approach { return engine.Alternative }
+func (paymentsLeasedAlternative) Label() string {
+	return "idempotency.Leased: claim with a lease → fenced read with the attempt's token → charge with a fenced write → complete with the token"
+}
+func (paymentsLeasedAlternative) Protection(p engine.Params) engine.Protection {
+	return engine.LockTTL(p)
+}
+
+// SkipFault: its attempts' leases are idempotency's, whose renewals the
+// late-renewal fault cannot hold.
+func (paymentsLeasedAlternative) SkipFault(f engine.Fault) string {
+	if f == engine.LateRenewal {
+		return "its attempts' leases are idempotency's, not the lock service's, whose renewals late-renewal holds"
+	}
+	return ""
+}
+
+// One key in expiringOdds of the leased alternative expires: its store
+// keeps the key's answer for paymentsRetention, about half the time a key
+// is retried (paymentRounds), so that the key's later retries come after
+// its answer expired and must be refused (idempotency.ErrExpired); a
+// stopped attempt's key is still taken over before it expires. The other
+// keys are kept for the store's default retention, longer than any run.
+const expiringOdds = 4
+
+func paymentsRetention(env *engine.Env) time.Duration { return env.LeaseTTL + time.Second }
+
+// expiring reports whether key is one of the keys that expire: the same
+// answer in every worker.
+func expiring(key string) bool {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return h.Sum32()%expiringOdds == 0
+}
+
+// A client purges the expired records every purgeEvery operations, up to
+// purgeLimit of them: an expired key becomes a tombstone, its answer
+// dropped, the key still spent.
+const (
+	purgeEvery = 16
+	purgeLimit = 100
+)
+
+func (paymentsLeasedAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
+	c := &paymentsLeasedClient{env: env}
+	for i, retention := range []time.Duration{0, paymentsRetention(env)} {
+		store, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{Retention: retention, MeterProvider: env.MeterProvider})
+		if err != nil {
+			return nil, err
+		}
+		l, err := idempotency.NewLeased(recordingLeases{LeaseStore: store, env: env}, &idempotency.LeasedConfig{TTL: env.LeaseTTL, MeterProvider: env.MeterProvider})
+		if err != nil {
+			return nil, err
+		}
+		c.stores[i], c.leased[i] = store, l
+	}
+	return c, nil
+}
+
+// paymentsLeasedClient charges a key with leased[1] if it is one that
+// expires, and leased[0] otherwise; stores are theirs.
+type paymentsLeasedClient struct {
+	env    *engine.Env
+	stores [2]*idempotency.Postgres
+	leased [2]*idempotency.Leased
+	keys   paymentKeys
+	ops    int
+}
+
+// metaUnanswered marks an operation answered with a replay that carried no
+// answer: a spent key's tombstone, replayed instead of refused.
+const metaUnanswered = "unanswered"
+
+func (c *paymentsLeasedClient) Op(ctx context.Context) error {
+	if c.ops++; c.ops%purgeEvery == 0 {
+		// Upkeep, no operation of the history: a purge that fails (the
+		// server restarting) leaves the records for the next one.
+		_, _ = c.stores[1].Purge(ctx, purgeLimit)
+	}
+	ctx, op, amount, err := c.keys.next(ctx, c.env)
+	if err != nil {
+		return err
+	}
+	leased := c.leased[0]
+	if expiring(op.Key()) {
+		leased = c.leased[1]
+	}
+	var res idempotency.Result
+	err = retryInFlight(ctx, op, func() error {
+		var err error
+		res, err = leased.Do(ctx, idempotency.Key{ID: op.Key()}, paymentFingerprint(op.Key(), amount), func(actx context.Context) (idempotency.Result, error) {
+			// Without a point before the charge, a fault falls at
+			// idempotency.leased.before-write, between the charge and
+			// the completion, where a stopped attempt wakes superseded.
+			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.leased.before-write", 2))
+		})
+		return err
+	})
+	if err == nil && res.Replayed && res.Status == 0 {
+		op.Set(metaUnanswered, "true")
+	}
+	// A superseded attempt is refused: its charge too, by the token, unless
+	// it committed before (Took), and then the operation is uncertain.
+	return op.Finish(ChargeOutput{Recorded: err == nil && !res.Replayed}, err,
+		idempotency.ErrInFlight, idempotency.ErrKeyReused, idempotency.ErrExpired, idempotency.ErrSuperseded, fencedlock.ErrFenced)
+}
+
+func (c *paymentsLeasedClient) Close() error { return nil }
+
+// recordingLeases is the leased alternative's store of attempts, each lease
+// it grants, renews and ends (by a completion or a release) reported as
+// Env.Locks' are (recordingLocks), named by the key: the attempts' tenures
+// are held to the exclusivity check — no attempt granted a key while
+// another's lease on it is in force, none completing or releasing a key
+// after another was granted it — and a newer attempt's claim is the
+// takeover the fault injector waits for.
+type recordingLeases struct {
+	idempotency.LeaseStore
+	env *engine.Env
+}
+
+func (r recordingLeases) Claim(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Lease, *idempotency.Result, error) {
+	sent := history.Now()
+	l, res, err := r.LeaseStore.Claim(ctx, key, fp, ttl)
+	if err == nil && res == nil {
+		r.report(ctx, engine.Granted, l, sent)
+	}
+	return l, res, err
+}
+
+func (r recordingLeases) Renew(ctx context.Context, l idempotency.Lease) (idempotency.Lease, error) {
+	sent := history.Now()
+	renewed, err := r.LeaseStore.Renew(ctx, l)
+	if err == nil {
+		r.report(ctx, engine.Renewed, renewed, sent)
+	}
+	return renewed, err
+}
+
+func (r recordingLeases) Complete(ctx context.Context, l idempotency.Lease, res idempotency.Result) error {
+	sent := history.Now()
+	err := r.LeaseStore.Complete(ctx, l, res)
+	if err == nil {
+		r.report(ctx, engine.Released, l, sent)
+	}
+	return err
+}
+
+func (r recordingLeases) Release(ctx context.Context, l idempotency.Lease) error {
+	sent := history.Now()
+	err := r.LeaseStore.Release(ctx, l)
+	if err == nil {
+		r.report(ctx, engine.Released, l, sent)
+	}
+	return err
+}
+
+// report reports ev of lease l, whose request was sent at sent.
+func (r recordingLeases) report(ctx context.Context, kind engine.EvidenceKind, l idempotency.Lease, sent history.Time) {
+	r.env.Report(ctx, engine.Evidence{Kind: kind, Sent: sent, Name: "idempotency/" + l.Key.ID, Token: l.Token, TTL: l.TTL})
+}
