@@ -106,7 +106,8 @@ func Start(ctx context.Context) (*Pair, error) {
 }
 
 // findScript returns scripts/pg-replication.sh: $LOCKFREE_REPL_SCRIPT, or
-// the one of the module above the working directory.
+// the one in the nearest folder above the working directory that has it
+// (the repository's root, above the lab's and the examples' modules).
 func findScript() (string, error) {
 	if s := os.Getenv("LOCKFREE_REPL_SCRIPT"); s != "" {
 		return s, nil
@@ -117,10 +118,7 @@ func findScript() (string, error) {
 	}
 	for {
 		s := filepath.Join(dir, "scripts", "pg-replication.sh")
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(s); err != nil {
-				return "", &MissingError{fmt.Sprintf("no %s (set LOCKFREE_REPL_SCRIPT)", s)}
-			}
+		if _, err := os.Stat(s); err == nil {
 			return s, nil
 		}
 		parent := filepath.Dir(dir)

@@ -219,7 +219,7 @@ func theCluster() (*cluster, error) {
 // Main runs the tests of a binary that uses Get, then removes its pair.
 func Main(m M) {
 	code := m.Run()
-	if shared != nil {
+	if shared != nil && shared.pair != nil { // no pair when Start failed
 		if err := shared.pair.Remove(context.Background()); err != nil {
 			fmt.Fprintf(os.Stderr, "replpair: removing the replication pair: %v\n", err)
 			if code == 0 {
