@@ -12,7 +12,9 @@
 package docscheck
 
 import (
+	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -27,7 +29,18 @@ const (
 	maxParagraphWords  = 120
 	maxUnreleasedLines = 250
 	maxExampleLines    = 250
+
+	// maxWords caps the prose words of the counted pages (the pages and
+	// CHANGELOG.md) together. Issue 27 was filed at 47,470 words (commit
+	// 22b7c6c; count them with -words-at 22b7c6c); the cap is half or less.
+	// Lower it when pages shrink; to grow a page, shorten another.
+	maxWords = 35821
 )
+
+// wordsAt, when set, counts the pages at that git revision instead of the
+// tree, and enforces no cap: `go test ./internal/docscheck/ -run
+// TestWordCount -v -args -words-at 22b7c6c`.
+var wordsAt = flag.String("words-at", "", "count the pages' words at this git revision")
 
 // overBudget lists the pages not yet within a budget, with the figure each
 // had when it was listed: a listed page may shrink, never grow. A page that
@@ -49,19 +62,34 @@ func root(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// pageGlobs match the hand-written Markdown pages, relative to the root;
+// docs/results.md, which scripts write, is not one of them.
+var pageGlobs = []string{"README.md", "ARCHITECTURE.md", "CONTRIBUTING.md", "docs/*.md", "examples/*.md", "examples/*/README.md"}
+
+// isPage says whether rel, a slash-separated path relative to the root, is
+// a hand-written page.
+func isPage(rel string) bool {
+	for _, g := range pageGlobs {
+		if ok, _ := filepath.Match(g, rel); ok && rel != "docs/results.md" {
+			return true
+		}
+	}
+	return false
+}
+
 // pages are the hand-written Markdown pages, relative to the root.
 func pages(t *testing.T) []string {
 	t.Helper()
 	r := root(t)
-	ps := []string{"README.md", "ARCHITECTURE.md", "CONTRIBUTING.md"}
-	for _, glob := range []string{"docs/*.md", "examples/*.md", "examples/*/README.md"} {
+	var ps []string
+	for _, glob := range pageGlobs {
 		m, err := filepath.Glob(filepath.Join(r, glob))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range m {
 			rel, _ := filepath.Rel(r, p)
-			if rel != filepath.Join("docs", "results.md") {
+			if isPage(filepath.ToSlash(rel)) {
 				ps = append(ps, filepath.ToSlash(rel))
 			}
 		}
@@ -120,6 +148,48 @@ func TestPagesKeepTheirBudgets(t *testing.T) {
 			t.Errorf("overBudget lists %s, which names no page: remove it", name)
 		}
 	}
+}
+
+// The counted pages (every page and CHANGELOG.md) keep under maxWords
+// words of prose together, counted as measure counts them.
+func TestWordCount(t *testing.T) {
+	r := root(t)
+	names := append(pages(t), "CHANGELOG.md")
+	text := func(p string) string { return read(t, filepath.Join(r, p)) }
+	if *wordsAt != "" {
+		names, text = pagesAt(t, r, *wordsAt)
+	}
+	total := 0
+	for _, p := range names {
+		w := measure(text(p)).words
+		total += w
+		t.Logf("%6d %s", w, p)
+	}
+	t.Logf("%6d words in %d pages", total, len(names))
+	if *wordsAt == "" && total > maxWords {
+		t.Errorf("the pages have %d words, over the cap of %d: shorten them", total, maxWords)
+	}
+}
+
+// pagesAt lists the counted pages of git revision rev and reads them there.
+func pagesAt(t *testing.T, root, rev string) ([]string, func(string) string) {
+	t.Helper()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
+	var names []string
+	for _, p := range strings.Fields(git("ls-tree", "-r", "--name-only", rev)) {
+		if isPage(p) || p == "CHANGELOG.md" {
+			names = append(names, p)
+		}
+	}
+	return names, func(p string) string { return git("show", rev+":"+p) }
 }
 
 func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
