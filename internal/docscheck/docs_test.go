@@ -34,7 +34,7 @@ const (
 	// CHANGELOG.md) together. Issue 27 was filed at 47,470 words (commit
 	// 22b7c6c; count them with -words-at 22b7c6c); the cap is half or less.
 	// Lower it when pages shrink; to grow a page, shorten another.
-	maxWords = 35821
+	maxWords = 30898
 )
 
 // wordsAt, when set, counts the pages at that git revision instead of the
@@ -47,9 +47,7 @@ var wordsAt = flag.String("words-at", "", "count the pages' words at this git re
 // comes within its budget must leave the list (the test says so), so the
 // list only gets shorter.
 var overBudget = map[string]float64{
-	"ARCHITECTURE.md paragraph":     275.0,
-	"docs/compare.md mean sentence": 20.0,
-	"docs/compare.md paragraph":     483.0,
+	"ARCHITECTURE.md paragraph": 275.0,
 }
 
 // root is the repository's root.
