@@ -34,7 +34,7 @@ const (
 	// CHANGELOG.md) together. Issue 27 was filed at 47,470 words (commit
 	// 22b7c6c; count them with -words-at 22b7c6c); the cap is half or less.
 	// Lower it when pages shrink; to grow a page, shorten another.
-	maxWords = 30898
+	maxWords = 30372
 )
 
 // wordsAt, when set, counts the pages at that git revision instead of the
@@ -46,9 +46,7 @@ var wordsAt = flag.String("words-at", "", "count the pages' words at this git re
 // had when it was listed: a listed page may shrink, never grow. A page that
 // comes within its budget must leave the list (the test says so), so the
 // list only gets shorter.
-var overBudget = map[string]float64{
-	"ARCHITECTURE.md paragraph": 275.0,
-}
+var overBudget = map[string]float64{}
 
 // root is the repository's root.
 func root(t *testing.T) string {
