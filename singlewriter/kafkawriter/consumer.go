@@ -179,6 +179,7 @@ type Consumer struct {
 	}
 	mu       sync.Mutex
 	assigned map[int]int64 // partition → epoch of the current claims
+	changed  chan struct{} // closed, and replaced, when assigned changes
 }
 
 // NewConsumer returns a consumer of src that applies each message with
@@ -218,7 +219,7 @@ func NewBatchConsumer(db TxDB, src Source, handler BatchHandler, cfg *ConsumerCo
 		return nil, err
 	}
 	return &Consumer{db: db, src: src, handler: handler, cfg: c, set: set, inbox: inbox,
-		life: newLifecycle(), assigned: map[int]int64{}, tel: newConsumerTelemetry(c, src)}, nil
+		life: newLifecycle(), assigned: map[int]int64{}, changed: make(chan struct{}), tel: newConsumerTelemetry(c, src)}, nil
 }
 
 // Stats returns the consumer's counters. It is safe to call at any time.
@@ -228,6 +229,21 @@ func (c *Consumer) Stats() Stats {
 		Fenced: c.stats.fenced.Load(), Failed: c.stats.failed.Load(), DeadLettered: c.stats.dead.Load(),
 		Mirrored: c.stats.mirrored.Load(), Duplicates: c.stats.dups.Load(),
 	}
+}
+
+// AssignedChanged returns a channel closed when Assigned next changes: a
+// partition claimed or given up. Take it before calling Assigned, so that a
+// change between the two is not missed; then wait on it instead of polling.
+func (c *Consumer) AssignedChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// assignedChangedLocked wakes the callers of AssignedChanged; c.mu is held.
+func (c *Consumer) assignedChangedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 // Assigned returns the partitions this consumer currently owns, with the
@@ -403,6 +419,7 @@ func (c *Consumer) claim(ctx context.Context, log *slog.Logger, p int) (Claim, b
 	c.tel.claims.Add(ctx, 1, c.tel.source.Add()...)
 	c.mu.Lock()
 	c.assigned[p] = claim.Epoch
+	c.assignedChangedLocked()
 	c.mu.Unlock()
 	return claim, true
 }
@@ -411,6 +428,7 @@ func (c *Consumer) unassign(claim Claim) {
 	c.mu.Lock()
 	if c.assigned[claim.Partition] == claim.Epoch {
 		delete(c.assigned, claim.Partition)
+		c.assignedChangedLocked()
 	}
 	c.mu.Unlock()
 }

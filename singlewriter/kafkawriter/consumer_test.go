@@ -351,3 +351,35 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// AssignedChanged wakes its caller when a partition is claimed and when it
+// is given up, so that a watcher of Assigned need not poll it.
+func TestConsumerAssignedChanged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	c, err := kafkawriter.NewConsumer(e.db.Pool, e.source(), recordHandler("a"), consumerConfig("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitChanged := func(what string, want map[int]bool) {
+		t.Helper()
+		for {
+			changed := c.AssignedChanged()
+			got := c.Assigned()
+			if len(got) == len(want) && (len(want) == 0 || want[0] == (got[0] > 0)) {
+				return
+			}
+			select {
+			case <-changed:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("%s: Assigned = %v, and no change within 2m", what, got)
+			}
+		}
+	}
+	stop := run(t, c)
+	waitChanged("after Start", map[int]bool{0: true})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitChanged("after Stop", nil)
+}

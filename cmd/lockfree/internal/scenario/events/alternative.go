@@ -117,13 +117,15 @@ func (c *eventsAltClient) othersProduceTo(p int) bool {
 
 // watch reports each partition the consumer claims and gives up as a lease
 // of the partition's key, its epoch the token: the evidence of a takeover
-// (a rebalance) for the fault injector and the timeline.
+// (a rebalance) for the fault injector and the timeline. It waits for the
+// consumer's word of a change: 64 workers polling every 5 ms took a core of
+// the two that their broker needed, which then answered the group too late
+// and the group never settled.
 func (c *eventsAltClient) watch() {
 	defer c.watched.Done()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
 	held := map[int]int64{}
 	for {
+		changed := c.consumer.AssignedChanged()
 		now := c.consumer.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
@@ -139,7 +141,7 @@ func (c *eventsAltClient) watch() {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
+		case <-changed:
 		}
 	}
 }
