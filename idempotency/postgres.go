@@ -214,11 +214,13 @@ func (p *Postgres) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 func (p *Postgres) retention() int64 { return p.cfg.Retention.Microseconds() }
 
 // lockKey is the advisory lock that serialises the transactional executions
-// of key in this store's table: a 64-bit hash of the table and the key, in
-// the bigint space of pg_advisory_xact_lock (an application's own advisory
-// locks would have to hit the same hash to contend with it).
+// of key in this store's table: a 64-bit hash of the key, in the bigint
+// space of pg_advisory_xact_lock (an application's own advisory locks would
+// have to hit the same hash to contend with it). The statements that take it
+// mix in the table's OID (tableOID): the name alone, without a Schema, is
+// the same in every schema of the database.
 func (p *Postgres) lockKey(key Key) int64 {
-	sum := sha256.Sum256(lengthPrefixed([]byte(p.tables.Table("idempotency_keys")), []byte(key.Tenant), []byte(key.ID)))
+	sum := sha256.Sum256(lengthPrefixed([]byte(key.Tenant), []byte(key.ID)))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 

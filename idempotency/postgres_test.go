@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -332,5 +333,53 @@ func TestClaimRestoresLockTimeout(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Stores in two schemas of one database, each found by its connection's
+// search_path (Schema unset), lock apart: an execution in flight in one
+// does not hold up the same key in the other, in a transaction of its own
+// or in the caller's.
+func TestSchemasLockApart(t *testing.T) {
+	t.Parallel()
+	a := newPostgres(t, testdb.New(t, idempotency.Migrations()...), nil)
+	bdb := testdb.New(t, idempotency.Migrations()...)
+	b := newPostgres(t, bdb, &idempotency.PostgresConfig{InFlightWait: 50 * time.Millisecond})
+	for i, inTx := range []bool{false, true} {
+		key := idempotency.Key{Tenant: "t", ID: fmt.Sprint("same-", i)}
+		started, finish := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Do(ctx, key, idempotency.Fingerprint{}, func(context.Context) (idempotency.Result, error) {
+				close(started)
+				<-finish
+				return idempotency.Result{Status: 200}, nil
+			})
+			done <- err
+		}()
+		<-started
+		ran := false
+		fn := func(context.Context) (idempotency.Result, error) {
+			ran = true
+			return idempotency.Result{Status: 201}, nil
+		}
+		var res idempotency.Result
+		var err error
+		if inTx {
+			err = pgx.BeginFunc(ctx, bdb.Pool, func(tx pgx.Tx) error {
+				res, err = b.WithDB(tx).Do(ctx, key, idempotency.Fingerprint{}, fn)
+				return err
+			})
+		} else {
+			res, err = b.Do(ctx, key, idempotency.Fingerprint{}, fn)
+		}
+		close(finish)
+		if err != nil || !ran || res.Replayed {
+			t.Errorf("in the caller's transaction %v: the other schema's store, while the key is in flight in the first: %+v, ran %v, %v",
+				inTx, res, ran, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -34,11 +34,16 @@ import (
 // result) up front, so that a result-less execution needs no statement
 // after fn; a result is one update more.
 const (
-	sqlTryLock  = `SELECT pg_try_advisory_xact_lock($1)`
+	sqlTryLock  = `SELECT pg_try_advisory_xact_lock($1::bigint # ` + tableOID + `)`
 	sqlWaitLock = `SELECT set_config('lock_timeout',
-		left(pg_advisory_xact_lock($1::bigint + 0 * length(set_config('lock_timeout',
+		left(pg_advisory_xact_lock(($1::bigint # ` + tableOID + `) + 0 * length(set_config('lock_timeout',
 			$2 || left(set_config('lockfree.idempotency_lock_timeout', current_setting('lock_timeout'), true), 0), true)))::text, 0)
 		|| current_setting('lockfree.idempotency_lock_timeout'), true)`
+	// tableOID is the records table's OID, mixed into the key's lock
+	// (Postgres.lockKey) by the server: the table the statements find on
+	// the connection's search_path, so that stores in two schemas of one
+	// database never share a lock.
+	tableOID  = `{{regclass idempotency_keys}}::regclass::oid::bigint`
 	sqlRecord = `INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, status, header, body, created_at, expires_at)
 		VALUES ($1, $2, $3, 'done', $4, $5, $6, clock_timestamp(), clock_timestamp() + $7 * interval '1 microsecond')`
 
@@ -49,7 +54,7 @@ const (
 	// the one that is there: it answers 1 (claimed), 2 (the lock is busy) or
 	// 0 and the record. No row at all means that the record changed between
 	// the insert and the read (they share the statement's snapshot).
-	sqlClaim = `WITH lock AS (SELECT pg_try_advisory_xact_lock($4) AS held),
+	sqlClaim = `WITH lock AS (SELECT pg_try_advisory_xact_lock($4::bigint # ` + tableOID + `) AS held),
 		claim AS (
 			INSERT INTO {{idempotency_keys}} (tenant, key, fingerprint, state, created_at, expires_at)
 			SELECT $1, $2, $3, 'done', clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond'
@@ -84,11 +89,11 @@ const (
 )
 
 type txStatements struct {
-	record, claim, complete string
+	tryLock, waitLock, record, claim, complete string
 }
 
 func renderTx(r func(string) string) txStatements {
-	return txStatements{record: r(sqlRecord), claim: r(sqlClaim), complete: r(sqlComplete)}
+	return txStatements{tryLock: r(sqlTryLock), waitLock: r(sqlWaitLock), record: r(sqlRecord), claim: r(sqlClaim), complete: r(sqlComplete)}
 }
 
 // What a claim in the caller's transaction found: sqlClaim answers the
@@ -222,7 +227,7 @@ func (p *Postgres) begin(ctx context.Context, conn *pgx.Conn, key Key) (pgx.Tx, 
 	lock := p.lockKey(key)
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(sqlTryLock, lock)
+	b.Queue(p.sql.tx.tryLock, lock)
 	b.Queue(p.sql.lookup, key.Tenant, key.ID)
 	br := conn.SendBatch(ctx, &b)
 	tx := br.Tx()
@@ -248,7 +253,7 @@ func (p *Postgres) begin(ctx context.Context, conn *pgx.Conn, key Key) (pgx.Tx, 
 	// A duplicate is in flight: wait for its transaction to end.
 	var restored string
 	var wb pgx.Batch
-	wb.Queue(sqlWaitLock, lock, p.inFlightWait())
+	wb.Queue(p.sql.tx.waitLock, lock, p.inFlightWait())
 	wb.Queue(p.sql.lookup, key.Tenant, key.ID)
 	wbr := conn.SendBatch(ctx, &wb)
 	err = wbr.QueryRow().Scan(&restored)
@@ -368,7 +373,7 @@ func (p *Postgres) claim(ctx context.Context, tx pgx.Tx, key Key, fp Fingerprint
 	case sqlSavepoint:
 		b.Queue(sqlSavepoint)
 	case sqlWaitLock:
-		b.Queue(sqlWaitLock, lock, p.inFlightWait())
+		b.Queue(p.sql.tx.waitLock, lock, p.inFlightWait())
 	}
 	b.Queue(claim, key.Tenant, key.ID, fp[:], lock, p.retention())
 	br := tx.SendBatch(ctx, &b)
