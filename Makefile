@@ -73,12 +73,14 @@ screenshot: browser
 	@eval "$$(scripts/chromium.sh env)" && $(GO) test -count=1 -run TestReportScreenshot ./cmd/lockfree/internal/report -update-screenshot
 
 # The packages built with their mutant sites compiled in (internal/failpoint):
-# each package's tests show that the test guarding a safety condition fails
-# when the condition's mutant is on.
+# each package's TestMutantsAreCaught shows that the test guarding a safety
+# condition fails when the condition's mutant is on. Only those run: the
+# packages' other tests, with every mutant off, are the default build's.
 MUTANT_PACKAGES = ./fencedlock/ ./atomic/ ./idempotency/ ./idempotency/client/ ./internal/failpoint/ ./leader/ ./occ/ ./outbox/ ./partition/ ./singlewriter/kafkawriter/
 
 test-mutants: services
-	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants $(MUTANT_PACKAGES)
+	@$(SERVICES_ENV) && $(GO) test $(GOTESTFLAGS) -tags lockfree_mutants \
+		-run '^(TestMutantsAreCaught|TestEnableMutant)$$' $(MUTANT_PACKAGES)
 
 # The harness against every mutant site of failpoint's registry: one test
 # binary with all of them compiled in, the mutant of each run chosen by

@@ -12,6 +12,9 @@ import (
 // registered scenarios (an internal test cannot import them: they import
 // the engine), look inside one approach's run.
 
+// UseWorkers makes the workers of every run without an Executable run exe.
+func UseWorkers(exe string) { testExecutable = exe }
+
 // WithDefaults is Config.withDefaults.
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 

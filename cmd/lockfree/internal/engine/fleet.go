@@ -53,10 +53,19 @@ func (f *fleet) of(client int) *proc {
 	panic(fmt.Sprintf("engine: no worker of client %d", client))
 }
 
+// testExecutable, when set, is the binary the workers of a Config without
+// an Executable run instead of this process's: this package's tests set it
+// (export_test.go) to the lab built without the race detector, so that
+// their race-checked test binary coordinates and the workers run at speed.
+var testExecutable string
+
 // executable is the binary the workers run.
 func (f *fleet) executable() (string, error) {
 	if f.cfg.Executable != "" {
 		return f.cfg.Executable, nil
+	}
+	if testExecutable != "" {
+		return testExecutable, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {

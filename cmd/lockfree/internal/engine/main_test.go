@@ -1,17 +1,48 @@
 package engine_test
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
-// TestMain lets the harness re-execute this test binary as its workers.
+// TestMain lets the harness re-execute this test binary as its workers,
+// and builds the workers' binary: the lab itself (cmd/lockfree), without
+// the race detector, with the same scenarios registered and, in the
+// lockfree_mutants build, the same mutant sites. The race detector stays
+// on in this process, which runs the engine; the workers, each a client
+// of PostgreSQL, would spend most of the suite's CPU under it, and their
+// code is the library's, whose own tests run raced.
 func TestMain(m *testing.M) {
 	if engine.IsWorker() {
 		os.Exit(engine.WorkerMain())
 	}
-	os.Exit(m.Run())
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "lockfree-workers-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	exe := filepath.Join(dir, "lockfree")
+	args := []string{"build", "-o", exe}
+	if failpoint.MutantsBuilt {
+		args = append(args, "-tags", "lockfree_mutants")
+	}
+	cmd := exec.Command("go", append(args, "github.com/lockfree-go/lockfree/cmd/lockfree")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the workers' binary: %v\n%s", err, out)
+		return 1
+	}
+	engine.UseWorkers(exe)
+	return m.Run()
 }

@@ -137,9 +137,14 @@ func roundTrips(t *testing.T, sc engine.Scenario, def engine.ApproachDef, cfg en
 	// has not prepared its statement yet.
 	// A statement of the mix that the warm-up did not send is prepared on
 	// its first send, one round trip more, once per statement.
+	// And a pool may open a connection mid-run (one it dropped, on a
+	// loaded machine), whose statements are prepared again on their
+	// first send: at most hi more. An extra round trip per operation
+	// would be hundreds more.
 	leased := r.Lease() > 0
-	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips > st.OpStatements+kinds(sc) {
-		t.Errorf("%d round trips for %d statements (%d kinds of statement)", st.OpRoundTrips, st.OpStatements, kinds(sc))
+	slack := kinds(sc) + hi
+	if st.OpRoundTrips < st.OpStatements || !leased && st.OpRoundTrips > st.OpStatements+slack {
+		t.Errorf("%d round trips for %d statements (%d more allowed: statements prepared on a connection's first send)", st.OpRoundTrips, st.OpStatements, slack)
 	}
 	checkRedisTrips(t, def, st, locks(sc))
 	if *res.RoundTripsPerOp < float64(st.OpRoundTrips)/float64(st.Ops) || *res.RoundTripsPerOp < float64(lo) {
