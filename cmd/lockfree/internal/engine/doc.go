@@ -40,10 +40,11 @@
 //
 // Each fault is a file of its own (fault_<name>.go) and one line of
 // faultKinds: a description (the fault interface: its name, how it is
-// injected, and the traits it has) whose start makes the injector of one
-// approach's run, with that run's state of the fault; a fault with a part
-// in each worker has an agent there (agent.go). Every fault that hits one
-// worker hits it at a before-write point: a failpoint.Inject in library
+// injected, when it counts, and the traits it has) whose start makes the
+// injector of one approach's run, with that run's state of the fault; a
+// fault with a part in each worker has an agent there (agent.go). Every
+// fault that hits one worker hits it at a before-write point: a
+// failpoint.Inject in library
 // code (or Env.BeforeWrite in the lab's own approaches) between an operation's read, claim or acquire and its write,
 // armed by a command on the worker's stdin and fired once. Pause stops the
 // process there with SIGSTOP; once /proc shows the process stopped, the

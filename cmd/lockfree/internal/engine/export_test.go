@@ -15,6 +15,15 @@ import (
 // UseWorkers makes the workers of every run without an Executable run exe.
 func UseWorkers(exe string) { testExecutable = exe }
 
+// FaultCounts says when one injection of f is counted (fault.counts), or
+// "" for a fault the engine does not inject.
+func FaultCounts(f Fault) string {
+	if k, ok := faultByName(f); ok {
+		return k.counts()
+	}
+	return ""
+}
+
 // WithDefaults is Config.withDefaults.
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 

@@ -28,7 +28,10 @@ type crash struct{}
 
 func (crash) Name() Fault { return Crash }
 func (crash) How() string {
-	return "SIGKILLs of one worker at a before-write point, each followed at once by a replacement process with the same identity (client number, member and holder names) while the killed one's lease was still in force"
+	return "SIGKILLs at a before-write point, each followed at once by a replacement with the same identity (client number, member and holder names, proxies) and no warm-up, while the killed lease is in force"
+}
+func (crash) counts() string {
+	return "the worker was killed; a replacement that exits or is not ready in time also counts as `crash-restart-failed`"
 }
 func (crash) start(r *run) injector { return &crashRun{r: r} }
 

@@ -9,7 +9,10 @@ type delay struct{}
 
 func (delay) Name() Fault { return Delay }
 func (delay) How() string {
-	return "cuts of one worker's connections at a before-write point, held past the lease until another worker sent to the key had taken it over or been kept out of it, then delivered late (the write lands after that)"
+	return "cuts of one worker's connections at a before-write point, held past the lease and a worker sent to the key, then delivered late: the write lands after"
+}
+func (delay) counts() string {
+	return "the proxy held bytes and a worker sent to the key took it over or was kept out of it"
 }
 func (delay) networked()            {}
 func (delay) bites()                {}

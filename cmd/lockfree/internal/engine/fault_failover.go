@@ -42,7 +42,10 @@ type failover struct{}
 
 func (failover) Name() Fault { return Failover }
 func (failover) How() string {
-	return "failovers of the lock service's database mid-run (its standby held from WAL while leases were granted, the primary killed, the standby promoted), a client stopped across each holding a lease whose WAL was lost, resumed after another took its key over on the promoted node"
+	return "failovers of the lock service's database (its standby held from WAL, the primary killed, the standby promoted), a client stopped across each with a lease the WAL lost, resumed after another took its key over"
+}
+func (failover) counts() string {
+	return "the promoted node lost WAL and the taker took the key over (for `plain-token-lock`, below the stopped token)"
 }
 func (failover) bites()                   {}
 func (failover) wholeRun()                {}
@@ -73,7 +76,7 @@ func (failover) skip(sc Scenario, _ ApproachDef) string {
 			on = append(on, s.Name())
 		}
 	}
-	return "the failover fault runs on " + strings.Join(on, ", ") + ": the scenarios whose leases live in the lock service that fails over"
+	return "the failover fault runs only where leases live in the lock service that fails over and clients share keys (" + strings.Join(on, ", ") + ")"
 }
 
 // failoverRun is the failover fault in one approach's run: the workers' URL

@@ -23,7 +23,10 @@ type handoffPause struct{}
 
 func (handoffPause) Name() Fault { return HandoffPause }
 func (handoffPause) How() string {
-	return "SIGSTOPs of a partition member in a handoff, after its drain and before its release, resumed once its lease had run out and other members had claimed every partition it held"
+	return "SIGSTOPs of a partition member after its handoff's drain, before its release, resumed once its lease ran out and others claimed every partition it held"
+}
+func (handoffPause) counts() string {
+	return "other members claimed every partition it held before it resumed"
 }
 func (handoffPause) start(r *run) injector                   { return handoffPauseRun{r} }
 func (handoffPause) skip(_ Scenario, def ApproachDef) string { return memberSkip(def) }

@@ -21,7 +21,10 @@ type isolate struct{}
 
 func (isolate) Name() Fault { return Isolate }
 func (isolate) How() string {
-	return "cuts of one worker's connections at a before-write point, held past the lease until another worker sent to the key had taken it over or been kept out of it, then reset (the write never lands)"
+	return "cuts of one worker's connections at a before-write point, held past the lease and a worker sent to the key, then reset: the write never lands"
+}
+func (isolate) counts() string {
+	return "the proxy held bytes and a worker sent to the key took it over or was kept out of it"
 }
 func (isolate) networked()            {}
 func (isolate) start(r *run) injector { return cutRun{r: r, f: Isolate} }

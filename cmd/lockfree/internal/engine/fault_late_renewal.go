@@ -69,7 +69,10 @@ type lateRenewal struct{}
 
 func (lateRenewal) Name() Fault { return LateRenewal }
 func (lateRenewal) How() string {
-	return "renewals held past their lease's expiry, the other workers kept from the key meanwhile, then sent: the renewal of a lease expired and free, which the lock service must refuse"
+	return "renewals held past their lease's expiry, the key kept from the others, then sent: a lease expired and free, which the lock service must refuse to renew"
+}
+func (lateRenewal) counts() string {
+	return "the held renewal was answered, and no other worker was granted the key before"
 }
 func (lateRenewal) start(r *run) injector { return lateRenewalRun{r} }
 func (lateRenewal) agent(w *worker) agent { return &renewalAgent{out: w.out} }
@@ -77,8 +80,8 @@ func (lateRenewal) agent(w *worker) agent { return &renewalAgent{out: w.out} }
 // skip: only a lease of the engine's lock service (Protection.LockService)
 // has renewals the fault can hold.
 func (lateRenewal) skip(_ Scenario, def ApproachDef) string {
-	if prot := def.Protection(Params{LeaseTTL: time.Second}); !prot.LockService {
-		return "what protects its clients is not a lease of the harness's PostgreSQL lock service (" + prot.What + "), whose renewals late-renewal holds"
+	if !def.Protection(Params{LeaseTTL: time.Second}).LockService {
+		return "no lease of the harness's PostgreSQL lock service, whose renewals late-renewal holds, protects its clients"
 	}
 	return ""
 }

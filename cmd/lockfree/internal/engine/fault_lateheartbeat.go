@@ -33,7 +33,10 @@ type lateHeartbeat struct{}
 
 func (lateHeartbeat) Name() Fault { return LateHeartbeat }
 func (lateHeartbeat) How() string {
-	return "holds of a partition member's heartbeats and steps past its lease, until another member claimed one of its partitions, while its calls went on"
+	return "holds of a partition member's heartbeats and steps past its lease, its calls going on, until another member claimed one of its partitions"
+}
+func (lateHeartbeat) counts() string {
+	return "another member claimed one of its partitions, and its calls went on after"
 }
 func (lateHeartbeat) start(r *run) injector                   { return lateHeartbeatRun{r} }
 func (lateHeartbeat) agent(w *worker) agent                   { return &lateGate{out: w.out, halt: w.haltCh} }

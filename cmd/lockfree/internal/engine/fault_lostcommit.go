@@ -20,7 +20,10 @@ type lostCommit struct{}
 
 func (lostCommit) Name() Fault { return LostCommit }
 func (lostCommit) How() string {
-	return "COMMITs whose answer was lost: the worker's proxy forwarded the COMMIT, the server committed, and the worker's connection was reset before the answer came"
+	return "COMMITs the server committed whose answer the worker's proxy dropped, resetting the connection"
+}
+func (lostCommit) counts() string {
+	return "the proxy lost an answer"
 }
 func (lostCommit) networked()            {}
 func (lostCommit) start(r *run) injector { return lostCommitRun{r} }

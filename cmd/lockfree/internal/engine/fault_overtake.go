@@ -26,7 +26,10 @@ type overtake struct{}
 
 func (overtake) Name() Fault { return Overtake }
 func (overtake) How() string {
-	return "SIGSTOPs of a consumer holding a fetched batch it had written nothing of, each resumed past its session and after the worker that got its partition applied an event sent after the stop"
+	return "SIGSTOPs of a consumer holding a fetched batch it wrote nothing of, resumed past its session once another worker applied an event sent after the stop"
+}
+func (overtake) counts() string {
+	return "another worker applied an event sent after the stop, and the stopped transaction ended"
 }
 func (overtake) start(r *run) injector { return overtakeRun{r} }
 

@@ -19,7 +19,10 @@ type pause struct{}
 
 func (pause) Name() Fault { return Pause }
 func (pause) How() string {
-	return "SIGSTOPs at a before-write point, each resumed past the lease that protects the approach, once another worker sent to the key had taken it over or been kept out of it"
+	return "SIGSTOPs at a before-write point, each resumed past the lease and a worker sent to the key"
+}
+func (pause) counts() string {
+	return "a worker sent to the key took it over or was kept out of it"
 }
 func (pause) bites()                {}
 func (pause) start(r *run) injector { return pauseRun{r} }

@@ -19,8 +19,13 @@ const (
 
 type restart struct{}
 
-func (restart) Name() Fault           { return Restart }
-func (restart) How() string           { return "restarts of the PostgreSQL server mid-run" }
+func (restart) Name() Fault { return Restart }
+func (restart) How() string {
+	return "restarts of the PostgreSQL server (pg_ctl restart, or --restart-cmd) a third of the way into the run, breaking every connection"
+}
+func (restart) counts() string {
+	return "the server restarted; else `restart-failed`, and a server compare cannot restart fails the run"
+}
 func (restart) wholeRun()             {}
 func (restart) start(r *run) injector { return restartRun{r} }
 

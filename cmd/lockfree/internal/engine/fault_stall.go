@@ -18,7 +18,10 @@ type stall struct{}
 
 func (stall) Name() Fault { return Stall }
 func (stall) How() string {
-	return "stalls of one goroutine at a before-write point past the lease (the rest of the process, its lease renewals too, running on), another worker sent to the key meanwhile"
+	return "stalls of one goroutine at a before-write point for twice the lease plus a margin, the process and its renewals running on, a worker sent to the key meanwhile"
+}
+func (stall) counts() string {
+	return "the point fired, whether or not a worker took the key over meanwhile (counted apart)"
 }
 func (stall) start(r *run) injector { return stallRun{r} }
 

@@ -39,6 +39,11 @@ type fault interface {
 	// How says how it is injected, after a count ("3 SIGSTOPs …"): the
 	// report's FaultHow.
 	How() string
+	// counts says when one injection of it is counted, in a phrase that
+	// follows "counted when": what must have happened for the run to
+	// have tested the approach under it. docs/compare.md's fault table
+	// shows it (TestFaultTable).
+	counts() string
 	// start returns the fault's injector for one approach's run.
 	start(r *run) injector
 }

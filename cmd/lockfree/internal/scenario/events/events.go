@@ -106,7 +106,7 @@ func (events) Migrations() []migrate.Migration { return kafkawriter.Migrations()
 // SkipFault: a crash means nothing here, whatever the approach.
 func (events) SkipFault(f engine.Fault) string {
 	if f == engine.Crash {
-		return "its producers number each entity's events in process memory: a replacement would number them again from the first, which the check must refuse whatever the approach"
+		return "its producers number each entity's events in process memory, and a replacement would number them again from the first, which the check must refuse whatever the approach"
 	}
 	return ""
 }
