@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+)
+
+// LostReply loses the answer to a worker's next statement (or, for an
+// approach whose workers commit transactions of their own, its next
+// COMMIT): its proxy forwards the request, the server acts on it, and the
+// worker's connection is reset before the answer reaches it. A client that
+// resends the operation (Env.Resend) must find it applied once; one that
+// cannot know reports it as uncertain, never as done.
+const LostReply Fault = "lost-reply"
+
+type lostReply struct{}
+
+func (lostReply) Name() Fault { return LostReply }
+func (lostReply) How() string {
+	return "statements (COMMITs, for approaches that commit transactions of their own) whose answer was lost: the worker's proxy forwarded it, the server acted on it, and the worker's connection was reset before the answer came; the client resends with backoff when its operation says whether it applied"
+}
+func (lostReply) networked()            {}
+func (lostReply) start(r *run) injector { return lostReplyRun{r} }
+
+type lostReplyRun struct{ r *run }
+
+func (l lostReplyRun) inject(ctx context.Context, v *proc) {
+	if _, ok := l.r.def.(Committer); ok {
+		loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresCommit, "a COMMIT")
+		return
+	}
+	loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresExecute, "a statement")
+}
