@@ -86,6 +86,7 @@ func idGuards() []guard {
 			gs = append(gs, guard{c.mutant + "/" + kind, func(t *testing.T) error { return c.check(t, idKinds[kind](t)) }})
 		}
 	}
+	gs = append(gs, guard{"atomic.id.scope/postgres", checkIDScoped})
 	// Retries of one ID at once, each past the read of the ID's record
 	// before the first commits: only the primary key keeps the second
 	// from applying.

@@ -211,8 +211,8 @@ func TestPurgeInBatches(t *testing.T) {
 	p := newPostgres(t, db.Pool, table)
 	for i := range 25 {
 		id := opid.At(time.Now().Add(-2*time.Hour - time.Duration(i)*time.Second))
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO lockfree_atomic_operations (id, fingerprint, op, key, outcome)
-			VALUES ($1, '', 'decrement', 'k', 'applied')`, id); err != nil {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO lockfree_atomic_operations (id, scope, fingerprint, op, key, outcome)
+			VALUES ($1, '', '', 'decrement', 'k', 'applied')`, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -112,6 +112,12 @@ func (t Table) qualified() string {
 	return pgx.Identifier{t.Schema, t.Name}.Sanitize()
 }
 
+// where is the table's identity in fingerprints: the table as
+// configured, its key and value columns.
+func (t Table) where() string {
+	return t.qualified() + "." + pgx.Identifier{t.Key}.Sanitize() + "." + pgx.Identifier{t.Value}.Sanitize()
+}
+
 // render replaces T, K and V in a statement template with the quoted table,
 // key column and value column.
 func (t Table) render(tmpl string) string {
@@ -264,8 +270,7 @@ func NewPostgres(db DB, table Table) (*Postgres, error) {
 	if err := table.validate(); err != nil {
 		return nil, err
 	}
-	where := table.qualified() + "." + pgx.Identifier{table.Key}.Sanitize() + "." + pgx.Identifier{table.Value}.Sanitize()
-	return &Postgres{db: db, table: table, where: where, sql: renderStatements(table), ids: table.renderIDs(),
+	return &Postgres{db: db, table: table, where: table.where(), sql: renderStatements(table), ids: table.renderIDs(),
 		retention: retentionOr(table.Retention), tel: newTelemetry(table.MeterProvider, table.TracerProvider)}, nil
 }
 

@@ -48,14 +48,15 @@ func Migrations() []migrate.Migration {
 //     cannot let it apply again).
 //
 // The record and the effect are one statement: they commit together or not
-// at all. {O} is the operations table; the user's table is {T} as
-// elsewhere.
+// at all. {O} is the operations table, {S} the store's scope (scopeSQL),
+// recorded with the ID: prior says whether the record is the store's own
+// (mine); the user's table is {T} as elsewhere.
 const (
 	sqlIDAge = `age AS MATERIALIZED (
 		SELECT CASE WHEN $5::timestamptz < clock_timestamp() - $6::interval THEN 'expired'
 			WHEN $5::timestamptz > clock_timestamp() + $6::interval THEN 'future' ELSE 'live' END AS verdict
 	), prior AS MATERIALIZED (
-		SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals FROM {O} WHERE id = $4::uuid
+		SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals, scope = {S} AS mine FROM {O} WHERE id = $4::uuid
 	), fresh AS MATERIALIZED (
 		SELECT 1 FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
 	)`
@@ -69,8 +70,8 @@ const (
 	sqlUpdateID = `WITH ` + sqlIDAge + `, cur AS MATERIALIZED (
 		SELECT {V} AS v FROM {T} WHERE {K} = $1::text AND EXISTS (SELECT 1 FROM fresh) FOR NO KEY UPDATE
 	), ins AS (
-		INSERT INTO {O} (id, fingerprint, op, key, outcome, value, amount, bound)
-		SELECT $4, $7::bytea, '{OP}', $1,
+		INSERT INTO {O} (id, scope, fingerprint, op, key, outcome, value, amount, bound)
+		SELECT $4, {S}, $7::bytea, '{OP}', $1,
 			CASE WHEN c.v IS NULL THEN 'not_found' WHEN {OK} THEN 'applied' ELSE '{REFUSED}' END,
 			CASE WHEN {OK} THEN {NEW} ELSE c.v END, $2::bigint, $8::bigint
 		FROM fresh LEFT JOIN cur c ON true
@@ -82,7 +83,7 @@ const (
 		RETURNING 1
 	)
 	SELECT a.verdict, i.outcome, i.value, i.live, (SELECT count(*) FROM u),
-		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals
+		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN ins i ON true`
 
 	// sqlClaimID is Claim: the insert first (ON CONFLICT on the key DO
@@ -99,12 +100,12 @@ const (
 	), seen AS MATERIALIZED (
 		SELECT {V} AS v FROM {T} WHERE {K} = $1::text AND EXISTS (SELECT 1 FROM fresh)
 	), applied AS (
-		INSERT INTO {O} (id, fingerprint, op, key, outcome, value, amount, bound)
-		SELECT $4, $7::bytea, 'claim', $1, 'applied', $2, $3::bigint, $8::bigint FROM t_ins
+		INSERT INTO {O} (id, scope, fingerprint, op, key, outcome, value, amount, bound)
+		SELECT $4, {S}, $7::bytea, 'claim', $1, 'applied', $2, $3::bigint, $8::bigint FROM t_ins
 		RETURNING outcome, value
 	), refused AS (
-		INSERT INTO {O} (id, fingerprint, op, key, outcome, value, amount, bound)
-		SELECT $4, $7::bytea, 'claim', $1, 'conflict', s.v, $3::bigint, $8::bigint
+		INSERT INTO {O} (id, scope, fingerprint, op, key, outcome, value, amount, bound)
+		SELECT $4, {S}, $7::bytea, 'claim', $1, 'conflict', s.v, $3::bigint, $8::bigint
 		FROM seen s WHERE NOT EXISTS (SELECT 1 FROM t_ins)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING outcome, value
@@ -112,7 +113,7 @@ const (
 		SELECT * FROM applied UNION ALL SELECT * FROM refused
 	)
 	SELECT a.verdict, i.outcome, i.value, i.outcome IS NOT NULL, (SELECT count(*) FROM t_ins),
-		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals
+		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN i ON true`
 
 	// sqlDecrementManyID is sqlDecrementMany with a record: the batch's
@@ -129,8 +130,8 @@ const (
 		SELECT r.k, r.a, l.v FROM req r LEFT JOIN locked l ON l.k = r.k
 		WHERE l.k IS NULL OR l.v < r.th ORDER BY r.ord LIMIT 1
 	), ins AS (
-		INSERT INTO {O} (id, fingerprint, op, key, outcome, value, amount, bound, keys, vals)
-		SELECT $4, $7::bytea, 'decrement many', coalesce(m.k, ''),
+		INSERT INTO {O} (id, scope, fingerprint, op, key, outcome, value, amount, bound, keys, vals)
+		SELECT $4, {S}, $7::bytea, 'decrement many', coalesce(m.k, ''),
 			CASE WHEN m.k IS NULL THEN 'applied' WHEN m.v IS NULL THEN 'not_found' ELSE 'insufficient' END,
 			m.v, m.a, $8::bigint,
 			CASE WHEN m.k IS NULL THEN $1::text[] END,
@@ -144,7 +145,7 @@ const (
 		RETURNING 1
 	)
 	SELECT a.verdict, i.outcome, i.key, i.value, i.amount, i.keys, i.vals, i.live, (SELECT count(*) FROM u),
-		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals
+		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN ins i ON true`
 
 	// sqlResolve returns the ID's record, or records it as abandoned: an
@@ -154,15 +155,15 @@ const (
 		SELECT CASE WHEN $2::timestamptz < clock_timestamp() - $3::interval THEN 'expired'
 			WHEN $2::timestamptz > clock_timestamp() + $3::interval THEN 'future' ELSE 'live' END AS verdict
 	), prior AS MATERIALIZED (
-		SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals FROM {O} WHERE id = $1::uuid
+		SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals, scope = {S} AS mine FROM {O} WHERE id = $1::uuid
 	), ins AS (
-		INSERT INTO {O} (id, fingerprint, op, key, outcome)
-		SELECT $1, '', '', '', 'abandoned' FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
+		INSERT INTO {O} (id, scope, fingerprint, op, key, outcome)
+		SELECT $1, {S}, '', '', '', 'abandoned' FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING $2::timestamptz >= clock_timestamp() - $3::interval AS live
 	)
 	SELECT a.verdict, i.live,
-		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals
+		p.fingerprint, p.op, p.key, p.outcome, p.value, p.amount, p.bound, p.keys, p.vals, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN ins i ON true`
 
 	// sqlPurge deletes a batch of records of IDs older than Retention, by
@@ -220,9 +221,27 @@ func (t Table) renderIDs() idStatements {
 }
 
 // renderOps renders a statement on the user's table and the operations
-// table.
+// table, {S} the store's scope (scopeSQL).
 func (t Table) renderOps(tmpl string) string {
-	return strings.ReplaceAll(t.render(tmpl), "{O}", t.Tables.Table("atomic_operations"))
+	return strings.NewReplacer("{O}", t.Tables.Table("atomic_operations"), "{S}", t.scopeSQL()).Replace(t.render(tmpl))
+}
+
+// scopeSQL is the SQL expression of the store's scope, recorded with each
+// of its IDs: its table's schema (Schema, or the connection's current
+// schema, where search_path finds the table), name and columns. Stores
+// that share an operations table — tenants in schemas of their own — read
+// and replay only their own records.
+func (t Table) scopeSQL() string {
+	if t.Schema != "" {
+		return sqlText(t.where())
+	}
+	return "(current_schema() || '.' || " + sqlText(t.where()) + ")"
+}
+
+// sqlText is s as an SQL string constant, whatever standard_conforming_strings
+// says: an escape string, its backslashes and quotes doubled.
+func sqlText(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
 }
 
 // mutated applies the mutant sites of operation IDs to sql: dead code in
@@ -264,10 +283,22 @@ type priorRow struct {
 	amount, bound *int64
 	keys          []string
 	vals          []int64
+	mine          *bool // recorded by a store of the same scope
 }
 
 func (p *priorRow) dest() []any {
-	return []any{&p.fingerprint, &p.op, &p.key, &p.outcome, &p.value, &p.amount, &p.bound, &p.keys, &p.vals}
+	return []any{&p.fingerprint, &p.op, &p.key, &p.outcome, &p.value, &p.amount, &p.bound, &p.keys, &p.vals, &p.mine}
+}
+
+// foreign reports a record of another store's scope, which the store
+// must neither replay nor tell.
+func (p priorRow) foreign() bool {
+	return p.outcome != nil && p.mine != nil && !*p.mine && !failpoint.Mutant("atomic.id.scope")
+}
+
+// foreignID is the refusal of id, recorded by another store, by op.
+func foreignID(id uuid.UUID, op string) error {
+	return &IDReusedError{ID: id, Op: op}
 }
 
 // record returns the prior record; ok is false when there is none.
@@ -334,6 +365,9 @@ func (c call) decide(row idRow, fresh func() record) (decided, error) {
 			return decided{}, fmt.Errorf("atomic: %s %s with ID %s: recorded %s but changed %d rows", c.op, short.Quote(c.key), c.id, r.outcome, row.changed)
 		}
 		return decided{out: r.result(c.id)}, nil
+	}
+	if row.prior.foreign() {
+		return decided{}, foreignID(c.id, c.op)
 	}
 	if r, ok := row.prior.record(); ok {
 		out, err := c.replay(r, failpoint.Mutant("atomic.id.fingerprint"))
@@ -433,7 +467,7 @@ func (p *Postgres) doMany(ctx context.Context, c call, b batch) (decided, error)
 }
 
 // read is the statement idFailed reads a record with.
-const sqlReadRecord = `SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals FROM {O} WHERE id = $1`
+const sqlReadRecord = `SELECT fingerprint, op, key, outcome, value, amount, bound, keys, vals, scope = {S} FROM {O} WHERE id = $1`
 
 // Resolve implements Recorder.
 func (p *Postgres) Resolve(ctx context.Context, id uuid.UUID) (Outcome, error) {
@@ -445,6 +479,9 @@ func (p *Postgres) Resolve(ctx context.Context, id uuid.UUID) (Outcome, error) {
 		// Read-only: an unrecorded ID is reported abandoned, and left free.
 		var pr priorRow
 		err := p.db.QueryRow(ctx, p.ids.read, id).Scan(pr.dest()...)
+		if pr.foreign() {
+			return Outcome{}, foreignID(id, "resolve")
+		}
 		if r, ok := pr.record(); ok {
 			return r.result(id), nil
 		}
@@ -473,6 +510,8 @@ func (p *Postgres) Resolve(ctx context.Context, id uuid.UUID) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("%w: %s", ErrExpired, id)
 		case live != nil:
 			return record{outcome: recAbandoned}.result(id), nil
+		case pr.foreign():
+			return Outcome{}, foreignID(id, "resolve")
 		}
 		if r, ok := pr.record(); ok {
 			return r.result(id), nil

@@ -33,12 +33,17 @@ var (
 // one. It matches ErrIDReused.
 type IDReusedError struct {
 	ID uuid.UUID
-	// Op is the refused write ("insert", "update", "delete"); Recorded the
-	// one the ID was recorded for.
+	// Op is the refused write ("insert", "update", "delete"; "resolve"
+	// for Resolve); Recorded the one the ID was recorded for, "" when
+	// another store recorded it (a store that shares the operations
+	// table, whose records it neither replays nor tells).
 	Op, Recorded string
 }
 
 func (e *IDReusedError) Error() string {
+	if e.Recorded == "" {
+		return fmt.Sprintf("occ: %s with operation ID %s: the ID was recorded by another store", e.Op, e.ID)
+	}
 	return fmt.Sprintf("occ: %s with operation ID %s: the ID was recorded for another operation (%s)", e.Op, e.ID, short.Quote(e.Recorded))
 }
 
@@ -103,7 +108,10 @@ type Recorder[K comparable, T any] interface {
 	// has not applied; Resolve then records id as abandoned, so that the
 	// write, still on its way, can no longer apply, and returns an Outcome
 	// whose Err is ErrAbandoned. It returns ErrExpired for an ID older than
-	// the store's Retention, and ErrInvalid for one that is not a UUIDv7.
+	// the store's Retention, ErrInvalid for one that is not a UUIDv7, and
+	// an *IDReusedError for one that another store sharing the operations
+	// table recorded (Postgres: a table in another schema, or of another
+	// name), whose outcome it does not tell.
 	Resolve(ctx context.Context, id uuid.UUID) (Outcome, error)
 	// Purge deletes up to limit (≥ 1) records of IDs older than the
 	// store's Retention, which no write may use any more, and returns how

@@ -90,6 +90,7 @@ func idGuards() []guard {
 			gs = append(gs, guard{c.mutant + "/" + kind, func(t *testing.T) error { return c.check(t, idKinds[kind](t)) }})
 		}
 	}
+	gs = append(gs, guard{"occ.id.scope/postgres", checkIDScoped})
 	gs = append(gs, guard{"occ.id.replay/postgres-concurrent", func(t *testing.T) error {
 		return checkConcurrentRetries(t, newDocs(t))
 	}})

@@ -272,8 +272,8 @@ func TestPurgeInBatches(t *testing.T) {
 	}
 	for i := range 25 {
 		id := opid.At(time.Now().Add(-2*time.Hour - time.Duration(i)*time.Second))
-		if _, err := db.Pool.Exec(ctx, `INSERT INTO shop_occ_operations (id, fingerprint, op, key, outcome, version)
-			VALUES ($1, '', 'update', 'row', 'applied', 2)`, id); err != nil {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO shop_occ_operations (id, scope, fingerprint, op, key, outcome, version)
+			VALUES ($1, '', '', 'update', 'row', 'applied', 2)`, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,25 +39,26 @@ func Migrations() []migrate.Migration {
 // recorded. Besides the store's placeholders: {{ops}} the operations table,
 // and {{id}}, {{minted}} (its time), {{retention}}, {{fp}} (the
 // fingerprint), {{keytext}} (the key as text) the parameters after the
-// write's own.
+// write's own; {{scope}} the store's scope (scopeSQL), recorded with the ID:
+// prior says whether a record is the store's own (mine).
 const (
 	sqlIDAge = `age AS MATERIALIZED (
 		SELECT CASE WHEN {{minted}}::timestamptz < clock_timestamp() - {{retention}}::interval THEN 'expired'
 			WHEN {{minted}}::timestamptz > clock_timestamp() + {{retention}}::interval THEN 'future' ELSE 'live' END AS verdict
 	), prior AS MATERIALIZED (
-		SELECT fingerprint, op, key, outcome, version FROM {{ops}} WHERE id = {{id}}::uuid
+		SELECT fingerprint, op, key, outcome, version, scope = {{scope}} AS mine FROM {{ops}} WHERE id = {{id}}::uuid
 	), fresh AS MATERIALIZED (
 		SELECT 1 FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
 	)`
 	sqlIDLive = `{{minted}}::timestamptz >= clock_timestamp() - {{retention}}::interval AS live`
-	sqlIDOut  = `SELECT a.verdict, i.version, i.live, (SELECT count(*) FROM w), p.fingerprint, p.op, p.key, p.outcome, p.version
+	sqlIDOut  = `SELECT a.verdict, i.version, i.live, (SELECT count(*) FROM w), p.fingerprint, p.op, p.key, p.outcome, p.version, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN ins i ON true`
 
 	sqlUpdateID = `WITH ` + sqlIDAge + `, cur AS MATERIALIZED (
 		SELECT {{version}} AS v FROM {{table}} WHERE {{key}} = {{key_arg}} AND EXISTS (SELECT 1 FROM fresh) FOR NO KEY UPDATE
 	), ins AS (
-		INSERT INTO {{ops}} (id, fingerprint, op, key, outcome, version)
-		SELECT {{id}}, {{fp}}::bytea, 'update', {{keytext}}::text, 'applied', c.v + 1 FROM cur c WHERE c.v = {{version_arg}}
+		INSERT INTO {{ops}} (id, scope, fingerprint, op, key, outcome, version)
+		SELECT {{id}}, {{scope}}, {{fp}}::bytea, 'update', {{keytext}}::text, 'applied', c.v + 1 FROM cur c WHERE c.v = {{version_arg}}
 		ON CONFLICT (id) DO NOTHING
 		RETURNING version, ` + sqlIDLive + `
 	), w AS (
@@ -69,8 +70,8 @@ const (
 	sqlDeleteID = `WITH ` + sqlIDAge + `, cur AS MATERIALIZED (
 		SELECT {{version}} AS v FROM {{table}} WHERE {{key}} = $1 AND EXISTS (SELECT 1 FROM fresh) FOR UPDATE
 	), ins AS (
-		INSERT INTO {{ops}} (id, fingerprint, op, key, outcome, version)
-		SELECT {{id}}, {{fp}}::bytea, 'delete', {{keytext}}::text, 'applied', c.v FROM cur c WHERE c.v = $2
+		INSERT INTO {{ops}} (id, scope, fingerprint, op, key, outcome, version)
+		SELECT {{id}}, {{scope}}, {{fp}}::bytea, 'delete', {{keytext}}::text, 'applied', c.v FROM cur c WHERE c.v = $2
 		ON CONFLICT (id) DO NOTHING
 		RETURNING version, ` + sqlIDLive + `
 	), w AS (
@@ -86,8 +87,8 @@ const (
 		INSERT INTO {{table}} ({{insert_columns}}, {{version}}) SELECT {{insert_args}}, 1 FROM fresh
 		ON CONFLICT ({{key}}) DO NOTHING RETURNING {{version}}
 	), ins AS (
-		INSERT INTO {{ops}} (id, fingerprint, op, key, outcome, version)
-		SELECT {{id}}, {{fp}}::bytea, 'insert', {{keytext}}::text, 'applied', 1 FROM w
+		INSERT INTO {{ops}} (id, scope, fingerprint, op, key, outcome, version)
+		SELECT {{id}}, {{scope}}, {{fp}}::bytea, 'insert', {{keytext}}::text, 'applied', 1 FROM w
 		RETURNING version, true AS live
 	)
 	` + sqlIDOut
@@ -95,28 +96,28 @@ const (
 	// sqlIDMiss explains a write with an ID that wrote nothing: the row's
 	// version now (none: a missing row), and the ID's record, which a
 	// retry of the ID may have written after the write's snapshot.
-	sqlIDMiss = `SELECT (SELECT {{version}} FROM {{table}} WHERE {{key}} = $1), p.fingerprint, p.op, p.key, p.outcome, p.version
+	sqlIDMiss = `SELECT (SELECT {{version}} FROM {{table}} WHERE {{key}} = $1), p.fingerprint, p.op, p.key, p.outcome, p.version, p.scope = {{scope}}
 	FROM (SELECT 1) one LEFT JOIN {{ops}} p ON p.id = $2::uuid`
 
 	// sqlIDLookup is the ID's half of Update's load: its age and record,
 	// sent in one batch with the load.
 	sqlIDLookup = `SELECT CASE WHEN $2::timestamptz < clock_timestamp() - $3::interval THEN 'expired'
 		WHEN $2::timestamptz > clock_timestamp() + $3::interval THEN 'future' ELSE 'live' END,
-		p.fingerprint, p.op, p.key, p.outcome, p.version
+		p.fingerprint, p.op, p.key, p.outcome, p.version, p.scope = {{scope}}
 	FROM (SELECT 1) one LEFT JOIN {{ops}} p ON p.id = $1::uuid`
 
 	sqlResolve = `WITH age AS MATERIALIZED (
 		SELECT CASE WHEN $2::timestamptz < clock_timestamp() - $3::interval THEN 'expired'
 			WHEN $2::timestamptz > clock_timestamp() + $3::interval THEN 'future' ELSE 'live' END AS verdict
 	), prior AS MATERIALIZED (
-		SELECT fingerprint, op, key, outcome, version FROM {{ops}} WHERE id = $1::uuid
+		SELECT fingerprint, op, key, outcome, version, scope = {{scope}} AS mine FROM {{ops}} WHERE id = $1::uuid
 	), ins AS (
-		INSERT INTO {{ops}} (id, fingerprint, op, key, outcome)
-		SELECT $1, '', '', '', 'abandoned' FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
+		INSERT INTO {{ops}} (id, scope, fingerprint, op, key, outcome)
+		SELECT $1, {{scope}}, '', '', '', 'abandoned' FROM age WHERE verdict = 'live' AND NOT EXISTS (SELECT 1 FROM prior)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING $2::timestamptz >= clock_timestamp() - $3::interval AS live
 	)
-	SELECT a.verdict, i.live, p.fingerprint, p.op, p.key, p.outcome, p.version
+	SELECT a.verdict, i.live, p.fingerprint, p.op, p.key, p.outcome, p.version, p.mine
 	FROM age a LEFT JOIN prior p ON true LEFT JOIN ins i ON true`
 
 	// sqlPurge: see atomic's. A UUIDv7 begins with its time in
@@ -166,7 +167,7 @@ func (p *Postgres[K, T]) renderIDs(mutate func(string) string) idStatements {
 	}
 	r := func(tmpl string, first int) string {
 		tmpl = mutate(tmpl)
-		ids := strings.NewReplacer("{{ops}}", ops,
+		ids := strings.NewReplacer("{{ops}}", ops, "{{scope}}", p.scopeSQL(),
 			"{{id}}", fmt.Sprintf("$%d", first), "{{minted}}", fmt.Sprintf("$%d", first+1),
 			"{{retention}}", fmt.Sprintf("$%d", first+2), "{{fp}}", fmt.Sprintf("$%d", first+3),
 			"{{keytext}}", fmt.Sprintf("$%d", first+4))
@@ -181,6 +182,24 @@ func (p *Postgres[K, T]) renderIDs(mutate func(string) string) idStatements {
 		resolve: r(sqlResolve, 0),    // the ID, its time, Retention
 		purge:   r(sqlPurge, 0),      // the limit, Retention
 	}
+}
+
+// scopeSQL is the SQL expression of the store's scope, recorded with each
+// of its IDs: its table's schema (Schema, or the connection's current
+// schema, where search_path finds the table), name and key column. Stores
+// that share an operations table — tenants in schemas of their own — read
+// and replay only their own records.
+func (p *Postgres[K, T]) scopeSQL() string {
+	if p.m.cfg.Schema != "" {
+		return sqlText(p.where)
+	}
+	return "(current_schema() || '.' || " + sqlText(p.where) + ")"
+}
+
+// sqlText is s as an SQL string constant, whatever standard_conforming_strings
+// says: an escape string, its backslashes and quotes doubled.
+func sqlText(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
 }
 
 // mutated returns the statements of writes with an ID with the mutant
@@ -220,10 +239,22 @@ type priorRow struct {
 	op, key     *string
 	outcome     *string
 	version     *int64
+	mine        *bool // recorded by a store of the same scope
 }
 
 func (p *priorRow) dest() []any {
-	return []any{&p.fingerprint, &p.op, &p.key, &p.outcome, &p.version}
+	return []any{&p.fingerprint, &p.op, &p.key, &p.outcome, &p.version, &p.mine}
+}
+
+// foreign reports a record of another store's scope, which the store
+// must neither replay nor tell.
+func (p priorRow) foreign() bool {
+	return p.outcome != nil && p.mine != nil && !*p.mine && !failpoint.Mutant("occ.id.scope")
+}
+
+// foreignID is the refusal of id, recorded by another store, by op.
+func foreignID(id uuid.UUID, op string) error {
+	return &IDReusedError{ID: id, Op: op}
 }
 
 func (p priorRow) record() (record, bool) {
@@ -283,6 +314,8 @@ func (p *Postgres[K, T]) writeID(ctx context.Context, c call, key K, expected in
 				return 0, fmt.Errorf("occ: %s %s key %s with ID %s: recorded but changed %d rows", c.op, p.table, p.m.quote(key), c.id, changed)
 			}
 			return *version, nil
+		case pr.foreign():
+			return 0, foreignID(c.id, c.op)
 		default:
 			if r, ok := pr.record(); ok {
 				return c.replay(r, failpoint.Mutant("occ.id.fingerprint"))
@@ -306,6 +339,9 @@ func (p *Postgres[K, T]) missID(ctx context.Context, c call, key K, expected int
 	)
 	if err := p.db.QueryRow(ctx, p.ids.miss, key, c.id).Scan(append([]any{&cur}, pr.dest()...)...); err != nil {
 		return 0, true, p.wrap(c.op, key, err)
+	}
+	if pr.foreign() {
+		return 0, true, foreignID(c.id, c.op)
 	}
 	if r, ok := pr.record(); ok && !failpoint.Mutant("occ.id.replay") {
 		v, err := c.replay(r, failpoint.Mutant("occ.id.fingerprint"))
@@ -357,6 +393,9 @@ func (p *Postgres[K, T]) loadID(ctx context.Context, key K, o options) (T, int64
 	if err := verdictError(c.id, verdict); err != nil {
 		return zero, 0, err
 	}
+	if pr.foreign() {
+		return zero, 0, foreignID(c.id, c.op)
+	}
 	if r, ok := pr.record(); ok && !failpoint.Mutant("occ.id.replay") {
 		v, err := c.replay(r, failpoint.Mutant("occ.id.fingerprint"))
 		if err != nil {
@@ -387,6 +426,9 @@ func (p *Postgres[K, T]) Resolve(ctx context.Context, id uuid.UUID) (Outcome, er
 		if err := p.db.QueryRow(ctx, ids.lookup, id, minted, p.m.cfg.Retention).Scan(append([]any{&verdict}, pr.dest()...)...); err != nil {
 			return Outcome{}, err
 		}
+		if pr.foreign() {
+			return Outcome{}, foreignID(id, "resolve")
+		}
 		if r, ok := pr.record(); ok {
 			return r.result(id), nil
 		}
@@ -408,6 +450,8 @@ func (p *Postgres[K, T]) Resolve(ctx context.Context, id uuid.UUID) (Outcome, er
 			return Outcome{}, fmt.Errorf("%w: %s", ErrExpired, id)
 		case live != nil:
 			return record{outcome: recAbandoned}.result(id), nil
+		case pr.foreign():
+			return Outcome{}, foreignID(id, "resolve")
 		}
 		if r, ok := pr.record(); ok {
 			return r.result(id), nil

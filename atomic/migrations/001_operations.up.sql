@@ -11,6 +11,9 @@
 -- operation's amount or compared value, bound its floor or cap: enough to
 -- rebuild the error it returned.
 --
+-- scope is the store that recorded it (its table's schema, name and
+-- columns): stores that share this table read and replay only their own.
+--
 -- The ID is a UUIDv7: it carries the time it was minted, and IDs sort by
 -- it. An ID older than the stores' Retention is refused, so Purge deletes
 -- the records below the ID of that age, in primary-key order: the table
@@ -18,6 +21,7 @@
 -- entry.
 CREATE TABLE {{atomic_operations}} (
 	id          uuid        PRIMARY KEY,
+	scope       text        NOT NULL,
 	fingerprint bytea       NOT NULL,
 	op          text        NOT NULL,
 	key         text        NOT NULL,

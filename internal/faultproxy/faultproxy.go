@@ -206,6 +206,12 @@ func (p *Proxy) ResetConns() int {
 // LoseReply to lose the outcome of a proxied client's next COMMIT.
 var PostgresCommit = []byte("Q\x00\x00\x00\x0bcommit\x00")
 
+// PostgresExecute is the Execute message a pgx client sends to run a
+// statement with the extended protocol (the unnamed portal, no row limit),
+// in the write that carries the statement's Bind and Sync: give it to
+// LoseReply to lose the answer to a proxied client's next statement.
+var PostgresExecute = []byte("E\x00\x00\x00\x09\x00\x00\x00\x00\x00")
+
 // LoseReply arms the proxy to lose the answer to the next request a client
 // sends that contains req, on whichever connection sends it first: the
 // request is forwarded; the first bytes the target sends back on that

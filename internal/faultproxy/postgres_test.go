@@ -173,3 +173,36 @@ func TestPostgresLostCommit(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 lost reply", st)
 	}
 }
+
+// A statement whose answer is lost took effect: the client, on the extended
+// protocol, gets an error, and the row its INSERT added is there.
+func TestPostgresLostStatement(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE lost (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	target, err := pgaddr.HostPort(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, target)
+	u, err := pgaddr.WithHostPort(db.URL, p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, u)
+	p.LoseReply(PostgresExecute)
+	if _, err := conn.Exec(ctx, "INSERT INTO lost VALUES ($1)", 1); err == nil {
+		t.Fatal("INSERT succeeded: its answer was not lost")
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM lost").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after the lost answer: %d, %v; want 1 (it applied)", n, err)
+	}
+	if st := p.Stats(); st.LostReplies != 1 {
+		t.Fatalf("stats %+v, want 1 lost reply", st)
+	}
+}

@@ -8,12 +8,16 @@
 -- one, so that the write can no longer apply). A conflict or a missing row
 -- writes nothing and is not recorded.
 --
+-- scope is the store that recorded it (its table's schema, name and key
+-- column): stores that share this table read and replay only their own.
+--
 -- The ID is a UUIDv7: it carries the time it was minted, and IDs sort by
 -- it. An ID older than the stores' Retention is refused, so Purge deletes
 -- the records below the ID of that age, in primary-key order: the table
 -- needs no other index.
 CREATE TABLE {{occ_operations}} (
 	id          uuid   PRIMARY KEY,
+	scope       text   NOT NULL,
 	fingerprint bytea  NOT NULL,
 	op          text   NOT NULL,
 	key         text   NOT NULL,

@@ -37,27 +37,31 @@ func (lostCommit) skip(_ Scenario, def ApproachDef) string {
 
 type lostCommitRun struct{ r *run }
 
-// inject loses the answer to v's next COMMIT, and counts it once its proxy
-// lost one: the server committed, and v's connection was reset before the
-// answer came. It then leaves v a margin to find out what happened.
 func (l lostCommitRun) inject(ctx context.Context, v *proc) {
-	r := l.r
+	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT")
+}
+
+// loseAnswer loses the answer to v's next request that contains req (what
+// names it), and counts it as f once its proxy lost one: the server acted
+// on it, and v's connection was reset before the answer came. It then
+// leaves v a margin to find out what happened.
+func loseAnswer(ctx context.Context, r *run, v *proc, f Fault, req []byte, what string) {
 	before := v.proxy.Stats().LostReplies
 	lost := func() bool { return v.proxy.Stats().LostReplies > before }
 	from := history.Now()
-	v.proxy.LoseReply(faultproxy.PostgresCommit)
+	v.proxy.LoseReply(req)
 	if !poll(ctx, r.reachBound(), lost) {
 		v.proxy.LoseReply(nil)
-		// It may have matched a COMMIT as it was disarmed: that COMMIT's
-		// answer is on its way, and is lost.
+		// It may have matched a request as it was disarmed: that
+		// request's answer is on its way, and is lost.
 		if !poll(ctx, time.Second, lost) {
 			if ctx.Err() == nil {
-				r.log.note("lost-commit: worker %d committed no transaction within %v; not counted", v.client, r.reachBound())
+				r.log.note("%s: worker %d sent no %s within %v; not counted", f, v.client, what, r.reachBound())
 			}
 			return
 		}
 	}
-	r.log.count(LostCommit)
-	r.log.span(v.client, report.SpanIsolate, from, history.Now(), "lost-commit: a COMMIT went through, its answer was lost")
+	r.log.count(f)
+	r.log.span(v.client, report.SpanIsolate, from, history.Now(), string(f)+": "+what+" went through, its answer was lost")
 	Sleep(ctx, r.margin())
 }

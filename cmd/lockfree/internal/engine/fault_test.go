@@ -145,9 +145,12 @@ func runFault(t *testing.T, scenario string, f engine.Fault, approaches ...engin
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A scenario whose alternative resends with operation IDs has the
+	// lost-reply fault's foil, which resends without them.
+	resends := slices.ContainsFunc(engine.Approaches(scenario), func(d engine.ApproachDef) bool { return d.Approach() == engine.BlindRetry })
 	for _, r := range rep.Results {
 		logResult(t, r)
-		checkResult(t, f, r)
+		checkResult(t, f, r, resends)
 	}
 }
 
@@ -159,7 +162,8 @@ func logResult(t *testing.T, r report.Result) {
 
 // faultApproaches are the approaches of scenario that TestFaults runs under
 // f: those f can take effect in, the foils (naive, Redis) only under a
-// fault that bites, the only one whose outcome on them the test checks.
+// fault that bites, the only one whose outcome on them the test checks,
+// and the foil of f (Foil).
 func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
 	var out []engine.Approach
 	checked := []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock}
@@ -170,6 +174,13 @@ func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
 		for _, d := range engine.Approaches(scenario) {
 			if d.Approach() == a && engine.FaultSkip(f, d) == "" {
 				out = append(out, a)
+			}
+		}
+	}
+	for _, d := range engine.Approaches(scenario) {
+		if foil, ok := d.(engine.Foil); ok && engine.FaultSkip(f, d) == "" {
+			if of, _ := foil.FoilOf(); of == f {
+				out = append(out, d.Approach())
 			}
 		}
 	}
@@ -218,7 +229,10 @@ func skipped(t *testing.T, r report.Result) {
 	t.Logf("%s skipped: %s (set TEST_KAFKA_BROKERS: eval \"$(scripts/kafka.sh env)\")", r.Approach, r.Skipped)
 }
 
-func checkResult(t *testing.T, f engine.Fault, r report.Result) {
+// checkResult holds r to what the approach must show under f; resends:
+// the scenario's alternative resends an operation whose answer was lost
+// with its operation ID, and must know every outcome.
+func checkResult(t *testing.T, f engine.Fault, r report.Result, resends bool) {
 	t.Helper()
 	if r.Skipped != "" {
 		skipped(t, r)
@@ -251,6 +265,14 @@ func checkResult(t *testing.T, f engine.Fault, r report.Result) {
 		}
 		if r.Ops == 0 {
 			t.Errorf("%s: no operation succeeded", r.Approach)
+		}
+		if f == engine.LostReply && resends && r.Approach == engine.Alternative && (r.Uncertain != 0 || r.Retries == 0) {
+			t.Errorf("%s: %d uncertain operations, %d resends under %d × %s; want none uncertain, each lost answer resent",
+				r.Approach, r.Uncertain, r.Retries, r.FaultsInjected[f], f)
+		}
+	case engine.BlindRetry:
+		if r.Violations == 0 {
+			t.Errorf("%s: no violation under %d × %s: no resent operation applied twice, or the check missed it", r.Approach, r.FaultsInjected[f], f)
 		}
 	case engine.NaiveLock, engine.RedisLock, engine.RedsyncLock:
 		if engine.Bites(f) && r.Violations == 0 {

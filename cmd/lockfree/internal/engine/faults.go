@@ -22,6 +22,7 @@ var faultKinds = []fault{
 	delay{},
 	lateRenewal{},
 	lostCommit{},
+	lostReply{},
 	overtake{},
 	crash{},
 	restart{},

@@ -94,7 +94,10 @@ func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fenc
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
 	sent := history.Now()
 	err := r.Store.Release(ctx, lease)
-	if err == nil {
+	if err == nil || history.Classify(err) == history.Unknown {
+		// A release whose answer was lost may have ended the lease: the
+		// service may grant it to another at once, and the holder, done
+		// with its work, writes nothing more under it.
 		r.report(ctx, evRelease, lease, sent)
 	}
 	return err

@@ -30,6 +30,7 @@ const (
 	RedsyncLock         = report.RedsyncLock
 	Raw                 = report.Raw
 	PlainTokenLock      = report.PlainTokenLock
+	BlindRetry          = report.BlindRetry
 )
 
 // approachOrder is the report order of the approaches; one not listed goes

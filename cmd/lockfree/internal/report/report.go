@@ -48,6 +48,9 @@ const (
 	// PlainTokenLock is the failover fault's foil: the fenced lock with
 	// its tokens a plain nextval (no fence era).
 	PlainTokenLock Approach = "plain-token-lock"
+	// BlindRetry is the lost-reply fault's foil: the alternative without
+	// operation IDs, resending an operation whose answer was lost.
+	BlindRetry Approach = "blind-retry"
 )
 
 // Fault is a fault injected while a scenario runs ("pause", "partition",

@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"github.com/lockfree-go/lockfree/atomic"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
@@ -10,7 +12,10 @@ import (
 
 // inventoryAlternative runs the store on atomic.Postgres: each operation's
 // check and write are one statement (a reprice reads the price first, then
-// compares and sets it), so no pause can fall between them.
+// compares and sets it), so no pause can fall between them. Each write
+// carries an operation ID (atomic.WithID), minted once per operation: one
+// whose answer was lost is sent again with it, and returns the outcome the
+// first send recorded instead of applying twice.
 type inventoryAlternative struct{}
 
 func init() { engine.RegisterApproach(inventoryAlternative{}) }
@@ -18,62 +23,115 @@ func init() { engine.RegisterApproach(inventoryAlternative{}) }
 func (inventoryAlternative) Scenario() string          { return "inventory" }
 func (inventoryAlternative) Approach() engine.Approach { return engine.Alternative }
 func (inventoryAlternative) Label() string {
-	return "atomic.Postgres: each operation one conditional statement (sale: UPDATE … WHERE quantity >= 1 RETURNING quantity)"
+	return "atomic.Postgres: each operation one conditional statement with an operation ID (sale: UPDATE … WHERE quantity >= 1, its outcome recorded), resent with the ID after a lost answer"
 }
 func (inventoryAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
 func (inventoryAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
+	return newInventoryAltClient(env, true)
+}
+
+// inventoryBlindRetry is the lost-reply fault's foil: the alternative
+// without operation IDs, which resends an operation whose answer was lost
+// all the same. A sale that applied before its answer was lost is applied
+// again: two units for one sale.
+type inventoryBlindRetry struct{}
+
+func init() { engine.RegisterApproach(inventoryBlindRetry{}) }
+
+func (inventoryBlindRetry) Scenario() string          { return "inventory" }
+func (inventoryBlindRetry) Approach() engine.Approach { return engine.BlindRetry }
+func (inventoryBlindRetry) Label() string {
+	return "atomic.Postgres without operation IDs: each operation one conditional statement, resent after a lost answer"
+}
+func (inventoryBlindRetry) Protection(engine.Params) engine.Protection { return engine.Protection{} }
+
+// FoilOf: without a lost answer, it is the alternative without the IDs.
+func (inventoryBlindRetry) FoilOf() (engine.Fault, string) {
+	return engine.LostReply, "runs only under the lost-reply fault: without a lost answer it never resends"
+}
+
+func (inventoryBlindRetry) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
+	return newInventoryAltClient(env, false)
+}
+
+func newInventoryAltClient(env *engine.Env, ids bool) (engine.Client, error) {
 	s, err := atomic.NewPostgres(env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity",
 		MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}
-	return newInventoryClient(env, inventoryAltOps{env: env, store: s}), nil
+	return newInventoryClient(env, inventoryAltOps{env: env, store: s, ids: ids}), nil
 }
 
 // inventoryAltOps are the store's operations on atomic.Postgres. Each
 // statement is the whole operation: the before-write point is before it.
+// Every statement is resent after a lost answer; with ids, each write
+// carries its operation's ID, and a resend returns the first outcome.
 type inventoryAltOps struct {
 	env   *engine.Env
 	store *atomic.Postgres
+	ids   bool
 }
 
 const inventoryAltPoint = "harness.inventory.alternative.before-write"
 
-func (o inventoryAltOps) sell(ctx context.Context, sku string) (int64, error) {
-	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return o.store.Decrement(ctx, sku, 1)
+// id returns the options of one operation's writes: a fresh ID, kept for
+// every send of the operation, or none.
+func (o inventoryAltOps) id() []atomic.Option {
+	if !o.ids {
+		return nil
+	}
+	return []atomic.Option{atomic.WithID(uuid.Must(uuid.NewV7()))}
 }
 
-func (o inventoryAltOps) basket(ctx context.Context, rows []string) (map[string]int64, error) {
+// send sends one statement of an operation, again after a lost answer.
+func (o inventoryAltOps) send(ctx context.Context, fn func() error) error {
+	return o.env.Resend(ctx, true, fn)
+}
+
+func (o inventoryAltOps) sell(ctx context.Context, sku string) (left int64, err error) {
+	id := o.id()
+	o.env.BeforeWrite(ctx, inventoryAltPoint)
+	err = o.send(ctx, func() (err error) { left, err = o.store.Decrement(ctx, sku, 1, id...); return err })
+	return left, err
+}
+
+func (o inventoryAltOps) basket(ctx context.Context, rows []string) (left map[string]int64, err error) {
 	amounts := make(map[string]int64, len(rows))
 	for _, r := range rows {
 		amounts[r] = 1
 	}
+	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return o.store.DecrementMany(ctx, amounts)
+	err = o.send(ctx, func() (err error) { left, err = o.store.DecrementMany(ctx, amounts, id...); return err })
+	return left, err
 }
 
-func (o inventoryAltOps) restock(ctx context.Context, row string, amount, capacity int64) (int64, error) {
+func (o inventoryAltOps) restock(ctx context.Context, row string, amount, capacity int64) (left int64, err error) {
+	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return o.store.Increment(ctx, row, amount, capacity)
+	err = o.send(ctx, func() (err error) { left, err = o.store.Increment(ctx, row, amount, capacity, id...); return err })
+	return left, err
 }
 
-func (o inventoryAltOps) reprice(ctx context.Context, row string) (int64, int64, error) {
-	old, err := o.store.Value(ctx, row)
-	if err != nil {
+func (o inventoryAltOps) reprice(ctx context.Context, row string) (old, next int64, err error) {
+	if err := o.send(ctx, func() (err error) { old, err = o.store.Value(ctx, row); return err }); err != nil {
 		return 0, 0, err
 	}
+	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return old, old + 1, o.store.CompareAndSet(ctx, row, old, old+1)
+	return old, old + 1, o.send(ctx, func() error { return o.store.CompareAndSet(ctx, row, old, old+1, id...) })
 }
 
 func (o inventoryAltOps) bid(ctx context.Context, row string, amount int64) error {
+	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return o.store.SetIfGreater(ctx, row, amount)
+	return o.send(ctx, func() error { return o.store.SetIfGreater(ctx, row, amount, id...) })
 }
 
 func (o inventoryAltOps) hold(ctx context.Context, row string, holder int64) error {
+	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
-	return o.store.Claim(ctx, row, holder)
+	return o.send(ctx, func() error { return o.store.Claim(ctx, row, holder, id...) })
 }

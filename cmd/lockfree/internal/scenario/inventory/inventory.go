@@ -79,7 +79,10 @@ func (inventory) Description() string {
 func (inventory) Harm() engine.Harm {
 	return engine.Harm{One: "anomaly", Many: "anomalies", Bad: "showed %s (stock oversold, an update lost or made up, or an order no sequential store allows)", None: "showed none"}
 }
-func (inventory) Migrations() []migrate.Migration { return nil }
+
+// Migrations: the alternative's operation IDs are recorded in atomic's
+// operations table.
+func (inventory) Migrations() []migrate.Migration { return atomic.Migrations() }
 
 // FailoverVictim: the failover fault's victim is stopped at a price: a
 // reprice takes one lease, on the row it writes, and both a stale and a

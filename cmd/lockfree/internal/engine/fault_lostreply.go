@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/internal/faultproxy"
+)
+
+// LostReply loses the answer to a worker's next statement (or, for an
+// approach whose workers commit transactions of their own, its next
+// COMMIT): its proxy forwards the request, the server acts on it, and the
+// worker's connection is reset before the answer reaches it. A client that
+// resends the operation (Env.Resend) must find it applied once; one that
+// cannot know reports it as uncertain, never as done.
+const LostReply Fault = "lost-reply"
+
+type lostReply struct{}
+
+func (lostReply) Name() Fault { return LostReply }
+func (lostReply) How() string {
+	return "statements (COMMITs where the approach commits its own) whose answer was lost: forwarded, acted on, the connection reset before the answer came; a client with an operation ID resends"
+}
+func (lostReply) counts() string { return "the proxy lost an answer" }
+func (lostReply) networked()            {}
+func (lostReply) start(r *run) injector { return lostReplyRun{r} }
+
+// skip: the lock service's statements cross the worker's proxy too, and a
+// grant, renewal or release whose answer was lost is a lease the
+// exclusivity check (tenures.go) does not know the end of.
+func (lostReply) skip(_ Scenario, def ApproachDef) string {
+	if def.Protection(Params{}).LockService {
+		return "its lock service's statements cross the same proxy: a lease whose grant, renewal or release lost its answer is one the exclusivity check cannot yet bound"
+	}
+	return ""
+}
+
+type lostReplyRun struct{ r *run }
+
+func (l lostReplyRun) inject(ctx context.Context, v *proc) {
+	if _, ok := l.r.def.(Committer); ok {
+		loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresCommit, "a COMMIT")
+		return
+	}
+	loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresExecute, "a statement")
+}
