@@ -144,7 +144,9 @@ func (f *Fenced[K, T]) lockName(k K) string {
 // later lease overtook fails with a *fencedlock.FencedError, and the row
 // keeps the later write. mutate runs once; it must not change the key
 // (ErrInvalid). An error from mutate ends Update with that error and nothing
-// written.
+// written. Once the write has committed, a failed release is not an error:
+// the write stands, and the release only delays the next holder until the
+// lease expires.
 //
 // The read and the write run on ctx, not on the context the Locker cancels
 // when the lease can no longer be trusted: the fence, not the lease, decides
@@ -158,7 +160,10 @@ func (f *Fenced[K, T]) Update(ctx context.Context, key K, mutate func(row *T) er
 	if mutate == nil {
 		return 0, fmt.Errorf("%w: nil mutate function", ErrInvalid)
 	}
-	var version int64
+	var (
+		version int64
+		wrote   bool
+	)
 	err := f.locker.Do(ctx, f.lockName(key), func(_ context.Context, lease fencedlock.Lease) error {
 		// A fenced read: with a plain read, a paused former holder could
 		// write between this read and this write, and this write would
@@ -175,12 +180,13 @@ func (f *Fenced[K, T]) Update(ctx context.Context, key K, mutate func(row *T) er
 		}
 		failpoint.Inject(ctx, "occ.fenced.before-write")
 		version, err = f.rw.fencedWrite(ctx, row, loaded, lease.Token)
+		wrote = err == nil
 		return err
 	})
-	if err != nil {
-		return 0, err
+	if wrote {
+		return version, nil // a release error only delays the next holder
 	}
-	return version, nil
+	return 0, err
 }
 
 // pgTwin is the Fenced twin's read and write on a Postgres store, through

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/occ"
 	"github.com/lockfree-go/lockfree/occ/occtest"
@@ -184,5 +186,41 @@ func waitExpired(t *testing.T, locks fencedlock.Store, name string) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A release that fails after the write committed is not Update's error: the
+// write stands, and a caller told otherwise would take a committed update
+// for a refused one (and retry it). The failed release only delays the
+// next holder until the lease expires. The lock service's own pool is
+// closed between the read and the write: the write, on the rows' pool,
+// lands; the release cannot be sent.
+func TestFencedFailedReleaseAfterWrite(t *testing.T) {
+	t.Parallel()
+	db := newDocs(t)
+	store := newDocStore(t, db)
+	insertDoc(t, store, occtest.Doc{ID: "row"})
+	lockPool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockPool.Close()
+	locks, err := fencedlock.NewPostgres(lockPool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin, err := occ.NewFenced(locks, store, &occ.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+		TTL: time.Minute, Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := twin.Update(ctx, "row", func(d *occtest.Doc) error {
+		lockPool.Close()
+		d.Counter++
+		return nil
+	})
+	if d, _ := loadDoc(t, store, "row"); err != nil || v != 2 || d.Counter != 1 {
+		t.Fatalf("Update = %d, %v; counter %d; want 2, nil, 1: the write committed", v, err, d.Counter)
 	}
 }

@@ -3,6 +3,7 @@ package approach
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -32,14 +33,31 @@ func (r Membership) Join(ctx context.Context, m partition.MemberInfo, ttl time.D
 	return info, err
 }
 
-// Heartbeat reports the membership lease it extends.
+// Heartbeat reports the membership lease it extends. It waits for the
+// store's answer even after the caller stopped waiting (the member's
+// renewal loop gives up at its lease's local deadline), and reports a
+// heartbeat the store made then too: it extended the lease all the same,
+// and without it the member's next heartbeat would read, to the exclusivity
+// check, as the revival of an expired lease. The caller gets the answer
+// only if it comes in time; the request is bounded by engine.WriteTimeout.
 func (r Membership) Heartbeat(ctx context.Context, name string, incarnation int64, ttl time.Duration) error {
 	sent := history.Now()
-	err := r.Membership.Heartbeat(ctx, name, incarnation, ttl)
-	if err == nil {
-		r.report(engine.Evidence{Kind: engine.Joined, Name: name, Token: incarnation, TTL: ttl, Sent: sent})
+	done := make(chan error, 1)
+	go func() {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.WriteTimeout)
+		defer cancel()
+		err := r.Membership.Heartbeat(hctx, name, incarnation, ttl)
+		if err == nil {
+			r.report(engine.Evidence{Kind: engine.Joined, Name: name, Token: incarnation, TTL: ttl, Sent: sent})
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("harness: heartbeat %s incarnation %d: %w", name, incarnation, context.Cause(ctx))
 	}
-	return err
 }
 
 // Leave reports the membership lease it ends.

@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -89,4 +93,53 @@ func heldForLease(r *run, p pointSeen) bool {
 		}
 	}
 	return false
+}
+
+// Reports are the evidence a RecordingEnv's client reported.
+type Reports struct {
+	out *emitter
+	buf *bytes.Buffer
+}
+
+// RecordingEnv is DetachedEnv whose reports (Env.Report) are kept, as the
+// coordinator keeps a worker's.
+func RecordingEnv(p Params) (*Env, *Reports) {
+	env := DetachedEnv(p, 1, io.Discard, "")
+	r := &Reports{buf: &bytes.Buffer{}}
+	r.out = &emitter{w: r.buf}
+	env.w.out = r.out
+	return env, r
+}
+
+func (r *Reports) events() []event {
+	r.out.mu.Lock()
+	text := r.buf.String()
+	r.out.mu.Unlock()
+	var out []event
+	for _, line := range strings.Split(text, "\n") {
+		var ev event
+		if s, ok := strings.CutPrefix(line, prefixEvent); ok && json.Unmarshal([]byte(s), &ev) == nil {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Count is how many reports of kind came so far.
+func (r *Reports) Count(kind EvidenceKind) int {
+	n := 0
+	for _, ev := range r.events() {
+		if ev.Ev == string(kind) {
+			n++
+		}
+	}
+	return n
+}
+
+// MemberViolations holds the membership leases the reports show to the
+// exclusivity check, as a run does (checkTenures): no lease renewed after
+// it certainly expired, no two of one name in force at once.
+func (r *Reports) MemberViolations() []history.Violation {
+	own := ownerSpans(map[int][]event{0: r.events()}, nil)
+	return append(history.Revivals(own.renewals, 0), history.Exclusive(own.members, 0)...)
 }

@@ -92,6 +92,7 @@ func (c *documentsFencedClient) Op(ctx context.Context) error {
 	if del {
 		err = c.locker.Do(ctx, op.Key(), func(_ context.Context, l fencedlock.Lease) error {
 			based, err = c.delete(ctx, op.Key(), name, l.Token)
+			committed(op, err)
 			return err
 		})
 		return op.Finish(based, err, fencedlock.ErrFenced, occ.ErrNotFound)
@@ -103,10 +104,21 @@ func (c *documentsFencedClient) Op(ctx context.Context) error {
 	if errors.Is(err, occ.ErrNotFound) {
 		err = c.locker.Do(ctx, op.Key(), func(_ context.Context, l fencedlock.Lease) error {
 			based, err = c.create(ctx, op.Key(), name, l.Token)
+			committed(op, err)
 			return err
 		})
 	}
 	return op.Finish(based, err, fencedlock.ErrFenced, occ.ErrConflict, occ.ErrNotFound)
+}
+
+// committed records that a delete or a create whose statement succeeded
+// took effect: the lock's release, which follows, cannot undo it, so its
+// failure must not record the operation as failed (the edit's Update does
+// not report one).
+func committed(op *engine.Invocation, err error) {
+	if err == nil {
+		op.Took()
+	}
 }
 
 // delete is the fenced delete under the lock. Its statements run on the
