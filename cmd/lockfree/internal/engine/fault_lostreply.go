@@ -20,7 +20,7 @@ func (lostReply) Name() Fault { return LostReply }
 func (lostReply) How() string {
 	return "statements (COMMITs where the approach commits its own) whose answer was lost: forwarded, acted on, the connection reset before the answer came; a client with an operation ID resends"
 }
-func (lostReply) counts() string { return "the proxy lost an answer" }
+func (lostReply) counts() string        { return "the proxy lost an answer" }
 func (lostReply) networked()            {}
 func (lostReply) start(r *run) injector { return lostReplyRun{r} }
 
