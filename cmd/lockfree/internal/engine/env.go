@@ -45,6 +45,9 @@ type Env struct {
 	// Redis is the address (host:port) of the run's Redis server, "" when
 	// the run has none.
 	Redis string
+	// Etcd lists the endpoints (comma-separated) of the run's etcd
+	// server, "" when the run has none.
+	Etcd string
 	// Rand is the client's random source; only the client's operations
 	// (which run one at a time) may use it.
 	Rand *rand.Rand
