@@ -3,6 +3,7 @@
 //
 //	lockfree compare [flags]      run every approach side by side; see -h
 //	lockfree migrate up|print     apply or print the PostgreSQL schema (--packages a,b; default all)
+//	lockfree locks [flags]        list the locks held in a database, with their holders
 package main
 
 import (

@@ -31,6 +31,7 @@ usage:
   lockfree compare [flags]     run each approach side by side under faults (lockfree compare -h)
   lockfree migrate up [flags]     apply the PostgreSQL schema (--packages fencedlock,idempotency,…; default all)
   lockfree migrate print [flags]  print that schema as SQL (for goose, tern, golang-migrate)
+  lockfree locks [flags]       list the locks held in a database: name, holder, token, value, since, expires
 `
 
 // Main runs the command with args (without the program name) and returns
@@ -46,6 +47,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = compare(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = migrateCmd(ctx, args[1:], stdout, stderr)
+	case "locks":
+		err = locksCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/localetcd"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/localpg"
 	"github.com/lockfree-go/lockfree/internal/localredis"
@@ -54,7 +55,7 @@ type compareFlags struct {
 	faults            []engine.Fault
 	pgURL, restartCmd string
 	kafka             string
-	redis             string
+	redis, etcd       string
 	asJSON, list      bool
 	metrics           bool
 	markdown, chart   string
@@ -74,6 +75,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
+	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(etcdApproaches()), ",", " and ")+"; empty: a throwaway etcd server inside this process")
 	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(redisApproaches()), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the approaches that consume from a topic ("+kafkaHelp()+"); without brokers that answer, those are reported as skipped")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches, the faults and where each applies, one line each, and exit")
@@ -179,6 +181,17 @@ func approachHelp() string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// etcdApproaches are the approaches whose locks live in etcd.
+func etcdApproaches() []engine.Approach {
+	return []engine.Approach{engine.EtcdLock, engine.EtcdFenced}
+}
+
+// wantsEtcd reports whether the chosen approaches (nil: all) include a
+// lock held in etcd.
+func wantsEtcd(as []engine.Approach) bool {
+	return as == nil || slices.ContainsFunc(etcdApproaches(), func(a engine.Approach) bool { return slices.Contains(as, a) })
 }
 
 // redisApproaches are the approaches whose locks live in Redis.
@@ -322,6 +335,11 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		addr, stop := localredis.Resolve(ctx, f.redis, stderr)
 		defer stop()
 		infra.Redis = addr
+	}
+	if wantsEtcd(f.approaches) {
+		endpoints, stop := localetcd.Resolve(ctx, f.etcd, stderr)
+		defer stop()
+		infra.Etcd = endpoints
 	}
 	var reports []report.Report
 	var missed []error

@@ -34,7 +34,9 @@ type Env struct {
 	// a database of its own under the failover fault, the one that fails
 	// over while DB, the resource, stays; it
 	// reports each lease it grants, renews and releases for the timeline
-	// and the fault injector. Lock-based approaches must use it.
+	// and the fault injector. Lock-based approaches must use it. It is a
+	// fencedlock.ValueStore too: a leader election's store (package
+	// leader), its grants reported as Acquire's.
 	Locks fencedlock.Store
 	// Kafka lists the brokers, when the run has Kafka; KafkaDial dials a
 	// broker through the worker's proxy of it (nil: dial directly).
@@ -43,6 +45,9 @@ type Env struct {
 	// Redis is the address (host:port) of the run's Redis server, "" when
 	// the run has none.
 	Redis string
+	// Etcd lists the endpoints (comma-separated) of the run's etcd
+	// server, "" when the run has none.
+	Etcd string
 	// Rand is the client's random source; only the client's operations
 	// (which run one at a time) may use it.
 	Rand *rand.Rand

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,9 +27,13 @@ type recordingLocks struct {
 }
 
 var (
-	_ fencedlock.Store   = recordingLocks{}
-	_ fencedlock.Wakeups = recordingLocks{}
+	_ fencedlock.ValueStore = recordingLocks{}
+	_ fencedlock.Wakeups    = recordingLocks{}
 )
+
+// errNoValues is the answer of a value call on a lock service that keeps no
+// values on its leases.
+var errNoValues = errors.New("engine: the lock service keeps no values (fencedlock.ValueStore)")
 
 func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
 	for _, h := range r.w.lockHooks() {
@@ -89,6 +94,34 @@ func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fenc
 	case <-ctx.Done():
 		return fencedlock.Lease{}, fmt.Errorf("engine: renew %s token %d: %w", lease.Name, lease.Token, context.Cause(ctx))
 	}
+}
+
+// AcquireValue is Acquire with a value on the lease (a leader election's
+// grant), reported as Acquire's.
+func (r recordingLocks) AcquireValue(ctx context.Context, name, holder string, ttl time.Duration, value string) (fencedlock.Lease, error) {
+	vs, ok := r.Store.(fencedlock.ValueStore)
+	if !ok {
+		return fencedlock.Lease{}, errNoValues
+	}
+	for _, h := range r.w.lockHooks() {
+		h.acquiring(ctx)
+	}
+	sent := history.Now()
+	l, err := vs.AcquireValue(ctx, name, holder, ttl, value)
+	if err == nil {
+		r.report(ctx, evLease, l, sent)
+	}
+	return l, err
+}
+
+// SetValue changes a lease's value; it neither grants nor extends one, so
+// there is nothing to report.
+func (r recordingLocks) SetValue(ctx context.Context, lease fencedlock.Lease, value string) (fencedlock.Lease, error) {
+	vs, ok := r.Store.(fencedlock.ValueStore)
+	if !ok {
+		return fencedlock.Lease{}, errNoValues
+	}
+	return vs.SetValue(ctx, lease, value)
 }
 
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {

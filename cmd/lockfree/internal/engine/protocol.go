@@ -52,7 +52,10 @@ type workerConfig struct {
 	KafkaRoutes map[string]string `json:"kafka_routes,omitempty"`
 	// Redis is the address of the run's Redis server, for the
 	// redis-lock approaches.
-	Redis  string `json:"redis,omitempty"`
+	Redis string `json:"redis,omitempty"`
+	// Etcd lists the endpoints of the run's etcd server, for the
+	// etcd-lock approaches.
+	Etcd   string `json:"etcd,omitempty"`
 	Params Params `json:"params"`
 	// Warmup is how long the worker runs operations before it reports
 	// ready; they are recorded, and not measured.

@@ -28,6 +28,8 @@ const (
 	NaiveLock           = report.NaiveLock
 	RedisLock           = report.RedisLock
 	RedsyncLock         = report.RedsyncLock
+	EtcdLock            = report.EtcdLock
+	EtcdFenced          = report.EtcdFenced
 	Raw                 = report.Raw
 	PlainTokenLock      = report.PlainTokenLock
 	BlindRetry          = report.BlindRetry
@@ -35,7 +37,7 @@ const (
 
 // approachOrder is the report order of the approaches; one not listed goes
 // last, by name.
-var approachOrder = []Approach{Alternative, VerifiedAlternative, FencedLock, VerifiedLock, NaiveLock, RedisLock, RedsyncLock, Raw}
+var approachOrder = []Approach{Alternative, VerifiedAlternative, FencedLock, VerifiedLock, NaiveLock, RedisLock, RedsyncLock, EtcdLock, EtcdFenced, Raw}
 
 // Sizes are the sizes of a run that a scenario's schema and check depend on.
 type Sizes struct {

@@ -98,6 +98,10 @@ type Infra struct {
 	// take their locks in: host:port, or redis://:password@host:port (see
 	// localredis.Options); without one they are skipped.
 	Redis string
+	// Etcd lists the endpoints (comma-separated) of the etcd server the
+	// etcd-lock approaches take their locks in; without one they are
+	// skipped.
+	Etcd string
 	// Failover is a primary with a streaming standby that the failover
 	// fault fails over: the lock service's database, beside URL's, which
 	// keeps the rows. Required by that fault; each approach's run finds it
@@ -361,7 +365,7 @@ func (r *run) start(ctx context.Context, url string) error {
 	r.log.base = history.Now()
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
-			LockDB: r.lockDB, Kafka: r.infra.Kafka, Redis: r.infra.Redis, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
+			LockDB: r.lockDB, Kafka: r.infra.Kafka, Redis: r.infra.Redis, Etcd: r.infra.Etcd, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
 			Metrics: r.cfg.Metrics}
 		if err := r.fleet.startWorker(wc, network, brokers); err != nil {
 			return err

@@ -508,6 +508,7 @@ func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
 		Locks: recordingLocks{Store: locks, w: w},
 		Kafka: w.cfg.Kafka,
 		Redis: w.cfg.Redis,
+		Etcd:  w.cfg.Etcd,
 		Rand:  rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Client))),
 		rec:   history.NewRecorder(historyWriter{w.out}),
 		w:     w,

@@ -44,7 +44,12 @@ const (
 	RedisLock    Approach = "redis-lock"
 	// RedsyncLock is redis-lock with go-redsync's Mutex on one Redis node.
 	RedsyncLock Approach = "redsync-lock"
-	Raw         Approach = "raw"
+	// EtcdLock is the lock of etcd's concurrency.Mutex, on a session's
+	// lease; EtcdFenced presents the mutex key's revision as the token to
+	// lockfree's fence.
+	EtcdLock   Approach = "etcd-lock"
+	EtcdFenced Approach = "etcd-fenced"
+	Raw        Approach = "raw"
 	// PlainTokenLock is the failover fault's foil: the fenced lock with
 	// its tokens a plain nextval (no fence era).
 	PlainTokenLock Approach = "plain-token-lock"

@@ -10,4 +10,5 @@ import (
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/events"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/inventory"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/payments"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/singleton"
 )

@@ -26,7 +26,14 @@ const (
 	sqlInventoryLockedWriteN = `UPDATE inventory t SET quantity = v.q
 	FROM unnest($1::text[], $2::bigint[]) AS v(sku, q) WHERE t.sku = v.sku`
 	sqlInventoryLockedHold = `INSERT INTO inventory (sku, quantity) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
+	// sqlInventoryFencedHold is the hold of a lock whose token the writes
+	// carry: the new row starts with it.
+	sqlInventoryFencedHold = `INSERT INTO inventory (sku, quantity, fencing_token) VALUES ($1, $2, $3) ON CONFLICT (sku) DO NOTHING`
 )
+
+// inventoryFence is the fence of the rows, for the locks whose tokens the
+// reads and writes carry (etcd-fenced).
+var inventoryFence = fencedlock.Fence{Table: "inventory", Key: "sku"}
 
 // inventoryNaive is the fenced twin without its fence, on the same
 // fencedlock.Locker: lock the row(s), plain read, check, unconditional
@@ -54,8 +61,8 @@ func (inventoryNaive) NewClient(_ context.Context, env *engine.Env) (engine.Clie
 	// does not see its lease's context end.
 	return newInventoryClient(env, inventoryLockedOps{
 		env: env, point: "harness.inventory.naive.before-write",
-		lock: func(ctx context.Context, rows []string, fn func() error) error {
-			return lockEach(ctx, l, sortedRows(rows), fn)
+		lock: func(ctx context.Context, rows []string, fn func([]int64) error) error {
+			return lockEach(ctx, l, sortedRows(rows), noTokens(fn))
 		},
 		writeContext: approach.SameContext,
 	}), nil
@@ -71,13 +78,18 @@ func lockEach(ctx context.Context, l *fencedlock.Locker, rows []string, fn func(
 	})
 }
 
-// inventoryLockedOps are the store's operations under a lease lock and
-// nothing else: lock runs fn holding the locks of rows, taken in key order;
-// the writes after the before-write point run on writeContext's context.
+// noTokens adapts fn, which needs no tokens, to a lock that has none.
+func noTokens(fn func([]int64) error) func() error { return func() error { return fn(nil) } }
+
+// inventoryLockedOps are the store's operations under a lease lock: lock
+// runs fn holding the locks of rows, taken in key order, with their tokens
+// (tokens[i] is rows[i]'s) when the lock has tokens the reads and writes
+// carry, nil when it has none (nothing else then protects the rows); the
+// writes after the before-write point run on writeContext's context.
 type inventoryLockedOps struct {
 	env          *engine.Env
 	point        string
-	lock         func(ctx context.Context, rows []string, fn func() error) error
+	lock         func(ctx context.Context, rows []string, fn func(tokens []int64) error) error
 	writeContext func(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
@@ -90,12 +102,32 @@ func (o inventoryLockedOps) read(ctx context.Context, row string) (int64, error)
 	return q, err
 }
 
+// readAs is read under the lock: a fenced read with the row's token, when
+// the lock has one.
+func (o inventoryLockedOps) readAs(ctx context.Context, row string, tokens []int64) (int64, error) {
+	if tokens == nil {
+		return o.read(ctx, row)
+	}
+	var q int64
+	return q, inventoryFence.Read(ctx, o.env.DB, row, tokens[0], "quantity", &q)
+}
+
+// write writes q to row: a fenced write with the row's token, when the
+// lock has one.
+func (o inventoryLockedOps) write(ctx context.Context, db fencedlock.DB, row string, q int64, token []int64) error {
+	if token == nil {
+		_, err := db.Exec(ctx, sqlInventoryLockedWrite, row, q)
+		return err
+	}
+	return inventoryFence.Update(ctx, db, row, token[0], "quantity = $1", q)
+}
+
 // update is the flow of every single-row operation: lock, read, decide,
 // write, release.
 func (o inventoryLockedOps) update(ctx context.Context, row string, decide func(q int64) (int64, error)) (int64, error) {
 	var next int64
-	err := o.lock(ctx, []string{row}, func() error {
-		q, err := o.read(ctx, row)
+	err := o.lock(ctx, []string{row}, func(tokens []int64) error {
+		q, err := o.readAs(ctx, row, tokens)
 		if err != nil {
 			return err
 		}
@@ -105,8 +137,7 @@ func (o inventoryLockedOps) update(ctx context.Context, row string, decide func(
 		o.env.BeforeWrite(ctx, o.point)
 		wctx, cancel := o.writeContext(ctx)
 		defer cancel()
-		_, err = o.env.DB.Exec(wctx, sqlInventoryLockedWrite, row, next)
-		return err
+		return o.write(wctx, o.env.DB, row, next, tokens)
 	})
 	return next, err
 }
@@ -155,18 +186,14 @@ func (o inventoryLockedOps) bid(ctx context.Context, row string, amount int64) e
 	return err
 }
 
-// basket locks its rows in key order, reads them in one statement, checks
-// them all, and writes them all in one statement.
+// basket locks its rows in key order, reads them in one statement (a
+// fenced read each, with tokens), checks them all, and writes them all in
+// one statement (a fenced write each, in one transaction, with tokens).
 func (o inventoryLockedOps) basket(ctx context.Context, rows []string) (map[string]int64, error) {
-	left := make(map[string]int64, len(rows))
-	err := o.lock(ctx, rows, func() error {
-		res, err := o.env.DB.Query(ctx, sqlInventoryLockedReadN, rows)
-		if err != nil {
-			return err
-		}
-		var sku string
-		var q int64
-		if _, err := pgx.ForEachRow(res, []any{&sku, &q}, func() error { left[sku] = q; return nil }); err != nil {
+	var left map[string]int64
+	err := o.lock(ctx, rows, func(tokens []int64) error {
+		var err error
+		if left, err = o.readRows(ctx, rows, tokens); err != nil {
 			return err
 		}
 		next := make([]int64, len(rows))
@@ -184,8 +211,18 @@ func (o inventoryLockedOps) basket(ctx context.Context, rows []string) (map[stri
 		o.env.BeforeWrite(ctx, o.point)
 		wctx, cancel := o.writeContext(ctx)
 		defer cancel()
-		_, err = o.env.DB.Exec(wctx, sqlInventoryLockedWriteN, rows, next)
-		return err
+		if tokens == nil {
+			_, err = o.env.DB.Exec(wctx, sqlInventoryLockedWriteN, rows, next)
+			return err
+		}
+		return pgx.BeginFunc(wctx, o.env.DB, func(tx pgx.Tx) error {
+			for i, r := range rows {
+				if err := o.write(wctx, tx, r, next[i], tokens[i:i+1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -193,10 +230,35 @@ func (o inventoryLockedOps) basket(ctx context.Context, rows []string) (map[stri
 	return left, nil
 }
 
+// readRows reads rows' quantities: in one statement, or a fenced read of
+// each with its token.
+func (o inventoryLockedOps) readRows(ctx context.Context, rows []string, tokens []int64) (map[string]int64, error) {
+	left := make(map[string]int64, len(rows))
+	if tokens != nil {
+		for i, r := range rows {
+			q, err := o.readAs(ctx, r, tokens[i:i+1])
+			if err != nil {
+				return nil, err
+			}
+			left[r] = q
+		}
+		return left, nil
+	}
+	res, err := o.env.DB.Query(ctx, sqlInventoryLockedReadN, rows)
+	if err != nil {
+		return nil, err
+	}
+	var sku string
+	var q int64
+	_, err = pgx.ForEachRow(res, []any{&sku, &q}, func() error { left[sku] = q; return nil })
+	return left, err
+}
+
 // hold looks for the slot under its lock and inserts it if absent; the
-// insert still relies on the key's unique index, as the fenced twin's does.
+// insert still relies on the key's unique index, as the fenced twin's does
+// (with tokens, the new row starts with its token).
 func (o inventoryLockedOps) hold(ctx context.Context, row string, holder int64) error {
-	return o.lock(ctx, []string{row}, func() error {
+	return o.lock(ctx, []string{row}, func(tokens []int64) error {
 		var q int64
 		switch err := o.env.DB.QueryRow(ctx, sqlInventoryLockedRead, row).Scan(&q); {
 		case err == nil:
@@ -207,6 +269,9 @@ func (o inventoryLockedOps) hold(ctx context.Context, row string, holder int64) 
 		o.env.BeforeWrite(ctx, o.point)
 		wctx, cancel := o.writeContext(ctx)
 		defer cancel()
+		if tokens != nil {
+			return changed(o.env.DB.Exec(wctx, sqlInventoryFencedHold, row, holder, tokens[0]))
+		}
 		return changed(o.env.DB.Exec(wctx, sqlInventoryLockedHold, row, holder))
 	})
 }

@@ -31,8 +31,8 @@ func (d inventoryRedis) NewClient(ctx context.Context, env *engine.Env) (engine.
 	return &inventoryRedisClient{
 		inventoryClient: newInventoryClient(env, inventoryLockedOps{
 			env: env, point: d.Point("inventory"),
-			lock: func(ctx context.Context, rows []string, fn func() error) error {
-				return redisLockEach(ctx, locker, sortedRows(rows), fn)
+			lock: func(ctx context.Context, rows []string, fn func([]int64) error) error {
+				return redisLockEach(ctx, locker, sortedRows(rows), noTokens(fn))
 			},
 			writeContext: approach.WriteContext,
 		}),

@@ -1,0 +1,69 @@
+package singleton
+
+import (
+	"context"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/approach"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/fencedlock"
+)
+
+// singletonFenced takes the job's fenced lock for each run
+// (fencedlock.Locker): fenced read with the lease's token → closing with a
+// fenced write → release. A holder paused past its lease wakes with a token
+// the job has seen a higher one than: its closing is refused.
+type singletonFenced struct{}
+
+func init() { engine.RegisterApproach(singletonFenced{}) }
+
+func (singletonFenced) Scenario() string          { return "singleton" }
+func (singletonFenced) Approach() engine.Approach { return engine.FencedLock }
+func (singletonFenced) Label() string {
+	return "fencedlock.Locker: lock job → fenced read with the token → closing with a fenced write → release"
+}
+func (singletonFenced) Protection(p engine.Params) engine.Protection { return engine.LockTTL(p) }
+
+func (singletonFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
+	j, err := newJobs(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	l, err := fencedlock.NewLocker(env.Locks, &fencedlock.LockerConfig{
+		TTL: env.LeaseTTL, Holder: approach.Holder(env), LockPrefix: "singleton/",
+		Wait: approach.LockWait(), MeterProvider: env.MeterProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &singletonFencedClient{jobs: j, locker: l}, nil
+}
+
+type singletonFencedClient struct {
+	jobs
+	locker *fencedlock.Locker
+}
+
+// Op runs the job under its lock. The statements run on the operation's
+// context, not the lease's: a stopped process does not see its lease's
+// context end, and the fence must hold without it.
+func (c *singletonFencedClient) Op(ctx context.Context) error {
+	ctx, op, err := c.invoke(ctx, c.pick())
+	if err != nil {
+		return err
+	}
+	var recorded bool
+	err = c.locker.Do(ctx, op.Key(), func(_ context.Context, lease fencedlock.Lease) error {
+		recorded = true
+		return c.run(ctx, op, steps{point: "harness.singleton.fenced.before-write",
+			read: func(ctx context.Context) (int64, error) { return c.fencedNext(ctx, op, lease.Token) },
+			write: func(ctx context.Context, p int64) (bool, error) {
+				return true, c.fencedClose(ctx, op, p, lease.Token)
+			}})
+	})
+	if !recorded {
+		return op.Finish(nil, err)
+	}
+	return nil
+}
+
+func (c *singletonFencedClient) Close() error { return nil }
