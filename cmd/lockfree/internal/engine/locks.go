@@ -127,10 +127,7 @@ func (r recordingLocks) SetValue(ctx context.Context, lease fencedlock.Lease, va
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
 	sent := history.Now()
 	err := r.Store.Release(ctx, lease)
-	if err == nil || history.Classify(err) == history.Unknown {
-		// A release whose answer was lost may have ended the lease: the
-		// service may grant it to another at once, and the holder, done
-		// with its work, writes nothing more under it.
+	if err == nil {
 		r.report(ctx, evRelease, lease, sent)
 	}
 	return err
