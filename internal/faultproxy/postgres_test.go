@@ -134,12 +134,10 @@ func TestPostgresReset(t *testing.T) {
 	}
 }
 
-// A COMMIT whose answer is lost took effect: the client gets an error, and
-// the row it inserted is there.
-func TestPostgresLostCommit(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
+// lostTable makes a table "lost" in a new schema and returns the schema, a
+// proxy of its server and a connection through the proxy.
+func lostTable(t *testing.T, ctx context.Context) (*testdb.DB, *Proxy, *pgx.Conn) {
+	t.Helper()
 	db := testdb.New(t)
 	if _, err := db.Pool.Exec(ctx, "CREATE TABLE lost (n int)"); err != nil {
 		t.Fatal(err)
@@ -153,7 +151,16 @@ func TestPostgresLostCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := connect(t, ctx, u)
+	return db, p, connect(t, ctx, u)
+}
+
+// A COMMIT whose answer is lost took effect: the client gets an error, and
+// the row it inserted is there.
+func TestPostgresLostCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	db, p, conn := lostTable(t, ctx)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -180,20 +187,7 @@ func TestPostgresLostStatement(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	db := testdb.New(t)
-	if _, err := db.Pool.Exec(ctx, "CREATE TABLE lost (n int)"); err != nil {
-		t.Fatal(err)
-	}
-	target, err := pgaddr.HostPort(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := start(t, target)
-	u, err := pgaddr.WithHostPort(db.URL, p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(t, ctx, u)
+	db, p, conn := lostTable(t, ctx)
 	p.LoseReply(PostgresExecute)
 	if _, err := conn.Exec(ctx, "INSERT INTO lost VALUES ($1)", 1); err == nil {
 		t.Fatal("INSERT succeeded: its answer was not lost")
