@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +20,7 @@ func TestPauseSendsTaker(t *testing.T) {
 	sc, _ := engine.Lookup("payments")
 	cfg := engine.Config{Clients: 8, Keys: 50, Duration: 3 * time.Second, Faults: []engine.Fault{engine.Pause},
 		Approaches: []engine.Approach{engine.Alternative, engine.NaiveLock}}
-	rep, err := engine.Run(context.Background(), sc, cfg, engine.Infra{URL: testdb.New(t).URL})
-	for _, n := range rep.Notes {
-		t.Log(n)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runLogged(t, sc, cfg, engine.Infra{URL: testdb.New(t).URL})
 	for _, r := range rep.Results {
 		logResult(t, r)
 		n, taken := r.FaultsInjected[engine.Pause], r.TakenOver[engine.Pause]
@@ -60,13 +53,7 @@ func TestStaleWriteOutlivesDeadline(t *testing.T) {
 			sc, _ := engine.Lookup(name)
 			cfg := engine.Config{Clients: 8, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{engine.Pause},
 				Approaches: []engine.Approach{engine.NaiveLock}, LeaseTTL: time.Second, OpTimeout: 1200 * time.Millisecond}
-			rep, err := engine.Run(context.Background(), sc, cfg, engine.Infra{URL: testdb.New(t).URL})
-			for _, n := range rep.Notes {
-				t.Log(n)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := runLogged(t, sc, cfg, engine.Infra{URL: testdb.New(t).URL})
 			for _, r := range rep.Results {
 				logResult(t, r)
 				if r.Violations == 0 {

@@ -138,13 +138,7 @@ func runFault(t *testing.T, scenario string, f engine.Fault, approaches ...engin
 	// Room for a fault past the longest lease, and its takeover:
 	// a Kafka consumer's session and rebalance take seconds.
 	cfg.Duration = max(cfg.Duration, 3*longestLease(scenario, cfg))
-	rep, err := engine.Run(context.Background(), sc, cfg, infra)
-	for _, n := range rep.Notes {
-		t.Log(n)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := runLogged(t, sc, cfg, infra)
 	// A scenario whose alternative resends with operation IDs has the
 	// lost-reply fault's foil, which resends without them.
 	resends := slices.ContainsFunc(engine.Approaches(scenario), func(d engine.ApproachDef) bool { return d.Approach() == engine.BlindRetry })
@@ -152,6 +146,19 @@ func runFault(t *testing.T, scenario string, f engine.Fault, approaches ...engin
 		logResult(t, r)
 		checkResult(t, f, r, resends)
 	}
+}
+
+// runLogged runs sc, logs the run's notes and fails t if the run failed.
+func runLogged(t *testing.T, sc engine.Scenario, cfg engine.Config, infra engine.Infra) report.Report {
+	t.Helper()
+	rep, err := engine.Run(context.Background(), sc, cfg, infra)
+	for _, n := range rep.Notes {
+		t.Log(n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 func logResult(t *testing.T, r report.Result) {

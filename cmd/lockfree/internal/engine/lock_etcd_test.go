@@ -22,15 +22,9 @@ func TestEtcdLocksUnderPause(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	sc, _ := engine.Lookup("inventory")
-	rep, err := engine.Run(context.Background(), sc, engine.Config{Clients: 8, Keys: 1, Duration: 4 * time.Second,
+	rep := runLogged(t, sc, engine.Config{Clients: 8, Keys: 1, Duration: 4 * time.Second,
 		Faults: []engine.Fault{engine.Pause}, Approaches: []engine.Approach{engine.EtcdLock, engine.EtcdFenced}},
 		engine.Infra{URL: testdb.New(t).URL, Etcd: srv.Endpoint})
-	for _, n := range rep.Notes {
-		t.Log(n)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, r := range rep.Results {
 		logResult(t, r)
 		switch {
