@@ -10,8 +10,8 @@ import (
 )
 
 // TestCompareDefaults: with no flags, compare injects real pauses into
-// every approach of the four PostgreSQL scenarios, and --scenario all adds
-// every registered one.
+// every approach of the scenarios not run on request only (events, which
+// needs Kafka, is one), and --scenario all adds every registered one.
 func TestCompareDefaults(t *testing.T) {
 	f, err := parseCompare(nil, io.Discard)
 	if err != nil {
@@ -20,7 +20,7 @@ func TestCompareDefaults(t *testing.T) {
 	if !slices.Equal(f.faults, []engine.Fault{engine.Pause}) {
 		t.Errorf("faults = %v, want pause", f.faults)
 	}
-	if !slices.Equal(f.names, []string{"inventory", "documents", "payments", "accounts"}) {
+	if !slices.Equal(f.names, []string{"inventory", "documents", "payments", "accounts", "singleton"}) {
 		t.Errorf("scenarios = %v", f.names)
 	}
 	want := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock, engine.RedisLock, engine.Raw}

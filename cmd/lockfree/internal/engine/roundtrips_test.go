@@ -9,6 +9,7 @@ import (
 	"github.com/lockfree-go/lockfree/internal/testdb"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/localetcd"
 )
 
 // The statements a run measures on behalf of each operation are the hand
@@ -54,6 +55,11 @@ import (
 //	  redis-lock, redsync-lock  naive-lock's statements without acquire and
 //	               release (the lock's 2 round trips go to Redis)            2
 //	               (inventory: 1–3)
+//	inventory alone
+//	  etcd-lock    naive-lock's statements without acquire and release     1–3
+//	  etcd-fenced  fenced-lock's statements without acquire and release    1–8
+//
+// blind-retry is not counted: it runs only under the lost-reply fault.
 //
 // and so are their round trips where the pool keeps its connection. The
 // lock service's wake-ups take a pooled connection to LISTEN on whenever an
@@ -67,17 +73,22 @@ func TestRoundTripsPerOp(t *testing.T) {
 	type span struct{ lo, hi int64 } // statements per operation
 	one := func(n int64) span { return span{n, n} }
 	want := map[string]map[engine.Approach]span{
-		"inventory": {engine.Alternative: {1, 3}, engine.Raw: {1, 2}, engine.NaiveLock: {3, 6}, engine.FencedLock: {3, 10}, engine.RedisLock: {1, 3}, engine.RedsyncLock: {1, 3}},
+		"inventory": {engine.Alternative: {1, 3}, engine.Raw: {1, 2}, engine.NaiveLock: {3, 6}, engine.FencedLock: {3, 10}, engine.RedisLock: {1, 3}, engine.RedsyncLock: {1, 3}, engine.EtcdLock: {1, 3}, engine.EtcdFenced: {1, 8}},
 		"documents": {engine.Alternative: {1, 5}, engine.Raw: {1, 2}, engine.NaiveLock: {3, 5}, engine.FencedLock: {4, 10}, engine.RedisLock: {1, 3}, engine.RedsyncLock: {1, 3}},
 		"accounts":  {engine.Alternative: one(1), engine.VerifiedAlternative: one(4), engine.Raw: one(1), engine.NaiveLock: one(4), engine.FencedLock: one(4), engine.VerifiedLock: one(7), engine.RedisLock: one(2), engine.RedsyncLock: one(2)},
 	}
 	cfg := engine.Config{Clients: 1, Duration: time.Second, LeaseTTL: 10 * time.Second}.WithDefaults()
-	infra := engine.Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR")}
+	etcd, err := localetcd.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Stop)
+	infra := engine.Infra{URL: testdb.New(t).URL, Redis: os.Getenv("TEST_REDIS_ADDR"), Etcd: etcd.Endpoint}
 	for _, name := range []string{"inventory", "documents", "accounts"} {
 		sc, _ := engine.Lookup(name)
 		for _, def := range engine.Approaches(name) {
-			if def.Approach() == engine.PlainTokenLock {
-				continue // the fenced lock's statements; it runs only under the failover fault
+			if def.Approach() == engine.PlainTokenLock || def.Approach() == engine.BlindRetry {
+				continue // each runs only under its fault (failover, lost-reply)
 			}
 			t.Run(name+"/"+string(def.Approach()), func(t *testing.T) {
 				if why := engine.SkipReason(context.Background(), cfg, def, infra); why != "" {
