@@ -3,10 +3,13 @@ package events
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 )
@@ -32,5 +35,26 @@ func TestDrainWaitsOutFailedPolls(t *testing.T) {
 	defer cancel()
 	if err := c.Drain(ctx); err == nil {
 		t.Fatal("Drain returned nil while every poll failed")
+	}
+}
+
+// Sorted by their client IDs, as kafka-go's range balancer sorts members,
+// the workers' members get the partitions so that each worker applies the
+// next worker's entity, never its own.
+func TestMemberRankGivesAnotherWorkersPartition(t *testing.T) {
+	for _, clients := range []int{1, 2, 4, 64} {
+		ids := make([]string, clients)
+		for c := range clients {
+			ids[c] = memberRank(c, clients)
+		}
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		for c := range clients {
+			p := slices.Index(sorted, ids[c]) // the partition the range balancer gives
+			entityOn := spreadKey(entityName((c+1)%clients, 0), (c+1)%clients, clients)
+			if p != (c+1)%clients || kafkawriter.PartitionFor(entityOn, clients) != p {
+				t.Errorf("%d workers: worker %d gets partition %d, want %d (worker %d's entity)", clients, c, p, (c+1)%clients, (c+1)%clients)
+			}
+		}
 	}
 }
