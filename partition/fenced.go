@@ -67,9 +67,12 @@ func (f *Fenced) Holder() string { return f.locker.Holder() }
 // Do acquires key's lock (waiting while another holder has it, until ctx
 // ends), runs fn with the lease under a keepalive whose context fn gets, and
 // releases the lock — also when fn panics, before the panic goes on. It
-// returns fn's error joined with the release's, or the acquire's error; a
-// key too long for a lock name (with the prefix, fencedlock.MaxNameLen bytes)
-// is an error matching ErrInvalid, before anything is written.
+// returns fn's error joined with the release's, or the acquire's error.
+// Once fn has returned nil, Do returns nil: a release that fails then only
+// delays the next holder until the lease expires, and an error would invite
+// a retry of finished work. A key too long for a lock name (with the
+// prefix, fencedlock.MaxNameLen bytes) is an error matching ErrInvalid,
+// before anything is written.
 func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context, lease fencedlock.Lease) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
@@ -77,10 +80,17 @@ func (f *Fenced) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err := validName("lock name (prefix and key)", f.prefix+key, false); err != nil {
 		return err
 	}
-	return f.locker.Do(ctx, key, func(ctx context.Context, lease fencedlock.Lease) error {
+	ran := false
+	err := f.locker.Do(ctx, key, func(ctx context.Context, lease fencedlock.Lease) error {
 		// Between the acquire and fn's writes: where a pause can outlast
 		// the lease.
 		failpoint.Inject(ctx, "partition.fenced.before-write")
-		return fn(ctx, lease)
+		err := fn(ctx, lease)
+		ran = err == nil
+		return err
 	})
+	if ran {
+		return nil // with fn done, a release error only delays the next holder
+	}
+	return err
 }

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/clock"
 	"github.com/lockfree-go/lockfree/fencedlock"
+	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/partition"
 )
 
@@ -158,5 +160,43 @@ func TestFencedReleasesWhenFnPanics(t *testing.T) {
 	}
 	if cause := context.Cause(fnCtx); !errors.Is(cause, fencedlock.ErrStopped) {
 		t.Fatalf("fn's context cause = %v, want ErrStopped: the keepalive still runs", cause)
+	}
+}
+
+// Once fn has returned nil its work stands: a release that fails after it
+// (the lock service unreachable) only delays the next holder until the
+// lease expires, and Do returning an error would invite a retry of finished
+// work. The lock service's pool is closed inside fn: the release cannot be
+// sent. Before the fix Do returned the release's error.
+func TestFencedFailedReleaseAfterWork(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t, fencedlock.Migrations()...)
+	lockPool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockPool.Close()
+	locks, err := fencedlock.NewPostgres(lockPool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := partition.NewFenced(locks, &partition.FencedConfig{LockerConfig: fencedlock.LockerConfig{
+		TTL: time.Minute, Keepalive: &fencedlock.KeepaliveConfig{NoRenew: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fn's own error still comes back as it is.
+	want := errors.New("declined")
+	if err := f.Do(ctx, "account-2", func(context.Context, fencedlock.Lease) error { return want }); !errors.Is(err, want) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	ran := 0
+	err = f.Do(ctx, "account-1", func(context.Context, fencedlock.Lease) error {
+		lockPool.Close()
+		ran++
+		return nil
+	})
+	if err != nil || ran != 1 {
+		t.Fatalf("Do = %v after fn ran %d time(s) and returned nil; want nil", err, ran)
 	}
 }
