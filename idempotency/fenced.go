@@ -141,7 +141,9 @@ var errWaitOver = errors.New("idempotency: waited InFlightWait for the lock")
 // could not be stored (a newer holder took the key over meanwhile, or the
 // store failed), Do returns an *UnrecordedError (ErrUnrecorded) carrying
 // it: the work was done. When fn fails or panics, the record's placeholder
-// is removed, so that a retry runs again.
+// is removed, so that a retry runs again. Once the result is stored (or
+// replayed), a failed release is no error: it only delays the next holder
+// until the lease expires.
 func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx context.Context) (Result, error)) (done Result, err error) {
 	ctx, exec := f.tel.start(ctx)
 	defer func() { exec.end(ctx, done, err) }()
@@ -152,6 +154,7 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 	defer wait.stop()
 	var res Result
 	var unrecorded *UnrecordedError
+	answered := false // run returned a result: stored, or replayed
 	err = f.locker.Do(wait.ctx, lockName(key), func(ctx context.Context, lease fencedlock.Lease) error {
 		if !wait.acquired() {
 			return errWaitOver // acquired as the wait ended: give it back
@@ -164,9 +167,12 @@ func (f *Fenced) Do(ctx context.Context, key Key, fp Fingerprint, fn func(ctx co
 			unrecorded = u
 			return u.Err
 		}
+		answered = err == nil
 		return err
 	})
 	switch {
+	case answered:
+		return res, nil // a release error only delays the next holder
 	case unrecorded != nil:
 		return Result{}, unrecorded
 	case errors.Is(err, errWaitOver) && ctx.Err() == nil:

@@ -191,3 +191,34 @@ func TestFencedMiddlewareWorkDoneRecordFenced(t *testing.T) {
 		t.Fatalf("response %d %q: want the handler's 201 \"charged\"", rec.Code, rec.Body.String())
 	}
 }
+
+// unreachableRelease is a lock service whose release is never answered.
+type unreachableRelease struct{ *fencedlock.Memory }
+
+func (unreachableRelease) Release(context.Context, fencedlock.Lease) error {
+	return errors.New("lock service unreachable")
+}
+
+// Once fn's result is stored, the key is spent: a release that fails after
+// it only delays the next holder until the lease expires, and Do returning
+// the release's error would tell the caller (the middleware: a 500, "retry")
+// that finished work failed. Before the fix Do returned that error and no
+// result.
+func TestFencedFailedReleaseAfterStore(t *testing.T) {
+	t.Parallel()
+	mem, _ := idempotency.NewMemory(nil)
+	f, err := idempotency.NewFenced(unreachableRelease{memoryLocks(nil)}, mem,
+		&idempotency.FencedConfig{LockerConfig: fencedlock.LockerConfig{TTL: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{ID: "charge-1"}
+	ran := 0
+	res, err := f.Do(ctx, key, payFP, func(context.Context) (idempotency.Result, error) {
+		ran++
+		return idempotency.Result{Status: 201, Body: []byte("charged")}, nil
+	})
+	if err != nil || ran != 1 || string(res.Body) != "charged" {
+		t.Fatalf("Do = %+v, %v after fn ran %d time(s); want its result, nil", res, err, ran)
+	}
+}

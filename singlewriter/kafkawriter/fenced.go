@@ -170,7 +170,10 @@ func entityName(stream, entity string, limit int) string {
 // nothing was written; call Apply again to find the events applied, or apply
 // them. fn's error rolls back and is returned as it is; a panic in fn is a
 // *singlewriter.PanicError and a runtime.Goexit singlewriter.ErrGoexit, the
-// lock released either way.
+// lock released either way. Once the transaction has committed, Apply
+// returns (true, nil) even if the release then fails: the events are
+// applied, and the failed release only delays the next holder until the
+// lease expires.
 //
 // fn and the transaction run under ctx, not under the lease's keepalive: a
 // lease lost mid-transaction does not abort it; the fenced write decides
@@ -185,7 +188,10 @@ func (f *Fenced) Apply(ctx context.Context, stream, entity string, seq int64, fn
 		applied, err = f.apply(ctx, name, lease.Token, seq, fn)
 		return err
 	})
-	return applied && err == nil, err
+	if applied {
+		return true, nil // committed: a release error only delays the next holder
+	}
+	return false, err
 }
 
 // apply is Apply's work under the lease of token.

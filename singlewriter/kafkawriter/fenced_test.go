@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -594,5 +595,34 @@ func TestFencedConsumerRetriesFencedRun(t *testing.T) {
 	s := a.Stats()
 	if want := "0:B 1:B 2:A 3:A"; strings.Join(got, " ") != want || s.Fenced != 1 || s.Applied != 2 || s.Skipped != 2 {
 		t.Fatalf("applications %q, stats %+v; want %q, A fenced once, 2 applied, 2 skipped", got, s, want)
+	}
+}
+
+// Once the transaction has committed, the events are applied: a release
+// that fails after it (the lock service unreachable) only delays the next
+// holder until the lease expires, and Apply reporting (false, error) would
+// have its caller take applied events for unapplied ones. The lock
+// service's own pool is closed inside fn: the transaction, on the rows'
+// pool, commits; the release cannot be sent. Before the fix Apply returned
+// false and the release's error.
+func TestFencedApplyFailedReleaseAfterCommit(t *testing.T) {
+	t.Parallel()
+	db, _ := fencedEnv(t)
+	lockPool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lockPool.Close()
+	locks, err := fencedlock.NewPostgres(lockPool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFenced(t, db, locks, &kafkawriter.FencedConfig{LockerConfig: pausable("a", time.Minute)})
+	ok, err := f.Apply(ctx, "s", "e", 3, func(context.Context, pgx.Tx, int64) error {
+		lockPool.Close()
+		return nil
+	})
+	if !ok || err != nil {
+		t.Fatalf("Apply = %v, %v after its transaction committed; want true, nil", ok, err)
 	}
 }
