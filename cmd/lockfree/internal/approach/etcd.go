@@ -67,6 +67,9 @@ func (l EtcdLib) Point(scenario string) string {
 	return "harness." + scenario + "." + string(l.approach) + ".before-write"
 }
 
+// Service is the service the approach's clients need (engine.Requirer).
+func (EtcdLib) Service() string { return "etcd" }
+
 // Unavailable says why the approach cannot run on infra, or "" when it
 // can: it needs an etcd server that answers (engine.Requirer).
 func (EtcdLib) Unavailable(ctx context.Context, infra engine.Infra) string {

@@ -90,6 +90,9 @@ func (l RedisLib) Connect(ctx context.Context, env *engine.Env) (*RedisConn, Red
 // no Redis address.
 var ErrNoRedis = errors.New("approach: no Redis server")
 
+// Service is the service the library's approaches need (engine.Requirer).
+func (RedisLib) Service() string { return "redis" }
+
 // Unavailable says why the library's approach cannot run on infra, or ""
 // when it can: it needs a Redis server that answers PING (engine.Requirer).
 func (RedisLib) Unavailable(ctx context.Context, infra engine.Infra) string {

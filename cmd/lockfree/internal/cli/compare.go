@@ -75,8 +75,8 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
-	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(etcdApproaches()), ",", " and ")+"; empty: a throwaway etcd server inside this process")
-	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(redisApproaches()), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
+	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
+	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("redis")), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the approaches that consume from a topic ("+kafkaHelp()+"); without brokers that answer, those are reported as skipped")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches, the faults and where each applies, one line each, and exit")
 	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")
@@ -183,20 +183,10 @@ func approachHelp() string {
 	return strings.Join(out, ", ")
 }
 
-// etcdApproaches are the approaches whose locks live in etcd.
-func etcdApproaches() []engine.Approach {
-	return []engine.Approach{engine.EtcdLock, engine.EtcdFenced}
-}
-
-// wantsEtcd reports whether the chosen approaches (nil: all) include a
-// lock held in etcd.
-func wantsEtcd(as []engine.Approach) bool {
-	return as == nil || slices.ContainsFunc(etcdApproaches(), func(a engine.Approach) bool { return slices.Contains(as, a) })
-}
-
-// redisApproaches are the approaches whose locks live in Redis.
-func redisApproaches() []engine.Approach {
-	return []engine.Approach{engine.RedisLock, engine.RedsyncLock}
+// wants reports whether the chosen approaches (nil: all) include one
+// whose clients need service.
+func wants(as []engine.Approach, service string) bool {
+	return as == nil || slices.ContainsFunc(engine.ApproachesNeeding(service), func(a engine.Approach) bool { return slices.Contains(as, a) })
 }
 
 // kafkaHelp names the approaches whose clients consume from Kafka, by
@@ -252,14 +242,6 @@ func parseScenarios(list string) ([]string, error) {
 	return names, nil
 }
 
-// wantsRedis reports whether the chosen approaches (nil: all) include a
-// lock held in Redis.
-func wantsRedis(as []engine.Approach) bool {
-	if as == nil {
-		return true
-	}
-	return slices.ContainsFunc(redisApproaches(), func(a engine.Approach) bool { return slices.Contains(as, a) })
-}
 
 // parseApproaches parses "all" (nil: every approach of each scenario) or a
 // comma-separated list of approaches.
@@ -331,12 +313,12 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.kafka != "" {
 		infra.Kafka = strings.Split(f.kafka, ",")
 	}
-	if wantsRedis(f.approaches) {
+	if wants(f.approaches, "redis") {
 		addr, stop := localredis.Resolve(ctx, f.redis, stderr)
 		defer stop()
 		infra.Redis = addr
 	}
-	if wantsEtcd(f.approaches) {
+	if wants(f.approaches, "etcd") {
 		endpoints, stop := localetcd.Resolve(ctx, f.etcd, stderr)
 		defer stop()
 		infra.Etcd = endpoints

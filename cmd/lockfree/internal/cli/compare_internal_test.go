@@ -45,3 +45,19 @@ func TestCompareMetricsFlag(t *testing.T) {
 		t.Errorf("--metrics: metrics %v, command %q (%v)", f.metrics, f.command(), err)
 	}
 }
+
+// Every service an approach declares it needs is one compare can be given
+// (--redis, --etcd) or start: an approach needing another would only ever
+// be reported skipped.
+func TestCompareKnowsEveryService(t *testing.T) {
+	for _, sc := range engine.Names() {
+		for _, d := range engine.Approaches(sc) {
+			if req, ok := d.(engine.Requirer); ok && !slices.Contains([]string{"redis", "etcd"}, req.Service()) {
+				t.Errorf("%s/%s needs %q, which compare neither starts nor takes a flag for", sc, d.Approach(), req.Service())
+			}
+		}
+	}
+	if got := engine.ApproachesNeeding("etcd"); len(got) == 0 {
+		t.Error("no approach needs etcd: the --etcd flag names none")
+	}
+}

@@ -35,10 +35,11 @@ type MemberRunner interface{ RunsMember() }
 type KafkaUser interface{ KafkaTopic(run string) string }
 
 // Requirer is an ApproachDef whose clients need a service besides
-// PostgreSQL and Kafka (a Redis server): Unavailable says why infra cannot
-// give them one, "" when it can. The run reports the approach skipped, with
-// why.
+// PostgreSQL and Kafka: Service names it ("redis", "etcd"), for the CLI to
+// start or ask for; Unavailable says why infra cannot give them one, ""
+// when it can. The run reports the approach skipped, with why.
 type Requirer interface {
+	Service() string
 	Unavailable(ctx context.Context, infra Infra) string
 }
 

@@ -265,6 +265,22 @@ func ApproachNames() []Approach {
 	return out
 }
 
+// ApproachesNeeding returns the name of every approach, in report order,
+// whose clients need service (Requirer).
+func ApproachesNeeding(service string) []Approach {
+	var out []Approach
+	for _, a := range ApproachNames() {
+		for _, sc := range Names() {
+			d, ok := lookupApproach(sc, a)
+			if req, is := d.(Requirer); ok && is && req.Service() == service {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func approachRank(a Approach) int {
 	if i := slices.Index(approachOrder, a); i >= 0 {
 		return i
