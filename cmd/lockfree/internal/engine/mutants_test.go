@@ -172,7 +172,7 @@ func TestMutants(t *testing.T) {
 			whys[r.test.why] = true
 		}
 	}
-	table := mutantMarkdown(rows)
+	table := mutantTrialsLine(base) + "\n\n" + mutantMarkdown(rows)
 	for _, why := range []outOfReach{inMemory, inMiddleware, inOneStatement} {
 		if whys[why] {
 			table += "\n" + outOfReachNotes[why] + "\n"
@@ -439,6 +439,21 @@ func (m mutantRun) verdict() string {
 }
 
 // mutantMarkdown is the table of the runs: one row per mutant.
+// mutantTrialsLine says, from mutantTrials and the runs' configuration,
+// which runs a mutant is tried in, in order, for the table's reader.
+func mutantTrialsLine(base engine.Config) string {
+	var trials []string
+	for _, tr := range mutantTrials {
+		f := "no fault"
+		if tr.fault != "" {
+			f = "`" + string(tr.fault) + "`"
+		}
+		trials = append(trials, fmt.Sprintf("`%s` under %s", tr.approach, f))
+	}
+	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (four of the approach's leases under a fault, when longer), in these runs, in order, until one shows violations: %s.",
+		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "))
+}
+
 func mutantMarkdown(rows []mutantRun) string {
 	var b strings.Builder
 	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | verdict |\n")
