@@ -105,6 +105,15 @@ func (RedisLib) Unavailable(ctx context.Context, infra engine.Infra) string {
 	return ""
 }
 
+// SkipFault: the failover fault fails over the PostgreSQL lock service,
+// where these locks do not live.
+func (RedisLib) SkipFault(f engine.Fault) string {
+	if f == engine.Failover {
+		return "its locks live in Redis, not in the PostgreSQL lock service that fails over"
+	}
+	return ""
+}
+
 // RedisConn is a worker's connection to Redis: a go-redis client with its
 // defaults, and the worker's count of the commands it sent, each one round
 // trip.
