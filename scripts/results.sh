@@ -146,7 +146,7 @@ scenarios=${SCENARIOS:-$known}
 # registry's order, each fault a stale holder's write lands under ("bites") on every scenario it
 # applies to, and each other fault on the first scenario it applies to — so every fault shows once,
 # on a scenario whose approaches it takes effect in. A fault that bites the whole run at once
-# (failover) has a section of its own.
+# (failover) has a section of its own; random, which plays the others, has none yet.
 faults_of() { # scenario
 	awk -v sc="$1" '
 		$1 == "fault" { order[++n] = $2; for (i = 3; i <= NF; i++) trait[$2, $i] = 1 }
@@ -155,7 +155,7 @@ faults_of() { # scenario
 			printf "none"
 			for (i = 1; i <= n; i++) {
 				f = order[i]
-				if (!(f in here) || (trait[f, "bites"] && trait[f, "whole-run"])) continue
+				if (!(f in here) || (trait[f, "bites"] && trait[f, "whole-run"]) || f == "random") continue
 				if (trait[f, "bites"] || first[f] == sc) printf " %s", f
 			}
 			print ""

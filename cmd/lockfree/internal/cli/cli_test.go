@@ -167,6 +167,8 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--approaches", "alternative,nope"},
 		{"compare", "--scenario", "inventory,nope"},
 		{"compare", "--faults", "partition"},
+		{"compare", "--faults", "random,pause"},
+		{"compare", "--seed", "-1"},
 		{"migrate"},
 		{"migrate", "print", "--packages", "fencedlock,nosuch"},
 		{"frobnicate"},

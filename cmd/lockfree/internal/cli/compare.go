@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"reflect"
@@ -60,6 +61,9 @@ type compareFlags struct {
 	metrics           bool
 	markdown, chart   string
 	html              string
+	// seed draws the random schedules (--faults random) and seeds the
+	// workers; 0 until compare draws one.
+	seed uint64
 }
 
 func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
@@ -73,6 +77,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
 	fs.DurationVar(&f.duration, "duration", defaultDuration, "how long each approach is measured (per point and round), after a warm-up")
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
+	fs.Uint64Var(&f.seed, "seed", 0, "seed of --faults random's schedules (and of the workers' random choices); the same seed and options replay the same schedules; 0 draws one, printed")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
@@ -96,6 +101,9 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	var err error
 	if f.faults, err = engine.ParseFaults(*faults); err != nil {
 		return f, usageError{err}
+	}
+	if slices.Contains(f.faults, engine.Random) && len(f.faults) > 1 {
+		return f, usageError{errors.New("--faults random draws its faults: give it alone")}
 	}
 	if f.clients, err = report.ParseInts(*clients, 1, 256); err != nil {
 		return f, usageError{fmt.Errorf("--clients: %w", err)}
@@ -242,7 +250,6 @@ func parseScenarios(list string) ([]string, error) {
 	return names, nil
 }
 
-
 // parseApproaches parses "all" (nil: every approach of each scenario) or a
 // comma-separated list of approaches.
 func parseApproaches(list string) ([]engine.Approach, error) {
@@ -277,6 +284,9 @@ func (f compareFlags) command() string {
 	if f.metrics {
 		s += " --metrics"
 	}
+	if f.seed != 0 {
+		s += fmt.Sprintf(" --seed %d", f.seed)
+	}
 	return s
 }
 
@@ -296,6 +306,10 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.list {
 		writeList(stdout)
 		return nil
+	}
+	if f.seed == 0 && slices.Contains(f.faults, engine.Random) {
+		f.seed = rand.Uint64N(1<<53) + 1 // printable, and exact in JSON
+		fmt.Fprintf(stderr, "lockfree: --faults random: seed %d (--seed %d replays the schedules)\n", f.seed, f.seed)
 	}
 	infra, cleanup, err := resolveBackend(ctx, f.pgURL, f.restartCmd, stderr)
 	if err != nil {
@@ -330,7 +344,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		for _, c := range f.clients {
 			for _, k := range f.keys {
 				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
-					Metrics: f.metrics}
+					Metrics: f.metrics, Seed: f.seed}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {
 					return err

@@ -61,3 +61,12 @@ func TestCompareKnowsEveryService(t *testing.T) {
 		t.Error("no approach needs etcd: the --etcd flag names none")
 	}
 }
+
+// --seed shows in the command line the HTML report quotes, so that it
+// replays the run's random schedules.
+func TestCompareSeedFlag(t *testing.T) {
+	f, err := parseCompare([]string{"--faults", "random", "--seed", "7"}, io.Discard)
+	if err != nil || f.seed != 7 || !strings.HasSuffix(f.command(), "--faults random --rounds 1 --seed 7") {
+		t.Errorf("seed %d, command %q, err %v", f.seed, f.command(), err)
+	}
+}

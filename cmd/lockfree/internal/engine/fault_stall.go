@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
@@ -25,13 +26,23 @@ func (stall) counts() string {
 }
 func (stall) start(r *run) injector { return stallRun{r} }
 
+// span: from half the lease, which it outlasts not, to three times the
+// lease and the margin.
+func (stall) span(lease time.Duration) (lo, hi time.Duration) {
+	return lease / 2, 3*lease + leaseMargin(lease)
+}
+
 type stallRun struct{ r *run }
 
 // inject stalls v's operation at its next before-write point for twice the
 // lease and a margin.
 func (s stallRun) inject(ctx context.Context, v *proc) {
+	s.injectFor(ctx, v, 2*s.r.prot.Lease+s.r.margin())
+}
+
+// injectFor stalls v's operation at its next before-write point for d.
+func (s stallRun) injectFor(ctx context.Context, v *proc, d time.Duration) {
 	r := s.r
-	d := 2*r.prot.Lease + r.margin()
 	at, ok := r.armPoint(ctx, Stall, v, arm{Mode: modeStall, For: d})
 	if !ok {
 		return

@@ -38,6 +38,9 @@ func faultTests() []struct {
 			if f == engine.Failover {
 				continue // it needs a replication pair: internal/failover's TestCompareFailover
 			}
+			if f == engine.Random {
+				continue // it plays the others: TestRandom
+			}
 			if len(faultApproaches(sc.Name(), f)) == 0 {
 				continue
 			}

@@ -29,6 +29,7 @@ var faultKinds = []fault{
 	failover{},
 	lateHeartbeat{},
 	handoffPause{},
+	random{},
 }
 
 // fault is one kind of fault the engine injects. A fault is a description,
@@ -96,6 +97,26 @@ type (
 	preparing interface {
 		prepare(ctx context.Context, schema string) (func(), error)
 	}
+	// lasting: a random schedule draws how long one injection lasts,
+	// between the bounds span gives for a run protected by lease; the
+	// fault's injector is a lastingInjector.
+	lasting interface {
+		span(lease time.Duration) (lo, hi time.Duration)
+	}
+)
+
+// The traits an injector may have.
+type (
+	// lastingInjector: injectFor is inject, the fault lasting d.
+	lastingInjector interface {
+		injectFor(ctx context.Context, v *proc, d time.Duration)
+	}
+	// settledRun: the run may end once settled reports so, whatever the
+	// counts (a random schedule played through).
+	settledRun interface{ settled() bool }
+	// scheduling: the injector played a random schedule, which the
+	// report keeps (report.Result.Schedule).
+	scheduling interface{ schedule() []report.Injection }
 )
 
 func faultByName(f Fault) (fault, bool) {

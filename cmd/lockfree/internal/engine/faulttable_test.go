@@ -30,7 +30,10 @@ func faultTable() string {
 	b.WriteString("| fault | what it does | to whom | a stale write lands | when it counts | skipped by |\n|---|---|---|---|---|---|\n")
 	for _, f := range engine.FaultNames() {
 		whom := "one worker at a time"
-		if engine.WholeRun(f) {
+		switch {
+		case f == engine.Random:
+			whom = "the workers its schedule draws"
+		case engine.WholeRun(f):
 			whom = "every worker"
 		}
 		bites := "—"

@@ -49,7 +49,10 @@ func (r *run) inject(ctx context.Context) {
 // margin is how long past a lease the engine waits before it counts the
 // lease as expired: the server's clock started it a little after the point
 // the worker stopped at, and a waiter polls.
-func (r *run) margin() time.Duration { return max(100*time.Millisecond, r.prot.Lease/2) }
+func (r *run) margin() time.Duration { return leaseMargin(r.prot.Lease) }
+
+// leaseMargin is the margin past a lease of lease (run.margin).
+func leaseMargin(lease time.Duration) time.Duration { return max(100*time.Millisecond, lease/2) }
 
 // reachBound bounds the wait for an armed worker to reach a before-write
 // point: one operation, plus a lock wait; a second for an idle one.

@@ -39,6 +39,11 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 		res.FaultsInjected[f] += 0 // asked for and never injected shows as 0
 	}
 	res.Pauses = res.FaultsInjected[Pause]
+	for _, inj := range r.injectors {
+		if s, ok := inj.(scheduling); ok {
+			res.Schedule = s.schedule()
+		}
+	}
 	res.Timeline = r.timeline(ops, rep)
 	res.Metrics = r.fleet.metrics()
 	if r.task != nil {

@@ -147,6 +147,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: unknown fault %s", ErrInvalid, f)
 		}
 	}
+	if contains(c.Faults, Random) && len(c.Faults) > 1 {
+		return fmt.Errorf("%w: faults %s: random draws its faults, and goes alone", ErrInvalid, report.FaultList(c.Faults))
+	}
 	return nil
 }
 
@@ -184,6 +187,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	}
 	for _, f := range cfg.Faults {
 		rep.FaultHow[f] = FaultHow(f)
+	}
+	if contains(cfg.Faults, Random) {
+		rep.Seed = cfg.Seed
 	}
 	var missed []error
 	for _, def := range Approaches(sc.Name()) {
@@ -447,7 +453,13 @@ func (r *run) overtime() time.Duration { return max(r.cfg.Duration, 20*time.Seco
 // faultsDone reports whether every fault asked for has taken effect at
 // least once, or as a settling fault says.
 func (r *run) faultsDone() bool {
-	for _, f := range r.cfg.Faults {
+	for i, f := range r.cfg.Faults {
+		if s, ok := r.injectors[i].(settledRun); ok {
+			if !s.settled() {
+				return false
+			}
+			continue
+		}
 		k, _ := faultByName(f)
 		if s, ok := k.(settling); ok {
 			if !s.done(r.log.injectedOf) {

@@ -104,12 +104,16 @@ func (l *runLog) injectedSoFar() map[Fault]int64 {
 	return maps.Clone(l.injected)
 }
 
-// faults counts the faults injected so far.
+// faults counts the faults injected so far; those of a random schedule
+// once, under their own fault.
 func (l *runLog) faults() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var n int64
-	for _, v := range l.injected {
+	for f, v := range l.injected {
+		if f == Random {
+			continue
+		}
 		n += v
 	}
 	return n

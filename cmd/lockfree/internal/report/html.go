@@ -89,7 +89,14 @@ type scenarioView struct {
 	Timelines         []timelineView
 	Ratios            []string
 	Metrics           []metricRow
+	// Schedules are the random schedules, when the run drew them.
+	Schedules []scheduleView
+	Seed      uint64
 }
+
+// scheduleView is one approach's random schedule, and the command that
+// replays it when the approach showed violations.
+type scheduleView struct{ Approach, Text, Replay string }
 
 // metricRow is one series of an approach's metrics (--metrics).
 type metricRow struct{ Approach, Color, Name, Attrs, Value string }
@@ -175,6 +182,17 @@ func htmlScenario(rep Report, i int, inSweep bool) scenarioView {
 	}
 	sv.Timelines = timelines(rep, sv.ID)
 	sv.Metrics = metricRows(rep)
+	sv.Seed = rep.Seed
+	for _, r := range rep.Results {
+		if len(r.Schedule) == 0 {
+			continue
+		}
+		s := scheduleView{Approach: string(r.Approach), Text: r.ScheduleText()}
+		if r.Checked && r.Violations > 0 {
+			s.Replay = rep.Replay(r)
+		}
+		sv.Schedules = append(sv.Schedules, s)
+	}
 	return sv
 }
 

@@ -115,6 +115,11 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{range .Ratios}}<p class="note">{{.}}</p>{{end}}
 <ul class="labels">{{range .Rows}}<li><b>{{.Approach}}</b>: {{.Label}}</li>{{end}}{{range .Notes}}<li>note: {{.}}</li>{{end}}</ul>
 <div class="charts">{{range .Charts}}{{.}}{{end}}</div>
+{{if .Schedules}}
+<h3>Random schedules</h3>
+<p class="how-to-read">The faults each approach's run drew from seed {{.Seed}}: due time into the measured part, fault, worker, length; ✓ took effect, ✗ did not; the worker hit and start time when they differ. The same seed and options replay them.</p>
+<ul class="labels">{{range .Schedules}}<li><b>{{.Approach}}</b>: {{.Text}}{{if .Replay}}<br>replay: <code>{{.Replay}}</code>{{end}}</li>{{end}}</ul>
+{{end}}
 {{if .Metrics}}
 <h3>Metrics</h3>
 <p class="how-to-read">What each approach's lockfree components recorded through their MeterProvider (<code>--metrics</code>), summed over its workers, warm-up included: what an operator would see in production.</p>

@@ -121,6 +121,9 @@ type Result struct {
 	// them (`lockfree compare --metrics`); none for an approach that uses
 	// no lockfree component.
 	Metrics []Metric `json:"metrics,omitempty"`
+	// Schedule is the random schedule the approach's run played (its
+	// faults "random"), each injection with its outcome.
+	Schedule []Injection `json:"schedule,omitempty"`
 }
 
 // Report is one scenario's run: every approach under the same load and
@@ -143,6 +146,9 @@ type Report struct {
 	// Rounds is set when the approaches ran interleaved over several
 	// rounds (--rounds N).
 	Rounds *Rounds `json:"rounds,omitempty"`
+	// Seed is the seed the random schedules were drawn from, when the
+	// faults are "random": the same seed and options replay them.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // MarshalJSON writes "violations": null for a result that was not checked,

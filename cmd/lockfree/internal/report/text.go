@@ -120,6 +120,7 @@ func WriteTable(w io.Writer, rep Report) {
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "  %-12s %s\n", r.Approach, describeResult(r))
 	}
+	writeSchedules(w, rep)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}

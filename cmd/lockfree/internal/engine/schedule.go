@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"cmp"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
+)
+
+// The shape of a random schedule: how many injections, how early, how
+// close together.
+const (
+	// scheduleEvery is the measured time per injection drawn: a 20 s run
+	// draws 10. A run draws 3 at least, and scheduleMost at most.
+	scheduleEvery = 2 * time.Second
+	scheduleMost  = 200
+	// burstWithin is how close together the injections of a burst are
+	// due: each burst is one to burstMost of them, which overlap.
+	burstWithin = 400 * time.Millisecond
+	burstMost   = 3
+)
+
+// Schedule draws the random schedule of def's run under cfg: the faults
+// the fault random injects into it (fault_random.go). It depends on
+// cfg.Seed (0: a seed of its own), the scenario's and approach's names,
+// cfg.Duration, cfg.Clients and the lease that protects def, and on
+// nothing else: the same seed and options draw the same schedule, for
+// every approach apart. It is nil when no fault can be drawn for def.
+func Schedule(cfg Config, def ApproachDef) []report.Injection {
+	cfg = cfg.withDefaults()
+	params := Params{Sizes: Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
+	return drawSchedule(cfg, def, def.Protection(params).Lease)
+}
+
+// drawSchedule is Schedule for a run protected by lease: bursts of
+// overlapping injections, due in the first 70% of the measured part, each
+// of a fault of schedulePool, against a worker drawn among cfg.Clients,
+// for a length drawn within the fault's span when it has one (lasting).
+func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Injection {
+	pool := schedulePool(def)
+	if len(pool) == 0 {
+		return nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte(def.Scenario() + "/" + string(def.Approach())))
+	rng := rand.New(rand.NewPCG(cfg.Seed, h.Sum64()))
+	n := min(max(3, int(cfg.Duration/scheduleEvery)), scheduleMost)
+	horizon := cfg.Duration * 7 / 10
+	out := make([]report.Injection, 0, n)
+	for len(out) < n {
+		start := time.Duration(rng.Int64N(int64(horizon) + 1))
+		for range 1 + rng.IntN(burstMost) {
+			if len(out) == n {
+				break
+			}
+			k := pool[rng.IntN(len(pool))]
+			at := start + time.Duration(rng.Int64N(int64(burstWithin)))
+			in := report.Injection{Fault: k.Name(), AtS: seconds(at), Worker: rng.IntN(cfg.Clients)}
+			if l, ok := k.(lasting); ok {
+				lo, hi := l.span(lease)
+				in.ForS = seconds(lo + time.Duration(rng.Int64N(int64(hi-lo)+1)))
+			}
+			out = append(out, in)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b report.Injection) int { return cmp.Compare(a.AtS, b.AtS) })
+	return out
+}
+
+// schedulePool lists, in the registry's order, the faults a random
+// schedule draws from for def: those that take effect in its runs
+// (FaultSkip) and hit one worker at a time. The whole-run faults are left
+// out: a restart breaks every run's connections on a server the harness
+// can restart, a failover needs a replication pair, and random is one.
+func schedulePool(def ApproachDef) []fault {
+	var out []fault
+	for _, k := range faultKinds {
+		if _, ok := k.(wholeRun); ok {
+			continue
+		}
+		if FaultSkip(k.Name(), def) == "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// seconds is d in seconds, to the millisecond.
+func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+
+// duration is s seconds.
+func duration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
