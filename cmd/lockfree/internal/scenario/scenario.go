@@ -9,6 +9,7 @@ import (
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/documents"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/events"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/inventory"
+	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/orders"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/payments"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario/singleton"
 )

@@ -1,0 +1,81 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/idempotency"
+	"github.com/lockfree-go/lockfree/outbox"
+)
+
+// tenant is the one API client, as authentication would name it.
+const tenant = "checkout"
+
+// sqlOrdersAdd is the conditional write of a line: the order's row lock
+// orders its writers.
+const sqlOrdersAdd = `UPDATE orders SET lines = lines + 1 WHERE id = $1 RETURNING lines`
+
+// ordersAlternative is the chain without a lock: the idempotency
+// middleware on PostgreSQL claims the request's key in a transaction, in
+// which the service writes the line (one conditional statement) and its
+// event (outbox); one COMMIT makes the key's answer, the line and the event
+// durable, or none of them. A resent request gets the stored answer. The
+// relay publishes the event, whose ID derives from the key, and the
+// consumer's inbox drops a copy by that ID (Dedupe).
+type ordersAlternative struct{ kafkaTopic }
+
+func init() { engine.RegisterApproach(ordersAlternative{}) }
+
+func (ordersAlternative) Scenario() string          { return "orders" }
+func (ordersAlternative) Approach() engine.Approach { return engine.Alternative }
+func (ordersAlternative) Label() string {
+	return "Idempotency-Key (idempotency/client → idempotency middleware on PostgreSQL): key claim + UPDATE … lines + 1 + outbox row in one transaction → outbox.Relay → Kafka → kafkawriter.Consumer with Dedupe by event ID"
+}
+func (ordersAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
+
+func (ordersAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
+	keys, kerr := idempotency.NewPostgres(env.DB, nil)
+	events, err := outbox.NewPostgres(env.DB, nil)
+	if err := errors.Join(kerr, err); err != nil {
+		return nil, err
+	}
+	service, err := idempotency.NewMiddleware(keys, addLineKeyed(env, events), &idempotency.MiddlewareConfig{
+		Tenant: func(*http.Request) (string, error) { return tenant, nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newOrderClient(ctx, env, service, func(ctx context.Context) (pipeline, error) {
+		return startOutbox(ctx, env, events, true)
+	})
+}
+
+// addLineKeyed is the alternative's service, behind the middleware: it
+// runs in the transaction that claims the request's key.
+func addLineKeyed(env *engine.Env, events *outbox.Postgres) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, order := r.Context(), r.PathValue("order")
+		tx, _ := idempotency.TxFrom(ctx)
+		env.BeforeWrite(ctx, "harness.orders.alternative.before-write")
+		l := line{Order: order, By: r.Header.Get(headerOp)}
+		err := tx.QueryRow(ctx, sqlOrdersAdd, order).Scan(&l.N)
+		if errors.Is(err, pgx.ErrNoRows) {
+			http.Error(w, "no such order", http.StatusNotFound)
+			return
+		}
+		key, _ := idempotency.ParseKeyHeader(r.Header.Values(idempotency.HeaderKey)) // the middleware checked it
+		if err == nil {
+			_, err = events.WithDB(tx).Write(ctx, outbox.Event{Key: order, Payload: l.payload(),
+				ID: idempotency.DeriveKey(idempotency.Key{Tenant: tenant, ID: key}, "line-added")})
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError) // not stored: the transaction rolls back
+			return
+		}
+		answer(w, l.N)
+	}
+}

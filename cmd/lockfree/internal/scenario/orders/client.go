@@ -1,0 +1,172 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/idempotency/client"
+)
+
+// headerOp carries the operation's history ID from the client to the
+// service, which stores it in the line's event: the check's By.
+const headerOp = "Lockfree-Op"
+
+// ordersTopic is the run's topic: KafkaTopic of every approach.
+func ordersTopic(run string) string { return "lockfree-orders-" + run }
+
+// kafkaTopic is what every approach declares as a KafkaUser.
+type kafkaTopic struct{}
+
+// KafkaTopic: each run gets its topic.
+func (kafkaTopic) KafkaTopic(run string) string { return ordersTopic(run) }
+
+// CommitsTransactions: the service writes each request in a transaction of
+// its own; the lost-reply fault loses a COMMIT's answer. The lock
+// statements of the twins are single statements, which it does not touch.
+func (kafkaTopic) CommitsTransactions() {}
+
+// inProcess serves each request with a handler in the worker's process,
+// as an HTTP server would: the request keeps its context, so that the
+// service's before-write points are the operation's.
+type inProcess struct{ h http.Handler }
+
+func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// pipeline is what moves the lines from the database to the read model:
+// a relay and a consumer, or a consumer alone. Worker 0 runs it.
+type pipeline interface {
+	// drained reports whether the pipeline has applied every line written
+	// so far.
+	drained(ctx context.Context) (bool, error)
+	close() error
+}
+
+// orderClient is a worker's client of any approach: requests through the
+// idempotency client (idempotency/client), which keys each request and
+// resends it after a 5xx, a 409 or a network error, to the approach's
+// service, in process.
+type orderClient struct {
+	env     *engine.Env
+	http    *http.Client
+	pipe    pipeline // worker 0's, or nil
+	closing func() error
+}
+
+// newOrderClient makes a worker's client of service. newPipe starts the
+// pipeline; only worker 0 calls it.
+func newOrderClient(ctx context.Context, env *engine.Env, service http.Handler, newPipe func(context.Context) (pipeline, error)) (*orderClient, error) {
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{order}/lines", service)
+	tr, err := client.NewTransport(&client.Config{Base: inProcess{mux}, MinDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	c := &orderClient{env: env, http: &http.Client{Transport: tr}}
+	if env.Client == 0 {
+		if c.pipe, err = newPipe(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Op adds a line to an order: the one the fault injector sent the worker
+// to, or one at random.
+func (c *orderClient) Op(ctx context.Context) error {
+	key := c.env.Directed()
+	if key == "" {
+		key = engine.Key("order-", c.env.Rand.IntN(c.env.Keys))
+	}
+	ctx, op, err := c.env.Invoke(ctx, key, kindAdd, nil)
+	if err != nil {
+		return err
+	}
+	n, err := c.send(ctx, key, op.ID())
+	return op.Finish(lineOut{N: n}, err)
+}
+
+// send posts the request and returns the line number it was answered.
+func (c *orderClient) send(ctx context.Context, order, opID string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://orders/orders/"+order+"/lines", strings.NewReader("{}"))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set(headerOp, opID)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return 0, fmt.Errorf("orders: %s: %s", resp.Status, body)
+	}
+	var out lineOut
+	if err := json.Unmarshal(body, &out); err != nil {
+		return 0, fmt.Errorf("orders: answer %q: %w", body, err)
+	}
+	return out.N, nil
+}
+
+// Drain records that the worker's operations have ended; worker 0 then
+// waits until every worker's have and its pipeline has applied every line.
+func (c *orderClient) Drain(ctx context.Context) error {
+	if _, err := c.env.DB.Exec(ctx, `INSERT INTO orders_drained (client) VALUES ($1) ON CONFLICT DO NOTHING`, c.env.Client); err != nil {
+		return err
+	}
+	if c.pipe == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := until(ctx, "every worker's operations have ended", func(ctx context.Context) (bool, error) {
+		var n int
+		err := c.env.DB.QueryRow(ctx, `SELECT count(*) FROM orders_drained`).Scan(&n)
+		return n >= c.env.Clients, err
+	}); err != nil {
+		return err
+	}
+	return until(ctx, "the read model has every line", c.pipe.drained)
+}
+
+func (c *orderClient) Close() error {
+	var errs []error
+	if c.pipe != nil {
+		errs = append(errs, c.pipe.close())
+	}
+	if c.closing != nil {
+		errs = append(errs, c.closing())
+	}
+	return errors.Join(errs...)
+}
+
+// until waits until cond holds, asking every 50ms.
+func until(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if !engine.Sleep(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("orders: waiting until %s: %w", what, errors.Join(err, context.Cause(ctx)))
+		}
+	}
+}
+
+// answer writes the service's answer to an accepted request.
+func answer(w http.ResponseWriter, n int64) {
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"n":%d}`, n)
+}

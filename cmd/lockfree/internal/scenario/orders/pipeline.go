@@ -1,0 +1,220 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/outbox"
+	"github.com/lockfree-go/lockfree/partition"
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
+)
+
+// sqlOrdersApply applies a line to the read model.
+const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
+
+// runTopic returns the topic of env's run, named after its schema.
+func runTopic(ctx context.Context, env *engine.Env) (string, error) {
+	var schema string
+	if err := env.DB.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return "", fmt.Errorf("orders: naming the run's topic: %w", err)
+	}
+	return ordersTopic(schema), nil
+}
+
+// apply applies the line of msg to the read model, in tx.
+func apply(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
+	var l line
+	if err := json.Unmarshal(msg.Value, &l); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOrdersApply, l.Order, l.N, l.By)
+	return err
+}
+
+// endOffsets returns the next offset of each partition of topic.
+func endOffsets(ctx context.Context, env *engine.Env, topic string) (map[int]int64, error) {
+	c := &kafka.Client{Addr: kafka.TCP(env.Kafka...), Transport: &kafka.Transport{Dial: env.KafkaDial}}
+	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, err
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		return nil, fmt.Errorf("orders: topic %s: no metadata", topic)
+	}
+	var req []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		req = append(req, kafka.LastOffsetOf(p.ID))
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]int64{}
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			return nil, p.Error
+		}
+		out[p.Partition] = p.LastOffset
+	}
+	return out, nil
+}
+
+// outboxPipe is the pipeline of the approaches that write an outbox row:
+// an outbox.Relay, and a kafkawriter.Consumer into the read model, with
+// its inbox's deduplication by event (Dedupe) or by offset alone.
+type outboxPipe struct {
+	env      *engine.Env
+	topic    string
+	events   *outbox.Postgres
+	relay    *outbox.Relay
+	consumer *kafkawriter.Consumer
+	inbox    *kafkawriter.Inbox
+}
+
+// startOutbox starts worker 0's relay and consumer of events.
+func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, dedupe bool) (pipeline, error) {
+	topic, err := runTopic(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	p := &outboxPipe{env: env, topic: topic, events: events}
+	if p.inbox, err = kafkawriter.NewInbox(env.DB, nil); err != nil {
+		return nil, err
+	}
+	p.relay, err = outbox.NewRelay(events, env.Kafka, topic, &outbox.RelayConfig{
+		Member:       &partition.Config{Name: "relay-0", TTL: 3 * time.Second, Interval: 300 * time.Millisecond, Margin: time.Second},
+		PollInterval: 20 * time.Millisecond, RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
+		Transport: &kafka.Transport{Dial: env.KafkaDial}, MeterProvider: env.MeterProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.consumer, err = kafkawriter.NewConsumer(env.DB, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic},
+		apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial},
+			MeterProvider: env.MeterProvider})
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := p.relay.Start(sctx); err != nil {
+		return nil, err
+	}
+	if err := p.consumer.Start(sctx); err != nil {
+		return nil, errors.Join(err, p.relay.Stop(context.WithoutCancel(ctx)))
+	}
+	return p, nil
+}
+
+// drained: the outbox is empty and the inbox's offsets are at the end of
+// every partition.
+func (p *outboxPipe) drained(ctx context.Context) (bool, error) {
+	var empty bool
+	if err := p.env.DB.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM lockfree_outbox_events)`).Scan(&empty); err != nil || !empty {
+		return false, err
+	}
+	ends, err := endOffsets(ctx, p.env, p.topic)
+	if err != nil {
+		return false, err
+	}
+	for part, end := range ends {
+		next, _, _, err := p.inbox.Offset(ctx, p.topic, p.topic, part)
+		if err != nil {
+			return false, err
+		}
+		// A partition the consumer has applied nothing of may hold
+		// kafka.FirstOffset (-2) for "from the first".
+		if max(next, 0) < end {
+			return false, fmt.Errorf("partition %d: the inbox is at offset %d of %d", part, next, end)
+		}
+	}
+	return true, nil
+}
+
+func (p *outboxPipe) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
+	defer cancel()
+	return errors.Join(p.consumer.Stop(ctx), p.relay.Stop(ctx))
+}
+
+// readerPipe is the naive twin's consumer: a kafka-go Reader in a group,
+// which applies each message in a transaction, retried until it commits,
+// then commits its offset to Kafka. It dedupes nothing.
+type readerPipe struct {
+	env    *engine.Env
+	topic  string
+	r      *kafka.Reader
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	next   map[int]int64 // by partition: the offset after the last applied
+}
+
+func startReader(ctx context.Context, env *engine.Env) (pipeline, error) {
+	topic, err := runTopic(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	p := &readerPipe{env: env, topic: topic, done: make(chan error, 1), next: map[int]int64{}}
+	p.r = kafka.NewReader(kafka.ReaderConfig{Brokers: env.Kafka, Topic: topic, GroupID: topic, MaxWait: 100 * time.Millisecond,
+		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial}})
+	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go func() { p.done <- p.run(ctx) }()
+	return p, nil
+}
+
+func (p *readerPipe) run(ctx context.Context) error {
+	for {
+		msg, err := p.r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !engine.Sleep(ctx, 10*time.Millisecond) {
+				return ctx.Err()
+			}
+			continue
+		}
+		for pgx.BeginFunc(ctx, p.env.DB, func(tx pgx.Tx) error { return apply(ctx, tx, msg) }) != nil {
+			if !engine.Sleep(ctx, 10*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+		// A commit that fails (a rebalance) leaves the message to be
+		// fetched and applied again: the naive consumer's duplicate.
+		_ = p.r.CommitMessages(ctx, msg)
+		p.mu.Lock()
+		p.next[msg.Partition] = msg.Offset + 1
+		p.mu.Unlock()
+	}
+}
+
+// drained: the reader has applied every partition to its end.
+func (p *readerPipe) drained(ctx context.Context) (bool, error) {
+	ends, err := endOffsets(ctx, p.env, p.topic)
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for part, end := range ends {
+		if p.next[part] < end {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (p *readerPipe) close() error {
+	p.cancel()
+	<-p.done
+	return p.r.Close()
+}
