@@ -88,7 +88,7 @@ func Lines(ops []history.Op, view []history.Effect, written map[string]int64) (*
 func appliedOnce(inv *history.Invariant, k string, e history.Effect, applied map[string]int64, seen map[int64]bool, last int64) {
 	ln := fmt.Sprintf("line %d of order %s", e.Seq, k)
 	marks := inv.Marks([]history.Effect{e}, history.Culprit)
-	if n, ok := applied[e.By]; ok {
+	if n, ok := applied[e.By]; ok && n != e.Seq {
 		inv.Add(k, history.Violation{Anomaly: history.Duplicate, Marks: marks,
 			Text: fmt.Sprintf("%s was applied, and line %d before it, for one request%s", ln, n, inv.ByWhom([]history.Effect{e}))})
 	}

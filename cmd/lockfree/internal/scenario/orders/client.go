@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,10 +40,16 @@ func (kafkaTopic) CommitsTransactions() {}
 type inProcess struct{ h http.Handler }
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	if n, ok := req.Context().Value(sendsKey{}).(*int); ok {
+		*n++
+	}
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, req)
 	return rec.Result(), nil
 }
+
+// sendsKey keys, in a request's context, the count of its sends.
+type sendsKey struct{}
 
 // pipeline is what moves the lines from the database to the read model:
 // a relay and a consumer, or a consumer alone. Worker 0 runs it.
@@ -93,7 +100,11 @@ func (c *orderClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n, err := c.send(ctx, key, op.ID())
+	sends := 0
+	n, err := c.send(context.WithValue(ctx, sendsKey{}, &sends), key, op.ID())
+	if sends > 1 {
+		op.Set("retries", strconv.Itoa(sends-1))
+	}
 	return op.Finish(lineOut{N: n}, err)
 }
 

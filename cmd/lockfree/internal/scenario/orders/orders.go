@@ -80,10 +80,13 @@ func (orders) Migrations() []migrate.Migration {
 	return append(ms, kafkawriter.Migrations()...)
 }
 
-// SkipFault: the faults whose bite the scenario cannot show.
+// SkipFault: the faults the scenario does not run under.
 func (orders) SkipFault(f engine.Fault) string {
-	if f == engine.Crash {
-		return "its relay and consumer run in worker 0, and a replacement's would start over on a group and a relay fleet the check cannot wait out within the run"
+	switch f {
+	case engine.Crash:
+		return "its relay and consumer run in worker 0: a replacement would start them again, on a relay fleet and a consumer group whose leases outlast the run"
+	case engine.Restart:
+		return "not run on it yet: its relay and consumer must come back from the server's restart before the drain ends, which no test has shown"
 	}
 	return ""
 }
