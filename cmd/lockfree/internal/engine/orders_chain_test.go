@@ -36,6 +36,11 @@ func TestOrdersChain(t *testing.T) {
 					t.Errorf("%s: no violation under %d × %s: the fault did not bite, or the check missed it", r.Approach, r.FaultsInjected[f], f)
 				case r.Approach != engine.NaiveLock && (r.Violations != 0 || r.Ops == 0):
 					t.Errorf("%s: %d violations, %d operations: %s", r.Approach, r.Violations, r.Ops, r.Detail)
+				case f == engine.LostReply && r.Approach == engine.Alternative && (r.Uncertain != 0 || r.Retries == 0):
+					// The client resent each request whose answer was lost,
+					// and the key's stored answer settled it.
+					t.Errorf("%s: %d uncertain, %d resends under %d × %s; want none uncertain, a lost answer resent",
+						r.Approach, r.Uncertain, r.Retries, r.FaultsInjected[f], f)
 				}
 			}
 		})

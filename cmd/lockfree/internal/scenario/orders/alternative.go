@@ -26,6 +26,11 @@ const sqlOrdersAdd = `UPDATE orders SET lines = lines + 1 WHERE id = $1 RETURNIN
 // durable, or none of them. A resent request gets the stored answer. The
 // relay publishes the event, whose ID derives from the key, and the
 // consumer's inbox drops a copy by that ID (Dedupe).
+//
+// It does not declare engine.Committer: its COMMIT travels in one batch
+// with the key's record (idempotency.Postgres), which a lone COMMIT's match
+// never sees. The lost-reply fault loses the answer to any of its
+// statements instead, that batch's included; lost-commit skips it.
 type ordersAlternative struct{ kafkaTopic }
 
 func init() { engine.RegisterApproach(ordersAlternative{}) }

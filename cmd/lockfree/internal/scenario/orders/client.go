@@ -29,10 +29,14 @@ type kafkaTopic struct{}
 // KafkaTopic: each run gets its topic.
 func (kafkaTopic) KafkaTopic(run string) string { return ordersTopic(run) }
 
-// CommitsTransactions: the service writes each request in a transaction of
-// its own; the lost-reply fault loses a COMMIT's answer. The lock
-// statements of the twins are single statements, which it does not touch.
-func (kafkaTopic) CommitsTransactions() {}
+// commits is what the approaches whose service commits each request with
+// a lone COMMIT declare: the lost-reply and lost-commit faults lose that
+// COMMIT's answer, and never a lock statement's, each of which commits
+// alone.
+type commits struct{}
+
+// CommitsTransactions: see commits.
+func (commits) CommitsTransactions() {}
 
 // inProcess serves each request with a handler in the worker's process,
 // as an HTTP server would: the request keeps its context, so that the

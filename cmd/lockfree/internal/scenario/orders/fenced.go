@@ -33,7 +33,10 @@ var ordersFence = fencedlock.Fence{Table: "orders", Key: "id"}
 // writes the next, the key's record and the event's outbox row in one
 // transaction whose write the fence refuses to an older token. The relay and the deduping inbox are the
 // alternative's.
-type ordersFenced struct{ kafkaTopic }
+type ordersFenced struct {
+	kafkaTopic
+	commits
+}
 
 func init() { engine.RegisterApproach(ordersFenced{}) }
 

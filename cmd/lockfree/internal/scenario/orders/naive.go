@@ -27,7 +27,10 @@ const (
 // its offset to Kafka, with no deduplication. A request resent after a lost
 // answer writes a second line; a holder stopped past its lease writes a
 // line number another holder wrote.
-type ordersNaive struct{ kafkaTopic }
+type ordersNaive struct {
+	kafkaTopic
+	commits
+}
 
 func init() { engine.RegisterApproach(ordersNaive{}) }
 

@@ -15,7 +15,10 @@ import (
 // event ID of its own in one transaction, whatever requests came before;
 // the relay and the consumer are the alternative's, the inbox deduping by
 // offset only. A request resent after a lost answer writes a second line.
-type ordersRaw struct{ kafkaTopic }
+type ordersRaw struct {
+	kafkaTopic
+	commits
+}
 
 func init() { engine.RegisterApproach(ordersRaw{}) }
 
