@@ -696,10 +696,6 @@ var mutantHoles = map[string]string{
 	// No scenario elects a leader yet.
 	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
 
-	// No scenario's consumer has Dedupe on, the one path to these sites.
-	"kafkawriter.inbox.dedupe.event-id": "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
-	"kafkawriter.inbox.dedupe.seq":      "no scenario's consumer dedupes by event (Dedupe off); kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
-
 	// No scenario's workload coalesces or decrements in order yet, and a
 	// refusal's re-check is a race inside one statement: atomic's TestGuards
 	// catches each (TestMutantsAreCaught).
@@ -709,25 +705,27 @@ var mutantHoles = map[string]string{
 	"atomic.coalescer.order":     "no scenario coalesces; atomic's TestGuards/atomic.coalescer.order catches it (TestMutantsAreCaught)",
 	"atomic.coalescer.in-flight": "no scenario coalesces; atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
 
-	// No scenario's workload gives its operations IDs or sends through the
-	// idempotency client: each package's TestGuards catches these.
-	"atomic.id.expired":           "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
-	"atomic.id.fingerprint":       "no scenario gives its operations IDs; atomic's TestGuards/atomic.id.fingerprint catches it (TestMutantsAreCaught)",
-	"atomic.purge.expired":        "no scenario gives its operations IDs; atomic's TestGuards/atomic.purge.expired catches it (TestMutantsAreCaught)",
-	"atomic.resolve.abandon":      "no scenario gives its operations IDs; atomic's TestGuards/atomic.resolve.abandon catches it (TestMutantsAreCaught)",
-	"atomic.id.scope":             "no scenario shares an operations table between two stores; atomic's TestGuards/atomic.id.scope/postgres catches it (TestMutantsAreCaught)",
-	"occ.id.scope":                "no scenario shares an operations table between two stores; occ's TestGuards/occ.id.scope/postgres catches it (TestMutantsAreCaught)",
-	"occ.id.expired":              "no scenario gives its operations IDs; occ's TestGuards/occ.id.expired catches it (TestMutantsAreCaught)",
-	"occ.id.fingerprint":          "no scenario gives its operations IDs; occ's TestGuards/occ.id.fingerprint catches it (TestMutantsAreCaught)",
-	"occ.id.replay":               "no scenario gives its operations IDs; occ's TestGuards/occ.id.replay catches it (TestMutantsAreCaught)",
-	"occ.purge.expired":           "no scenario gives its operations IDs; occ's TestGuards/occ.purge.expired catches it (TestMutantsAreCaught)",
-	"occ.resolve.abandon":         "no scenario gives its operations IDs; occ's TestGuards/occ.resolve.abandon catches it (TestMutantsAreCaught)",
-	"idempotency.client.same-key": "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.same-key catches it (TestMutantsAreCaught)",
-	"idempotency.client.unkeyed":  "no scenario sends through the idempotency client; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
-
-	// No scenario writes through an outbox or runs its relays yet.
-	"outbox.mark.epoch":      "no scenario runs an outbox relay; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
-	"outbox.relay.order":     "no scenario runs an outbox relay; outbox's TestRelaysPublishEachEventInOrder catches it (TestMutantsAreCaught)",
-	"outbox.relay.uncertain": "no scenario runs an outbox relay; outbox's TestUncertainPublishIsResent catches it (TestMutantsAreCaught)",
-	"outbox.write.seq":       "no scenario writes to an outbox; outbox's TestPostgresWritersOfOneEntityTakeTurns catches it (TestMutantsAreCaught)",
+	// Only inventory's alternative gives its operations IDs, each used once
+	// with one payload, never resolved, expired or purged within a run; no
+	// scenario gives occ's: each package's TestGuards catches these.
+	"atomic.id.expired":      "no scenario's operation ID expires within a run; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
+	"atomic.id.fingerprint":  "no scenario reuses an operation ID with another payload; atomic's TestGuards/atomic.id.fingerprint catches it (TestMutantsAreCaught)",
+	"atomic.purge.expired":   "no scenario purges operation IDs; atomic's TestGuards/atomic.purge.expired catches it (TestMutantsAreCaught)",
+	"atomic.resolve.abandon": "no scenario resolves an operation ID; atomic's TestGuards/atomic.resolve.abandon catches it (TestMutantsAreCaught)",
+	"atomic.id.scope":        "no scenario shares an operations table between two stores; atomic's TestGuards/atomic.id.scope/postgres catches it (TestMutantsAreCaught)",
+	"occ.id.scope":           "no scenario shares an operations table between two stores; occ's TestGuards/occ.id.scope/postgres catches it (TestMutantsAreCaught)",
+	// orders reaches these sites, but no trial drives their path: every
+	// request it sends is keyed; its one relay in worker 0 is never paused
+	// or cut mid-publish, so no publish is uncertain, no other relay holds
+	// a newer epoch and no event reaches the inbox twice.
+	"idempotency.client.unkeyed":        "orders keys every request; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
+	"outbox.relay.uncertain":            "orders' one relay never loses a publish's answer; outbox's TestUncertainPublishIsResent catches it (TestMutantsAreCaught)",
+	"outbox.mark.epoch":                 "orders runs one relay: no other holds a newer epoch; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.event-id": "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.seq":      "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"occ.id.expired":                    "no scenario gives its operations IDs; occ's TestGuards/occ.id.expired catches it (TestMutantsAreCaught)",
+	"occ.id.fingerprint":                "no scenario gives its operations IDs; occ's TestGuards/occ.id.fingerprint catches it (TestMutantsAreCaught)",
+	"occ.id.replay":                     "no scenario gives its operations IDs; occ's TestGuards/occ.id.replay catches it (TestMutantsAreCaught)",
+	"occ.purge.expired":                 "no scenario gives its operations IDs; occ's TestGuards/occ.purge.expired catches it (TestMutantsAreCaught)",
+	"occ.resolve.abandon":               "no scenario gives its operations IDs; occ's TestGuards/occ.resolve.abandon catches it (TestMutantsAreCaught)",
 }
