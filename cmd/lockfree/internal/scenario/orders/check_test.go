@@ -2,11 +2,11 @@ package orders
 
 import (
 	"encoding/json"
-	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history/historytest"
 )
 
 // add is client c's request seq on order-0, answered line n (outcome o).
@@ -49,22 +49,11 @@ func TestLines(t *testing.T) {
 		{"by a refused request", append(ok[:3:3], applied(1, 2, 4)), 4, history.Phantom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := Lines(ops, tc.view, map[string]int64{"order-0": tc.written})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []history.Anomaly
-			for _, k := range rep.Keys {
-				for _, v := range k.Violations {
-					got = append(got, v.Anomaly)
-					t.Log(v.Text)
-				}
-			}
-			switch {
-			case tc.want == "" && len(got) > 0:
-				t.Errorf("violations %v, want none", got)
-			case tc.want != "" && !slices.Contains(got, tc.want):
-				t.Errorf("violations %v, want %s", got, tc.want)
+			rep := historytest.Got(t)(Lines(ops, tc.view, map[string]int64{"order-0": tc.written}))
+			if tc.want == "" {
+				historytest.RequirePassed(t, rep)
+			} else {
+				historytest.RequireViolation(t, rep, tc.want)
 			}
 		})
 	}

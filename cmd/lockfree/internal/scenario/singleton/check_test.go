@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history/historytest"
 )
 
 // Each rule of the check finds its violation, and a clean history has none.
@@ -37,22 +38,11 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := Check(tt.ops, tt.closings, 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []history.Anomaly
-			for _, k := range rep.Keys {
-				for _, v := range k.Violations {
-					got = append(got, v.Anomaly)
-					t.Log(v.Text)
-				}
-			}
-			switch {
-			case tt.want == "" && len(got) > 0:
-				t.Fatalf("violations %v, want none", got)
-			case tt.want != "" && (len(got) != 1 || got[0] != tt.want):
-				t.Fatalf("violations %v, want one %s", got, tt.want)
+			rep := historytest.Got(t)(Check(tt.ops, tt.closings, 10))
+			if tt.want == "" {
+				historytest.RequirePassed(t, rep)
+			} else {
+				historytest.RequireAnomalies(t, rep, "job-0", tt.want)
 			}
 		})
 	}
