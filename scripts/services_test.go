@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -144,4 +145,24 @@ func atOnce(t *testing.T, roots []string, name string, exported ...string) []str
 		}
 	}
 	return values
+}
+
+// TestBindFailedReadsALongLog: a server's log that says its bind found the
+// port taken, early in a log longer than a pipe's buffer (a Kafka node's
+// server.log is about 64 KiB when it gives up), is read as a failed bind
+// every time, so that the start moves the port instead of failing. Before
+// bind_failed read to the end, grep -q quit at the match, tail died of
+// SIGPIPE, and pipefail turned the match into "no match" now and then.
+func TestBindFailedReadsALongLog(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "server.log")
+	body := "java.net.BindException: Address already in use\n" + strings.Repeat("x", 1<<20) + "\n"
+	if err := os.WriteFile(log, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -euo pipefail; root=.; me=test; source lib/service.sh
+for i in $(seq 20); do bind_failed "$1" || { echo "run $i: no match"; exit 1; }; done`
+	out, err := exec.Command("bash", "-c", script, "bash", log).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bind_failed missed the taken port: %v: %s", err, out)
+	}
 }

@@ -206,6 +206,6 @@ pg_initdb() {
 pg_trusts() { as_owner grep -Eq '^[^#]*[[:space:]]trust([[:space:]]|$)' "$1/pg_hba.conf"; }
 
 # pg_log_size FILE and pg_bind_failed FILE FROM: log_size and bind_failed of service.sh for a log
-# of the owner's, read as the owner.
+# of the owner's, read as the owner (grep reads to the end, as in bind_failed).
 pg_log_size() { as_owner stat -c %s "$1" 2>/dev/null || echo 0; }
-pg_bind_failed() { as_owner tail -c +$(($2 + 1)) "$1" 2>/dev/null | grep -q 'Address already in use'; }
+pg_bind_failed() { as_owner tail -c +$(($2 + 1)) "$1" 2>/dev/null | grep 'Address already in use' >/dev/null; }

@@ -204,4 +204,6 @@ move_port() {
 log_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
 
 # bind_failed FILE [FROM]: what FILE got after byte FROM says a bind found its address in use.
-bind_failed() { tail -c +$((${2:-0} + 1)) "$1" 2>/dev/null | grep -q 'Address already in use'; }
+# grep reads to the end (no -q): under pipefail, a grep that quits at its first match would kill
+# tail with SIGPIPE on a log longer than a pipe's buffer, and the pipeline would say no match.
+bind_failed() { tail -c +$((${2:-0} + 1)) "$1" 2>/dev/null | grep 'Address already in use' >/dev/null; }
