@@ -6,8 +6,11 @@
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the scale and
 # failover tests last (`make test-scale`, `make test-failover`), then the
-# mutant builds (`make test-mutants`), the harness's hunt of every mutant (`make mutants`) and the Kafka
-# cluster's fault tests (`make test-kafka-cluster`).
+# harness's hunt of every mutant (`make mutants`), and the mutant builds
+# (`make test-mutants`) beside the Kafka cluster's fault tests
+# (`make test-kafka-cluster`), each one's output printed whole when it ends:
+# the cluster's tests spend their minutes waiting for brokers to stop, fail
+# over and come back; the package tests are short, one process each.
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
@@ -34,9 +37,8 @@ test: services browser
 		$$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS))
 	@$(MAKE) --no-print-directory test-scale
 	@$(MAKE) --no-print-directory test-failover
-	@$(MAKE) --no-print-directory test-mutants
 	@$(MAKE) --no-print-directory mutants
-	@$(MAKE) --no-print-directory test-kafka-cluster
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-mutants test-kafka-cluster
 
 # The scale tests: 64 worker processes in one Kafka consumer group, whose
 # heartbeats a machine busy with other packages' tests answers too late

@@ -17,6 +17,7 @@ import (
 // taker is kept out (the claim waits on the stopped transaction), and the
 // verdict says which.
 func TestPauseSendsTaker(t *testing.T) {
+	t.Parallel() // a schema and workers of its own
 	sc, _ := engine.Lookup("payments")
 	cfg := engine.Config{Clients: 8, Keys: 50, Duration: 3 * time.Second, Faults: []engine.Fault{engine.Pause},
 		Approaches: []engine.Approach{engine.Alternative, engine.NaiveLock}}
@@ -48,6 +49,7 @@ func TestPauseSendsTaker(t *testing.T) {
 // 1 s, and its margin, 0.5 s) outlives the deadline it would otherwise
 // end, and the naive lock must still lose data.
 func TestStaleWriteOutlivesDeadline(t *testing.T) {
+	t.Parallel() // each run: a schema and workers of its own
 	for _, name := range []string{"inventory", "documents", "payments", "accounts"} {
 		t.Run(name, func(t *testing.T) {
 			sc, _ := engine.Lookup(name)

@@ -80,6 +80,9 @@ var alsoByDefault = map[string]bool{
 // stale write lands under, the naive lock loses data, which proves the fault
 // bit and the check can see it.
 func TestFaults(t *testing.T) {
+	// Its runs share go test's -parallel slots with the other tests whose
+	// runs have schemas and workers of their own.
+	t.Parallel()
 	for _, tc := range faultTests() {
 		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
 			if engine.WholeRun(tc.fault) {

@@ -44,6 +44,7 @@ func describe(ms []report.Metric) string {
 // epoch. Without a MeterProvider in its workers' clients the run would
 // report none of it.
 func TestPauseIsCountedInMetrics(t *testing.T) {
+	t.Parallel() // a schema and workers of its own
 	sc, _ := engine.Lookup("accounts")
 	rep, err := engine.Run(context.Background(), sc, engine.Config{
 		Clients: 4, Keys: 1, Duration: 2 * time.Second, Faults: []engine.Fault{engine.Pause},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
@@ -15,6 +16,7 @@ import (
 // (lock, write, publish after commit, no dedupe) mis-applies lines under
 // both, which shows that each fault bit and that the check sees it.
 func TestOrdersChain(t *testing.T) {
+	t.Parallel() // beside the other kinds of run; one Kafka run at a time (kafkaRuns)
 	brokers := kafkaBrokers(t)
 	if len(brokers) == 0 {
 		t.Skip("no Kafka brokers (TEST_KAFKA_BROKERS)")
@@ -24,7 +26,11 @@ func TestOrdersChain(t *testing.T) {
 		t.Run(string(f), func(t *testing.T) {
 			approaches := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock}
 			cfg := engine.Config{Clients: 4, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{f}, Approaches: approaches}
-			rep := runLogged(t, sc, cfg, engine.Infra{URL: testdb.New(t).URL, Kafka: brokers})
+			rep := func() report.Report {
+				kafkaRuns.Lock()
+				defer kafkaRuns.Unlock()
+				return runLogged(t, sc, cfg, engine.Infra{URL: testdb.New(t).URL, Kafka: brokers})
+			}()
 			for _, r := range rep.Results {
 				logResult(t, r)
 				switch {

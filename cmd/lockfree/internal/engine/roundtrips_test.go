@@ -70,6 +70,8 @@ import (
 // heartbeats, which also rotate the partition member's connections), which
 // its operations cost too.
 func TestRoundTripsPerOp(t *testing.T) {
+	// A schema, an etcd and Redis keys of its own: beside other tests.
+	t.Parallel()
 	type span struct{ lo, hi int64 } // statements per operation
 	one := func(n int64) span { return span{n, n} }
 	want := map[string]map[engine.Approach]span{
