@@ -32,9 +32,14 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
 # minutes).
 FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
+# The longest packages go first: go test starts packages in the order given,
+# two at a time, and the lab's engine (about ten minutes) started last would
+# run alone at the end.
+LONG_PKGS = '/cmd/lockfree/internal/(engine|history)$$'
+
 test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) -skip $(SCALE_TESTS) \
-		$$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS))
+		$$($(ALL_PKGS) | grep -E $(LONG_PKGS)) $$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS)'|'$(LONG_PKGS))
 	@$(MAKE) --no-print-directory test-scale
 	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory mutants
