@@ -28,8 +28,8 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
 # them. They run after the other tests, so as not to share the CPU with them.
 # cmd/lockfree/internal/comparefailover runs `lockfree compare --faults
-# failover` through the harness (documents, 4 approaches, 10 s each: about two
-# minutes).
+# failover` through the harness (documents and inventory, 4 approaches;
+# singleton's two leaders; 10 s each: about two minutes).
 FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
 # The longest packages go first: go test starts packages in the order given,

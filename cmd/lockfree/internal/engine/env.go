@@ -285,8 +285,14 @@ func (e *Env) Report(ctx context.Context, ev Evidence) {
 }
 
 // Token is the fencing token of the last lease the operation was granted
-// through Env.Locks, 0 for none.
+// through Env.Locks, or noted with Holds; 0 for none.
 func (o *Invocation) Token() int64 { return o.token.Load() }
+
+// Holds notes token as the fencing token the operation writes under when
+// its lease was granted before it began (a leader's term, kept across
+// operations): its before-write points report it, as they report a lease
+// granted within the operation.
+func (o *Invocation) Holds(token int64) { o.token.Store(token) }
 
 // Key is the key the operation was invoked on.
 func (o *Invocation) Key() string { return o.key }

@@ -260,11 +260,13 @@ func (fr *failoverRun) inject(ctx context.Context, _ *proc) {
 }
 
 // hold waits until the standby has replayed the run's schemas, holds it,
-// reads how far the token sequence has been WAL-logged, and waits until a
-// lease has been granted with a token above the victim's floor (or, for an
+// reads how far the token sequence has been WAL-logged, draws it up to the
+// victim's floor, as a busy lock service's other leases would, and waits
+// until a lease has been granted with a token above the floor (or, for an
 // approach without leases, until failoverMints operations have completed):
 // the clients then hold leases the promoted standby has no record of,
-// neither of the lease nor of its token.
+// neither of the lease nor of its token. Without the draw, an approach that
+// mints seldom (a leader, one term per job) would wait for dozens of terms.
 func (f *failoverStep) hold(ctx, pctx context.Context) error {
 	if err := f.waitReplayed(ctx); err != nil {
 		return err
@@ -277,6 +279,10 @@ func (f *failoverStep) hold(ctx, pctx context.Context) error {
 		return err
 	}
 	if err := f.queryRow(ctx, sqlLoggedFence, &f.logged); err != nil {
+		return err
+	}
+	var last int64
+	if err := f.queryRow(ctx, fmt.Sprintf(sqlMintUpTo, f.floor()), &last); err != nil {
 		return err
 	}
 	bound := max(f.r.cfg.Duration/3, 30*time.Second)

@@ -11,7 +11,7 @@ import (
 // run and checked by its closing's write. A leader paused past its lease
 // wakes with a term the job has seen a higher one than: its closing is
 // refused.
-type singletonAlternative struct{ leaderFaults }
+type singletonAlternative struct{}
 
 func init() { engine.RegisterApproach(singletonAlternative{}) }
 

@@ -14,9 +14,9 @@ import (
 
 // leaderClient runs the jobs it leads: one election per job (package
 // leader, on the engine's lock service), a term kept across runs until it
-// can no longer be trusted (Term.HeldSafely), then a new campaign. A client
-// that leads none of the jobs waits as a standby: its Op campaigns and
-// records nothing. With fenced set, every write carries the term (the
+// can no longer be trusted (Term.HeldSafely) or has lasted handover, then a
+// new campaign. A client that leads none of the jobs waits as a standby:
+// its Op campaigns and records nothing. With fenced set, every write carries the term (the
 // alternative); without, none does (the naive leader).
 type leaderClient struct {
 	jobs
@@ -27,13 +27,30 @@ type leaderClient struct {
 	cancel context.CancelFunc
 	elect  map[string]*leader.Election
 	terms  map[string]held
+	handed map[string]time.Time // when the client last handed each job over
 }
 
-// held is a term the client holds, and the end of its campaign's context.
+// held is a term the client holds, when it began, and the end of its
+// campaign's context.
 type held struct {
 	t      *leader.Term
+	since  time.Time
 	cancel context.CancelCauseFunc
 }
+
+// handover is how many leases long a leader keeps a job before it resigns
+// it, as deploys and rebalancing hand jobs over in a fleet: elections go
+// on through the run, so that every fault meets fresh terms too. The
+// failover fault needs one: it stops a leader whose term was granted after
+// the standby was held. A client that handed a job over leaves it to the
+// others for a lease, unless sent to it as a taker: it would win the next
+// election itself, before a waiting candidate wakes. standby is how many
+// leases a client that leads no job campaigns for in one run: a leader
+// that waits for the measured part to begin hands nothing over meanwhile.
+const (
+	handover = 20
+	standby  = 4
+)
 
 // errPatience ends a campaign that a client with jobs of its own gives up.
 var errPatience = errors.New("harness: singleton: campaign given up")
@@ -49,11 +66,15 @@ func newLeaderClient(ctx context.Context, env *engine.Env, fenced bool, point st
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &leaderClient{jobs: j, fenced: fenced, point: point, store: store, base: base, cancel: cancel,
-		elect: map[string]*leader.Election{}, terms: map[string]held{}}, nil
+		elect: map[string]*leader.Election{}, terms: map[string]held{}, handed: map[string]time.Time{}}, nil
 }
 
 func (c *leaderClient) Op(ctx context.Context) error {
-	key, patience := c.choose()
+	key, patience, directed := c.choose()
+	if rest := time.Until(c.handed[key].Add(c.env.LeaseTTL)); rest > 0 && !directed {
+		engine.Sleep(ctx, rest)
+		return nil // a standby for a while: nothing to record
+	}
 	t := c.lead(ctx, key, patience)
 	if t == nil {
 		return nil // a standby: nothing to record
@@ -63,6 +84,7 @@ func (c *leaderClient) Op(ctx context.Context) error {
 		return err
 	}
 	token := t.Token()
+	op.Holds(token)
 	if !c.fenced {
 		return c.run(ctx, op, steps{point: c.point,
 			read: func(ctx context.Context) (int64, error) { return c.next(ctx, op) },
@@ -79,35 +101,41 @@ func (c *leaderClient) Op(ctx context.Context) error {
 
 // choose picks the job of the next run, and how long to campaign for it
 // when the client does not lead it (0: as long as the operation may): a
-// taker's job; mostly one the client leads; now and then any, given up
-// soon by a client that has jobs of its own to run.
-func (c *leaderClient) choose() (string, time.Duration) {
+// taker's job (directed), as long as it takes; mostly one the client
+// leads; now and then any, given up soon by a client that has jobs of its
+// own to run; a standby's, for standby leases.
+func (c *leaderClient) choose() (key string, patience time.Duration, directed bool) {
 	if d := c.env.Directed(); d != "" {
-		return d, 0
+		return d, 0, true
 	}
 	led := make([]string, 0, len(c.terms))
 	for k := range c.terms {
 		led = append(led, k)
 	}
 	if len(led) == 0 {
-		return c.pick(), 0
+		return c.pick(), standby * c.env.LeaseTTL, false
 	}
 	slices.Sort(led)
 	if c.env.Rand.IntN(4) != 0 {
-		return led[c.env.Rand.IntN(len(led))], 0
+		return led[c.env.Rand.IntN(len(led))], 0, false
 	}
-	return c.pick(), c.env.LeaseTTL / 5
+	return c.pick(), c.env.LeaseTTL / 5, false
 }
 
 // lead returns the client's term of key's job, campaigning for one when it
 // has none it can trust; nil when it does not lead within patience (0: the
-// operation's deadline).
+// operation's deadline), or has just handed the job over.
 func (c *leaderClient) lead(ctx context.Context, key string, patience time.Duration) *leader.Term {
 	if h, ok := c.terms[key]; ok {
-		if h.t.HeldSafely() {
+		safe := h.t.HeldSafely()
+		if safe && time.Since(h.since) < handover*c.env.LeaseTTL {
 			return h.t
 		}
 		c.resign(key, h)
+		if safe {
+			c.handed[key] = time.Now()
+			return nil // handed over: this run is another's to lead
+		}
 	}
 	el, err := c.election(key)
 	if err != nil {
@@ -127,7 +155,7 @@ func (c *leaderClient) lead(ctx context.Context, key string, patience time.Durat
 	if timer != nil && !timer.Stop() {
 		waited = true
 	}
-	h := held{t: t, cancel: cancel}
+	h := held{t: t, since: time.Now(), cancel: cancel}
 	if err != nil || waited {
 		if t != nil {
 			c.resign(key, h)
@@ -169,19 +197,4 @@ func (c *leaderClient) Close() error {
 	}
 	c.cancel()
 	return nil
-}
-
-// leaderFaults are the fault skips of the leader approaches (the
-// alternative and the naive leader).
-type leaderFaults struct{}
-
-// SkipFault: the failover fault stops a client granted a lease after the
-// standby was held; a leader keeps its term while it is safe, so no term is
-// granted then. Terms across a failover are tested by the leader package's
-// suite and internal/failover's TestLostWALAsync.
-func (leaderFaults) SkipFault(f engine.Fault) string {
-	if f == engine.Failover {
-		return "a leader keeps its term for the run: none is granted after the standby is held, which the failover fault needs to stop"
-	}
-	return ""
 }

@@ -10,7 +10,7 @@ import (
 // and terms, a plain read and a closing written without the term. A leader
 // that believes it still leads (its lease's local deadline had not come
 // when it read) closes a period its successor closes too.
-type singletonNaive struct{ leaderFaults }
+type singletonNaive struct{}
 
 func init() { engine.RegisterApproach(singletonNaive{}) }
 
