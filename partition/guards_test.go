@@ -140,6 +140,72 @@ func checkClaim(t *testing.T, e storeEnv) error {
 	return nil
 }
 
+// checkClaimInstant guards the instant Claim judges an owner's lease at:
+// its transaction's start, before its snapshot. b's claim of partitions 0
+// and 1 is held up after its snapshot — its first row's fence_next sleeps
+// past a's expiry as that snapshot saw it — while a's heartbeat commits;
+// then the claim judges partition 1, a's. a was live all along: the claim
+// must leave it. Judged at the clock, the snapshot's expired lease loses.
+func checkClaimInstant(t *testing.T) error {
+	db := testdb.New(t, partition.Migrations()...)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"       // partition 0's row first
+	cfg.ConnConfig.RuntimeParams["application_name"] = db.Schema // to find its claim asleep
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Partition 0 is free, its epoch a mark that fence_next sleeps on
+	// until a's lease, as the sleeping statement's snapshot saw it, has
+	// expired, and half a second more.
+	if _, err := pool.Exec(ctx, `INSERT INTO lockfree_partition_owners VALUES (0, '', 4242, clock_timestamp());
+		ALTER FUNCTION lockfree_fence_next(bigint) RENAME TO lockfree_fence_next_unslowed;
+		CREATE FUNCTION lockfree_fence_next(prev bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+		BEGIN
+			IF prev = 4242 THEN
+				PERFORM pg_sleep(extract(epoch FROM (SELECT expires_at - clock_timestamp()
+					FROM lockfree_partition_members WHERE name = 'a')) + 0.5);
+			END IF;
+			RETURN lockfree_fence_next_unslowed(prev);
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+	store := newPostgres(t, &testdb.DB{Pool: pool, URL: db.URL, Schema: db.Schema})
+	e := storeEnv{store: store, pool: pool}
+	// a's lease outlives the joins and the claims on a loaded machine.
+	a := e.join(t, "a", 8*time.Second)
+	if es := e.claim(t, a, 1); len(es) != 1 {
+		t.Fatalf("a's claim = %v", es)
+	}
+	b := e.join(t, "b", time.Minute)
+	got := make(chan []partition.Epoch, 1)
+	go func() {
+		es, err := store.Claim(ctx, b.Name, b.Incarnation, []int{0, 1})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- es
+	}()
+	waitFor(t, 30*time.Second, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event = 'PgSleep' AND application_name = $1`, db.Schema).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := store.Heartbeat(ctx, a.Name, a.Incarnation, time.Minute); err != nil {
+		t.Fatalf("a's heartbeat while b's claim sleeps: %v", err)
+	}
+	es := <-got
+	if slices.ContainsFunc(es, func(e partition.Epoch) bool { return e.Partition == 1 }) {
+		return fmt.Errorf("b took live a's partition 1 after a's heartbeat: %v", es)
+	}
+	return nil
+}
+
 // checkRelease guards Release: only the current epoch is released.
 func checkRelease(t *testing.T, e storeEnv) error {
 	old, cur := supersede(t, e, 7)
@@ -214,7 +280,8 @@ func guards() []guard {
 			g = append(g, guard{c.mutant + "/" + env.name, func(t *testing.T) error { return c.check(t, env.new(t)) }})
 		}
 	}
-	return append(g, guard{"partition.condition.epoch", checkCondition}, guard{"partition.member.paused", checkPaused})
+	return append(g, guard{"partition.condition.epoch", checkCondition}, guard{"partition.member.paused", checkPaused},
+		guard{"partition.claim.instant", checkClaimInstant})
 }
 
 func TestGuards(t *testing.T) {

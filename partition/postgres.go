@@ -85,6 +85,14 @@ func (c PostgresConfig) validate() error {
 // taken for dead. The last statement says whether the claimant's lease is
 // live, for a claim that took nothing.
 //
+// The claim judges the owner's lease at now(), its transaction's start, not
+// at the clock: the snapshot it reads the lease from is taken later, so a
+// heartbeat it cannot see came after that instant, when the lease had
+// already expired (a heartbeat extends only a live lease). Judged at the
+// clock, a claim held up between its snapshot and its check (a descheduled
+// backend) could take the partition of an owner whose heartbeat, committed
+// meanwhile, kept it live.
+//
 // Incarnations (fence_mint) and epochs (fence_next) are minted in the fence
 // era of the server the statement runs on (see ErrFenceEra), so that those
 // minted after a failover exceed every one minted before it.
@@ -114,7 +122,7 @@ const (
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
 		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
-		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > clock_timestamp()))
+		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > now()))
 		RETURNING o.partition, o.epoch`
 	sqlAlive = `SELECT EXISTS (SELECT FROM {{partition_members}}
 		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp())`
@@ -145,6 +153,13 @@ const (
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		RETURNING o.partition, o.epoch`
+	mutantClaimClock = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
+		WHERE o.partition = ANY($1)
+		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
+		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
+		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > clock_timestamp()))
 		RETURNING o.partition, o.epoch`
 	mutantRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
 		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
@@ -369,6 +384,9 @@ func (p *Postgres) claim(ctx context.Context, member string, incarnation int64, 
 	claim := p.sql.claim
 	if failpoint.Mutant("partition.claim.owner") {
 		claim = migrate.Render(mutantClaim, p.tables)
+	}
+	if failpoint.Mutant("partition.claim.instant") {
+		claim = migrate.Render(mutantClaimClock, p.tables)
 	}
 	var b pgx.Batch
 	b.Queue(sqlLockTimeout, p.lockTimeout)

@@ -105,6 +105,7 @@ var registry = []Point{
 	{"outbox.write.seq", MutantSite, "Postgres.Write reads the entity's sequence without taking its row, and leaves it: writers of one entity neither wait for each other nor get increasing sequences"},
 	{"partition.check.epoch", MutantSite, "Check reports a stale epoch as current"},
 	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},
+	{"partition.claim.instant", MutantSite, "Claim judges the owner's lease at the clock, not at its transaction's start: a heartbeat committed after its snapshot is missed"},
 	{"partition.condition.epoch", MutantSite, "Postgres.Condition is true whatever the epoch"},
 	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},
 	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
