@@ -22,7 +22,7 @@ ALL_PKGS = $(GO) list ./... ./cmd/lockfree/... ./examples/...
 LIB_PKGS = $(GO) list ./...
 SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
 
-.PHONY: docs-check test test-lib test-scale test-failover test-mutants test-kafka-cluster mutants services services-down browser lint tidy bench compare screenshot
+.PHONY: docs-check test test-lib test-scale test-failover test-mutants test-kafka-cluster mutants soak services services-down browser lint tidy bench compare screenshot
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
@@ -113,6 +113,11 @@ MUTANTS_TABLE ?=
 mutants: services
 	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 20m -tags lockfree_mutants -run '^TestMutants$$' \
 		./cmd/lockfree/internal/engine $(if $(MUTANTS_TABLE),-args -mutants-table=$(abspath $(MUTANTS_TABLE)))
+
+# An hour of seeded random fault schedules over every scenario (SOAK=10m for
+# less); its totals replace the soak section of docs/results.md.
+soak: services
+	@$(SERVICES_ENV) && ONLY=soak scripts/results.sh
 
 services:
 	@scripts/postgres.sh up

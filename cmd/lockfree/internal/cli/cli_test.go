@@ -152,6 +152,32 @@ func TestCompareTextVerdict(t *testing.T) {
 	}
 }
 
+// TestCompareSoak: a soak shorter than one pass still runs one, and ends
+// with its totals by scenario and approach, the seed of the pass named.
+func TestCompareSoak(t *testing.T) {
+	db := testdb.New(t)
+	code, out, errs := run(t, "compare", "--postgres", db.URL, "--scenario", "inventory", "--duration", "2s",
+		"--approaches", "alternative,naive-lock", "--clients", "3", "--faults", "random", "--seed", "7", "--soak", "1ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	if !strings.Contains(errs, "soak pass 1, seed 7") || strings.Contains(errs, "soak pass 2") {
+		t.Errorf("stderr: want pass 1 with seed 7 alone:\n%s", errs)
+	}
+	i := strings.Index(out, "Soak: 1 passes in ")
+	if i < 0 || !strings.Contains(out[i:], "seeds 7–7") {
+		t.Fatalf("no soak totals:\n%s", out)
+	}
+	if !strings.Contains(out[i:], "| inventory | alternative | 1 | 1 | ") || !strings.Contains(out[i:], "| inventory | naive-lock | 1 | 1 | ") {
+		t.Errorf("totals lack a checked run of each approach:\n%s", out[i:])
+	}
+	for _, l := range strings.Split(out[i:], "\n") {
+		if f := strings.Split(l, " | "); strings.HasPrefix(l, "| inventory | alternative |") && (len(f) < 6 || f[5] != "0") {
+			t.Errorf("the alternative's violations under random faults: %s", l)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"compare", "--scenario", "nope"},
@@ -169,6 +195,8 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--faults", "partition"},
 		{"compare", "--faults", "random,pause"},
 		{"compare", "--seed", "-1"},
+		{"compare", "--soak", "-1s"},
+		{"compare", "--soak", "25h"},
 		{"migrate"},
 		{"migrate", "print", "--packages", "fencedlock,nosuch"},
 		{"frobnicate"},

@@ -64,6 +64,9 @@ type compareFlags struct {
 	// seed draws the random schedules (--faults random) and seeds the
 	// workers; 0 until compare draws one.
 	seed uint64
+	// soak, when set, runs the scenarios in passes until it has passed,
+	// each pass with the next seed (soak.go).
+	soak time.Duration
 }
 
 func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
@@ -78,6 +81,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.DurationVar(&f.duration, "duration", defaultDuration, "how long each approach is measured (per point and round), after a warm-up")
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of --faults random's schedules (and of the workers' random choices); the same seed and options replay the same schedules; 0 draws one, printed")
+	fs.DurationVar(&f.soak, "soak", 0, "run the scenarios again and again, each pass with the next seed, until this much time has passed (at most 24h); then print the violations by scenario and approach, with the seeds that showed them")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
@@ -113,6 +117,9 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	}
 	if f.duration < 100*time.Millisecond || f.duration > time.Hour || f.rounds < 1 || f.rounds > 100 {
 		return f, usageError{errors.New("want 100ms ≤ duration ≤ 1h and 1 ≤ rounds ≤ 100")}
+	}
+	if f.soak < 0 || f.soak > 24*time.Hour {
+		return f, usageError{errors.New("want 0 ≤ --soak ≤ 24h")}
 	}
 	if f.names, err = parseScenarios(*sc); err != nil {
 		return f, err
@@ -287,6 +294,9 @@ func (f compareFlags) command() string {
 	if f.seed != 0 {
 		s += fmt.Sprintf(" --seed %d", f.seed)
 	}
+	if f.soak != 0 {
+		s += fmt.Sprintf(" --soak %s", f.soak)
+	}
 	return s
 }
 
@@ -307,9 +317,9 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		writeList(stdout)
 		return nil
 	}
-	if f.seed == 0 && slices.Contains(f.faults, engine.Random) {
+	if f.seed == 0 && (f.soak != 0 || slices.Contains(f.faults, engine.Random)) {
 		f.seed = rand.Uint64N(1<<53) + 1 // printable, and exact in JSON
-		fmt.Fprintf(stderr, "lockfree: --faults random: seed %d (--seed %d replays the schedules)\n", f.seed, f.seed)
+		fmt.Fprintf(stderr, "lockfree: seed %d (--seed %d replays the runs' schedules)\n", f.seed, f.seed)
 	}
 	infra, cleanup, err := resolveBackend(ctx, f.pgURL, f.restartCmd, stderr)
 	if err != nil {
@@ -339,23 +349,12 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var reports []report.Report
 	var missed []error
-	for _, n := range f.names {
-		s, _ := engine.Lookup(n)
-		for _, c := range f.clients {
-			for _, k := range f.keys {
-				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
-					Metrics: f.metrics, Seed: f.seed}
-				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
-				if err != nil && !partial(err) {
-					return err
-				}
-				missed = append(missed, err)
-				reports = append(reports, rep)
-				if err := printReport(stdout, rep, f.asJSON); err != nil {
-					return err
-				}
-			}
+	if f.soak != 0 {
+		if reports, missed, err = soak(ctx, f, infra, stdout, stderr); err != nil {
+			return err
 		}
+	} else if reports, missed, err = runPass(ctx, f, infra, stdout, stderr); err != nil {
+		return err
 	}
 	if !f.asJSON {
 		for _, s := range report.Sweeps(reports) {
@@ -367,6 +366,31 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return errors.Join(missed...)
+}
+
+// runPass runs every scenario of f at every size once, with f's seed,
+// printing each report as it comes. missed holds the errors partial
+// accepts; err is any other, which ends the pass.
+func runPass(ctx context.Context, f compareFlags, infra engine.Infra, stdout, stderr io.Writer) (reports []report.Report, missed []error, err error) {
+	for _, n := range f.names {
+		s, _ := engine.Lookup(n)
+		for _, c := range f.clients {
+			for _, k := range f.keys {
+				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
+					Metrics: f.metrics, Seed: f.seed}
+				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
+				if err != nil && !partial(err) {
+					return reports, missed, err
+				}
+				missed = append(missed, err)
+				reports = append(reports, rep)
+				if err := printReport(stdout, rep, f.asJSON); err != nil {
+					return reports, missed, err
+				}
+			}
+		}
+	}
+	return reports, missed, nil
 }
 
 // writeList prints the registry, for scripts: "scenario NAME APPROACH…" per

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 )
 
 // TestCompareDefaults: with no flags, compare injects real pauses into
@@ -68,5 +70,35 @@ func TestCompareSeedFlag(t *testing.T) {
 	f, err := parseCompare([]string{"--faults", "random", "--seed", "7"}, io.Discard)
 	if err != nil || f.seed != 7 || !strings.HasSuffix(f.command(), "--faults random --rounds 1 --seed 7") {
 		t.Errorf("seed %d, command %q, err %v", f.seed, f.command(), err)
+	}
+}
+
+// The soak's totals count every run, checked or not, and name the seeds of
+// the passes whose run showed violations.
+func TestSoakTotals(t *testing.T) {
+	tt := newSoakTotals()
+	naive := func(v int64, checked bool) report.Report {
+		return report.Report{Scenario: "inventory", Results: []report.Result{
+			{Approach: engine.Alternative, Ops: 10, Checked: true, LongestStallMs: float64(v) * 100},
+			{Approach: engine.NaiveLock, Ops: 7, Checked: checked, Violations: v},
+			{Approach: engine.RedisLock, Skipped: "no Redis"},
+		}}
+	}
+	tt.add(naive(2, true), 3)
+	tt.add(naive(0, true), 4)
+	tt.add(naive(5, true), 5)
+	tt.add(naive(9, false), 6)
+	tt.passes, tt.last = 4, 6
+	var b strings.Builder
+	tt.write(&b, 3, time.Minute)
+	for _, want := range []string{
+		"Soak: 4 passes in 1m0s, seeds 3–6",
+		"| inventory | alternative | 4 | 4 | 40 | 0 |  | 900ms | 0 |",
+		"| inventory | naive-lock | 4 | 3 | 28 | 7 | 3 5 | 0s | 0 |",
+		"| inventory | redis-lock | 4 | 0 | 0 | 0 |  | 0s | 4 |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("totals lack %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -2,10 +2,12 @@ package comparefailover_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -18,7 +20,8 @@ import (
 // lose nothing; the naive lock and the foil — the same fenced lock, its
 // tokens a plain nextval — let the stopped client's write through, in every
 // run. The run fails (engine.ErrNotInjected) when no WAL was lost or when
-// the foil's tokens did not go back.
+// the foil's tokens did not go back, and the test when the lock service's
+// own check (history.Ascending) missed the foil's token going back.
 //
 // The foil bites only when the taker is granted the stopped client's very
 // token on the stopped client's row: the stopped client's fenced read
@@ -78,6 +81,10 @@ func compareFailover(t *testing.T, pair *replpair.Pair, name string, approaches 
 			}
 		case r.Violations == 0:
 			t.Errorf("%s: no violation across the failover: the fault did not bite, or the check missed it", r.Approach)
+		case r.Approach == engine.PlainTokenLock && !strings.Contains(r.Detail, string(history.Regressed)):
+			// The taker was granted the stopped client's token again:
+			// the lock service's own check sees it, not only the data's.
+			t.Errorf("%s: no %q among its violations: %s", r.Approach, history.Regressed, r.Detail)
 		}
 	}
 	if len(rep.Results) != len(approaches) {

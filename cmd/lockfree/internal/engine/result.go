@@ -77,6 +77,7 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	goT := maps.Clone(r.mon.goT)
 	r.mon.mu.Unlock()
 	var latencies []float64
+	var returns []history.Time
 	kinds, _ := r.sc.(Tallier)
 	for i := range ops {
 		op := &ops[i]
@@ -91,6 +92,7 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 		case op.Outcome == history.OK:
 			res.Ops++
 			latencies = append(latencies, float64(op.Return-op.Call)/1e6)
+			returns = append(returns, op.Return)
 			if kinds == nil {
 				break
 			}
@@ -111,6 +113,7 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	res.OpsPerSec = float64(res.Ops) / (float64(w.to-w.from) / 1e9)
 	slices.Sort(latencies)
 	res.P50ms, res.P99ms = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	res.LongestStallMs = float64(longestStall(returns, w)) / 1e6
 	st := r.fleet.stats()
 	if st.Ops > 0 {
 		res.RoundTripsPerOp = report.Float(float64(st.RoundTrips) / float64(st.Ops))
@@ -128,6 +131,18 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 		}
 		res.Extra[k] = float64(n)
 	}
+}
+
+// longestStall is the longest span of w in which no operation completed:
+// returns are the completions of the measured operations, in any order.
+func longestStall(returns []history.Time, w window) history.Time {
+	returns = slices.Sorted(slices.Values(returns))
+	longest, last := history.Time(0), w.from
+	for _, t := range returns {
+		t = min(max(t, w.from), w.to)
+		longest, last = max(longest, t-last), t
+	}
+	return max(longest, w.to-last)
 }
 
 // add adds s's figures to w's.

@@ -13,7 +13,8 @@ import (
 // The exclusivity check holds the lock service itself to its rules, in
 // every run of every approach whose leases come through Env.Locks: no two
 // tenures of one lock certainly in force at once (history.Exclusive), no
-// lease renewed after it certainly expired (history.Revivals). A fence
+// lease renewed after it certainly expired (history.Revivals), no grant's
+// token below an earlier grant's (history.Ascending). A fence
 // refuses a stale holder's write whoever holds the lock, so a lock whose
 // exclusivity broke can still leave the data right: these violations are the
 // lock's, counted with the scenario's. The spans come from the workers'
@@ -75,7 +76,7 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 			s := open[k]
 			switch {
 			case ev.Ev == evLease:
-				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T,
+				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, Sent: ev.Sent,
 					To: arrival(cuts[c], ev.Sent) + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
 				order = append(order, k)
 			case s == nil:
@@ -160,7 +161,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 					m.t.To, m.last, m.ttl = max(m.t.To, to), ev.T, ev.TTL
 					continue
 				}
-				ms[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: to}, last: ev.T, ttl: ev.TTL}
+				ms[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: to, Sent: ev.Sent}, last: ev.T, ttl: ev.TTL}
 				mOrder = append(mOrder, k)
 			case evLeave:
 				if m := ms[membership{c, ev.Token}]; m != nil {
@@ -172,7 +173,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 					prev.t.To = min(prev.t.To, ev.Sent) // claimed again: a new epoch
 				}
 				k := tenureKey{client: c, name: ev.Name, token: ev.Token}
-				os[k] = &ownership{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: history.Time(math.MaxInt64)}, inc: ev.Incarnation}
+				os[k] = &ownership{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: history.Time(math.MaxInt64), Sent: ev.Sent}, inc: ev.Incarnation}
 				oOrder, current[part] = append(oOrder, k), k
 			case evDisown:
 				if o := os[tenureKey{client: c, name: ev.Name, token: ev.Token}]; o != nil {
@@ -232,6 +233,10 @@ func (r *run) checkTenures(rep *history.Findings) {
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
 		history.Exclusive(own.members, rep.Base), history.Revivals(own.renewals, rep.Base),
 		history.Exclusive(own.owners, rep.Base),
+		// Tokens, epochs and incarnations only grow, failovers included:
+		// no fault excuses a grant below an earlier one.
+		history.Ascending(tenures, rep.Base), history.Ascending(own.members, rep.Base),
+		history.Ascending(own.owners, rep.Base),
 		// A member checks its lease is safe right before each call: half
 		// a TTL covers the instants between, however loaded the machine.
 		history.Lapses(own.owners, own.acts, history.Time(own.ttl/2), rep.Base),

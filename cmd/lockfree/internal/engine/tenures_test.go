@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -31,9 +32,9 @@ func TestLeaseSpans(t *testing.T) {
 	}
 	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms}, nil)
 	want := []history.Tenure{
-		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms},
-		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m},
-		{Name: "a", Client: 2, Token: 2, From: 220 * ms, To: 210*ms + history.Time(ttl) - m},
+		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms, Sent: 1 * ms},
+		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m, Sent: 300 * ms},
+		{Name: "a", Client: 2, Token: 2, From: 220 * ms, To: 210*ms + history.Time(ttl) - m, Sent: 210 * ms},
 	}
 	if len(tenures) != len(want) {
 		t.Fatalf("tenures %+v, want %+v", tenures, want)
@@ -50,6 +51,17 @@ func TestLeaseSpans(t *testing.T) {
 	// was in force.
 	if vs := history.Exclusive(tenures, 0); len(vs) != 1 {
 		t.Errorf("overlaps %+v, want 3 granted during 2", vs)
+	}
+	if vs := history.Ascending(tenures, 0); len(vs) != 0 {
+		t.Errorf("tokens went back: %+v", vs)
+	}
+	// A grant of 2 again, sent after 3's grant had returned: a promoted
+	// standby that lost the WAL of 3 hands out what it never saw.
+	again := map[int][]event{1: evs[1], 2: append(slices.Clone(evs[2]),
+		event{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 900 * ms, T: 905 * ms})}
+	regrants, _ := leaseSpans(again, nil, nil)
+	if vs := history.Ascending(regrants, 0); len(vs) != 1 || vs[0].Anomaly != history.Regressed {
+		t.Errorf("tokens went back: %+v, want token 2 granted again after 3", vs)
 	}
 
 	capped, _ := leaseSpans(evs, []history.Time{300 * ms}, nil)
@@ -107,9 +119,9 @@ func TestOwnerSpans(t *testing.T) {
 		t.Fatalf("members %+v (TTL %v)", members, gotTTL)
 	}
 	want := []history.Tenure{
-		{Name: "partition/0", Client: 1, Token: 100, From: 15 * ms, To: 300 * ms},
-		{Name: "partition/1", Client: 1, Token: 200, From: 15 * ms, To: 400 * ms},
-		{Name: "partition/1", Client: 1, Token: 201, From: 405 * ms, To: end},
+		{Name: "partition/0", Client: 1, Token: 100, From: 15 * ms, To: 300 * ms, Sent: 10 * ms},
+		{Name: "partition/1", Client: 1, Token: 200, From: 15 * ms, To: 400 * ms, Sent: 10 * ms},
+		{Name: "partition/1", Client: 1, Token: 201, From: 405 * ms, To: end, Sent: 400 * ms},
 	}
 	if len(owners) != len(want) {
 		t.Fatalf("owners %+v, want %+v", owners, want)
@@ -130,6 +142,9 @@ func TestOwnerSpans(t *testing.T) {
 	}
 	if vs := history.StaleReleases(owners, own.releases, 0); len(vs) != 0 {
 		t.Errorf("stale releases %+v, want none: no later claim of partition/0", vs)
+	}
+	if vs := history.Ascending(owners, 0); len(vs) != 0 {
+		t.Errorf("epochs went back: %+v (the same member's claim of partition/1 again is 201, above 200)", vs)
 	}
 }
 

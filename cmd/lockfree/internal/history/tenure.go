@@ -34,6 +34,9 @@ type Tenure struct {
 	Token  int64
 	From   Time
 	To     Time
+	// Sent is when the grant's request was sent; zero when not known, and
+	// then Ascending does not judge the grant.
+	Sent Time
 }
 
 // Renewal is a successful renewal of a tenure, for Revivals: Sent is when
@@ -92,6 +95,50 @@ func Revivals(rs []Renewal, base Time) []Violation {
 				"client %d's lease on %s with %s was renewed by a request sent at %s%s, after it had expired (at %s at the latest)",
 				r.Client, quote(r.Name), tokenText(r.Token), d.at(r.Sent), held, d.at(r.Expiry))})
 		}
+	}
+	return out
+}
+
+// Regressed: a grant whose token (an epoch, an incarnation) is not above
+// that of a grant of the same name that had returned before it was
+// requested — the service minted it later, and its tokens only grow.
+const Regressed Anomaly = "token went back"
+
+// Ascending returns a violation for each grant whose request was sent after
+// another grant of the same name had returned (its From) and whose token is
+// not above that grant's: whatever happened between — a release, an expiry,
+// a purge, a restart, a failover — the later grant was minted later. A
+// grant with no Sent or no token (≤ 0) is not judged; one grant reported
+// twice (same client and token) is not two.
+func Ascending(ts []Tenure, base Time) []Violation {
+	ts = slices.DeleteFunc(slices.Clone(ts), func(t Tenure) bool { return t.Token <= 0 })
+	byFrom := slices.Clone(ts)
+	slices.SortFunc(byFrom, func(a, b Tenure) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.From, b.From))
+	})
+	bySent := slices.DeleteFunc(ts, func(t Tenure) bool { return t.Sent == 0 })
+	slices.SortFunc(bySent, func(a, b Tenure) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Sent, b.Sent))
+	})
+	d := &describer{base: base}
+	var out []Violation
+	var top *Tenure // the highest token of b's name among the grants returned before b was sent
+	i := 0
+	for j, b := range bySent {
+		if j > 0 && b.Name == bySent[j-1].Name && b.Client == bySent[j-1].Client && b.Token == bySent[j-1].Token && b.Sent == bySent[j-1].Sent {
+			continue // one grant, reported twice
+		}
+		for ; i < len(byFrom) && (byFrom[i].Name < b.Name || byFrom[i].Name == b.Name && byFrom[i].From < b.Sent); i++ {
+			if a := &byFrom[i]; top == nil || top.Name != a.Name || a.Token > top.Token {
+				top = a
+			}
+		}
+		if top == nil || top.Name != b.Name || b.Token > top.Token || b.Token == top.Token && b.Client == top.Client {
+			continue
+		}
+		out = append(out, Violation{Key: b.Name, Anomaly: Regressed, Text: fmt.Sprintf(
+			"client %d was granted %s with %s by a request sent at %s, after client %d's grant with %s had returned (at %s)",
+			b.Client, quote(b.Name), tokenText(b.Token), d.at(b.Sent), top.Client, tokenText(top.Token), d.at(top.From))})
 	}
 	return out
 }

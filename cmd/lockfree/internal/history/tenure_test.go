@@ -58,6 +58,69 @@ func TestExclusive(t *testing.T) {
 	}
 }
 
+func TestAscending(t *testing.T) {
+	const s = history.Time(1e9)
+	tests := []struct {
+		name string
+		ts   []history.Tenure
+		want int
+	}{
+		{"each grant above the last", []history.Tenure{
+			{Name: "a", Client: 1, Token: 5, Sent: 1, From: s},
+			{Name: "a", Client: 2, Token: 9, Sent: 2 * s, From: 3 * s},
+			{Name: "a", Client: 1, Token: 12, Sent: 4 * s, From: 5 * s},
+		}, 0},
+		{"a grant below one that had returned", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 2, Token: 7, Sent: 2 * s, From: 3 * s},
+		}, 1},
+		{"the same token handed out again", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 2, Token: 9, Sent: 2 * s, From: 3 * s},
+		}, 1},
+		{"the same holder's next grant counts too", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 1, Token: 8, Sent: 2 * s, From: 3 * s},
+		}, 1},
+		{"below the highest, not only the last", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 2, Token: 12, Sent: 2 * s, From: 3 * s},
+			{Name: "a", Client: 3, Token: 10, Sent: 4 * s, From: 5 * s},
+		}, 1},
+		{"requested before the other returned: either order", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: 3 * s},
+			{Name: "a", Client: 2, Token: 7, Sent: 2 * s, From: 4 * s},
+		}, 0},
+		{"one grant reported twice is one grant", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: 2 * s},
+			{Name: "a", Client: 1, Token: 9, Sent: 3 * s, From: 4 * s},
+		}, 0},
+		{"other names do not meet", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "b", Client: 2, Token: 7, Sent: 2 * s, From: 3 * s},
+		}, 0},
+		{"no send time or no token: not judged", []history.Tenure{
+			{Name: "a", Client: 1, Token: 9, Sent: 1, From: s},
+			{Name: "a", Client: 2, Token: 7, From: 3 * s},
+			{Name: "a", Client: 3, Token: -4, Sent: 4 * s, From: 5 * s},
+		}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := history.Ascending(tc.ts, 0)
+			if len(vs) != tc.want {
+				t.Fatalf("%d violations, want %d: %v", len(vs), tc.want, vs)
+			}
+			for _, v := range vs {
+				if v.Anomaly != history.Regressed || v.Key != "a" || v.Text == "" {
+					t.Errorf("violation %+v", v)
+				}
+			}
+		})
+	}
+}
+
 func TestRevivals(t *testing.T) {
 	rs := []history.Renewal{
 		{Name: "a", Client: 1, Token: 1, Sent: 10, Expiry: 20},

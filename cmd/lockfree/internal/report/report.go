@@ -71,8 +71,11 @@ type Result struct {
 	OpsPerSec float64  `json:"ops_per_sec"`
 	P50ms     float64  `json:"p50_ms"`
 	P99ms     float64  `json:"p99_ms"`
-	Retries   int64    `json:"retries"`
-	Rejected  int64    `json:"rejected"`
+	// LongestStallMs is the longest span of the measured part in which no
+	// operation completed, in milliseconds.
+	LongestStallMs float64 `json:"longest_stall_ms"`
+	Retries        int64   `json:"retries"`
+	Rejected       int64   `json:"rejected"`
 	// Violations counts broken invariants found by the check; it means
 	// something only when Checked is set (JSON: null otherwise).
 	Violations int64 `json:"violations"`

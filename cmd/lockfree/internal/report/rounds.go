@@ -109,6 +109,7 @@ func mergeResults(rs []Result) Result {
 		m.Uncertain += r.Uncertain
 		m.Pauses += r.Pauses
 		m.Submitted += r.Submitted
+		m.LongestStallMs = max(m.LongestStallMs, r.LongestStallMs)
 		m.FaultsInjected = addCounts(m.FaultsInjected, r.FaultsInjected)
 		m.TakenOver = addCounts(m.TakenOver, r.TakenOver)
 		m.Extra = addCounts(m.Extra, r.Extra)
