@@ -353,7 +353,7 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if reports, missed, err = soak(ctx, f, infra, stdout, stderr); err != nil {
 			return err
 		}
-	} else if reports, missed, err = runPass(ctx, f, infra, stdout, stderr); err != nil {
+	} else if reports, missed, err = runPass(ctx, f, infra, time.Time{}, stdout, stderr); err != nil {
 		return err
 	}
 	if !f.asJSON {
@@ -369,13 +369,17 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // runPass runs every scenario of f at every size once, with f's seed,
-// printing each report as it comes. missed holds the errors partial
-// accepts; err is any other, which ends the pass.
-func runPass(ctx context.Context, f compareFlags, infra engine.Infra, stdout, stderr io.Writer) (reports []report.Report, missed []error, err error) {
+// printing each report as it comes; none is begun after deadline, unless
+// it is zero. missed holds the errors partial accepts; err is any other,
+// which ends the pass.
+func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline time.Time, stdout, stderr io.Writer) (reports []report.Report, missed []error, err error) {
 	for _, n := range f.names {
 		s, _ := engine.Lookup(n)
 		for _, c := range f.clients {
 			for _, k := range f.keys {
+				if !deadline.IsZero() && time.Now().After(deadline) {
+					return reports, missed, nil
+				}
 				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
 					Metrics: f.metrics, Seed: f.seed}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)

@@ -15,9 +15,9 @@ import (
 
 // soak runs passes of every scenario of f (runPass), the first with f's
 // seed and each next one with the seed after, until f.soak has passed since
-// it began: a run under way is finished, none is begun after. It then
-// prints the totals of every scenario and approach (soakTotals), unless
-// the output is JSON.
+// it began: a run under way is finished, none is begun after, but the first
+// pass is run whole. It then prints the totals of every scenario and
+// approach (soakTotals), unless the output is JSON.
 func soak(ctx context.Context, f compareFlags, infra engine.Infra, stdout, stderr io.Writer) ([]report.Report, []error, error) {
 	start := time.Now()
 	first := f.seed
@@ -30,7 +30,11 @@ func soak(ctx context.Context, f compareFlags, infra engine.Infra, stdout, stder
 		}
 		f.seed = first + uint64(pass)
 		fmt.Fprintf(stderr, "lockfree: soak pass %d, seed %d, %s left\n", pass+1, f.seed, max(0, f.soak-time.Since(start)).Round(time.Second))
-		reps, miss, err := runPass(ctx, f, infra, stdout, stderr)
+		var deadline time.Time
+		if pass > 0 {
+			deadline = start.Add(f.soak)
+		}
+		reps, miss, err := runPass(ctx, f, infra, deadline, stdout, stderr)
 		reports, missed = append(reports, reps...), append(missed, miss...)
 		for _, rep := range reps {
 			totals.add(rep, f.seed)
