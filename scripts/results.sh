@@ -87,6 +87,20 @@ splice() { # LEVEL NEW [BEGIN END: only between these marker lines]
 	mv "$spliced" "$out"
 }
 
+# replace_section NAME FILE: replaces, in results.md, the section between "<!-- NAME:" and
+# "<!-- /NAME -->" with FILE's text, or appends it when results.md has none yet.
+replace_section() {
+	local tmp
+	tmp=$(mktemp)
+	if grep -q "^<!-- $1:" "$out"; then
+		awk -v f="$2" -v b="<!-- $1:" -v e="<!-- /$1 -->" 'index($0, b) == 1 {while ((getline l < f) > 0) print l; skip = 1; next}
+			$0 == e {skip = 0; next} !skip' "$out" >"$tmp"
+	else
+		{ cat "$out"; echo; cat "$2"; } >"$tmp"
+	fi
+	mv "$tmp" "$out"
+}
+
 # mutants prints the section of the mutant hunt, between markers that
 # ONLY=mutants finds it by; it sets failed when the hunt failed.
 mutants() {
@@ -123,14 +137,7 @@ if [ "${ONLY:-}" = mutants ]; then
 	failed=0
 	section=$(mktemp)
 	mutants >"$section"
-	tmp=$(mktemp)
-	if grep -q '^<!-- mutants:' "$out"; then
-		awk -v f="$section" '/^<!-- mutants:/ {while ((getline l < f) > 0) print l; skip = 1; next}
-			/^<!-- \/mutants -->/ {skip = 0; next} !skip' "$out" >"$tmp"
-	else
-		{ cat "$out"; echo; cat "$section"; } >"$tmp"
-	fi
-	mv "$tmp" "$out"
+	replace_section mutants "$section"
 	rm -f "$section"
 	echo "results.sh: wrote the mutant section of $out" >&2
 	sync_pages
@@ -175,14 +182,7 @@ if [ "${ONLY:-}" = soak ]; then
 		awk '/^Soak: / {on = 1} on' "$totals"
 		echo "<!-- /soak -->"
 	} >"$section"
-	tmp=$(mktemp)
-	if grep -q '^<!-- soak:' "$out"; then
-		awk -v f="$section" '/^<!-- soak:/ {while ((getline l < f) > 0) print l; skip = 1; next}
-			/^<!-- \/soak -->/ {skip = 0; next} !skip' "$out" >"$tmp"
-	else
-		{ cat "$out"; echo; cat "$section"; } >"$tmp"
-	fi
-	mv "$tmp" "$out"
+	replace_section soak "$section"
 	rm -f "$section" "$totals"
 	echo "results.sh: wrote the soak section of $out" >&2
 	exit $failed
