@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/cli"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	_ "github.com/lockfree-go/lockfree/cmd/lockfree/internal/scenario" // every scenario, registered
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -178,6 +179,48 @@ func TestCompareSoak(t *testing.T) {
 	}
 }
 
+// A violation under a random schedule is shrunk (--shrink) to injections
+// numbered in the draw, and --keep replays exactly those.
+func TestCompareShrink(t *testing.T) {
+	db := testdb.New(t)
+	args := []string{"compare", "--postgres", db.URL, "--scenario", "inventory", "--approaches", "naive-lock", "--clients", "6",
+		"--duration", "4s", "--faults", "random", "--seed", "7", "--json"}
+	result := func(out string) report.Result {
+		t.Helper()
+		var rep report.Report
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rep); err != nil || len(rep.Results) != 1 {
+			t.Fatalf("want one JSON report of one result: %v\n%s", err, out)
+		}
+		return rep.Results[0]
+	}
+	_, out, errs := run(t, append(args, "--shrink", "naive-lock")...)
+	r := result(out)
+	for i, in := range r.Schedule {
+		if in.N != i {
+			t.Errorf("injection %d of the whole schedule is numbered %d", i, in.N)
+		}
+	}
+	keep := []int{0, 2}
+	switch {
+	case r.Violations == 0:
+		t.Logf("no violations to shrink in this run:\n%s", errs)
+	case r.Shrunk == nil || len(r.Shrunk.Keep) == 0 || r.Shrunk.Runs < 1 || r.Shrunk.Violations == 0:
+		t.Errorf("%d violations, shrunk to %+v:\n%s", r.Violations, r.Shrunk, errs)
+	default:
+		keep = r.Shrunk.Keep
+		t.Logf("shrunk to %v in %d runs", keep, r.Shrunk.Runs)
+	}
+	_, out, errs = run(t, append(args, "--keep", report.KeepList(keep))...)
+	r = result(out)
+	var played []int
+	for _, in := range r.Schedule {
+		played = append(played, in.N)
+	}
+	if !slices.Equal(played, keep) || !slices.Equal(r.Keep, keep) {
+		t.Errorf("--keep %v played %v, reported keep %v:\n%s", keep, played, r.Keep, errs)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"compare", "--scenario", "nope"},
@@ -197,6 +240,8 @@ func TestBadInput(t *testing.T) {
 		{"compare", "--seed", "-1"},
 		{"compare", "--soak", "-1s"},
 		{"compare", "--soak", "25h"},
+		{"compare", "--keep", "1"},
+		{"compare", "--faults", "random", "--shrink", "nope"},
 		{"migrate"},
 		{"migrate", "print", "--packages", "fencedlock,nosuch"},
 		{"frobnicate"},

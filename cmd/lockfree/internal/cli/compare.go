@@ -67,6 +67,12 @@ type compareFlags struct {
 	// soak, when set, runs the scenarios in passes until it has passed,
 	// each pass with the next seed (soak.go).
 	soak time.Duration
+	// keep plays only these injections of the drawn schedule (--keep).
+	keep []int
+	// shrink lists the approaches whose violations under a random schedule
+	// are shrunk (shrink.go); shrinkAll shrinks every approach's.
+	shrink    []engine.Approach
+	shrinkAll bool
 }
 
 func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
@@ -82,6 +88,8 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of --faults random's schedules (and of the workers' random choices); the same seed and options replay the same schedules; 0 draws one, printed")
 	fs.DurationVar(&f.soak, "soak", 0, "run the scenarios again and again, each pass with the next seed, until this much time has passed (at most 24h); then print the violations by scenario and approach, with the seeds that showed them")
+	keep := fs.String("keep", "", "with --faults random, one scenario and one approach: play only these injections of the drawn schedule, by number (0,3,5), as --shrink prints them")
+	shrink := fs.String("shrink", "", "approaches (comma-separated, or all) whose violations under --faults random are shrunk: their run again, dropping one injection at a time while violations stay, then the shortest schedule that still shows them")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
 	fs.StringVar(&f.restartCmd, "restart-cmd", os.Getenv("LOCKFREE_POSTGRES_RESTART"), "shell command that restarts --postgres's server, for --faults restart")
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
@@ -125,6 +133,9 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 		return f, err
 	}
 	if f.approaches, err = parseApproaches(*approaches); err != nil {
+		return f, err
+	}
+	if err := f.parseShrink(*keep, *shrink); err != nil {
 		return f, err
 	}
 	// A foil of a requested fault runs beside the default approaches: it
@@ -297,6 +308,14 @@ func (f compareFlags) command() string {
 	if f.soak != 0 {
 		s += fmt.Sprintf(" --soak %s", f.soak)
 	}
+	if f.keep != nil {
+		s += " --keep " + report.KeepList(f.keep)
+	}
+	if f.shrinkAll {
+		s += " --shrink all"
+	} else if f.shrink != nil {
+		s += " --shrink " + approachList(f.shrink)
+	}
 	return s
 }
 
@@ -381,9 +400,12 @@ func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline t
 					return reports, missed, nil
 				}
 				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
-					Metrics: f.metrics, Seed: f.seed}
+					Metrics: f.metrics, Seed: f.seed, Keep: f.keep}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {
+					return reports, missed, err
+				}
+				if err := f.shrinkResults(ctx, s, cfg, infra, &rep, stderr); err != nil {
 					return reports, missed, err
 				}
 				missed = append(missed, err)

@@ -37,7 +37,7 @@ func (random) skip(_ Scenario, def ApproachDef) string {
 }
 
 func (random) start(r *run) injector {
-	s := &randomRun{r: r, plan: drawSchedule(r.cfg, r.def, r.prot.Lease), runs: map[Fault]injector{},
+	s := &randomRun{r: r, plan: kept(drawSchedule(r.cfg, r.def, r.prot.Lease), r.cfg.Keep), runs: map[Fault]injector{},
 		kinds: map[Fault]*sync.Mutex{}, workers: map[int]*sync.Mutex{}}
 	for _, in := range s.plan {
 		if _, ok := s.runs[in.Fault]; !ok {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -163,5 +164,35 @@ func checkRandom(t *testing.T, r report.Result, drawn []report.Injection) {
 	}
 	if !r.Checked || r.Violations != 0 || r.Ops == 0 {
 		t.Errorf("%s: checked %v, %d violations, %d ops: %s", r.Approach, r.Checked, r.Violations, r.Ops, r.Detail)
+	}
+}
+
+// Each drawn injection carries its number in the draw; Keep plays those it
+// lists, as drawn, and a Keep without a random schedule, or not in
+// increasing order, is refused before anything runs.
+func TestScheduleKeep(t *testing.T) {
+	t.Parallel()
+	cfg := engine.Config{Clients: 6, Duration: 20 * time.Second, Seed: 7}
+	def := engine.Approaches("inventory")[0]
+	all := engine.Schedule(cfg, def)
+	for i, in := range all {
+		if in.N != i {
+			t.Fatalf("injection %d of the draw is numbered %d", i, in.N)
+		}
+	}
+	kept := cfg
+	kept.Keep = []int{1, 3, 99}
+	if got := engine.Schedule(kept, def); !reflect.DeepEqual(got, []report.Injection{all[1], all[3]}) {
+		t.Errorf("kept 1, 3 and 99 of %v: %v", all, got)
+	}
+	sc, _ := engine.Lookup("inventory")
+	for _, bad := range []engine.Config{
+		{Keep: []int{1}},
+		{Faults: []engine.Fault{engine.Random}, Keep: []int{3, 1}},
+		{Faults: []engine.Fault{engine.Random}, Keep: []int{-1}},
+	} {
+		if _, err := engine.Run(context.Background(), sc, bad, engine.Infra{}); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("faults %v, keep %v: %v, want ErrInvalid", bad.Faults, bad.Keep, err)
+		}
 	}
 }

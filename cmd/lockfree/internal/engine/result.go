@@ -41,7 +41,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 	res.Pauses = res.FaultsInjected[Pause]
 	for _, inj := range r.injectors {
 		if s, ok := inj.(scheduling); ok {
-			res.Schedule = s.schedule()
+			res.Schedule, res.Keep = s.schedule(), r.cfg.Keep
 		}
 	}
 	res.Timeline = r.timeline(ops, rep)

@@ -56,6 +56,10 @@ type Config struct {
 	Approaches []Approach
 	// Seed seeds the workers' random sources. Defaults to a random seed.
 	Seed uint64
+	// Keep, under the fault random, plays only these injections of each
+	// drawn schedule, by their number in the draw (report.Injection.N);
+	// nil plays them all. Numbers past a draw's end keep nothing.
+	Keep []int
 	// Env is added to every worker's environment (LOCKFREE_MUTANTS=… for
 	// a mutant run).
 	Env []string
@@ -149,6 +153,14 @@ func (c Config) validate() error {
 	}
 	if contains(c.Faults, Random) && len(c.Faults) > 1 {
 		return fmt.Errorf("%w: faults %s: random draws its faults, and goes alone", ErrInvalid, report.FaultList(c.Faults))
+	}
+	if c.Keep != nil && !contains(c.Faults, Random) {
+		return fmt.Errorf("%w: injections to keep, yet no random schedule to keep them of", ErrInvalid)
+	}
+	for i, n := range c.Keep {
+		if n < 0 || i > 0 && n <= c.Keep[i-1] {
+			return fmt.Errorf("%w: injections to keep %s: want numbers from 0, increasing", ErrInvalid, report.KeepList(c.Keep))
+		}
 	}
 	return nil
 }

@@ -32,7 +32,21 @@ const (
 func Schedule(cfg Config, def ApproachDef) []report.Injection {
 	cfg = cfg.withDefaults()
 	params := Params{Sizes: Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
-	return drawSchedule(cfg, def, def.Protection(params).Lease)
+	return kept(drawSchedule(cfg, def, def.Protection(params).Lease), cfg.Keep)
+}
+
+// kept is the injections of s whose numbers keep lists; s when keep is nil.
+func kept(s []report.Injection, keep []int) []report.Injection {
+	if keep == nil {
+		return s
+	}
+	var out []report.Injection
+	for _, in := range s {
+		if slices.Contains(keep, in.N) {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // drawSchedule is Schedule for a run protected by lease: bursts of
@@ -67,6 +81,9 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 		}
 	}
 	slices.SortStableFunc(out, func(a, b report.Injection) int { return cmp.Compare(a.AtS, b.AtS) })
+	for i := range out {
+		out[i].N = i
+	}
 	return out
 }
 

@@ -96,7 +96,7 @@ type scenarioView struct {
 
 // scheduleView is one approach's random schedule, and the command that
 // replays it when the approach showed violations.
-type scheduleView struct{ Approach, Text, Replay string }
+type scheduleView struct{ Approach, Text, Replay, Shrunk string }
 
 // metricRow is one series of an approach's metrics (--metrics).
 type metricRow struct{ Approach, Color, Name, Attrs, Value string }
@@ -191,6 +191,7 @@ func htmlScenario(rep Report, i int, inSweep bool) scenarioView {
 		if r.Checked && r.Violations > 0 {
 			s.Replay = rep.Replay(r)
 		}
+		s.Shrunk = rep.ShrunkText(r)
 		sv.Schedules = append(sv.Schedules, s)
 	}
 	return sv

@@ -118,7 +118,7 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:24p
 {{if .Schedules}}
 <h3>Random schedules</h3>
 <p class="how-to-read">The faults each approach's run drew from seed {{.Seed}}: due time into the measured part, fault, worker, length; ✓ took effect, ✗ did not; the worker hit and start time when they differ. The same seed and options replay them.</p>
-<ul class="labels">{{range .Schedules}}<li><b>{{.Approach}}</b>: {{.Text}}{{if .Replay}}<br>replay: <code>{{.Replay}}</code>{{end}}</li>{{end}}</ul>
+<ul class="labels">{{range .Schedules}}<li><b>{{.Approach}}</b>: {{.Text}}{{if .Replay}}<br>replay: <code>{{.Replay}}</code>{{end}}{{if .Shrunk}}<br>{{.Shrunk}}{{end}}</li>{{end}}</ul>
 {{end}}
 {{if .Metrics}}
 <h3>Metrics</h3>

@@ -127,6 +127,12 @@ type Result struct {
 	// Schedule is the random schedule the approach's run played (its
 	// faults "random"), each injection with its outcome.
 	Schedule []Injection `json:"schedule,omitempty"`
+	// Keep lists the injections of the drawn schedule the run played, by
+	// their N, when it played only those (--keep); nil when it played all.
+	Keep []int `json:"keep,omitempty"`
+	// Shrunk is the shortest part of Schedule found to still show
+	// violations, when the run's violations were shrunk (--shrink).
+	Shrunk *Shrunk `json:"shrunk,omitempty"`
 }
 
 // Report is one scenario's run: every approach under the same load and

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -11,6 +12,9 @@ import (
 // random`): drawn from the seed and the run's options, then played. The
 // drawn fields replay; Outcome is what playing it did.
 type Injection struct {
+	// N is its place in the schedule as drawn, from 0: a run that keeps
+	// some injections (--keep) plays them with their numbers.
+	N     int   `json:"n"`
 	Fault Fault `json:"fault"`
 	// AtS is when it is due, in seconds into the measured part.
 	AtS float64 `json:"at_s"`
@@ -90,12 +94,52 @@ func (rep Report) Replay(r Result) string {
 		return ""
 	}
 	d := time.Duration(rep.DurationS * float64(time.Second))
-	return fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %d --keys %d --duration %s --faults %s --seed %d",
+	s := fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %d --keys %d --duration %s --faults %s --seed %d",
 		rep.Scenario, r.Approach, rep.Clients, rep.Keys, d, FaultList(rep.Faults), rep.Seed)
+	if r.Keep != nil {
+		s += " --keep " + KeepList(r.Keep)
+	}
+	return s
+}
+
+// KeepList is keep as --keep takes it: "0,3,5".
+func KeepList(keep []int) string {
+	s := make([]string, len(keep))
+	for i, n := range keep {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// Shrunk is what shrinking a schedule that showed violations left: the
+// fewest of its injections found to still show some, dropping one at a
+// time while violations stayed (`lockfree compare --shrink`).
+type Shrunk struct {
+	// Keep lists the injections kept, by their N.
+	Keep []int `json:"keep"`
+	// Schedule is the kept injections as the last run that showed
+	// violations played them, and Violations what that run showed.
+	Schedule   []Injection `json:"schedule"`
+	Violations int64       `json:"violations"`
+	// Runs is how many runs shrinking took.
+	Runs int `json:"runs"`
+}
+
+// ShrunkText says what shrinking r's schedule left, and how to replay it;
+// "" when it was not shrunk.
+func (rep Report) ShrunkText(r Result) string {
+	s := r.Shrunk
+	if s == nil {
+		return ""
+	}
+	kept := Result{Approach: r.Approach, Schedule: s.Schedule, Keep: s.Keep}
+	return fmt.Sprintf("shrunk in %d runs to %d of %d injections, still %d violations: %s; replay: %s",
+		s.Runs, len(s.Keep), len(r.Schedule), s.Violations, kept.ScheduleText(), rep.Replay(kept))
 }
 
 // writeSchedules writes each result's schedule, and for one with
-// violations its seed and the command that replays it.
+// violations its seed, the command that replays it and, when it was
+// shrunk, the shortest schedule that still showed violations.
 func writeSchedules(w io.Writer, rep Report) {
 	for _, r := range rep.Results {
 		if len(r.Schedule) == 0 {
@@ -104,6 +148,9 @@ func writeSchedules(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "  schedule %s (seed %d): %s\n", r.Approach, rep.Seed, r.ScheduleText())
 		if r.Checked && r.Violations > 0 {
 			fmt.Fprintf(w, "  %s: %d violations under seed %d; replay: %s\n", r.Approach, r.Violations, rep.Seed, rep.Replay(r))
+		}
+		if s := rep.ShrunkText(r); s != "" {
+			fmt.Fprintf(w, "  %s: %s\n", r.Approach, s)
 		}
 	}
 }

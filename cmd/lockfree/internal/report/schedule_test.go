@@ -40,11 +40,22 @@ func TestScheduleShown(t *testing.T) {
 	if strings.Count(text, "replay:") != 1 {
 		t.Errorf("want one replay, for the approach with violations:\n%s", text)
 	}
+	for i, r := range rep.Results {
+		if r.Violations > 0 {
+			rep.Results[i].Shrunk = &Shrunk{Keep: []int{0}, Schedule: r.Schedule[:1], Violations: 4, Runs: 2}
+		}
+	}
+	shrunk := "naive-lock: shrunk in 2 runs to 1 of 3 injections, still 4 violations: 1.25s pause w3 ✓; replay: " + replay + " --keep 0"
+	b.Reset()
+	WriteTable(&b, rep)
+	if !strings.Contains(b.String(), shrunk) {
+		t.Errorf("text lacks %q:\n%s", shrunk, b.String())
+	}
 	b.Reset()
 	if err := WriteHTML(&b, []Report{rep}, HTMLOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Random schedules", "seed 42", "1.25s pause w3 ✓", replay} {
+	for _, want := range []string{"Random schedules", "seed 42", "1.25s pause w3 ✓", replay, "shrunk in 2 runs", "--keep 0"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("HTML lacks %q", want)
 		}
@@ -57,8 +68,8 @@ func TestScheduleShown(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Seed != 42 || !reflect.DeepEqual(back.Results[0].Schedule, rep.Results[0].Schedule) {
-		t.Errorf("JSON round trip: seed %d, schedule %v", back.Seed, back.Results[0].Schedule)
+	if back.Seed != 42 || !reflect.DeepEqual(back.Results, rep.Results) {
+		t.Errorf("JSON round trip: seed %d, results %v", back.Seed, back.Results)
 	}
 	if d := Drawn(rep.Results[0].Schedule); d[0].Outcome != nil || rep.Results[0].Schedule[0].Outcome == nil {
 		t.Error("Drawn keeps the outcomes, or drops them from its argument")
