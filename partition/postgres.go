@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,13 +85,13 @@ func (c PostgresConfig) validate() error {
 // taken for dead. The last statement says whether the claimant's lease is
 // live, for a claim that took nothing.
 //
-// The claim judges the owner's lease at now(), its transaction's start, not
-// at the clock: the snapshot it reads the lease from is taken later, so a
-// heartbeat it cannot see came after that instant, when the lease had
-// already expired (a heartbeat extends only a live lease). Judged at the
-// clock, a claim held up between its snapshot and its check (a descheduled
-// backend) could take the partition of an owner whose heartbeat, committed
-// meanwhile, kept it live.
+// A heartbeat judges its lease live when it runs and makes that visible when
+// it commits, which a descheduled backend can do a lease later. So a claim
+// does not read an owner's lease: it updates the row of each lapsed owner
+// (sqlClaim's lapsed). A heartbeat in flight on that row is waited for, and
+// its extension seen; one that comes after finds the row changed, judges
+// the lease again and finds it expired. Either way the claim and the
+// heartbeat agree on whether the lease lapsed.
 //
 // Incarnations (fence_mint) and epochs (fence_next) are minted in the fence
 // era of the server the statement runs on (see ErrFenceEra), so that those
@@ -117,13 +116,24 @@ const (
 	sqlEnsure      = `INSERT INTO {{partition_owners}} (partition, owner, epoch, changed_at)
 		SELECT p, '', 0, clock_timestamp() FROM unnest($1::int[]) AS p ORDER BY p
 		ON CONFLICT (partition) DO NOTHING`
-	sqlLock  = `SELECT partition FROM {{partition_owners}} WHERE partition = ANY($1) ORDER BY partition FOR UPDATE`
-	sqlClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
+	sqlLock = `SELECT partition FROM {{partition_owners}} WHERE partition = ANY($1) ORDER BY partition FOR UPDATE`
+	// sqlClaim first marks, by updating their rows, the members owning the
+	// partitions whose leases had lapsed at the transaction's start
+	// (lapsed); a heartbeat in flight on such a row is waited for, and one
+	// that comes after finds the row changed and judges the lease again,
+	// as expired. Then it takes the partitions that are free, its own, or
+	// owned by a lapsed member or one that left.
+	sqlClaim = `WITH lapsed AS (
+		  UPDATE {{partition_members}} AS m SET expires_at = m.expires_at
+		  WHERE m.name IN (SELECT o.owner FROM {{partition_owners}} o WHERE o.partition = ANY($1))
+		    AND m.name <> $2 AND m.expires_at <= now()
+		  RETURNING m.name)
+		UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
-		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
-		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > now()))
+		  AND (o.owner = '' OR o.owner = $2 OR o.owner IN (SELECT name FROM lapsed)
+		       OR NOT EXISTS (SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner))
 		RETURNING o.partition, o.epoch`
 	sqlAlive = `SELECT EXISTS (SELECT FROM {{partition_members}}
 		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp())`
@@ -154,6 +164,16 @@ const (
 		WHERE o.partition = ANY($1)
 		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
 		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		RETURNING o.partition, o.epoch`
+	// mutantClaimRead judges the owner's lease by reading it: a heartbeat
+	// that judged the lease live, committed after this snapshot, goes on
+	// extending a lease the claim took for lapsed.
+	mutantClaimRead = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
+		WHERE o.partition = ANY($1)
+		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
+		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
+		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > now()))
 		RETURNING o.partition, o.epoch`
 	mutantRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
 		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
@@ -379,8 +399,8 @@ func (p *Postgres) claim(ctx context.Context, member string, incarnation int64, 
 	if failpoint.Mutant("partition.claim.owner") {
 		claim = migrate.Render(mutantClaim, p.tables)
 	}
-	if failpoint.Mutant("partition.claim.instant") {
-		claim = strings.Replace(claim, "m.expires_at > now()", "m.expires_at > clock_timestamp()", 1)
+	if failpoint.Mutant("partition.claim.lapse") {
+		claim = migrate.Render(mutantClaimRead, p.tables)
 	}
 	var b pgx.Batch
 	b.Queue(sqlLockTimeout, p.lockTimeout)

@@ -104,7 +104,7 @@ var registry = []Point{
 	{"outbox.relay.uncertain", MutantSite, "Relay deletes a batch whose publish failed with its outcome unknown (ErrUncertain) as if Kafka had it, instead of publishing it again"},
 	{"outbox.write.seq", MutantSite, "Postgres.Write reads the entity's sequence without taking its row, and leaves it: writers of one entity neither wait for each other nor get increasing sequences"},
 	{"partition.check.epoch", MutantSite, "Check reports a stale epoch as current"},
-	{"partition.claim.instant", MutantSite, "Claim judges the owner's lease at the clock, not at its transaction's start: a heartbeat committed after its snapshot is missed"},
+	{"partition.claim.lapse", MutantSite, "Claim reads the owner's lease instead of updating its row: a heartbeat that judged it live, committed after the claim's snapshot, extends a lease the claim took for lapsed"},
 	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},
 	{"partition.condition.epoch", MutantSite, "Postgres.Condition is true whatever the epoch"},
 	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},

@@ -563,11 +563,11 @@ const (
 	// inMiddleware: the site is in an HTTP middleware alone
 	// (middleware.go files), which no scenario's worker serves through.
 	inMiddleware outOfReach = "an HTTP middleware's site"
-	// inDescheduling: the race lies between one statement's snapshot and
-	// its reading of the clock, and opens only when the server deschedules
-	// that statement's backend for most of a lease: no fault of the
-	// harness does, a loaded machine now and then does.
-	inDescheduling outOfReach = "a statement descheduled after its snapshot"
+	// inDescheduling: the race lies between a statement's execution and
+	// its commit, and opens only when the server deschedules that
+	// statement's backend for most of a lease: no fault of the harness
+	// does, a loaded machine now and then does.
+	inDescheduling outOfReach = "a statement descheduled before its commit"
 )
 
 // siteFiles are the files a site of each kind may be in, and nowhere else.
@@ -614,11 +614,12 @@ var packageCatchers = map[string]packageCatcher{
 	// insert, release, purge, each committed — would have to fit between
 	// one statement's mint and its insert.
 	"fencedlock.acquire.purge-fence": {packageTest{"./fencedlock", "TestGuards/fencedlock.acquire.purge-fence/insert"}, inOneStatement},
-	// A claim judged at the clock misses a heartbeat committed after its
-	// snapshot: found by TestFaults/accounts on a machine loaded to 17 on
-	// two cores (two runs, overlapping tenures on partitions), never on a
-	// quiet one. Its package test stages the descheduling with a sleep.
-	"partition.claim.instant": {packageTest{"./partition", "TestGuards/partition.claim.instant"}, inDescheduling},
+	// A claim that reads an owner's lease misses a heartbeat that judged
+	// it live and commits after the claim's snapshot: found by
+	// TestFaults/accounts on a loaded machine (overlapping ownerships),
+	// never on a quiet one. Its package test stages the late commit with
+	// a heartbeat in an open transaction.
+	"partition.claim.lapse": {packageTest{"./partition", "TestGuards/partition.claim.lapse"}, inDescheduling},
 }
 
 // outOfReachNotes are the notes under the table, one for each kind of
@@ -638,11 +639,11 @@ var outOfReachNotes = map[outOfReach]string{
 		"named in its row, which drives the two sessions step by step, fails with the mutant on and passes with it off; TestMutants also hunts it with the scenarios, " +
 		"as any other mutant but on the naive lock (which cannot see a token's order, and loses updates without a mutant on a loaded machine), " +
 		"and fails if a run catches it (the row's verdict names the last run tried).",
-	inDescheduling: "A mutant whose race lies between one statement's snapshot and its reading of the clock (`partition.claim.instant`: a claim judging " +
-		"the owner's lease at the clock misses a heartbeat committed after its snapshot) opens only when the server deschedules that statement's backend " +
-		"for most of a lease. No fault of the harness acts inside a statement; a loaded machine does now and then, so a scenario's catch would be the load's, " +
-		"not the proof's, and TestMutants does not hunt it with the scenarios. It is caught when the package test named in its row, which sleeps inside the " +
-		"claim after its snapshot while the owner's heartbeat commits, fails with the mutant on and passes with it off.",
+	inDescheduling: "A mutant whose race lies between a statement's execution and its commit (`partition.claim.lapse`: a heartbeat that judged " +
+		"its lease live commits after a claim read that lease as lapsed) opens only when the server deschedules a backend for most of a lease. " +
+		"No fault of the harness acts inside a statement; a loaded machine does now and then, so a scenario's catch would be the load's, " +
+		"not the proof's, and TestMutants does not hunt it with the scenarios. It is caught when the package test named in its row, which holds " +
+		"the heartbeat's transaction open while the claim runs, fails with the mutant on and passes with it off.",
 }
 
 // catchInPackage runs c's package test with mutant and without (runPackageTest),
