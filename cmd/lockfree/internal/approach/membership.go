@@ -60,13 +60,12 @@ func (r Membership) Heartbeat(ctx context.Context, name string, incarnation int6
 	}
 }
 
-// Leave reports the membership lease it ends.
+// Leave reports the membership lease it ends, or, when its answer never
+// came, that it may have ended it.
 func (r Membership) Leave(ctx context.Context, name string, incarnation int64) error {
 	sent := history.Now()
 	err := r.Membership.Leave(ctx, name, incarnation)
-	if err == nil {
-		r.report(engine.Evidence{Kind: engine.Left, Name: name, Token: incarnation, Sent: sent})
-	}
+	r.report(engine.Evidence{Kind: engine.Left, Name: name, Token: incarnation, Sent: sent, Uncertain: err != nil})
 	return err
 }
 
@@ -81,20 +80,26 @@ func (r Membership) Claim(ctx context.Context, member string, incarnation int64,
 }
 
 // Release reports each epoch it released: those no *StaleEpochError names.
+// When its answer never came (another error: a pause past its deadline, a
+// lost connection), the server may have released them all: each is
+// reported as uncertain, so that its ownership is no longer certainly in
+// force from the request on — another member may claim it at once.
 func (r Membership) Release(ctx context.Context, epochs []partition.Epoch) error {
 	sent := history.Now()
 	err := r.Membership.Release(ctx, epochs)
 	stale := map[int]bool{}
+	uncertain := false
 	for _, e := range joined(err) {
 		se, ok := errors.AsType[*partition.StaleEpochError](e)
 		if !ok {
-			return err // which epochs were released is unknown: none is reported
+			uncertain = true
+			break
 		}
 		stale[se.Partition] = true
 	}
 	for _, e := range epochs {
-		if !stale[e.Partition] {
-			r.report(engine.Evidence{Kind: engine.Disowned, Name: PartitionName(e.Partition), Token: e.Token, Sent: sent})
+		if uncertain || !stale[e.Partition] {
+			r.report(engine.Evidence{Kind: engine.Disowned, Name: PartitionName(e.Partition), Token: e.Token, Sent: sent, Uncertain: uncertain})
 		}
 	}
 	return err

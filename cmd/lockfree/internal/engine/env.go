@@ -243,6 +243,11 @@ type Evidence struct {
 	Sent history.Time
 	// Incarnation is, for a claim, the membership lease it was made under.
 	Incarnation int64
+	// Uncertain marks a release or a leave whose answer never came (an
+	// error after the request was sent): it may have taken effect, so
+	// the lease is no longer certainly in force from Sent, but it is no
+	// release the service is known to have made.
+	Uncertain bool
 }
 
 // EvidenceKind says what a piece of Evidence reports.
@@ -271,7 +276,7 @@ func (e *Env) Report(ctx context.Context, ev Evidence) {
 		return
 	}
 	out := event{Ev: string(ev.Kind), T: history.Now(), Key: ev.Key, Name: ev.Name, Token: ev.Token, TTL: ev.TTL,
-		Sent: ev.Sent, Incarnation: ev.Incarnation}
+		Sent: ev.Sent, Incarnation: ev.Incarnation, Uncertain: ev.Uncertain}
 	if op := opFrom(ctx); op != nil {
 		if out.Key == "" {
 			out.Key = op.key

@@ -145,6 +145,7 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 	var out ownerEvidence
 	ms := map[membership]*tenureState{}
 	var mOrder []membership
+	left := map[membership]history.Time{} // by membership, when its first leave was sent
 	os := map[tenureKey]*ownership{}
 	var oOrder []tenureKey
 	current := map[tenureKey]tenureKey{} // a client's partition → its last claim
@@ -164,8 +165,11 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 				ms[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, To: to, Sent: ev.Sent}, last: ev.T, ttl: ev.TTL}
 				mOrder = append(mOrder, k)
 			case evLeave:
-				if m := ms[membership{c, ev.Token}]; m != nil {
-					m.t.To = min(m.t.To, ev.Sent)
+				// A heartbeat that raced the leave may be reported after
+				// it: the leave bounds the lease whatever the order.
+				k := membership{c, ev.Token}
+				if l, ok := left[k]; !ok || ev.Sent < l {
+					left[k] = ev.Sent
 				}
 			case evClaim:
 				part := tenureKey{client: c, name: ev.Name}
@@ -179,7 +183,9 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 				if o := os[tenureKey{client: c, name: ev.Name, token: ev.Token}]; o != nil {
 					o.t.To = min(o.t.To, ev.Sent)
 				}
-				out.releases = append(out.releases, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.Sent})
+				if !ev.Uncertain { // a release whose answer never came may not have been made
+					out.releases = append(out.releases, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.Sent})
+				}
 			case evAct:
 				out.acts = append(out.acts, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.T, Excused: faulted[ev.Op]})
 			case evRefuse:
@@ -188,6 +194,9 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 		}
 	}
 	for _, k := range mOrder {
+		if l, ok := left[k]; ok {
+			ms[k].t.To = min(ms[k].t.To, l)
+		}
 		out.members = append(out.members, ms[k].t)
 	}
 	for _, k := range oOrder {
