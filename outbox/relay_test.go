@@ -74,6 +74,8 @@ func TestRelayStopHandsOff(t *testing.T) {
 	waitFor(t, 180*time.Second, func() bool { return len(owned(b)) == 4 })
 	e.write(t, 4, 3)
 	e.waitPublished(t)
+	// b counts a batch just after its delete commits: wait for the count.
+	waitFor(t, 10*time.Second, func() bool { return b.Stats().Published >= 12 })
 	if s := b.Stats(); s.Published != 12 {
 		t.Fatalf("b published %d events, want 12", s.Published)
 	}
