@@ -33,6 +33,9 @@ var (
 	// reach its sites (kafkawriter's: events): the others' runs without a
 	// mutant take most of a short hunt's minutes.
 	mutantsScenarios = flag.String("mutants-scenarios", "", "TestMutants runs only the scenarios whose names match this regexp")
+	// A catch made once may be luck: the run that made it runs again,
+	// mutantsRate times in all, and a mutant caught in fewer is unsteady.
+	mutantsRate = flag.Int("mutants-rate", 1, "TestMutants runs the run that caught each mutant this many times in all, and fails on one caught in fewer")
 )
 
 // mutantTrials are the runs a mutant is tried in, in order, each an
@@ -90,6 +93,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"fencedlock.renew.expired":         {"singleton", engine.FencedLock, engine.LateRenewal},
 	"fencedlock.renew.tenure":          {"singleton", engine.Alternative, engine.Delay},
 	"partition.join.live":              {"accounts", engine.Alternative, engine.Crash},
+	"partition.claim.owner":            {"accounts", engine.Alternative, engine.HandoffPause},
 	"partition.member.paused":          {"accounts", engine.Alternative, engine.LateHeartbeat},
 	"idempotency.client.same-key":      {"orders", engine.Alternative, engine.LostReply},
 	"kafkawriter.inbox.advance.offset": {"events", engine.Alternative, engine.LostCommit},
@@ -143,6 +147,9 @@ type mutantRun struct {
 	test                 *packageCatcher
 	passedWithout, fails bool
 	scenarioCaught       bool
+	// runs and catches: how often the catching run ran (mutantsRate) and
+	// caught it (rate).
+	runs, catches int
 }
 
 func (m mutantRun) caught() bool {
@@ -205,6 +212,7 @@ func TestMutants(t *testing.T) {
 				} else {
 					row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name)...)
 				}
+				rate(t, infra, base, &row)
 				row.doc = p.Doc
 				t.Logf("%s: %s", p.Name, row.verdict())
 				rows[i] = row
@@ -245,6 +253,8 @@ func TestMutants(t *testing.T) {
 			t.Errorf("%s is caught now (%s/%s under %s): remove it from mutantHoles", r.mutant, r.scenario, r.approach, r.faultName())
 		case !r.caught() && !known:
 			t.Errorf("%s: no scenario catches it: a hole in the proof (%s)", r.mutant, r.verdict())
+		case r.caught() && !r.steady() && !known:
+			t.Errorf("%s: caught in %d of %d runs of %s/%s under %s: unsteady", r.mutant, r.catches, r.runs, r.scenario, r.approach, r.faultName())
 		}
 	}
 }
@@ -448,6 +458,38 @@ func confirmNaive(t *testing.T, infra engine.Infra, base engine.Config, run muta
 	return run
 }
 
+// rate runs the run that caught row's mutant again, until it has run
+// mutantsRate times in all, and counts the catches: a scenario's run (the
+// naive lock's with its twin), or the package test with the mutant and
+// without. A mutant no run caught is not run again.
+func rate(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun) {
+	row.runs = 1
+	if !row.caught() {
+		return
+	}
+	row.catches = 1
+	for ; row.runs < *mutantsRate; row.runs++ {
+		caught := false
+		if row.test != nil {
+			passed, fails := runPackageTest(t, row.mutant, row.test.packageTest)
+			caught = passed && fails
+		} else {
+			tg := reach{scenario: row.scenario, approach: row.approach}
+			run := runMutant(t, infra, base, row.mutant, tg, row.fault)
+			if run.caught() && row.approach == engine.NaiveLock && row.fault == "" {
+				run = confirmNaive(t, infra, base, run, tg)
+			}
+			caught = run.caught()
+		}
+		if caught {
+			row.catches++
+		}
+	}
+}
+
+// steady: every run of the catching run caught the mutant.
+func (m mutantRun) steady() bool { return m.catches == m.runs }
+
 // protection is the lease that protects a stopped client of tg's approach.
 func protection(tg reach, cfg engine.Config) time.Duration {
 	for _, d := range engine.Approaches(tg.scenario) {
@@ -471,11 +513,13 @@ func (m mutantRun) verdict() string {
 	}
 	if why, ok := mutantUnsteady[m.mutant]; ok {
 		if m.caught() {
-			return "caught in this run; unsteady: " + why
+			return fmt.Sprintf("unsteady, caught in %d of %d runs: %s", m.catches, m.runs, why)
 		}
 		return "HOLE in this run; unsteady: " + why
 	}
 	switch {
+	case m.caught() && m.runs > 0 && !m.steady():
+		return fmt.Sprintf("unsteady: caught in %d of %d runs", m.catches, m.runs)
 	case m.test != nil && m.scenarioCaught:
 		return fmt.Sprintf("listed as out of every scenario's reach (%s), but caught by %s/%s under %s", m.test.why, m.scenario, m.approach, m.faultName())
 	case m.test != nil && !m.passedWithout:
@@ -510,14 +554,15 @@ func mutantTrialsLine(base engine.Config) string {
 		trials = append(trials, fmt.Sprintf("`%s` under %s", tr.approach, f))
 	}
 	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (four of the approach's leases under a fault, when longer), in these runs, in order, until one shows violations: %s. "+
-		"The %d mutants of mutantCatchers first try the run that caught them before.",
-		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "), len(mutantCatchers))
+		"The %d mutants of mutantCatchers first try the run that caught them before. "+
+		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches, and one short of all is unsteady, a failure.",
+		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "), len(mutantCatchers), *mutantsRate)
 }
 
 func mutantMarkdown(rows []mutantRun) string {
 	var b strings.Builder
-	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | verdict |\n")
-	b.WriteString("|---|---|---|---|---|--:|--:|---|\n")
+	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | caught in | verdict |\n")
+	b.WriteString("|---|---|---|---|---|--:|--:|--:|---|\n")
 	for _, r := range rows {
 		v := "—"
 		if r.checked {
@@ -537,7 +582,7 @@ func mutantMarkdown(rows []mutantRun) string {
 		case r.scenario != "":
 			sc, ap, f = r.scenario, string(r.approach), r.faultName()
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.verdict())
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %d of %d | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.catches, r.runs, r.verdict())
 	}
 	return b.String()
 }
@@ -747,7 +792,14 @@ func mutantFiles(t *testing.T, root, mutant string) []string {
 // others, each with why: TestMutants fails on neither outcome, and the
 // table shows which it was. Each is a hole in the proof until a scenario
 // catches it every time.
-var mutantUnsteady = map[string]string{}
+var mutantUnsteady = map[string]string{
+	// The mutant shows only when a member claims a partition whose live
+	// owner has not yet released it; under handoff-pause the owner often
+	// releases first (3 of 5 runs caught it, as did 3 of 5 under
+	// late-heartbeat and 1 of 3 under pause). Its package test,
+	// TestGuards/partition.claim.owner, catches it every time.
+	"partition.claim.owner": "a claim from a live owner that has not released yet: the owner often releases first; TestGuards/partition.claim.owner catches it every time",
+}
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the
 // holes in the proof that remain to be closed with a sharper scenario.
