@@ -210,7 +210,7 @@ func TestCompareShrink(t *testing.T) {
 		keep = r.Shrunk.Keep
 		t.Logf("shrunk to %v in %d runs", keep, r.Shrunk.Runs)
 	}
-	_, out, errs = run(t, append(args, "--keep", report.KeepList(keep))...)
+	_, out, errs = run(t, append(args, "--keep", report.IntList(keep))...)
 	r = result(out)
 	var played []int
 	for _, in := range r.Schedule {

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -298,7 +297,7 @@ func (f compareFlags) command() string {
 		approaches = strings.Join(s, ",")
 	}
 	s := fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %s --keys %s --duration %s --faults %s --rounds %d",
-		strings.Join(f.names, ","), approaches, joinInts(f.clients), joinInts(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
+		strings.Join(f.names, ","), approaches, report.IntList(f.clients), report.IntList(f.keys), f.duration, report.FaultList(f.faults), f.rounds)
 	if f.metrics {
 		s += " --metrics"
 	}
@@ -309,7 +308,7 @@ func (f compareFlags) command() string {
 		s += fmt.Sprintf(" --soak %s", f.soak)
 	}
 	if f.keep != nil {
-		s += " --keep " + report.KeepList(f.keep)
+		s += " --keep " + report.IntList(f.keep)
 	}
 	if f.shrinkAll {
 		s += " --shrink all"
@@ -317,14 +316,6 @@ func (f compareFlags) command() string {
 		s += " --shrink " + approachList(f.shrink)
 	}
 	return s
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -159,7 +159,7 @@ func (c Config) validate() error {
 	}
 	for i, n := range c.Keep {
 		if n < 0 || i > 0 && n <= c.Keep[i-1] {
-			return fmt.Errorf("%w: injections to keep %s: want numbers from 0, increasing", ErrInvalid, report.KeepList(c.Keep))
+			return fmt.Errorf("%w: injections to keep %s: want numbers from 0, increasing", ErrInvalid, report.IntList(c.Keep))
 		}
 	}
 	return nil

@@ -97,15 +97,15 @@ func (rep Report) Replay(r Result) string {
 	s := fmt.Sprintf("lockfree compare --scenario %s --approaches %s --clients %d --keys %d --duration %s --faults %s --seed %d",
 		rep.Scenario, r.Approach, rep.Clients, rep.Keys, d, FaultList(rep.Faults), rep.Seed)
 	if r.Keep != nil {
-		s += " --keep " + KeepList(r.Keep)
+		s += " --keep " + IntList(r.Keep)
 	}
 	return s
 }
 
-// KeepList is keep as --keep takes it: "0,3,5".
-func KeepList(keep []int) string {
-	s := make([]string, len(keep))
-	for i, n := range keep {
+// IntList is a list of numbers as the command line takes it: "0,3,5".
+func IntList(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
