@@ -124,7 +124,7 @@ mutants() {
 	echo "or a race inside one statement), as the note under the table says."
 	if [ "$status" -ne 0 ]; then
 		echo
-		echo "**The hunt failed (exit $status): a mutant is not caught and not listed as a known hole, or a run could not be made.**"
+		echo "**The hunt failed (exit $status): a mutant is not caught, or caught in fewer than all its runs, and not listed as a known hole or unsteady; or a run could not be made.**"
 	fi
 	echo
 	cat "$table"
@@ -159,11 +159,11 @@ if [ "${ONLY:-}" = soak ]; then
 	failed=0
 	soak=${SOAK:-1h} soak_run=${SOAK_RUN:-10s} soak_seed=${SOAK_SEED:-1}
 	if scripts/redis.sh up; then eval "$(scripts/redis.sh env)"; fi
-	cmd="lockfree compare --scenario all --faults random --seed $soak_seed --duration $soak_run --soak $soak"
+	cmd="lockfree compare --scenario all --faults random --seed $soak_seed --duration $soak_run --soak $soak --shrink alternative,fenced-lock"
 	echo "results.sh: $cmd" >&2
 	totals=$(mktemp)
 	status=0
-	"$bin" compare --scenario all --faults random --seed "$soak_seed" --duration "$soak_run" --soak "$soak" \
+	"$bin" compare --scenario all --faults random --seed "$soak_seed" --duration "$soak_run" --soak "$soak" --shrink alternative,fenced-lock \
 		--postgres "$TEST_FAULT_DATABASE_URL" ${kafka:+--kafka "$kafka"} ${TEST_REDIS_ADDR:+--redis "$TEST_REDIS_ADDR"} >"$totals" || status=$?
 	section=$(mktemp)
 	{
