@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/lockfree-go/lockfree/clock"
+	"github.com/lockfree-go/lockfree/internal/telemetry"
+	"github.com/lockfree-go/lockfree/internal/telemetry/telemetrytest"
 	"github.com/lockfree-go/lockfree/partition"
 )
 
@@ -177,7 +181,10 @@ func TestLateHeartbeatRefusedStopsTheMember(t *testing.T) {
 	c := &clock.Manual{}
 	st := &stall{Membership: newMemory(c)}
 	ev := &events{}
-	m, _ := startMember(t, st, lateConfig(ev))
+	tel := telemetrytest.New(t)
+	cfg := lateConfig(ev)
+	cfg.MeterProvider = tel.Meters
+	m, _ := startMember(t, st, cfg)
 	var before partition.Epoch
 	if err := doOwned(m, "k", func(_ context.Context, e partition.Epoch) error { before = e; return nil }); err != nil {
 		t.Fatal(err)
@@ -196,6 +203,9 @@ func TestLateHeartbeatRefusedStopsTheMember(t *testing.T) {
 	}
 	if n, reasons := ev.count(partition.Stopped); n == 0 || reasons[0] != partition.ReasonLeaseLost {
 		t.Fatalf("%d partitions stopped (%v), want them stopped for a lost lease", n, reasons)
+	}
+	if n := tel.Sum(t, "lockfree.partition.stops", attribute.String(telemetry.Cause, "lease_lost")); n == 0 {
+		t.Errorf("no stop counted for a lost lease\n%s", tel.Describe(t))
 	}
 	if inc := liveIncarnation(t, st, "solo"); inc <= live {
 		t.Fatalf("incarnation %d after a refused heartbeat, was %d", inc, live)
