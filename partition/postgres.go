@@ -128,14 +128,19 @@ const (
 		  WHERE m.name IN (SELECT o.owner FROM {{partition_owners}} o WHERE o.partition = ANY($1))
 		    AND m.name <> $2 AND m.expires_at <= now()
 		  RETURNING m.name)
-		UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
-		WHERE o.partition = ANY($1)
-		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
-		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+		` + claimTake + `
 		  AND (o.owner = '' OR o.owner = $2 OR o.owner IN (SELECT name FROM lapsed)
 		       OR NOT EXISTS (SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner))
-		RETURNING o.partition, o.epoch`
-	sqlAlive = `SELECT EXISTS (SELECT FROM {{partition_members}}
+		` + claimReturning
+	// claimTake and claimReturning are what every claim statement shares
+	// (sqlClaim and its mutants): the partitions asked for, given to a
+	// claimant whose lease is live, with their new epochs.
+	claimTake = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
+		WHERE o.partition = ANY($1)
+		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
+		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())`
+	claimReturning = `RETURNING o.partition, o.epoch`
+	sqlAlive       = `SELECT EXISTS (SELECT FROM {{partition_members}}
 		WHERE name = $1 AND incarnation = $2 AND expires_at > clock_timestamp())`
 	sqlRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
 		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
@@ -160,21 +165,15 @@ const (
 		RETURNING incarnation`
 	mutantHeartbeat = `UPDATE {{partition_members}} SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
 		WHERE name = $1 AND incarnation = $2`
-	mutantClaim = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
-		WHERE o.partition = ANY($1)
-		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
-		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
-		RETURNING o.partition, o.epoch`
+	mutantClaim = claimTake + `
+		` + claimReturning
 	// mutantClaimRead judges the owner's lease by reading it: a heartbeat
 	// that judged the lease live, committed after this snapshot, goes on
 	// extending a lease the claim took for lapsed.
-	mutantClaimRead = `UPDATE {{partition_owners}} AS o SET owner = $2, epoch = {{fence_next}}(o.epoch), changed_at = clock_timestamp()
-		WHERE o.partition = ANY($1)
-		  AND EXISTS (SELECT 1 FROM {{partition_members}} me
-		              WHERE me.name = $2 AND me.incarnation = $3 AND me.expires_at > clock_timestamp())
+	mutantClaimRead = claimTake + `
 		  AND (o.owner = '' OR o.owner = $2 OR NOT EXISTS (
 		       SELECT 1 FROM {{partition_members}} m WHERE m.name = o.owner AND m.expires_at > now()))
-		RETURNING o.partition, o.epoch`
+		` + claimReturning
 	mutantRelease = `UPDATE {{partition_owners}} AS o SET owner = '', changed_at = clock_timestamp()
 		FROM unnest($1::int[], $2::bigint[]) AS r(partition, epoch)
 		WHERE o.partition = r.partition AND $3::text IS NOT NULL
