@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,12 @@ var (
 	// A catch made once may be luck: the run that made it runs again,
 	// mutantsRate times in all, and a mutant caught in fewer is unsteady.
 	mutantsRate = flag.Int("mutants-rate", 1, "TestMutants runs the run that caught each mutant this many times in all, and fails on one caught in fewer")
+	// Random schedules find what the fixed trials were not written for:
+	// each mutant a scenario reaches gets this many seeds of the random
+	// fault (the defects of mutantDefects at least defectSeeds), after the
+	// fixed trials, or instead of them for a defect.
+	mutantsRandom         = flag.Int("mutants-random", 0, "TestMutants also tries each mutant a scenario reaches under the random fault with seeds 1..N")
+	mutantsRandomDuration = flag.Duration("mutants-random-duration", 10*time.Second, "how long each random-schedule run of TestMutants lasts")
 )
 
 // mutantTrials are the runs a mutant is tried in, in order, each an
@@ -88,7 +95,7 @@ type mutantTrial struct {
 // caught each in the last full hunt. huntMutant tries it first, and goes on
 // in mutantTrials' order when it misses: a stale entry costs one run, never
 // a catch. A catch counts the same either way (hits, checked, violations;
-// the naive lock's twin), and the table names the run that made it.
+// its twin), and the table names the run that made it.
 var mutantCatchers = map[string]mutantCatcher{
 	"fencedlock.renew.expired":         {"singleton", engine.FencedLock, engine.LateRenewal},
 	"fencedlock.renew.tenure":          {"singleton", engine.Alternative, engine.Delay},
@@ -109,15 +116,18 @@ type mutantCatcher struct {
 }
 
 // checkCatchers fails t on an entry of mutantCatchers that names no
-// mutant site, or a run outside mutantTrials, or the naive lock (whose
-// catch needs its twin, confirmNaive).
+// mutant site, or a run outside mutantTrials, and on an entry of
+// mutantDefects that names no mutant site.
 func checkCatchers(t *testing.T) {
+	for name := range mutantDefects {
+		if !slices.ContainsFunc(failpoint.Registered(), func(p failpoint.Point) bool { return p.Name == name && p.Kind == failpoint.MutantSite }) {
+			t.Errorf("mutantDefects names %s, no mutant site", name)
+		}
+	}
 	for name, c := range mutantCatchers {
 		switch {
 		case !slices.ContainsFunc(failpoint.Registered(), func(p failpoint.Point) bool { return p.Name == name && p.Kind == failpoint.MutantSite }):
 			t.Errorf("mutantCatchers names %s, no mutant site", name)
-		case c.approach == engine.NaiveLock:
-			t.Errorf("mutantCatchers names the naive lock for %s: its catch needs its twin", name)
 		case !slices.Contains(mutantTrials, mutantTrial{c.approach, c.fault}):
 			t.Errorf("mutantCatchers names %s/%s under %s for %s: not a run of mutantTrials", c.scenario, c.approach, c.fault, name)
 		}
@@ -136,6 +146,7 @@ type mutantRun struct {
 	scenario    string
 	approach    engine.Approach
 	fault       engine.Fault
+	seed        uint64 // under the random fault: the schedule's seed
 	violations  int64
 	checked     bool
 	hits        int64  // how often the workers reached the mutant's site
@@ -150,6 +161,18 @@ type mutantRun struct {
 	// runs and catches: how often the catching run ran (mutantsRate) and
 	// caught it (rate).
 	runs, catches int
+	// random is what the random schedules found (randomHunt), nil when
+	// none was tried.
+	random *randomCatch
+}
+
+// randomCatch is a mutant's hunt with random fault schedules: seeds 1 to
+// tried were played, each for the same duration, and the first that caught
+// it (0 for none) after seconds of runs.
+type randomCatch struct {
+	seed, tried uint64
+	seconds     float64
+	duration    time.Duration
 }
 
 func (m mutantRun) caught() bool {
@@ -198,9 +221,9 @@ func TestMutants(t *testing.T) {
 	}
 	// The mutants are hunted side by side (go test's -parallel, two on two
 	// cores): each run has a schema, a topic and workers of its own, and a
-	// catch on the naive lock counts only if its twin without the mutant
-	// loses nothing (confirmNaive), so that a loaded machine's late
-	// worker is never taken for the mutant's doing.
+	// catch counts only if its twin without the mutant loses nothing
+	// (tryMutant), so that neither a loaded machine's late worker nor a
+	// defect of the approach itself is taken for the mutant's doing.
 	rows := make([]mutantRun, len(hunted))
 	t.Run("hunt", func(t *testing.T) {
 		for i, p := range hunted {
@@ -211,6 +234,7 @@ func TestMutants(t *testing.T) {
 					row = catchInPackage(t, infra, base, p.Name, c, reached)
 				} else {
 					row = huntMutant(t, infra, base, p.Name, targetsOf(reached, p.Name)...)
+					randomHunt(t, infra, base, &row, reached[p.Name])
 				}
 				rate(t, infra, base, &row)
 				row.doc = p.Doc
@@ -253,6 +277,8 @@ func TestMutants(t *testing.T) {
 			t.Errorf("%s is caught now (%s/%s under %s): remove it from mutantHoles", r.mutant, r.scenario, r.approach, r.faultName())
 		case !r.caught() && !known:
 			t.Errorf("%s: no scenario catches it: a hole in the proof (%s)", r.mutant, r.verdict())
+		case mutantDefects[r.mutant] != "" && (r.random == nil || r.random.seed == 0):
+			t.Errorf("%s (%s): no random schedule caught it (%s)", r.mutant, mutantDefects[r.mutant], r.randomCell())
 		case r.caught() && !r.steady() && !known:
 			t.Errorf("%s: caught in %d of %d runs of %s/%s under %s: unsteady", r.mutant, r.catches, r.runs, r.scenario, r.approach, r.faultName())
 		}
@@ -360,7 +386,7 @@ func huntMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant str
 			if tg.scenario != c.scenario || tg.approach != c.approach {
 				continue
 			}
-			run := runMutant(t, infra, base, mutant, tg, c.fault)
+			run := tryMutant(t, infra, base, mutant, tg, c.fault, 0)
 			if run.caught() {
 				return run
 			}
@@ -396,10 +422,7 @@ func huntPass(t *testing.T, infra engine.Infra, base engine.Config, mutant strin
 			tries = append(tries, tries[0])
 		}
 		for _, tg := range tries {
-			run := runMutant(t, infra, base, mutant, tg, tr.fault)
-			if run.caught() && tr.approach == engine.NaiveLock && tr.fault == "" {
-				run = confirmNaive(t, infra, base, run, tg)
-			}
+			run := tryMutant(t, infra, base, mutant, tg, tr.fault, 0)
 			if run.caught() || known {
 				return run, true
 			}
@@ -410,8 +433,8 @@ func huntPass(t *testing.T, infra engine.Infra, base engine.Config, mutant strin
 }
 
 // runMutant runs tg's approach with mutant on in every worker, under f (none
-// when empty).
-func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant string, tg reach, f engine.Fault) mutantRun {
+// when empty; under the random fault, the schedule drawn from seed).
+func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant string, tg reach, f engine.Fault, seed uint64) mutantRun {
 	sc, _ := engine.Lookup(tg.scenario)
 	cfg := base
 	if f != "" {
@@ -419,13 +442,16 @@ func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant stri
 	}
 	cfg.Approaches = []engine.Approach{tg.approach}
 	cfg.Env = []string{"LOCKFREE_MUTANTS=" + mutant}
-	if f != "" {
+	switch {
+	case f == engine.Random:
+		cfg.Seed, cfg.Duration = seed, *mutantsRandomDuration
+	case f != "":
 		// A fault waits out the lease that protects the approach: a run of
 		// a few leases has room for a few faults whatever the lease (the
 		// accounts members' 1.1 s as well as the locks' 250 ms).
 		cfg.Duration = max(cfg.Duration, 4*protection(tg, cfg))
 	}
-	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f}
+	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f, seed: seed}
 	cfg.Hits = func(_ engine.Approach, hits map[string]int64) { run.hits = hits[mutant] }
 	rep, err := engine.Run(context.Background(), sc, cfg, infra)
 	run.err = err
@@ -443,25 +469,56 @@ func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant stri
 	return run
 }
 
-// confirmNaive runs the twin of a naive-lock run that caught its mutant:
-// the same run without the mutant. The naive lock keeps two clients apart
-// only while none is late past its lease, which a loaded machine can make
-// one be: a twin that loses anything too means the catch was not the
-// mutant's, and the run does not count.
-func confirmNaive(t *testing.T, infra engine.Infra, base engine.Config, run mutantRun, tg reach) mutantRun {
-	twin := runMutant(t, infra, base, "", tg, "")
-	if twin.checked && twin.violations == 0 {
+// tryMutant runs mutant on tg under f (and seed), and counts a catch only
+// if the run's twin — the same run without the mutant — loses nothing
+// (twinClean): a violation the approach shows without the mutant too,
+// a loaded machine's late worker under the naive lock or a defect of the
+// approach itself, is not the mutant's.
+func tryMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant string, tg reach, f engine.Fault, seed uint64) mutantRun {
+	run := runMutant(t, infra, base, mutant, tg, f, seed)
+	if !run.caught() {
 		return run
 	}
-	t.Logf("%s on %s/%s: its twin without the mutant lost something too (%d violations): not counted", run.mutant, tg.scenario, tg.approach, twin.violations)
-	run.violations, run.detail = 0, "a catch its twin without the mutant showed too: "+twin.detail
+	if clean, detail := twinClean(t, infra, base, tg, f, seed); !clean {
+		t.Logf("%s on %s/%s under %s: its twin without the mutant lost something too: not counted (%s)", mutant, tg.scenario, tg.approach, run.faultName(), detail)
+		run.violations, run.detail = 0, "a catch its twin without the mutant showed too: "+detail
+	}
 	return run
 }
 
+// twins caches, by run, the twins that lost nothing: a fenced twin or an
+// alternative that loses nothing once without a mutant is taken to lose
+// nothing in that run (TestFaults proves it run after run). The naive
+// lock's twin runs every time: it keeps two clients apart only while none
+// is late past its lease, which a loaded machine can make one be.
+var twins sync.Map // twinKey → struct{}
+
+type twinKey struct {
+	tg   reach
+	f    engine.Fault
+	seed uint64
+}
+
+// twinClean runs tg under f (and seed) without a mutant, unless a clean
+// twin of it is known, and reports whether it lost nothing, with what it
+// lost.
+func twinClean(t *testing.T, infra engine.Infra, base engine.Config, tg reach, f engine.Fault, seed uint64) (bool, string) {
+	k := twinKey{reach{scenario: tg.scenario, approach: tg.approach}, f, seed}
+	if _, ok := twins.Load(k); ok && tg.approach != engine.NaiveLock {
+		return true, ""
+	}
+	twin := runMutant(t, infra, base, "", tg, f, seed)
+	if !twin.checked || twin.violations > 0 {
+		return false, fmt.Sprintf("%d violations (checked %v): %s", twin.violations, twin.checked, twin.detail)
+	}
+	twins.Store(k, struct{}{})
+	return true, ""
+}
+
 // rate runs the run that caught row's mutant again, until it has run
-// mutantsRate times in all, and counts the catches: a scenario's run (the
-// naive lock's with its twin), or the package test with the mutant and
-// without. A mutant no run caught is not run again.
+// mutantsRate times in all, and counts the catches: a scenario's run (with
+// its twin), or the package test with the mutant and without. A mutant no
+// run caught is not run again.
 func rate(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun) {
 	row.runs = 1
 	if !row.caught() {
@@ -475,15 +532,74 @@ func rate(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun) 
 			caught = passed && fails
 		} else {
 			tg := reach{scenario: row.scenario, approach: row.approach}
-			run := runMutant(t, infra, base, row.mutant, tg, row.fault)
-			if run.caught() && row.approach == engine.NaiveLock && row.fault == "" {
-				run = confirmNaive(t, infra, base, run, tg)
-			}
-			caught = run.caught()
+			caught = tryMutant(t, infra, base, row.mutant, tg, row.fault, row.seed).caught()
 		}
 		if caught {
 			row.catches++
 		}
+	}
+}
+
+// mutantDefects are defects a review found in paths no fixed trial was
+// written for, fixed, then re-created as mutant sites: each is hunted with
+// random schedules (defectSeeds seeds at least, whatever -mutants-random),
+// which must find it — the proof that the random hunt finds what nobody
+// predicted.
+var mutantDefects = map[string]string{}
+
+// defectSeeds is how many seeds of random schedules each defect of
+// mutantDefects gets.
+const defectSeeds = 10
+
+// randomHunt plays random fault schedules, seeds 1, 2, … (-mutants-random,
+// defectSeeds for a defect), on the first approach that reaches row's
+// mutant (targets) and loses nothing under them without it, until one
+// catches it (with its twin: the same seed without the mutant), and keeps
+// what it found in row.random. A mutant the fixed trials missed becomes
+// that run's catch. The naive lock is not tried: it loses updates under
+// every schedule, twin or not.
+func randomHunt(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun, targets []reach) {
+	seeds := *mutantsRandom
+	if _, defect := mutantDefects[row.mutant]; defect {
+		seeds = max(seeds, defectSeeds)
+	}
+	if seeds == 0 {
+		return
+	}
+	i := slices.IndexFunc(targets, func(r reach) bool { return r.approach != engine.NaiveLock && r.approach != engine.Raw })
+	if row.caught() && row.approach != engine.NaiveLock {
+		i = slices.IndexFunc(targets, func(r reach) bool { return r.scenario == row.scenario && r.approach == row.approach })
+	}
+	if i < 0 {
+		return
+	}
+	rc := &randomCatch{duration: *mutantsRandomDuration}
+	row.random = rc
+	start := time.Now()
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		rc.tried = seed
+		run := tryMutant(t, infra, base, row.mutant, targets[i], engine.Random, seed)
+		if !run.caught() {
+			continue
+		}
+		rc.seed, rc.seconds = seed, time.Since(start).Seconds()
+		if !row.caught() {
+			run.random = rc
+			*row = run
+		}
+		return
+	}
+}
+
+// randomCell is the table's "found by a random schedule" cell.
+func (m mutantRun) randomCell() string {
+	switch rc := m.random; {
+	case rc == nil:
+		return "—"
+	case rc.seed == 0:
+		return fmt.Sprintf("none in %d seeds × %v", rc.tried, rc.duration)
+	default:
+		return fmt.Sprintf("seed %d, %.0f s", rc.seed, rc.seconds)
 	}
 }
 
@@ -501,8 +617,11 @@ func protection(tg reach, cfg engine.Config) time.Duration {
 }
 
 func (m mutantRun) faultName() string {
-	if m.fault == "" {
+	switch m.fault {
+	case "":
 		return "none"
+	case engine.Random:
+		return fmt.Sprintf("random, seed %d", m.seed)
 	}
 	return string(m.fault)
 }
@@ -532,6 +651,8 @@ func (m mutantRun) verdict() string {
 		return "caught by its package test, not by a scenario (" + string(m.test.why) + ")"
 	case m.scenario == "":
 		return "HOLE: no approach of mutantTrials reaches its site"
+	case m.caught() && m.fault == engine.Random:
+		return "caught by a random schedule only"
 	case m.caught():
 		return "caught"
 	case m.hits == 0:
@@ -555,14 +676,17 @@ func mutantTrialsLine(base engine.Config) string {
 	}
 	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (four of the approach's leases under a fault, when longer), in these runs, in order, until one shows violations: %s. "+
 		"The %d mutants of mutantCatchers first try the run that caught them before. "+
-		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches, and one short of all is unsteady, a failure.",
-		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "), len(mutantCatchers), *mutantsRate)
+		"A catch counts only if the same run without the mutant (its twin) loses nothing. "+
+		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches, and one short of all is unsteady, a failure. "+
+		"Random schedules (`--faults random`, %v each) play seeds 1 to %d on the first approach that reaches the site (-mutants-random; %d for the re-created defects: %s) until one catches it.",
+		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "), len(mutantCatchers), *mutantsRate,
+		*mutantsRandomDuration, *mutantsRandom, max(*mutantsRandom, defectSeeds), strings.Join(slices.Sorted(maps.Keys(mutantDefects)), ", "))
 }
 
 func mutantMarkdown(rows []mutantRun) string {
 	var b strings.Builder
-	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | caught in | verdict |\n")
-	b.WriteString("|---|---|---|---|---|--:|--:|--:|---|\n")
+	b.WriteString("| mutant | what it does | scenario | approach | fault | violations | site hits | caught in | found by a random schedule (seed, seconds) | verdict |\n")
+	b.WriteString("|---|---|---|---|---|--:|--:|--:|---|---|\n")
 	for _, r := range rows {
 		v := "—"
 		if r.checked {
@@ -582,7 +706,7 @@ func mutantMarkdown(rows []mutantRun) string {
 		case r.scenario != "":
 			sc, ap, f = r.scenario, string(r.approach), r.faultName()
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %d of %d | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.catches, r.runs, r.verdict())
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s |\n", r.mutant, r.doc, sc, ap, f, v, hits, r.catches, r.runs, r.randomCell(), r.verdict())
 	}
 	return b.String()
 }
