@@ -110,12 +110,15 @@ test-mutants: services
 # tests run under the race detector in `make test`. About 5 minutes.
 # MUTANTS_RATE=5 runs each catching run 5 times in all and fails on a
 # mutant caught in fewer (scripts/results.sh does, for docs/results.md).
+# MUTANTS_RANDOM=3 also plays random fault schedules, seeds 1 to 3, on each
+# mutant a scenario reaches (the re-created defects get 10 whatever it is).
 MUTANTS_TABLE ?=
 MUTANTS_RATE ?= 1
+MUTANTS_RANDOM ?= 0
 
 mutants: services
 	@$(SERVICES_ENV) && $(GO) test -v -count=1 -timeout 40m -tags lockfree_mutants -run '^TestMutants$$' \
-		./cmd/lockfree/internal/engine -args -mutants-rate=$(MUTANTS_RATE) $(if $(MUTANTS_TABLE),-mutants-table=$(abspath $(MUTANTS_TABLE)))
+		./cmd/lockfree/internal/engine -args -mutants-rate=$(MUTANTS_RATE) -mutants-random=$(MUTANTS_RANDOM) $(if $(MUTANTS_TABLE),-mutants-table=$(abspath $(MUTANTS_TABLE)))
 
 # An hour of seeded random fault schedules over every scenario (SOAK=10m for
 # less); its totals replace the soak section of docs/results.md.
