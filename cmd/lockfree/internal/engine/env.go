@@ -243,10 +243,11 @@ type Evidence struct {
 	Sent history.Time
 	// Incarnation is, for a claim, the membership lease it was made under.
 	Incarnation int64
-	// Uncertain marks a release or a leave whose answer never came (an
-	// error after the request was sent): it may have taken effect, so
-	// the lease is no longer certainly in force from Sent, but it is no
-	// release the service is known to have made.
+	// Uncertain marks a request whose answer never came (an error after
+	// it was sent, Uncertain): it may have taken effect. A grant so marked
+	// starts no lease the check counts on, a renewal extends none, and
+	// after a release or a leave the lease is no longer certainly in force
+	// from Sent, but it is no release the service is known to have made.
 	Uncertain bool
 }
 
@@ -282,7 +283,7 @@ func (e *Env) Report(ctx context.Context, ev Evidence) {
 			out.Key = op.key
 		}
 		out.Op = op.ID()
-		if ev.Kind == Granted && ev.Token > 0 {
+		if ev.Kind == Granted && ev.Token > 0 && !ev.Uncertain {
 			op.token.Store(ev.Token)
 		}
 	}

@@ -304,7 +304,7 @@ func (m *monitor) gatedLocked(ps []*proc, key string, t history.Time) bool {
 func (m *monitor) lastLeaseLocked(client int, token int64) (event, bool) {
 	evs := m.tenures[client]
 	for i := len(evs) - 1; i >= 0; i-- {
-		if e := evs[i]; e.Token == token && (e.Ev == evLease || e.Ev == evRenew) {
+		if e := evs[i]; e.Token == token && !e.Uncertain && (e.Ev == evLease || e.Ev == evRenew) {
 			return e, true
 		}
 	}

@@ -11,28 +11,21 @@ import (
 // COMMIT): its proxy forwards the request, the server acts on it, and the
 // worker's connection is reset before the answer reaches it. A client that
 // resends the operation (Env.Resend) must find it applied once; one that
-// cannot know reports it as uncertain, never as done.
+// cannot know reports it as uncertain, never as done. The lock service's
+// statements cross the same proxy: a grant, renewal or release whose
+// answer was lost is uncertain evidence (recordingLocks), and the lock
+// service's client sends it again.
 const LostReply Fault = "lost-reply"
 
 type lostReply struct{}
 
 func (lostReply) Name() Fault { return LostReply }
 func (lostReply) How() string {
-	return "statements (COMMITs where the approach commits its own) whose answer was lost: forwarded, acted on, the connection reset before the answer came; a client with an operation ID resends"
+	return "statements (COMMITs where the approach commits its own) whose answer was lost: forwarded, acted on, the connection reset before the answer came; a client with an operation ID resends, as does the lock service's client its grants and releases"
 }
 func (lostReply) counts() string        { return "the proxy lost an answer" }
 func (lostReply) networked()            {}
 func (lostReply) start(r *run) injector { return lostReplyRun{r} }
-
-// skip: the lock service's statements cross the worker's proxy too, and a
-// grant, renewal or release whose answer was lost is a lease the
-// exclusivity check (tenures.go) does not know the end of.
-func (lostReply) skip(_ Scenario, def ApproachDef) string {
-	if def.Protection(Params{}).LockService {
-		return "its lock service's statements cross the same proxy: a lease whose grant, renewal or release lost its answer is one the exclusivity check cannot yet bound"
-	}
-	return ""
-}
 
 type lostReplyRun struct{ r *run }
 

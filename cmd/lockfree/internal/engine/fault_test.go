@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 // faultTests lists, per scenario, the faults its test runs: every scenario
 // under the faults a stale holder's write lands under (pause, delay) and
-// under crash (each restart meets its own name's lease), the
+// under crash (each restart meets its own name's lease), every scenario
+// with a lease of the lock service under lost-reply (its grants, renewals
+// and releases lose their answers), the
 // first scenario with an approach a fault can take effect in (FaultSkip)
 // under the others too, to keep the suite within minutes, and the pairs of
 // alsoByDefault, but none of onlyWithAll; LOCKFREE_FAULT_TESTS=all runs every scenario under every
@@ -44,7 +47,8 @@ func faultTests() []struct {
 			if len(faultApproaches(sc.Name(), f)) == 0 || !all && onlyWithAll[sc.Name()] {
 				continue
 			}
-			if all || !first[f] || engine.Bites(f) || f == engine.Crash || alsoByDefault[sc.Name()+"/"+string(f)] {
+			if all || !first[f] || engine.Bites(f) || f == engine.Crash || alsoByDefault[sc.Name()+"/"+string(f)] ||
+				f == engine.LostReply && lockService(sc.Name()) {
 				first[f] = true
 				out = append(out, struct {
 					scenario string
@@ -110,6 +114,14 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockService reports whether an approach of scenario holds leases of the
+// engine's lock service.
+func lockService(scenario string) bool {
+	return slices.ContainsFunc(engine.Approaches(scenario), func(d engine.ApproachDef) bool {
+		return d.Protection(engine.Params{}).LockService
+	})
 }
 
 // kafkaRuns lets one run of a Kafka approach go at a time.
@@ -185,12 +197,16 @@ func logResult(t *testing.T, r report.Result) {
 // faultApproaches are the approaches of scenario that TestFaults runs under
 // f: those f can take effect in, the foils (naive, Redis) only under a
 // fault that bites, the only one whose outcome on them the test checks,
+// or, for the naive lock, under lost-reply, whose lock service it shares,
 // and the foil of f (Foil).
 func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
 	var out []engine.Approach
 	checked := []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock}
-	if engine.Bites(f) {
+	switch {
+	case engine.Bites(f):
 		checked = append(checked, engine.NaiveLock, engine.RedisLock, engine.RedsyncLock)
+	case f == engine.LostReply:
+		checked = append(checked, engine.NaiveLock)
 	}
 	for _, a := range checked {
 		for _, d := range engine.Approaches(scenario) {
@@ -270,6 +286,13 @@ func checkResult(t *testing.T, f engine.Fault, r report.Result, resends bool) {
 		t.Errorf("%s: not checked: %s", r.Approach, r.Detail)
 		return
 	}
+	// Whatever the approach does with its answers, the lock service
+	// keeps its rules, and its evidence counts only what is certain.
+	if f == engine.LostReply {
+		if n := lockViolations(r.Detail); n != "" {
+			t.Errorf("%s: the lock service broke its rules under %d × %s: %s", r.Approach, r.FaultsInjected[f], f, n)
+		}
+	}
 	switch r.Approach {
 	case engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock:
 		if r.Violations != 0 {
@@ -304,6 +327,22 @@ func checkResult(t *testing.T, f engine.Fault, r report.Result, resends bool) {
 			checkTimeline(t, r.Timeline)
 		}
 	}
+}
+
+// lockViolations returns the counts of the lock service's own anomalies in
+// a result's detail ("3 overlapping tenures, 1 revived lease; first: …"),
+// "" for none.
+func lockViolations(detail string) string {
+	counts, _, _ := strings.Cut(detail, "; first: ")
+	var out []string
+	for _, part := range strings.Split(counts, ", ") {
+		for _, a := range []history.Anomaly{history.Overlap, history.Revived, history.Regressed} {
+			if strings.HasSuffix(part, " "+string(a)) {
+				out = append(out, part)
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // checkTimeline checks that a run whose check found violations draws them,

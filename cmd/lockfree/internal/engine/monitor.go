@@ -127,7 +127,9 @@ func (m *monitor) event(client int, ev event) {
 	defer m.mu.Unlock()
 	switch ev.Ev {
 	case evLease:
-		m.leases[ev.Key] = append(m.leases[ev.Key], leaseSeen{client: client, token: ev.Token, t: ev.T})
+		if !ev.Uncertain { // a grant no one saw takes no key over
+			m.leases[ev.Key] = append(m.leases[ev.Key], leaseSeen{client: client, token: ev.Token, t: ev.T})
+		}
 		m.tenures[client] = append(m.tenures[client], ev)
 	case evRenew, evRelease:
 		m.tenures[client] = append(m.tenures[client], ev)

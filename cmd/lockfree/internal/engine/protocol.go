@@ -168,7 +168,7 @@ type event struct {
 	// Incarnation is, for a claim, the membership lease it was made
 	// under (a member event's Token).
 	Incarnation int64 `json:"incarnation,omitempty"`
-	// Uncertain marks a release or leave whose answer never came.
+	// Uncertain marks a lease request whose answer never came.
 	Uncertain bool `json:"uncertain,omitempty"`
 	// Mode is the arm a point fired.
 	Mode string `json:"mode,omitempty"`

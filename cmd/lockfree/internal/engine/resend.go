@@ -1,15 +1,15 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
-	"syscall"
-
-	"context"
-	"github.com/jackc/pgx/v5/pgconn"
 	"strconv"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 )
@@ -34,18 +34,30 @@ const (
 // client that cannot know whether its write applied leaves again unset,
 // and its operation is recorded as uncertain.
 func (e *Env) Resend(ctx context.Context, again bool, send func() error) error {
+	sends := 1
+	if again {
+		sends = resendMax
+	}
+	n, err := resend(ctx, sends, e.Rand.Int64N, send)
+	if op := opFrom(ctx); op != nil && op.call != nil && n > 1 {
+		op.Set("retries", strconv.Itoa(n-1))
+	}
+	return err
+}
+
+// resend is Resend's loop: it sends with send, again after an answer that
+// may have been lost, at most sends times in all, each wait jittered by
+// jitter (a draw in [0, n)). It returns how many times it sent, and send's
+// last error.
+func resend(ctx context.Context, sends int, jitter func(n int64) int64, send func() error) (int, error) {
 	wait := resendFirst
 	for n := 1; ; n++ {
 		err := send()
-		if err == nil || !again || n == resendMax || ctx.Err() != nil || !lostAnswer(err) {
-			if op := opFrom(ctx); op != nil && op.call != nil && n > 1 {
-				op.Set("retries", strconv.Itoa(n-1))
-			}
-			return err
+		if err == nil || n >= sends || ctx.Err() != nil || !lostAnswer(err) {
+			return n, err
 		}
-		jitter := time.Duration(e.Rand.Int64N(int64(wait)/2 + 1))
-		if !Sleep(ctx, wait/2+jitter) {
-			return err
+		if !Sleep(ctx, wait/2+time.Duration(jitter(int64(wait)/2+1))) {
+			return n, err
 		}
 		wait = min(2*wait, resendCap)
 	}

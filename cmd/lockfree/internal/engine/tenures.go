@@ -44,8 +44,18 @@ type tenureState struct {
 	// last is when the last grant or renewal returned; ttl its TTL.
 	last history.Time
 	ttl  time.Duration
-	// released: the service released the grant (at t.To at the latest).
+	// maybe is when the last renewal whose answer never came returned, if
+	// it may have renewed the lease.
+	maybe history.Time
+	// released: the service released the grant (at t.To at the latest),
+	// or may have.
 	released bool
+}
+
+// expiry is the latest moment the lease may expire, by its grant and
+// renewals: those that may have been made included.
+func (s *tenureState) expiry() history.Time {
+	return max(s.last, s.maybe) + history.Time(s.ttl) + tenureMargin(s.ttl)
 }
 
 // arrival is the earliest a request sent at sent can have reached the
@@ -62,7 +72,11 @@ func arrival(cuts []cut, sent history.Time) history.Time {
 // leaseSpans turns the lease events of every client into tenures and
 // renewals, in the order the events came, each renewal reaching the
 // service no earlier than its client's cuts allow. An event without a send
-// time (a Redis lock's) is not checked.
+// time (a Redis lock's) is not checked. Only what is certain counts: a
+// grant whose answer never came starts no tenure, a renewal whose answer
+// never came extends none and is judged as no revival (but a later
+// renewal may come before the expiry it may have set), and a release whose
+// answer never came ends the tenure's certain span when it was sent.
 func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]cut) ([]history.Tenure, []history.Renewal) {
 	var order []tenureKey
 	open := map[tenureKey]*tenureState{}
@@ -75,18 +89,28 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 			k := tenureKey{client: c, name: ev.Name, token: ev.Token}
 			s := open[k]
 			switch {
+			case ev.Ev == evLease && ev.Uncertain:
+				// The grant may have been made, with a token no one saw:
+				// no tenure the holder may count on. Its later grants,
+				// certain ones, are followed as any other.
 			case ev.Ev == evLease:
 				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, Sent: ev.Sent,
 					To: arrival(cuts[c], ev.Sent) + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
 				order = append(order, k)
 			case s == nil:
+			case ev.Ev == evRenew && ev.Uncertain:
+				// It may have renewed the lease if it arrived before
+				// the lease expired, at the latest when its error came.
+				if arrival(cuts[c], ev.Sent) <= s.expiry() {
+					s.maybe = max(s.maybe, ev.T)
+				}
 			case ev.Ev == evRenew:
 				// The service measured the TTL from the renewal's
 				// arrival, and a renewal that arrived after the
 				// lease's expiry revived it, whenever it was sent.
 				at := arrival(cuts[c], ev.Sent)
 				renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
-					Sent: ev.Sent, Arrived: at, Expiry: s.last + history.Time(s.ttl) + tenureMargin(s.ttl)})
+					Sent: ev.Sent, Arrived: at, Expiry: s.expiry()})
 				if !s.released {
 					// A renewal whose answer came after the release's
 					// (one held by a fault and delivered late) ran
@@ -94,6 +118,9 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 					s.t.To = max(s.t.To, at+history.Time(ev.TTL)-tenureMargin(ev.TTL))
 				}
 				s.last, s.ttl = ev.T, ev.TTL
+			case ev.Ev == evRelease && ev.Uncertain:
+				// It may have ended the tenure as soon as it arrived.
+				s.t.To, s.released = min(s.t.To, ev.Sent), true
 			case ev.Ev == evRelease:
 				// The service released a grant in force, after the
 				// request was sent: it was in force until then at least,

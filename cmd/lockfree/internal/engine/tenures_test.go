@@ -239,3 +239,113 @@ func TestLeaveBoundsLateHeartbeat(t *testing.T) {
 		t.Errorf("the leaver's lease ends at %v, want the leave's send time", own.members[0].To)
 	}
 }
+
+// A grant, renewal or release whose answer never came (lost-reply loses
+// it; the service may have acted on it) counts only for what is certain.
+// Each case marks one event, and counts the violations (tenures, revivals,
+// tokens) with the event left out (nothing reported, as before the
+// evidence had it), answered (certain), and unanswered (uncertain): where
+// those differ, the check can fail for the reason the case names.
+func TestUncertainLeaseEvents(t *testing.T) {
+	ttl := 250 * time.Millisecond
+	m := tenureMargin(ttl)
+	ev := func(kind string, token int64, sent history.Time) event {
+		return event{Ev: kind, Name: "a", Token: token, TTL: ttl, Sent: sent, T: sent + 5*ms}
+	}
+	for _, tc := range []struct {
+		name string
+		evs  func(marked []event) map[int][]event
+		// marked is the event the case is about.
+		marked event
+		// the violations without, with a certain, with an uncertain marked
+		without, certain, uncertain int
+	}{{
+		// Client 1's grant of token 1 may have been made: client 2's
+		// grant 10 ms later is no overlap, and client 1's certain grant
+		// of 3, after 2's lease, is followed as any other.
+		name: "grant", marked: ev(evLease, 1, 1*ms), without: 0, certain: 1, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append(marked, ev(evLease, 3, 400*ms)), 2: {ev(evLease, 2, 10*ms)}}
+		},
+	}, {
+		// The same holder's certain grant of the same tenure after an
+		// uncertain one: one tenure, no token that went back.
+		name: "grant again", marked: ev(evLease, 1, 1*ms), without: 0, certain: 0, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append(marked, ev(evLease, 1, 20*ms)), 2: {ev(evLease, 2, 400*ms)}}
+		},
+	}, {
+		// A renewal that may have been made extends no certain span:
+		// client 2's grant after the lease's first end is no overlap.
+		name: "renewal extends nothing", marked: ev(evRenew, 1, 100*ms), without: 0, certain: 1, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append([]event{ev(evLease, 1, 1*ms)}, marked...), 2: {ev(evLease, 2, 250*ms-m)}}
+		},
+	}, {
+		// A renewal sent after the lease expired, whose answer never
+		// came, is judged as no revival.
+		name: "renewal revives nothing", marked: ev(evRenew, 1, 400*ms), without: 0, certain: 1, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append([]event{ev(evLease, 1, 1*ms)}, marked...)}
+		},
+	}, {
+		// The keepalive's next renewal, after the grant's expiry: the
+		// unanswered one (answered at 105 ms, on time) may have kept the
+		// lease in force.
+		name: "renewal after an unanswered one", marked: ev(evRenew, 1, 100*ms), without: 1, certain: 0, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append(append([]event{ev(evLease, 1, 1*ms)}, marked...), ev(evRenew, 1, 330*ms))}
+		},
+	}, {
+		// An unanswered renewal sent after the expiry renewed nothing:
+		// the next renewal is a revival.
+		name: "renewal after a late unanswered one", marked: ev(evRenew, 1, 300*ms), without: 1, certain: 1, uncertain: 1,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append(append([]event{ev(evLease, 1, 1*ms)}, marked...), ev(evRenew, 1, 330*ms))}
+		},
+	}, {
+		// A release whose answer never came may have freed the lock:
+		// client 2's grant right after it is no overlap.
+		name: "release", marked: ev(evRelease, 1, 100*ms), without: 1, certain: 0, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append([]event{ev(evLease, 1, 1*ms)}, marked...), 2: {ev(evLease, 2, 120*ms)}}
+		},
+	}, {
+		// One sent after the lease's certain end does not stretch the
+		// tenure to its send, as an answered one does.
+		name: "late release", marked: ev(evRelease, 1, 400*ms), without: 0, certain: 1, uncertain: 0,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append([]event{ev(evLease, 1, 1*ms)}, marked...), 2: {ev(evLease, 2, 300*ms)}}
+		},
+	}, {
+		// The tenure is certainly in force until the release was sent:
+		// client 2's grant before that is an overlap whatever the answer.
+		name: "grant before the release", marked: ev(evRelease, 1, 100*ms), without: 1, certain: 1, uncertain: 1,
+		evs: func(marked []event) map[int][]event {
+			return map[int][]event{1: append([]event{ev(evLease, 1, 1*ms)}, marked...), 2: {ev(evLease, 2, 50*ms)}}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			unanswered := tc.marked
+			unanswered.Uncertain = true
+			for _, c := range []struct {
+				what   string
+				marked []event
+				want   int
+			}{
+				{"without it", nil, tc.without},
+				{"answered", []event{tc.marked}, tc.certain},
+				{"unanswered", []event{unanswered}, tc.uncertain},
+			} {
+				tenures, renewals := leaseSpans(tc.evs(c.marked), nil, nil)
+				var vs []history.Violation
+				vs = append(vs, history.Exclusive(tenures, 0)...)
+				vs = append(vs, history.Revivals(renewals, 0)...)
+				vs = append(vs, history.Ascending(tenures, 0)...)
+				if len(vs) != c.want {
+					t.Errorf("%s: violations %+v, want %d (tenures %+v)", c.what, vs, c.want, tenures)
+				}
+			}
+		})
+	}
+}

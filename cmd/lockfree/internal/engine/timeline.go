@@ -147,6 +147,9 @@ func (r *run) tenures(evs []event) []report.Span {
 	open := map[int64]*tenure{}
 	var order []int64
 	for _, ev := range evs {
+		if ev.Uncertain && ev.Ev != evRelease {
+			continue // a grant or renewal no one saw
+		}
 		switch ev.Ev {
 		case evLease:
 			open[ev.Token] = &tenure{from: ev.T, to: ev.T + history.Time(ev.TTL), name: ev.Name}

@@ -161,7 +161,8 @@ func (c *paymentsLeasedClient) Close() error { return nil }
 // are held to the exclusivity check — no attempt granted a key while
 // another's lease on it is in force, none completing or releasing a key
 // after another was granted it — and a newer attempt's claim is the
-// takeover the fault injector waits for.
+// takeover the fault injector waits for. A request whose answer never came
+// is reported as uncertain (engine.Uncertain), as Env.Locks' are.
 type recordingLeases struct {
 	idempotency.LeaseStore
 	env *engine.Env
@@ -170,8 +171,11 @@ type recordingLeases struct {
 func (r recordingLeases) Claim(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Lease, *idempotency.Result, error) {
 	sent := history.Now()
 	l, res, err := r.LeaseStore.Claim(ctx, key, fp, ttl)
-	if err == nil && res == nil {
-		r.report(ctx, engine.Granted, l, sent)
+	switch {
+	case err == nil && res == nil:
+		r.report(ctx, engine.Granted, l, sent, nil)
+	case err != nil:
+		r.report(ctx, engine.Granted, idempotency.Lease{Key: key, TTL: ttl}, sent, err)
 	}
 	return l, res, err
 }
@@ -179,31 +183,35 @@ func (r recordingLeases) Claim(ctx context.Context, key idempotency.Key, fp idem
 func (r recordingLeases) Renew(ctx context.Context, l idempotency.Lease) (idempotency.Lease, error) {
 	sent := history.Now()
 	renewed, err := r.LeaseStore.Renew(ctx, l)
-	if err == nil {
-		r.report(ctx, engine.Renewed, renewed, sent)
+	if err != nil {
+		renewed = l
 	}
+	r.report(ctx, engine.Renewed, renewed, sent, err)
 	return renewed, err
 }
 
 func (r recordingLeases) Complete(ctx context.Context, l idempotency.Lease, res idempotency.Result) error {
 	sent := history.Now()
 	err := r.LeaseStore.Complete(ctx, l, res)
-	if err == nil {
-		r.report(ctx, engine.Released, l, sent)
-	}
+	r.report(ctx, engine.Released, l, sent, err)
 	return err
 }
 
 func (r recordingLeases) Release(ctx context.Context, l idempotency.Lease) error {
 	sent := history.Now()
 	err := r.LeaseStore.Release(ctx, l)
-	if err == nil {
-		r.report(ctx, engine.Released, l, sent)
-	}
+	r.report(ctx, engine.Released, l, sent, err)
 	return err
 }
 
-// report reports ev of lease l, whose request was sent at sent.
-func (r recordingLeases) report(ctx context.Context, kind engine.EvidenceKind, l idempotency.Lease, sent history.Time) {
-	r.env.Report(ctx, engine.Evidence{Kind: kind, Sent: sent, Name: "idempotency/" + l.Key.ID, Token: l.Token, TTL: l.TTL})
+// report reports ev of lease l, whose request was sent at sent and
+// answered with err: as made when err is nil, as uncertain when its answer
+// never came, not at all when it was refused.
+func (r recordingLeases) report(ctx context.Context, kind engine.EvidenceKind, l idempotency.Lease, sent history.Time, err error) {
+	uncertain := engine.Uncertain(err, idempotency.ErrInFlight, idempotency.ErrKeyReused, idempotency.ErrExpired,
+		idempotency.ErrSuperseded, idempotency.ErrLeaseLost, idempotency.ErrInvalid)
+	if err != nil && !uncertain {
+		return
+	}
+	r.env.Report(ctx, engine.Evidence{Kind: kind, Sent: sent, Name: "idempotency/" + l.Key.ID, Token: l.Token, TTL: l.TTL, Uncertain: uncertain})
 }
