@@ -73,6 +73,10 @@ var alsoByDefault = map[string]bool{
 	// its consumer's session runs out while its producer's request may be
 	// in flight, whose lost answer must not write the events twice.
 	"events/isolate": true,
+	// Each commits transactions of its own, other than inventory's
+	// baskets: a document's delete or create, an append with Verify.
+	"documents/lost-commit": true,
+	"accounts/lost-commit":  true,
 }
 
 // Under each fault, really injected (counted only once it took effect), the

@@ -94,6 +94,9 @@ func (accountsVerifiedAlternative) Protection(p engine.Params) engine.Protection
 
 func (accountsVerifiedAlternative) RunsMember() {}
 
+// CommitsTransactions: each append is a transaction, Verify and the write.
+func (accountsVerifiedAlternative) CommitsTransactions() {}
+
 func (accountsVerifiedAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	return newAccountsAlt(ctx, env, true)
 }

@@ -30,6 +30,9 @@ func (accountsVerified) Label() string {
 }
 func (accountsVerified) Protection(p engine.Params) engine.Protection { return engine.LockTTL(p) }
 
+// CommitsTransactions: each append is a transaction, Verify and the write.
+func (accountsVerified) CommitsTransactions() {}
+
 // SkipFault: not under the failover fault, whose lock service is another
 // database than the entities'.
 func (accountsVerified) SkipFault(f engine.Fault) string {

@@ -31,6 +31,10 @@ func (documentsAlternative) Label() string {
 }
 func (documentsAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// CommitsTransactions: a delete (the deleted state, then the row) and a
+// create (the deleted state held, then the insert) are each a transaction.
+func (documentsAlternative) CommitsTransactions() {}
+
 func (documentsAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := occ.NewPostgres[string, document](env.DB, "documents", &occ.TableConfig{MeterProvider: env.MeterProvider})
 	if err != nil {

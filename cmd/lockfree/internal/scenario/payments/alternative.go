@@ -25,6 +25,15 @@ func (paymentsAlternative) Label() string {
 }
 func (paymentsAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// SkipFault: idempotency.Postgres sends its COMMIT in one batch with the
+// key's record, not alone, as lost-commit needs.
+func (paymentsAlternative) SkipFault(f engine.Fault) string {
+	if f == engine.LostCommit {
+		return engine.CommitInBatch
+	}
+	return ""
+}
+
 func (paymentsAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{InFlightWait: inFlightPatience, MeterProvider: env.MeterProvider})
 	if err != nil {
