@@ -97,6 +97,9 @@ func (accountsVerifiedAlternative) RunsMember() {}
 // CommitsTransactions: each append is a transaction, Verify and the write.
 func (accountsVerifiedAlternative) CommitsTransactions() {}
 
+// PassesInTx: between Verify and the append.
+func (accountsVerifiedAlternative) PassesInTx() {}
+
 func (accountsVerifiedAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	return newAccountsAlt(ctx, env, true)
 }
@@ -296,6 +299,7 @@ func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Invoca
 		if err := c.store.Verify(ctx, tx, e); err != nil {
 			return err
 		}
+		c.env.BeforeWrite(ctx, "harness.accounts.alternative.in-tx")
 		var err error
 		tag, err = tx.Exec(ctx, fmt.Sprintf(sqlAccountsPartitioned, sqlVerifiedOwner),
 			op.Key(), last+1, last, op.ID(), e.Partition, e.Owner, e.Token)

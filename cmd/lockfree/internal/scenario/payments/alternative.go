@@ -34,6 +34,9 @@ func (paymentsAlternative) SkipFault(f engine.Fault) string {
 	return ""
 }
 
+// PassesInTx: after the charge, in the claim's transaction.
+func (paymentsAlternative) PassesInTx() {}
+
 func (paymentsAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{InFlightWait: inFlightPatience, MeterProvider: env.MeterProvider})
 	if err != nil {
@@ -62,6 +65,7 @@ func (c *paymentsAltClient) Op(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, sqlPaymentsCharge, op.Key(), amount, op.ID()); err != nil {
 			return idempotency.Result{}, err
 		}
+		c.env.BeforeWrite(ctx, "harness.payments.alternative.in-tx")
 		return idempotency.Result{Status: 201}, nil
 	})
 	return op.Finish(ChargeOutput{Recorded: !res.Replayed}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused)
