@@ -77,6 +77,8 @@ var alsoByDefault = map[string]bool{
 	// baskets: a document's delete or create, an append with Verify.
 	"documents/lost-commit": true,
 	"accounts/lost-commit":  true,
+	// Its alternative's leases are idempotency's, not the lock service's.
+	"payments-leased/late-renewal": true,
 }
 
 // Under each fault, really injected (counted only once it took effect), the

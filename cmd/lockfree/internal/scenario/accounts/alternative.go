@@ -70,6 +70,17 @@ func (accountsAlternative) Protection(p engine.Params) engine.Protection {
 // RunsMember: each worker is a partition member (the member faults).
 func (accountsAlternative) RunsMember() {}
 
+// SkipFault: its lease is a membership's (memberLease).
+func (accountsAlternative) SkipFault(f engine.Fault) string { return memberLease(f) }
+
+// memberLease says why late-renewal skips a partition member.
+func memberLease(f engine.Fault) string {
+	if f == engine.LateRenewal {
+		return "its lease is a partition membership, renewed by heartbeats, which late-heartbeat holds"
+	}
+	return ""
+}
+
 func (accountsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	return newAccountsAlt(ctx, env, false)
 }
@@ -93,6 +104,9 @@ func (accountsVerifiedAlternative) Protection(p engine.Params) engine.Protection
 }
 
 func (accountsVerifiedAlternative) RunsMember() {}
+
+// SkipFault: its lease is a membership's (memberLease).
+func (accountsVerifiedAlternative) SkipFault(f engine.Fault) string { return memberLease(f) }
 
 // CommitsTransactions: each append is a transaction, Verify and the write.
 func (accountsVerifiedAlternative) CommitsTransactions() {}
