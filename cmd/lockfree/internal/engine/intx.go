@@ -36,10 +36,24 @@ func skipAt(at string, f Fault, def ApproachDef) string {
 	if at != AtInTx || !PointArmed(f) {
 		return ""
 	}
-	if _, ok := def.(Transactor); !ok {
+	_, tx := def.(Transactor)
+	_, commits := def.(Committer)
+	switch {
+	case !tx && commits:
+		return "its transactions have no in-transaction point (" + AtInTx + ") yet"
+	case !tx:
 		return "its operations pass no point inside a transaction of their own (" + AtInTx + ")"
 	}
 	return ""
+}
+
+// howAt is how, the phrase of f's injection (FaultHow), for a run whose
+// point-armed faults stop their workers at at.
+func howAt(how, at string, f Fault) string {
+	if at != AtInTx || !PointArmed(f) {
+		return how
+	}
+	return strings.Replace(how, "at a before-write point", "at an in-transaction point", 1)
 }
 
 // pointKind returns the kind of operation point name is: AtBeforeWrite,

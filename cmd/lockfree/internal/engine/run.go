@@ -212,7 +212,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		return rep, err
 	}
 	for _, f := range cfg.Faults {
-		rep.FaultHow[f] = FaultHow(f)
+		rep.FaultHow[f] = howAt(FaultHow(f), cfg.At, f)
 	}
 	if contains(cfg.Faults, Random) {
 		rep.Seed = cfg.Seed
