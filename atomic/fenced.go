@@ -371,6 +371,10 @@ func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64, op
 		failpoint.Inject(ctx, "atomic.fenced.before-write")
 		return pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
 			for i, k := range b.keys {
+				if i > 0 {
+					// Its first write done, the transaction open.
+					failpoint.Inject(ctx, "atomic.fenced.in-tx")
+				}
 				if err := f.write(ctx, tx, k, leases[i].Token, next[k]); err != nil {
 					return err
 				}

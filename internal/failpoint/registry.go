@@ -29,6 +29,7 @@ var registry = []Point{
 	{"atomic.decrement.floor", MutantSite, "Decrement (every backend) takes the amount whatever the value, below the floor too"},
 	{"atomic.decrementmany.all", MutantSite, "DecrementMany (Postgres, Memory) takes each key that has enough even when another is short: not all or nothing"},
 	{"atomic.fenced.before-write", InjectPoint, "atomic.Fenced after the fenced read and the check, before the fenced write (or the claim's insert)"},
+	{"atomic.fenced.in-tx", InjectPoint, "atomic.Fenced.DecrementMany's transaction, after its first key's fenced write, before the next key's and the COMMIT"},
 	{"atomic.id.expired", MutantSite, "an operation or Resolve (Postgres, Memory) takes an operation ID older than Retention as live, so that a retry whose record was purged applies again"},
 	{"atomic.id.fingerprint", MutantSite, "an operation ID recorded for one operation replays its outcome to another operation, key or arguments instead of answering ErrIDReused"},
 	{"atomic.id.replay", MutantSite, "an operation whose ID is recorded (Postgres, Memory) applies again and writes its record over, instead of returning the recorded outcome"},

@@ -85,8 +85,11 @@ func (EtcdLib) Unavailable(ctx context.Context, infra engine.Infra) string {
 // SkipFault: the failover fault fails over the PostgreSQL lock service,
 // where these locks do not live.
 func (EtcdLib) SkipFault(f engine.Fault) string {
-	if f == engine.Failover {
+	switch f {
+	case engine.Failover:
 		return "its locks live in etcd, not in the PostgreSQL lock service that fails over"
+	case engine.LateRenewal:
+		return "its session's lease in etcd is renewed by etcd's client, whose keepalives the harness does not hold"
 	}
 	return ""
 }

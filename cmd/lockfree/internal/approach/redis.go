@@ -108,8 +108,11 @@ func (RedisLib) Unavailable(ctx context.Context, infra engine.Infra) string {
 // SkipFault: the failover fault fails over the PostgreSQL lock service,
 // where these locks do not live.
 func (RedisLib) SkipFault(f engine.Fault) string {
-	if f == engine.Failover {
+	switch f {
+	case engine.Failover:
 		return "its locks live in Redis, not in the PostgreSQL lock service that fails over"
+	case engine.LateRenewal:
+		return "its locks in Redis are never renewed: each runs out its expiry (PX)"
 	}
 	return ""
 }

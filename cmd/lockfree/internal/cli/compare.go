@@ -68,6 +68,9 @@ type compareFlags struct {
 	soak time.Duration
 	// keep plays only these injections of the drawn schedule (--keep).
 	keep []int
+	// at is where the faults that stop a worker at a point stop it
+	// (--at, engine.Config.At).
+	at string
 	// shrink lists the approaches whose violations under a random schedule
 	// are shrunk (shrink.go); shrinkAll shrinks every approach's.
 	shrink    []engine.Approach
@@ -87,6 +90,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	faults := fs.String("faults", defaultFaults, "none, or a comma-separated list of "+faultList())
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of --faults random's schedules (and of the workers' random choices); the same seed and options replay the same schedules; 0 draws one, printed")
 	fs.DurationVar(&f.soak, "soak", 0, "run the scenarios again and again, each pass with the next seed, until this much time has passed (at most 24h); then print the violations by scenario and approach, with the seeds that showed them")
+	fs.StringVar(&f.at, "at", engine.AtBeforeWrite, "where pause, stall, isolate, delay and crash stop a worker: "+engine.AtBeforeWrite+", or "+engine.AtInTx+" (inside a transaction of the approach's own; approaches without one are skipped); --faults random draws it")
 	keep := fs.String("keep", "", "with --faults random, one scenario and one approach: play only these injections of the drawn schedule, by number (0,3,5), as --shrink prints them")
 	shrink := fs.String("shrink", "", "approaches (comma-separated, or all) whose violations under --faults random are shrunk: their run again, dropping one injection at a time while violations stay, then the shortest schedule that still shows them")
 	fs.StringVar(&f.pgURL, "postgres", "", "PostgreSQL connection string, URL or key/value (default $DATABASE_URL, else an embedded server); printed as host:port/database only")
@@ -115,6 +119,9 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	}
 	if slices.Contains(f.faults, engine.Random) && len(f.faults) > 1 {
 		return f, usageError{errors.New("--faults random draws its faults: give it alone")}
+	}
+	if f.at != engine.AtBeforeWrite && (f.at != engine.AtInTx || slices.Contains(f.faults, engine.Random)) {
+		return f, usageError{fmt.Errorf("--at %s: want %s or %s, and not with --faults random, which draws it", short.Quote(f.at), engine.AtBeforeWrite, engine.AtInTx)}
 	}
 	if f.clients, err = report.ParseInts(*clients, 1, 256); err != nil {
 		return f, usageError{fmt.Errorf("--clients: %w", err)}
@@ -304,6 +311,9 @@ func (f compareFlags) command() string {
 	if f.seed != 0 {
 		s += fmt.Sprintf(" --seed %d", f.seed)
 	}
+	if f.at == engine.AtInTx {
+		s += " --at " + f.at
+	}
 	if f.soak != 0 {
 		s += fmt.Sprintf(" --soak %s", f.soak)
 	}
@@ -391,7 +401,7 @@ func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline t
 					return reports, missed, nil
 				}
 				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
-					Metrics: f.metrics, Seed: f.seed, Keep: f.keep}
+					Metrics: f.metrics, Seed: f.seed, Keep: f.keep, At: f.at}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {
 					return reports, missed, err

@@ -66,7 +66,13 @@ func TestShrinkFlags(t *testing.T) {
 	if err != nil || !f.shrinks(engine.FencedLock) || f.shrinks(engine.NaiveLock) {
 		t.Errorf("shrink %v, err %v", f.shrink, err)
 	}
+	f, err = parseCompare([]string{"--faults", "pause,crash", "--at", "in-tx"}, io.Discard)
+	if err != nil || f.at != engine.AtInTx || !strings.Contains(f.command(), " --at in-tx") {
+		t.Errorf("at %q, command %q, err %v", f.at, f.command(), err)
+	}
 	for _, args := range [][]string{
+		{"--at", "after-write"},
+		{"--faults", "random", "--at", "in-tx"},
 		{"--keep", "1"},
 		{"--shrink", "all"},
 		{"--shrink", "nope", "--faults", "random"},

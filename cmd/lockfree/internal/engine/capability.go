@@ -16,6 +16,13 @@ import (
 // answer of.
 type Committer interface{ CommitsTransactions() }
 
+// Transactor is an ApproachDef whose operations pass an in-transaction
+// point (a name ending in ".in-tx") between a BEGIN of their own and its
+// COMMIT: the faults that stop a worker at a point (pause, stall, isolate,
+// delay, crash) may stop it there instead of at its before-write point
+// (Config.At; a random schedule draws which).
+type Transactor interface{ PassesInTx() }
+
 // Fetcher is an ApproachDef whose workers mark the tasks that hold events
 // fetched from a stream (MarkFetched) and the events their tasks apply
 // (MarkApplied): the overtake fault can stop them there and see another

@@ -126,9 +126,10 @@ func (e *Env) Directed() string {
 	return e.w.direction()
 }
 
-// BeforeWrite is the before-write point of code that is the harness's own
-// (a naive twin, a raw baseline): it behaves exactly like a failpoint.Inject
-// of a library's point.
+// BeforeWrite is an operation's point in code that is the harness's own (a
+// naive twin, a raw baseline): a before-write point, or an in-transaction
+// one when name ends in ".in-tx" (Transactor). It behaves exactly like a
+// failpoint.Inject of a library's point.
 func (e *Env) BeforeWrite(ctx context.Context, name string) {
 	if e.w != nil {
 		e.w.point(ctx, name)

@@ -34,6 +34,7 @@ func (crash) counts() string {
 	return "the worker was killed; a replacement that exits or is not ready in time also counts as `crash-restart-failed`"
 }
 func (crash) start(r *run) injector { return &crashRun{r: r} }
+func (crash) pointArmed()           {}
 
 // crashRun is the crash fault in one run: its replacements so far.
 type crashRun struct {

@@ -16,4 +16,5 @@ func (delay) counts() string {
 }
 func (delay) networked()            {}
 func (delay) bites()                {}
+func (delay) pointArmed()           {}
 func (delay) start(r *run) injector { return cutRun{r: r, f: Delay, deliver: true} }

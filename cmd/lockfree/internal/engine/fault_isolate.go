@@ -27,6 +27,7 @@ func (isolate) counts() string {
 	return "the proxy held bytes and a worker sent to the key took it over or was kept out of it"
 }
 func (isolate) networked()            {}
+func (isolate) pointArmed()           {}
 func (isolate) start(r *run) injector { return cutRun{r: r, f: Isolate} }
 
 // cutRun holds a worker's traffic at its before-write point: Isolate, or,

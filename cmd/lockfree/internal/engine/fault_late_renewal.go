@@ -69,7 +69,7 @@ type lateRenewal struct{}
 
 func (lateRenewal) Name() Fault { return LateRenewal }
 func (lateRenewal) How() string {
-	return "renewals held past their lease's expiry, the key kept from the others, then sent: a lease expired and free, which the lock service must refuse to renew"
+	return "renewals held past their lease's expiry, the key kept from the others, then sent: a lease expired and free, which its service (the lock service, idempotency's store) must refuse to renew"
 }
 func (lateRenewal) counts() string {
 	return "the held renewal was answered, and no other worker was granted the key before"
@@ -77,11 +77,23 @@ func (lateRenewal) counts() string {
 func (lateRenewal) start(r *run) injector { return lateRenewalRun{r} }
 func (lateRenewal) agent(w *worker) agent { return &renewalAgent{out: w.out} }
 
-// skip: only a lease of the engine's lock service (Protection.LockService)
-// has renewals the fault can hold.
+// skip: only a lease whose claims and renewals go through the engine
+// (Protection.LockService: Env.Locks, Env.Claiming and Renewal) has
+// renewals the fault can hold. An approach that says why it has none
+// (FaultSkipper) gives its own reason.
 func (lateRenewal) skip(_ Scenario, def ApproachDef) string {
-	if !def.Protection(Params{LeaseTTL: time.Second}).LockService {
-		return "no lease of the harness's PostgreSQL lock service, whose renewals late-renewal holds, protects its clients"
+	if s, ok := def.(FaultSkipper); ok && s.SkipFault(LateRenewal) != "" {
+		return ""
+	}
+	p := def.Protection(Params{LeaseTTL: time.Second})
+	switch {
+	case p.Lease == 0:
+		return "no lease protects its clients: there is no renewal to hold"
+	case !p.LockService:
+		if _, ok := def.(KafkaUser); ok {
+			return "the lease that protects it is its Kafka consumer group's session; late-renewal does not yet hold its entity locks' renewals"
+		}
+		return "its lease is neither the PostgreSQL lock service's nor idempotency's, whose renewals late-renewal holds"
 	}
 	return ""
 }
@@ -239,12 +251,16 @@ func lateRenewalSteps(ctx context.Context, r *run, v *proc, at event, others []*
 	}
 	v.command(command{Cmd: cmdLateRenewal, Arm: &arm{Mode: modeRenew, Token: at.Token}})
 	var held event
-	if !r.mon.wait(ctx, r.reachBound(), func() bool {
+	// A lease in force is renewed within its TTL; one that is not was
+	// let go (idempotency.leased.before-write follows the attempt's
+	// renewals), and no renewal is coming.
+	bound := r.prot.Lease + r.margin() + time.Second
+	if !r.mon.wait(ctx, bound, func() bool {
 		var ok bool
 		held, ok = r.mon.pointLocked(v.client, evPoint, modeRenew, t0)
 		return ok
 	}) {
-		return false, fmt.Sprintf("its lease with token %d was not renewed within %v", at.Token, r.reachBound())
+		return false, fmt.Sprintf("its lease with token %d was not renewed within %v", at.Token, bound)
 	}
 	r.mon.mu.Lock()
 	last, ok := r.mon.lastLeaseLocked(v.client, at.Token)

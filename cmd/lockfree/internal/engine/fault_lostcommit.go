@@ -28,11 +28,22 @@ func (lostCommit) counts() string {
 func (lostCommit) networked()            {}
 func (lostCommit) start(r *run) injector { return lostCommitRun{r} }
 
+// NoCommitOfItsOwn is why lost-commit skips an approach that is no
+// Committer and says no more (FaultSkipper).
+const NoCommitOfItsOwn = "each of its writes is one statement or one pipelined batch in autocommit: it sends no COMMIT of its own (a lost answer to one of those is lost-reply's)"
+
+// CommitInBatch is why lost-commit skips an approach on
+// idempotency.Postgres (FaultSkipper).
+const CommitInBatch = "idempotency.Postgres sends its COMMIT in one batch with the key's record, which a lone COMMIT's match never sees: lost-reply loses that batch's answer"
+
 func (lostCommit) skip(_ Scenario, def ApproachDef) string {
 	if _, ok := def.(Committer); ok {
 		return ""
 	}
-	return "its workers commit no transaction of their own for lost-commit to take the answer of"
+	if s, ok := def.(FaultSkipper); ok && s.SkipFault(LostCommit) != "" {
+		return "" // its own reason (FaultSkip)
+	}
+	return NoCommitOfItsOwn
 }
 
 type lostCommitRun struct{ r *run }

@@ -25,6 +25,7 @@ func (pause) counts() string {
 	return "a worker sent to the key took it over or was kept out of it"
 }
 func (pause) bites()                {}
+func (pause) pointArmed()           {}
 func (pause) start(r *run) injector { return pauseRun{r} }
 
 type pauseRun struct{ r *run }

@@ -98,6 +98,7 @@ func (s *randomRun) play(ctx context.Context, i int, t0 time.Time) {
 	o := &report.Outcome{Worker: v.client, StartS: seconds(time.Since(t0))}
 	before := r.log.injectedOf(in.Fault)
 	inj := s.runs[in.Fault]
+	ctx = withAt(ctx, in.At)
 	if l, ok := inj.(lastingInjector); ok && in.ForS > 0 {
 		l.injectFor(ctx, v, duration(in.ForS))
 	} else {

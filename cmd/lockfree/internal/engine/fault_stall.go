@@ -25,6 +25,7 @@ func (stall) counts() string {
 	return "the point fired, whether or not a worker took the key over meanwhile (counted apart)"
 }
 func (stall) start(r *run) injector { return stallRun{r} }
+func (stall) pointArmed()           {}
 
 // span: from half the lease, which it outlasts not, to three times the
 // lease and the margin.

@@ -205,6 +205,9 @@ func skipForFaults(cfg Config, def ApproachDef) string {
 		if why := FaultSkip(f, def); why != "" {
 			return why
 		}
+		if why := skipAt(cfg.At, f, def); why != "" {
+			return why
+		}
 	}
 	if foil, ok := def.(Foil); ok {
 		if f, why := foil.FoilOf(); !contains(cfg.Faults, f) {

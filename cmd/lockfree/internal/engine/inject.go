@@ -80,8 +80,13 @@ func (r *run) blind() []string {
 }
 
 // armPoint arms v with a and waits until it fires; false (and a note) when
-// v reaches no before-write point in time.
+// v reaches no before-write point in time. A fault that stops a worker at
+// an operation's point (pointArmed) fires at an in-transaction point
+// instead when ctx or the run says so (armedAt).
 func (r *run) armPoint(ctx context.Context, f Fault, v *proc, a arm) (event, bool) {
+	if a.Point == "" {
+		a.At = r.armedAt(ctx, f)
+	}
 	t0 := history.Now()
 	v.command(command{Cmd: cmdArm, Arm: &a})
 	var pt event
@@ -99,7 +104,11 @@ func (r *run) armPoint(ctx context.Context, f Fault, v *proc, a arm) (event, boo
 		return pt, true
 	}
 	if ctx.Err() == nil {
-		r.log.note("%s: worker %d reached no before-write point within %v", f, v.client, r.reachBound())
+		kind := AtBeforeWrite
+		if a.At != "" {
+			kind = a.At
+		}
+		r.log.note("%s: worker %d reached no %s point within %v", f, v.client, kind, r.reachBound())
 	}
 	return event{}, false
 }

@@ -125,6 +125,9 @@ type arm struct {
 	// Skip lists the prefixes of the keys the arm does not fire at
 	// (StaleBlind).
 	Skip []string `json:"skip,omitempty"`
+	// At is the kind of operation point the arm fires at: AtInTx, or ""
+	// for a before-write point.
+	At string `json:"at,omitempty"`
 }
 
 // The modes of an arm.

@@ -53,6 +53,17 @@ func TestScheduleSeeded(t *testing.T) {
 			checkSchedule(t, def, cfg, s)
 		}
 	}
+	inTx := map[string]bool{}
+	for _, sc := range engine.Scenarios() {
+		for _, def := range engine.Approaches(sc.Name()) {
+			for _, in := range engine.Schedule(cfg, def) {
+				inTx[in.At] = true
+			}
+		}
+	}
+	if !inTx[engine.AtBeforeWrite] || !inTx[engine.AtInTx] {
+		t.Errorf("no schedule drew both points: %v", inTx)
+	}
 	inv := engine.Approaches("inventory")
 	if reflect.DeepEqual(engine.Schedule(cfg, inv[0]), engine.Schedule(cfg, inv[1])) {
 		t.Error("two approaches drew the same schedule")
@@ -83,6 +94,9 @@ func checkSchedule(t *testing.T, def engine.ApproachDef, cfg engine.Config, s []
 			t.Errorf("%s: %v: due out of the run", name, in)
 		case (in.Fault == engine.Stall) != (in.ForS > 0):
 			t.Errorf("%s: %v: a length for a stall, and for it only", name, in)
+		case (in.At != "") != (engine.PointArmed(in.Fault) && transactor(def)),
+			in.At != "" && in.At != engine.AtBeforeWrite && in.At != engine.AtInTx:
+			t.Errorf("%s: %v: where it stops its worker (%q) drawn for a fault that stops one at a point in an approach with in-transaction points, and only then", name, in, in.At)
 		case in.Outcome != nil:
 			t.Errorf("%s: %v: an outcome before it was played", name, in)
 		}
@@ -195,4 +209,10 @@ func TestScheduleKeep(t *testing.T) {
 			t.Errorf("faults %v, keep %v: %v, want ErrInvalid", bad.Faults, bad.Keep, err)
 		}
 	}
+}
+
+// transactor reports whether def's operations pass in-transaction points.
+func transactor(def engine.ApproachDef) bool {
+	_, ok := def.(engine.Transactor)
+	return ok
 }

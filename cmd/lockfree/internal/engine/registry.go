@@ -91,8 +91,10 @@ type Protection struct {
 	Lease time.Duration
 	// What names it, for reports ("the lock TTL").
 	What string
-	// LockService: the lease is one of the engine's lock service
-	// (Env.Locks), whose renewals the late-renewal fault holds.
+	// LockService: the lease's claims and renewals go through the engine:
+	// the lock service's (Env.Locks), or another service's sent with
+	// Env.Claiming and Renewal (idempotency's). The late-renewal fault
+	// holds those renewals.
 	LockService bool
 }
 

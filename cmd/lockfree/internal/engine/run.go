@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/lockfree-go/lockfree/internal/short"
+
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +58,12 @@ type Config struct {
 	Approaches []Approach
 	// Seed seeds the workers' random sources. Defaults to a random seed.
 	Seed uint64
+	// At is where the faults that stop a worker at a point (pause, stall,
+	// isolate, delay, crash) stop it: AtBeforeWrite, or AtInTx, between a
+	// BEGIN and its COMMIT, in the approaches that have such a point
+	// (Transactor; the others are skipped). Random draws it per injection
+	// instead. Defaults to AtBeforeWrite.
+	At string
 	// Keep, under the fault random, plays only these injections of each
 	// drawn schedule, by their number in the draw (report.Injection.N);
 	// nil plays them all. Numbers past a draw's end keep nothing.
@@ -154,6 +162,12 @@ func (c Config) validate() error {
 	if contains(c.Faults, Random) && len(c.Faults) > 1 {
 		return fmt.Errorf("%w: faults %s: random draws its faults, and goes alone", ErrInvalid, report.FaultList(c.Faults))
 	}
+	if c.At != "" && c.At != AtBeforeWrite && c.At != AtInTx {
+		return fmt.Errorf("%w: at %s: want %s or %s", ErrInvalid, short.Quote(c.At), AtBeforeWrite, AtInTx)
+	}
+	if c.At == AtInTx && contains(c.Faults, Random) {
+		return fmt.Errorf("%w: at %s: random draws where each injection stops its worker", ErrInvalid, AtInTx)
+	}
 	if c.Keep != nil && !contains(c.Faults, Random) {
 		return fmt.Errorf("%w: injections to keep, yet no random schedule to keep them of", ErrInvalid)
 	}
@@ -198,7 +212,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		return rep, err
 	}
 	for _, f := range cfg.Faults {
-		rep.FaultHow[f] = FaultHow(f)
+		rep.FaultHow[f] = howAt(FaultHow(f), cfg.At, f)
 	}
 	if contains(cfg.Faults, Random) {
 		rep.Seed = cfg.Seed

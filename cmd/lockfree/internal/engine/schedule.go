@@ -52,7 +52,9 @@ func kept(s []report.Injection, keep []int) []report.Injection {
 // drawSchedule is Schedule for a run protected by lease: bursts of
 // overlapping injections, due in the first 70% of the measured part, each
 // of a fault of schedulePool, against a worker drawn among cfg.Clients,
-// for a length drawn within the fault's span when it has one (lasting).
+// for a length drawn within the fault's span when it has one (lasting), at
+// a before-write or an in-transaction point when the fault stops its
+// worker at one and def has both (Transactor).
 func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Injection {
 	pool := schedulePool(def)
 	if len(pool) == 0 {
@@ -62,6 +64,7 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 	h.Write([]byte(def.Scenario() + "/" + string(def.Approach())))
 	rng := rand.New(rand.NewPCG(cfg.Seed, h.Sum64()))
 	n := min(max(3, int(cfg.Duration/scheduleEvery)), scheduleMost)
+	_, inTx := def.(Transactor)
 	horizon := cfg.Duration * 7 / 10
 	out := make([]report.Injection, 0, n)
 	for len(out) < n {
@@ -76,6 +79,9 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 			if l, ok := k.(lasting); ok {
 				lo, hi := l.span(lease)
 				in.ForS = seconds(lo + time.Duration(rng.Int64N(int64(hi-lo)+1)))
+			}
+			if _, ok := k.(pointArmed); ok && inTx {
+				in.At = []string{AtBeforeWrite, AtInTx}[rng.IntN(2)]
 			}
 			out = append(out, in)
 		}

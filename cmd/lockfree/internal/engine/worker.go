@@ -237,9 +237,10 @@ func (w *worker) park(ctx context.Context, key string) {
 
 // point is the handler of every point of the process: a fault's agent
 // takes the points it holds; an arm that names a point (arm.Point) fires
-// there only; at a before-write point it marks the operation as having
-// reached its write and, when the worker is armed for it, fires the arm
-// once. A before-write point reached with no operation (a Kafka
+// there only; at an operation's point, before-write or in-transaction
+// (pointKind), it marks the operation as having reached its write and,
+// when the worker is armed for that kind of point (arm.At), fires the arm
+// once. An operation's point reached with no operation (a Kafka
 // consumer's own point, on the library's context, after the engine's
 // handler reached its point) fires nothing: the coordinator could not name
 // the key the worker stopped on, so it could neither send a taker there
@@ -250,7 +251,8 @@ func (w *worker) point(ctx context.Context, name string) {
 			return
 		}
 	}
-	if !strings.HasSuffix(name, "before-write") {
+	kind := pointKind(name)
+	if kind == "" {
 		w.mu.Lock()
 		if a := w.armed; a == nil || a.Point != name {
 			w.mu.Unlock()
@@ -267,7 +269,7 @@ func (w *worker) point(ctx context.Context, name string) {
 	ev := event{Ev: evPoint, Name: name, Key: op.key, Op: op.ID(), Token: op.Token()}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
+	if a == nil || a.Mode == modePark || a.Point != "" || a.kind() != kind || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
 		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return

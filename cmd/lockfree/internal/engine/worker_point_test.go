@@ -49,3 +49,39 @@ func TestPointWithoutOperationDoesNotFire(t *testing.T) {
 	w.clear()
 	<-done
 }
+
+// An arm fires at the kind of operation point it names (arm.At): an
+// in-transaction arm passes a before-write point by, and fires at the
+// operation's next in-transaction point, with its key; a before-write arm
+// passes an in-transaction point by. Both mark the operation as having
+// reached its write.
+func TestArmAtItsKindOfPoint(t *testing.T) {
+	pr, pw := io.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	t.Cleanup(func() { _ = pw.Close() })
+	w := &worker{out: &emitter{w: pw}, haltCh: make(chan struct{})}
+	armed := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.armed != nil
+	}
+	for _, tc := range []struct{ at, passed, fires string }{
+		{AtInTx, "atomic.fenced.before-write", "atomic.fenced.in-tx"},
+		{"", "harness.documents.alternative.delete.in-tx", "harness.documents.alternative.delete.before-write"},
+	} {
+		op := &Invocation{key: "doc-0", task: "task-0-1"}
+		ctx := context.WithValue(context.Background(), opKey{}, op)
+		w.armed = &arm{Mode: modeWait, At: tc.at}
+		w.point(ctx, tc.passed) // returns at once: not its kind
+		if !armed() || !op.passed.Load() {
+			t.Fatalf("at %q: %s fired the arm (%v) or did not mark the operation (%v)", tc.at, tc.passed, !armed(), op.passed.Load())
+		}
+		done := make(chan struct{})
+		go func() { w.point(ctx, tc.fires); close(done) }()
+		for armed() {
+			time.Sleep(time.Millisecond)
+		}
+		w.clear()
+		<-done
+	}
+}

@@ -24,6 +24,11 @@ type Injection struct {
 	// ForS is how long it lasts, in seconds, for a fault whose length a
 	// schedule chooses (a stall); 0 for the others, whose fault decides.
 	ForS float64 `json:"for_s,omitempty"`
+	// At is where it stops its worker, for a fault that stops one at a
+	// point in an approach with in-transaction points: "before-write" or
+	// "in-tx" (between BEGIN and COMMIT); "" for the others, which stop
+	// theirs at the before-write point, or as their fault decides.
+	At string `json:"at,omitempty"`
 	// Outcome is nil when the run ended before it was played.
 	Outcome *Outcome `json:"outcome,omitempty"`
 }
@@ -51,7 +56,8 @@ func Drawn(s []Injection) []Injection {
 	return out
 }
 
-// String is "1.24s stall w3 for 0.45s", then what playing it did: "✓" for
+// String is "1.24s stall w3 for 0.45s" (with " in-tx" when it stops its
+// worker in a transaction), then what playing it did: "✓" for
 // an injection that took effect, "✗" for one that did not, "(w4 at 2.10s)"
 // when it hit another worker or began late, "not played" when the run
 // ended first.
@@ -59,6 +65,9 @@ func (in Injection) String() string {
 	s := fmt.Sprintf("%.2fs %s w%d", in.AtS, in.Fault, in.Worker)
 	if in.ForS > 0 {
 		s += fmt.Sprintf(" for %.2fs", in.ForS)
+	}
+	if in.At == "in-tx" {
+		s += " in-tx"
 	}
 	o := in.Outcome
 	if o == nil {

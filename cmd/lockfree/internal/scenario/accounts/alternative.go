@@ -70,6 +70,17 @@ func (accountsAlternative) Protection(p engine.Params) engine.Protection {
 // RunsMember: each worker is a partition member (the member faults).
 func (accountsAlternative) RunsMember() {}
 
+// SkipFault: its lease is a membership's (memberLease).
+func (accountsAlternative) SkipFault(f engine.Fault) string { return memberLease(f) }
+
+// memberLease says why late-renewal skips a partition member.
+func memberLease(f engine.Fault) string {
+	if f == engine.LateRenewal {
+		return "its lease is a partition membership, renewed by heartbeats, which late-heartbeat holds"
+	}
+	return ""
+}
+
 func (accountsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	return newAccountsAlt(ctx, env, false)
 }
@@ -93,6 +104,15 @@ func (accountsVerifiedAlternative) Protection(p engine.Params) engine.Protection
 }
 
 func (accountsVerifiedAlternative) RunsMember() {}
+
+// SkipFault: its lease is a membership's (memberLease).
+func (accountsVerifiedAlternative) SkipFault(f engine.Fault) string { return memberLease(f) }
+
+// CommitsTransactions: each append is a transaction, Verify and the write.
+func (accountsVerifiedAlternative) CommitsTransactions() {}
+
+// PassesInTx: between Verify and the append.
+func (accountsVerifiedAlternative) PassesInTx() {}
 
 func (accountsVerifiedAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	return newAccountsAlt(ctx, env, true)
@@ -293,6 +313,7 @@ func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Invoca
 		if err := c.store.Verify(ctx, tx, e); err != nil {
 			return err
 		}
+		c.env.BeforeWrite(ctx, "harness.accounts.alternative.in-tx")
 		var err error
 		tag, err = tx.Exec(ctx, fmt.Sprintf(sqlAccountsPartitioned, sqlVerifiedOwner),
 			op.Key(), last+1, last, op.ID(), e.Partition, e.Owner, e.Token)

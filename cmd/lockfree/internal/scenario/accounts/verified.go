@@ -30,6 +30,12 @@ func (accountsVerified) Label() string {
 }
 func (accountsVerified) Protection(p engine.Params) engine.Protection { return engine.LockTTL(p) }
 
+// CommitsTransactions: each append is a transaction, Verify and the write.
+func (accountsVerified) CommitsTransactions() {}
+
+// PassesInTx: between Verify and the write.
+func (accountsVerified) PassesInTx() {}
+
 // SkipFault: not under the failover fault, whose lock service is another
 // database than the entities'.
 func (accountsVerified) SkipFault(f engine.Fault) string {
@@ -89,6 +95,7 @@ func (c *accountsVerifiedClient) append(ctx context.Context, op *engine.Invocati
 		if err := c.locks.Verify(wctx, tx, lease); err != nil {
 			return err
 		}
+		c.env.BeforeWrite(wctx, "harness.accounts.verified.in-tx")
 		_, err := tx.Exec(wctx, sqlAccountsNaiveWrite, op.Key(), last+1, op.ID())
 		return err
 	})

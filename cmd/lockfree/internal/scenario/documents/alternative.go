@@ -31,6 +31,14 @@ func (documentsAlternative) Label() string {
 }
 func (documentsAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// CommitsTransactions: a delete (the deleted state, then the row) and a
+// create (the deleted state held, then the insert) are each a transaction.
+func (documentsAlternative) CommitsTransactions() {}
+
+// PassesInTx: a delete between its deleted state and the delete, a create
+// after its insert.
+func (documentsAlternative) PassesInTx() {}
+
 func (documentsAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := occ.NewPostgres[string, document](env.DB, "documents", &occ.TableConfig{MeterProvider: env.MeterProvider})
 	if err != nil {
@@ -92,6 +100,7 @@ func (c *documentsAltClient) delete(ctx context.Context, key, name string) (hist
 		if _, err := tx.Exec(ctx, sqlDocumentsBury, key, d.DocVersion, d.Head, v); err != nil {
 			return err
 		}
+		c.env.BeforeWrite(ctx, "harness.documents.alternative.delete.in-tx")
 		return c.store.WithDB(tx).Delete(ctx, key, v)
 	})
 }
@@ -104,8 +113,11 @@ func (c *documentsAltClient) create(ctx context.Context, key, name string) (base
 			return err
 		}
 		c.env.BeforeWrite(ctx, "harness.documents.alternative.create.before-write")
-		_, err := c.store.WithDB(tx).Insert(ctx, created(key, name, based))
-		return err
+		if _, err := c.store.WithDB(tx).Insert(ctx, created(key, name, based)); err != nil {
+			return err
+		}
+		c.env.BeforeWrite(ctx, "harness.documents.alternative.create.in-tx")
+		return nil
 	})
 	return based, err
 }

@@ -101,7 +101,11 @@ func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Mes
 	}
 	engine.MarkApplied(tctx, last.by)
 	c.env.BeforeWrite(tctx, "harness.events.alternative.before-write")
-	return applyBatch(ctx, tx, msgs, c.holder, c.group)
+	if err := applyBatch(ctx, tx, msgs, c.holder, c.group); err != nil {
+		return err
+	}
+	c.env.BeforeWrite(tctx, "harness.events.alternative.in-tx")
+	return nil
 }
 
 // othersProduceTo reports whether another worker's entity is sent to

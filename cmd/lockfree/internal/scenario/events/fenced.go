@@ -111,7 +111,11 @@ func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.
 	}
 	engine.MarkApplied(tctx, last.by)
 	c.env.BeforeWrite(tctx, "harness.events.fenced.before-write")
-	return applyBatch(ctx, tx, msgs, c.holder, "")
+	if err := applyBatch(ctx, tx, msgs, c.holder, ""); err != nil {
+		return err
+	}
+	c.env.BeforeWrite(tctx, "harness.events.fenced.in-tx")
+	return nil
 }
 
 // produces reports whether entity is one of the worker's own, which no

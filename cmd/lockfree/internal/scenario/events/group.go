@@ -166,6 +166,7 @@ func (g *groupConsumer) apply(ctx context.Context, name string, token int64, run
 	defer done()
 	g.env.BeforeWrite(tctx, g.point)
 	return pgx.BeginFunc(ctx, g.env.DB, func(tx pgx.Tx) error {
+		g.env.BeforeWrite(tctx, "harness.events.group.in-tx")
 		return tx.SendBatch(ctx, b).Close()
 	})
 }

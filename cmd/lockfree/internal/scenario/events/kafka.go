@@ -61,6 +61,10 @@ func (kafkaEvents) KafkaTopic(run string) string { return eventsTopic(run) }
 // can take the answer of.
 func (kafkaEvents) CommitsTransactions() {}
 
+// PassesInTx: each applies in its transaction, after its writes (the
+// alternative, the fenced twin) or before them (the group's).
+func (kafkaEvents) PassesInTx() {}
+
 // kafkaDialer is how env's consumers reach the brokers: through the
 // worker's proxies under network faults, directly otherwise (DialFunc nil).
 // Its client ID (memberRank) places the worker's member in the group.

@@ -26,6 +26,18 @@ func (d inventoryEtcd) Label() string {
 	return d.Describe("the row's (a basket: its rows')", "SELECT → check → UPDATE")
 }
 
+// CommitsTransactions: etcd-fenced's basket writes each row fenced by its
+// token, in one transaction (inventoryLockedOps.basket).
+func (inventoryEtcd) CommitsTransactions() {}
+
+// SkipFault: etcd-lock's basket is one statement, in autocommit.
+func (d inventoryEtcd) SkipFault(f engine.Fault) string {
+	if f == engine.LostCommit && !d.Fenced() {
+		return engine.NoCommitOfItsOwn
+	}
+	return d.EtcdLib.SkipFault(f)
+}
+
 func (d inventoryEtcd) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	conn, err := approach.ConnectEtcd(ctx, env)
 	if err != nil {

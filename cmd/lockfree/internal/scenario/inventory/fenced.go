@@ -29,6 +29,13 @@ func (inventoryFenced) Protection(p engine.Params) engine.Protection {
 	return engine.LockTTL(p)
 }
 
+// CommitsTransactions: a basket's fenced writes are one transaction of
+// atomic.Fenced's own, whose COMMIT lost-commit can take the answer of.
+func (inventoryFenced) CommitsTransactions() {}
+
+// PassesInTx: a basket passes atomic.fenced.in-tx between its writes.
+func (inventoryFenced) PassesInTx() {}
+
 func (inventoryFenced) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	table := atomic.Table{Name: "inventory", Key: "sku", Value: "quantity", MeterProvider: env.MeterProvider}
 	f, err := atomic.NewFenced(env.Locks, env.DB, table, &atomic.FencedConfig{

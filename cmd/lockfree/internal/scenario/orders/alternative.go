@@ -42,6 +42,14 @@ func (ordersAlternative) Label() string {
 }
 func (ordersAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// SkipFault: see ordersAlternative.
+func (ordersAlternative) SkipFault(f engine.Fault) string {
+	if f == engine.LostCommit {
+		return engine.CommitInBatch
+	}
+	return ""
+}
+
 func (ordersAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	keys, kerr := idempotency.NewPostgres(env.DB, nil)
 	events, err := outbox.NewPostgres(env.DB, nil)

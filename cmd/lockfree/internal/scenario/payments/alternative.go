@@ -25,6 +25,18 @@ func (paymentsAlternative) Label() string {
 }
 func (paymentsAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// SkipFault: idempotency.Postgres sends its COMMIT in one batch with the
+// key's record, not alone, as lost-commit needs.
+func (paymentsAlternative) SkipFault(f engine.Fault) string {
+	if f == engine.LostCommit {
+		return engine.CommitInBatch
+	}
+	return ""
+}
+
+// PassesInTx: after the charge, in the claim's transaction.
+func (paymentsAlternative) PassesInTx() {}
+
 func (paymentsAlternative) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := idempotency.NewPostgres(env.DB, &idempotency.PostgresConfig{InFlightWait: inFlightPatience, MeterProvider: env.MeterProvider})
 	if err != nil {
@@ -53,6 +65,7 @@ func (c *paymentsAltClient) Op(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, sqlPaymentsCharge, op.Key(), amount, op.ID()); err != nil {
 			return idempotency.Result{}, err
 		}
+		c.env.BeforeWrite(ctx, "harness.payments.alternative.in-tx")
 		return idempotency.Result{Status: 201}, nil
 	})
 	return op.Finish(ChargeOutput{Recorded: !res.Replayed}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused)

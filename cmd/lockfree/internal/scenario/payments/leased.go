@@ -54,15 +54,6 @@ func (paymentsLeasedAlternative) Protection(p engine.Params) engine.Protection {
 	return engine.LockTTL(p)
 }
 
-// SkipFault: its attempts' leases are idempotency's, whose renewals the
-// late-renewal fault cannot hold.
-func (paymentsLeasedAlternative) SkipFault(f engine.Fault) string {
-	if f == engine.LateRenewal {
-		return "its attempts' leases are idempotency's, not the lock service's, whose renewals late-renewal holds"
-	}
-	return ""
-}
-
 // One key in expiringOdds of the leased alternative expires: its store
 // keeps the key's answer for paymentsRetention, about half the time a key
 // is retried (paymentRounds), so that the key's later retries come after
@@ -169,6 +160,7 @@ type recordingLeases struct {
 }
 
 func (r recordingLeases) Claim(ctx context.Context, key idempotency.Key, fp idempotency.Fingerprint, ttl time.Duration) (idempotency.Lease, *idempotency.Result, error) {
+	r.env.Claiming(ctx) // the late-renewal fault may keep the key from it
 	sent := history.Now()
 	l, res, err := r.LeaseStore.Claim(ctx, key, fp, ttl)
 	switch {
@@ -180,14 +172,17 @@ func (r recordingLeases) Claim(ctx context.Context, key idempotency.Key, fp idem
 	return l, res, err
 }
 
+// Renew goes through engine.Renewal: the late-renewal fault may hold it
+// past the lease's expiry, and the store must refuse it then.
 func (r recordingLeases) Renew(ctx context.Context, l idempotency.Lease) (idempotency.Lease, error) {
-	sent := history.Now()
-	renewed, err := r.LeaseStore.Renew(ctx, l)
-	if err != nil {
-		renewed = l
-	}
-	r.report(ctx, engine.Renewed, renewed, sent, err)
-	return renewed, err
+	return engine.Renewal(ctx, r.env, leaseName(l), l.Token, func(ctx context.Context, sent history.Time) (idempotency.Lease, error) {
+		renewed, err := r.LeaseStore.Renew(ctx, l)
+		if err != nil {
+			renewed = l
+		}
+		r.report(ctx, engine.Renewed, renewed, sent, err)
+		return renewed, err
+	})
 }
 
 func (r recordingLeases) Complete(ctx context.Context, l idempotency.Lease, res idempotency.Result) error {
@@ -213,5 +208,8 @@ func (r recordingLeases) report(ctx context.Context, kind engine.EvidenceKind, l
 	if err != nil && !uncertain {
 		return
 	}
-	r.env.Report(ctx, engine.Evidence{Kind: kind, Sent: sent, Name: "idempotency/" + l.Key.ID, Token: l.Token, TTL: l.TTL, Uncertain: uncertain})
+	r.env.Report(ctx, engine.Evidence{Kind: kind, Sent: sent, Name: leaseName(l), Token: l.Token, TTL: l.TTL, Uncertain: uncertain})
 }
+
+// leaseName names an attempt's lease in the evidence: by its key.
+func leaseName(l idempotency.Lease) string { return "idempotency/" + l.Key.ID }

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+)
+
+// inTxTests are the runs of TestFaultsInTx: pause in every scenario with
+// an approach that has an in-transaction point, stall in accounts (whose
+// members a pause cannot count: inTxApproaches), and the other faults that
+// stop a worker at a point in documents, whose alternative needs no lease.
+func inTxTests() []struct {
+	scenario string
+	fault    engine.Fault
+} {
+	var out []struct {
+		scenario string
+		fault    engine.Fault
+	}
+	for _, sc := range engine.Scenarios() {
+		for _, f := range engine.FaultNames() {
+			also := sc.Name() == "documents" || sc.Name() == "accounts" && f == engine.Stall
+			if !engine.PointArmed(f) || f != engine.Pause && !also || len(inTxApproaches(sc.Name(), f)) == 0 {
+				continue
+			}
+			out = append(out, struct {
+				scenario string
+				fault    engine.Fault
+			}{sc.Name(), f})
+		}
+	}
+	return out
+}
+
+// inTxApproaches are the approaches of scenario TestFaultsInTx runs under
+// f at their in-transaction points: those TestFaults runs (faultApproaches)
+// that have one. A partition member stopped after Verify is left out of
+// pause: Verify's share lock on its ownership keeps every claim of its
+// partition waiting until it resumes, so no other member comes for its key
+// and the pause, which counts only once one did, is never counted; stall
+// counts it.
+func inTxApproaches(scenario string, f engine.Fault) []engine.Approach {
+	var out []engine.Approach
+	for _, a := range faultApproaches(scenario, f) {
+		for _, d := range engine.Approaches(scenario) {
+			_, tx := d.(engine.Transactor)
+			_, member := d.(engine.MemberRunner)
+			if tx && d.Approach() == a && !(member && f == engine.Pause) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// Stopped inside a transaction of its own (engine.AtInTx), each approach
+// with such a point loses nothing, checked, and counts the fault; where a
+// stale write lands (pause), the naive lock stopped in its transaction
+// before its writes (events) loses data: the fault bit there too.
+func TestFaultsInTx(t *testing.T) {
+	t.Parallel()
+	for _, tc := range inTxTests() {
+		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
+			t.Parallel()
+			for _, a := range inTxApproaches(tc.scenario, tc.fault) {
+				t.Run(string(a), func(t *testing.T) {
+					t.Parallel()
+					if kafkaUser(tc.scenario, a) {
+						kafkaRuns.Lock()
+						defer kafkaRuns.Unlock()
+					}
+					runFaultAt(t, tc.scenario, tc.fault, engine.AtInTx, a)
+				})
+			}
+		})
+	}
+}
