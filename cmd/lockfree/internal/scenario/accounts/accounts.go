@@ -95,6 +95,7 @@ func (accounts) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 		return nil, err
 	}
 	misreportedConflicts(ops, log, rep)
+	stalls(ops, rep)
 	return rep, staleOwners(ctx, db, ops, rep)
 }
 

@@ -105,23 +105,30 @@ func newAccountsAlt(ctx context.Context, env *engine.Env, verify bool) (engine.C
 	if err != nil {
 		return nil, err
 	}
-	ttl, interval, move := accountsMembers(env.Clients)
-	m, err := partition.NewMember(approach.Membership{Membership: store, Env: env}, &partition.Config{
-		Name: approach.Holder(env), TTL: ttl,
-		Interval: interval, MoveInterval: move,
-		MeterProvider: env.MeterProvider,
-	})
+	front, err := listen()
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Start(ctx); err != nil {
-		return nil, err
+	ttl, interval, move := accountsMembers(env.Clients)
+	m, err := partition.NewMember(approach.Membership{Membership: store, Env: env}, &partition.Config{
+		Name: approach.Holder(env), Addr: front.addr(), TTL: ttl,
+		Interval: interval, MoveInterval: move, Forward: forwardConfig(),
+		MeterProvider: env.MeterProvider,
+	})
+	if err == nil {
+		err = m.Start(ctx)
 	}
-	c := &accountsAltClient{env: env, store: store, member: m, verify: verify, last: map[string]cachedSeq{}}
+	if err != nil {
+		return nil, errors.Join(err, front.close())
+	}
+	c := &accountsAltClient{env: env, store: store, member: m, verify: verify, last: map[string]cachedSeq{},
+		front: front, queue: newQueueWatch()}
 	if err := c.settle(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
+	front.serve(c)
+	c.hostile = startHostile(ctx, env, m)
 	return c, nil
 }
 
@@ -166,6 +173,10 @@ type accountsAltClient struct {
 	// epoch, or a write that failed, drops it.
 	mu   sync.Mutex
 	last map[string]cachedSeq
+
+	front   *frontend
+	queue   *queueWatch
+	hostile *hostile // nil but on odd workers
 }
 
 // cachedSeq is an entity's last number, written under epoch.
@@ -207,8 +218,11 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	var seq int64
 	var sent history.Time // when the first write was sent
 	retries := 0
+	var wait *call
 	for {
+		wait = c.queue.begin()
 		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+			defer wait.run()()
 			approach.Acting(ctx, c.env, e)
 			var err error
 			seq, err = c.append(ctx, op, e, &sent)
@@ -221,6 +235,7 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 		}
 		retries++
 	}
+	wait.note(op)
 	op.Set("retries", strconv.Itoa(retries))
 	if sent != 0 {
 		op.Set(metaWriteSent, strconv.FormatInt(int64(sent), 10))
@@ -304,5 +319,7 @@ func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Invoca
 func (c *accountsAltClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return c.member.Stop(ctx)
+	c.hostile.close()
+	defer c.queue.close()
+	return errors.Join(c.front.close(), c.member.Stop(ctx))
 }
