@@ -122,13 +122,14 @@ func newAccountsAlt(ctx context.Context, env *engine.Env, verify bool) (engine.C
 		return nil, errors.Join(err, front.close())
 	}
 	c := &accountsAltClient{env: env, store: store, member: m, verify: verify, last: map[string]cachedSeq{},
-		front: front, queue: newQueueWatch()}
+		front: front}
 	if err := c.settle(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	front.serve(c)
 	c.hostile = startHostile(ctx, env, m)
+	c.probes = startProber(ctx, c)
 	return c, nil
 }
 
@@ -175,7 +176,7 @@ type accountsAltClient struct {
 	last map[string]cachedSeq
 
 	front   *frontend
-	queue   *queueWatch
+	probes  *prober
 	hostile *hostile // nil but on odd workers
 }
 
@@ -218,15 +219,15 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	var seq int64
 	var sent history.Time // when the first write was sent
 	retries := 0
-	var wait *call
 	for {
-		wait = c.queue.begin()
-		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
-			defer wait.run()()
-			approach.Acting(ctx, c.env, e)
-			var err error
-			seq, err = c.append(ctx, op, e, &sent)
-			return err
+		err = c.probes.call(func(ran func() (end func())) error {
+			return c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+				defer ran()()
+				approach.Acting(ctx, c.env, e)
+				var err error
+				seq, err = c.append(ctx, op, e, &sent)
+				return err
+			})
 		})
 		// A partition on the move, or gone elsewhere meanwhile, runs
 		// nothing: the client asks again, as it would ask the new owner.
@@ -235,7 +236,6 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 		}
 		retries++
 	}
-	wait.note(op)
 	op.Set("retries", strconv.Itoa(retries))
 	if sent != 0 {
 		op.Set(metaWriteSent, strconv.FormatInt(int64(sent), 10))
@@ -320,6 +320,8 @@ func (c *accountsAltClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c.hostile.close()
-	defer c.queue.close()
+	if c.probes != nil {
+		c.probes.close()
+	}
 	return errors.Join(c.front.close(), c.member.Stop(ctx))
 }

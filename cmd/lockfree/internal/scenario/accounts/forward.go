@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -26,36 +28,50 @@ import (
 const (
 	bodyLimit    = 1 << 10
 	bodyDeadline = 300 * time.Millisecond
-	// queueBound is the longest an operation's call may wait for its
-	// partition's executor, in a run whose executors run nothing but the
-	// operations' calls, one at a time per member: a wait past it is
-	// another request holding the executor.
+	// queueBound is the longest a probe may wait for its partition's
+	// executor: it is queued behind no operation's call, and the
+	// executor runs nothing else, so a wait past it is a request holding
+	// the executor.
 	queueBound = bodyDeadline / 3
+	// probeEvery is how often a member probes its executors.
+	probeEvery = 50 * time.Millisecond
 	// scheduleGap is how long the worker's ticker may miss ticking: a
-	// longer gap is a paused or descheduled process, and a call that
+	// longer gap is a paused or descheduled process, and a probe that
 	// waited across it is not judged.
 	scheduleGap = 25 * time.Millisecond
 )
 
-// metaQueued, on an append, is how long (ms) its call waited for its
-// partition's executor past queueBound, while nothing else of the
-// operations ran there and the worker was never paused.
-const metaQueued = "queued-ms"
+// The stalls the probes saw: a call on account's partition at member
+// waited waited_ms for the executor.
+const (
+	sqlAccountsStallsTable = `CREATE TABLE account_stalls (
+	account   text   NOT NULL,
+	member    text   NOT NULL,
+	waited_ms bigint NOT NULL
+)`
+	sqlAccountsStall  = `INSERT INTO account_stalls (account, member, waited_ms) VALUES ($1, $2, $3)`
+	sqlAccountsStalls = `SELECT account, member, waited_ms FROM account_stalls ORDER BY account`
+)
 
-// stalled is a call on a partition's executor held past queueBound by a
-// request that is none of the operations: a slow request body read on the
-// executor.
+// stalled is a call on a partition's executor held past queueBound by
+// something that is none of the operations' calls: a slow request body read
+// on the executor.
 const stalled history.Anomaly = "stall"
 
-// stalls adds to rep a violation for each append whose call waited for its
-// executor (metaQueued).
-func stalls(ops []history.Op, rep *history.Findings) {
-	for _, op := range ops {
-		if ms, ok := op.Meta[metaQueued]; ok {
-			rep.Add(history.Violation{Key: op.Key, Anomaly: stalled, Marks: []history.Mark{{Op: op, Role: history.Clobbered}},
-				Text: fmt.Sprintf("append %s to %s waited %s ms for its partition's executor, which ran no other operation: a request held it", op.ID(), op.Key, ms)})
-		}
+// stalls adds to rep a violation for each stall a probe saw.
+func stalls(ctx context.Context, db *pgxpool.Pool, rep *history.Findings) error {
+	rows, err := db.Query(ctx, sqlAccountsStalls)
+	if err != nil {
+		return err
 	}
+	var key, member string
+	var ms int64
+	_, err = pgx.ForEachRow(rows, []any{&key, &member, &ms}, func() error {
+		rep.Add(history.Violation{Key: key, Anomaly: stalled,
+			Text: fmt.Sprintf("a call for %s on member %s waited %d ms for its partition's executor, queued behind no operation: a request held it", key, member, ms)})
+		return nil
+	})
+	return err
 }
 
 // frontend is a member's HTTP server: partition.Forward over the member's
@@ -116,75 +132,114 @@ func (c *accountsAltClient) serveAppend(w http.ResponseWriter, r *http.Request, 
 	w.WriteHeader(http.StatusCreated)
 }
 
-// queueWatch judges how long the operations' calls wait for their
-// executor: it knows whether one of them is still running (a call whose
-// operation ended while it ran) and whether the worker was paused or
-// descheduled (a ticker that missed its ticks).
-type queueWatch struct {
-	running atomic.Int32 // calls of operations on an executor
+// prober probes a member's executors, every probeEvery: a call that does
+// nothing, on a key the member owns, queued behind no call of an operation.
+// One that waits past queueBound, while the worker was neither paused nor
+// descheduled (a ticker that missed no tick), is a stall, written to
+// account_stalls for the check.
+type prober struct {
+	c *accountsAltClient
+	// queue: operations hold it for reading while they call the
+	// executor; a probe holds it until its call starts, so that no
+	// operation's call is ahead of it.
+	queue   sync.RWMutex
+	running atomic.Int32 // operations' calls still running (their Do returned early)
 	tick    atomic.Int64 // the last tick (UnixNano)
 	late    atomic.Int64 // the last tick that came scheduleGap late
-	stop    chan struct{}
-	done    chan struct{}
+	rand    *rand.Rand
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
-func newQueueWatch() *queueWatch {
-	q := &queueWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	q.tick.Store(time.Now().UnixNano())
+func startProber(ctx context.Context, c *accountsAltClient) *prober {
+	p := &prober{c: c, rand: rand.New(rand.NewPCG(uint64(c.env.Client), 27))}
+	p.tick.Store(time.Now().UnixNano())
+	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	p.wg.Add(2)
 	go func() {
-		defer close(q.done)
+		defer p.wg.Done()
 		t := time.NewTicker(scheduleGap / 5)
 		defer t.Stop()
 		for {
 			select {
-			case <-q.stop:
+			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				if prev := q.tick.Swap(now.UnixNano()); now.UnixNano()-prev > int64(scheduleGap) {
-					q.late.Store(now.UnixNano())
+				if prev := p.tick.Swap(now.UnixNano()); now.UnixNano()-prev > int64(scheduleGap) {
+					p.late.Store(now.UnixNano())
 				}
 			}
 		}
 	}()
-	return q
+	go func() {
+		defer p.wg.Done()
+		for engine.Sleep(ctx, probeEvery) {
+			p.probe(ctx)
+		}
+	}()
+	return p
 }
 
-func (q *queueWatch) close() {
-	close(q.stop)
-	<-q.done
+// call runs an operation's call on the executor (do), never ahead of a
+// probe's.
+func (p *prober) call(do func(ran func() (end func())) error) error {
+	p.queue.RLock()
+	defer p.queue.RUnlock()
+	return do(func() func() {
+		p.running.Add(1)
+		return func() { p.running.Add(-1) }
+	})
 }
 
-// call is one call of an operation on its executor, sent at called.
-type call struct {
-	q       *queueWatch
-	called  time.Time
-	judged  bool // nothing else of the operations ran, and the worker ran
-	waited  time.Duration
-	started bool
-}
-
-// begin is when the call is sent.
-func (q *queueWatch) begin() *call {
-	return &call{q: q, called: time.Now(), judged: q.running.Load() == 0}
-}
-
-// run is the call's start on the executor; end, deferred, is its end.
-func (c *call) run() (end func()) {
-	now := time.Now()
-	c.waited, c.started = now.Sub(c.called), true
-	if now.UnixNano()-c.q.tick.Load() > int64(scheduleGap) {
-		c.judged = false
+// probe probes the executor of a key the member owns, once.
+func (p *prober) probe(ctx context.Context) {
+	var keys []string
+	for i := 0; i < p.c.env.Keys; i++ {
+		if k := engine.Key("account-", i); p.owns(k) {
+			keys = append(keys, k)
+		}
 	}
-	c.q.running.Add(1)
-	return func() { c.q.running.Add(-1) }
+	if len(keys) == 0 {
+		return
+	}
+	key := keys[p.rand.IntN(len(keys))]
+	p.queue.Lock()
+	var unlock sync.Once
+	defer unlock.Do(p.queue.Unlock)
+	if p.running.Load() > 0 {
+		return // an operation's call still holds the executor
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*bodyDeadline)
+	defer cancel()
+	sent := time.Now()
+	var waited time.Duration
+	judged := false
+	err := p.c.member.Do(ctx, key, func(context.Context, partition.Epoch) error {
+		now := time.Now()
+		waited, judged = now.Sub(sent), now.UnixNano()-p.tick.Load() <= int64(scheduleGap)
+		unlock.Do(p.queue.Unlock)
+		return nil
+	})
+	if err != nil || !judged || p.late.Load() >= sent.UnixNano() || waited <= queueBound {
+		return
+	}
+	_, _ = p.c.env.DB.Exec(ctx, sqlAccountsStall, key, p.c.member.Name(), waited.Milliseconds())
 }
 
-// note sets metaQueued on op for a judged call that waited past
-// queueBound.
-func (c *call) note(op *engine.Invocation) {
-	if c.started && c.judged && c.q.late.Load() < c.called.UnixNano() && c.waited > queueBound {
-		op.Set(metaQueued, strconv.FormatInt(c.waited.Milliseconds(), 10))
+// owns reports whether the member owns key's partition.
+func (p *prober) owns(key string) bool {
+	part := p.c.member.Partition(key)
+	for _, e := range p.c.member.Owned() {
+		if e.Partition == part {
+			return true
+		}
 	}
+	return false
+}
+
+func (p *prober) close() {
+	p.cancel()
+	p.wg.Wait()
 }
 
 // hostile is a worker's hostile client: it sends, one after the other, a
