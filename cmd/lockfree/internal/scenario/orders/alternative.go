@@ -73,6 +73,9 @@ func addLineKeyed(env *engine.Env, events *outbox.Postgres, f *sends) http.Handl
 			return
 		}
 		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		tx, _ := idempotency.TxFrom(ctx)
 		env.BeforeWrite(ctx, "harness.orders.alternative.before-write")
 		l := line{Order: order, By: r.Header.Get(headerOp)}

@@ -131,7 +131,7 @@ func (c *orderClient) send(ctx context.Context, order, opID, body string) (int64
 	answer, _ := io.ReadAll(resp.Body)
 	switch resp.StatusCode {
 	case http.StatusCreated:
-	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusFailedDependency:
 		return 0, fmt.Errorf("%w: %s: %s", errRefused, resp.Status, answer)
 	case http.StatusInternalServerError:
 		if notApplied(resp, answer) {

@@ -93,6 +93,9 @@ func addLineFenced(env *engine.Env, l *fencedlock.Locker, events *outbox.Postgre
 			return
 		}
 		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: order, By: r.Header.Get(headerOp)}
 		err = l.Do(ctx, order, func(_ context.Context, lease fencedlock.Lease) error {
 			return writeFenced(ctx, env, key, lease.Token, &ln, events, func() error { return req.failure(first) })

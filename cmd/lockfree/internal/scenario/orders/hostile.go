@@ -24,8 +24,9 @@ type lineRequest struct {
 	Pad int `json:"pad,omitempty"`
 	// PadOnce pads the answer to the request's first send only.
 	PadOnce bool `json:"pad_once,omitempty"`
-	// Fail makes the service fail after its write, inside its
-	// transaction: "once" on the request's first send, "always" on each.
+	// Fail makes the service fail: "once", on the request's first send,
+	// after its write, inside its transaction (500); "always", before it
+	// writes, for good (424: a dependency refused the line).
 	Fail string `json:"fail,omitempty"`
 	// Invalid makes the service refuse the request (422) before it writes.
 	Invalid bool   `json:"invalid,omitempty"`
@@ -33,11 +34,11 @@ type lineRequest struct {
 }
 
 // hostileBody returns the body of a client's next request, drawn from
-// pick (0 to 99): 8 requests in 100 are hostile. An answer over
-// MaxResponseBody comes on the first send only: the alternative's
-// middleware rolls its write back and answers 500, which its client cannot
-// tell from a lost COMMIT, so an answer over the limit at every send would
-// leave the request uncertain.
+// pick (0 to 99): 8 requests in 100 are hostile. Each ends definite
+// (applied, or refused) unless a fault takes its answers: an answer over
+// MaxResponseBody comes on the first send only, since the alternative's
+// middleware rolls its write back and answers a 500 its client cannot tell
+// from a lost COMMIT's.
 func hostileBody(pick int) (body, kind string) {
 	var req lineRequest
 	switch pick {
@@ -58,8 +59,8 @@ func hostileBody(pick int) (body, kind string) {
 	return string(b), kind
 }
 
-// errRefused is a request the service refused before it wrote (413,
-// 422), or whose write it undid (notApplied).
+// errRefused is a request the service refused before it wrote (413, 422,
+// 424), or whose write it undid (notApplied).
 var errRefused = errors.New("orders: request refused")
 
 // readRequest reads r's body, at most maxRequestBody bytes, or answers
@@ -93,10 +94,21 @@ func (s *sends) first(opID string) bool {
 // failure is the handler error that req's send meets after its write,
 // inside its transaction, or nil.
 func (req lineRequest) failure(first bool) error {
-	if req.Fail == "always" || req.Fail == "once" && first {
+	if req.Fail == "once" && first {
 		return errHandler
 	}
 	return nil
+}
+
+// refusedDependency answers 424 when req's send fails for good before it
+// writes, and reports whether it did: a final answer, stored by the
+// alternative's middleware and replayed to every resend.
+func (req lineRequest) refusedDependency(w http.ResponseWriter) bool {
+	if req.Fail != "always" {
+		return false
+	}
+	http.Error(w, "a dependency refused the line", http.StatusFailedDependency)
+	return true
 }
 
 // pad is the length of the answer to req's send.
@@ -108,15 +120,15 @@ func (req lineRequest) pad(first bool) int {
 }
 
 // errHandler is the handler error of a request that asks for one.
-var errHandler = errors.New("orders: the handler failed after its write")
+var errHandler = errors.New("orders: the handler failed")
 
 // problemNotApplied types the answer to a request whose handler failed
 // after its write and undid it (its transaction rolled back): the client
 // may retry, and may take it as refused once it stops.
 const problemNotApplied = "urn:lockfree:orders:not-applied"
 
-// fail answers a request that failed with err: 500, typed not applied when
-// the handler undid its write.
+// fail answers a request that failed with err: 500, typed not applied for
+// errHandler.
 func fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, errHandler) {
 		w.Header().Set("Content-Type", "application/problem+json")

@@ -28,7 +28,14 @@ func TestHostileRequests(t *testing.T) {
 		case "fails-once", "fails-always":
 			s := &sends{}
 			first, second := req.failure(s.first("0/1")), req.failure(s.first("0/1"))
-			if first == nil || (second == nil) != (kind == "fails-once") {
+			if kind == "fails-always" {
+				rec := httptest.NewRecorder()
+				if !req.refusedDependency(rec) || rec.Code != http.StatusFailedDependency {
+					t.Errorf("%s: answered %d, want 424", kind, rec.Code)
+				}
+				continue
+			}
+			if first == nil || second != nil {
 				t.Errorf("%s: failed %v, then %v", kind, first, second)
 			}
 			rec := httptest.NewRecorder()

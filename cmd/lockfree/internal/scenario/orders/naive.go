@@ -75,6 +75,9 @@ func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer, f *s
 			return
 		}
 		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: r.PathValue("order"), By: r.Header.Get(headerOp)}
 		err := l.Do(ctx, ln.Order, func(context.Context, fencedlock.Lease) error {
 			err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {

@@ -47,6 +47,9 @@ func addLineRaw(env *engine.Env, events *outbox.Postgres, f *sends) http.Handler
 			return
 		}
 		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: r.PathValue("order"), By: r.Header.Get(headerOp)}
 		err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {
 			env.BeforeWrite(ctx, "harness.orders.raw.before-write")
