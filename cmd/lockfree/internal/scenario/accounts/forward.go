@@ -3,6 +3,7 @@ package accounts
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -243,8 +244,9 @@ func (p *prober) close() {
 }
 
 // hostile is a worker's hostile client: it sends, one after the other, a
-// body that trickles past bodyDeadline and one larger than bodyLimit, each
-// to the owner of a key at random, until stopped.
+// body that never ends (one byte, then nothing until the answer) and one
+// larger than bodyLimit, each to the owner of a key at random, until
+// stopped. Neither can be served.
 type hostile struct {
 	env    *engine.Env
 	member *partition.Member
@@ -283,13 +285,19 @@ func (h *hostile) send(ctx context.Context, addr, key string, slow bool) bool {
 	id := fmt.Sprintf("hostile-%d-%d", h.env.Client, h.sent)
 	var body io.Reader = bytes.NewReader(append([]byte(id), bytes.Repeat([]byte{' '}, bodyLimit)...))
 	if slow {
+		// A body that never ends: read whenever Forward starts (a member
+		// paused past the deadline reads what was sent all at once), it
+		// never completes.
 		pr, pw := io.Pipe()
-		defer pr.Close()
+		answered := make(chan struct{})
+		defer close(answered)
 		go func() {
 			_, _ = io.WriteString(pw, id[:1])
-			engine.Sleep(ctx, 2*bodyDeadline)
-			_, _ = io.WriteString(pw, id[1:])
-			_ = pw.Close()
+			select {
+			case <-answered:
+			case <-ctx.Done():
+			}
+			_ = pw.CloseWithError(errNoEnd)
 		}()
 		body = pr
 	}
@@ -305,6 +313,9 @@ func (h *hostile) send(ctx context.Context, addr, key string, slow bool) bool {
 	_ = resp.Body.Close()
 	return true
 }
+
+// errNoEnd ends a slow body once its request is answered.
+var errNoEnd = errors.New("harness: accounts: the body never ends")
 
 func (h *hostile) close() {
 	if h == nil {
