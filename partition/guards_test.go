@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,6 +349,46 @@ func checkPaused(t *testing.T) error {
 	return runsWhileLate(m, "k")
 }
 
+// checkForwardSlowBody guards Forward's read of the request body before it
+// queues serve: while a client sends its body slowly, a request for another
+// key of the partition is served at once, not when the slow body ends.
+func checkForwardSlowBody(t *testing.T) error {
+	cfg := testConfig
+	cfg.Name, cfg.Forward = "solo", &partition.ForwardConfig{RequestBodyTimeout: time.Minute}
+	m, _ := startMember(t, newMemory(nil), cfg)
+	slow := "slow"
+	reading := make(chan struct{})
+	var once sync.Once
+	forward := partition.Forward(m, func(r *http.Request) string { return r.URL.Query().Get("key") },
+		func(w http.ResponseWriter, r *http.Request, _ partition.Epoch) { _, _ = io.Copy(w, r.Body) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("key") == slow {
+			r.Body = &notingBody{ReadCloser: r.Body, waiting: func() { once.Do(func() { close(reading) }) }}
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	if err := doOwned(m, slow, func(context.Context, partition.Epoch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn := rawPost(t, srv, slow, 2, "x") // one byte of two
+	defer io.WriteString(conn, "y")       // frees the executor the mutant holds
+	select {
+	case <-reading:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow body was never read")
+	}
+	// Two seconds: served at once on a quiet machine, and the slow body
+	// holds the mutant's executor for a minute.
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Post(srv.URL+"/?key="+keyInPartitionOf(m, slow), "text/plain", strings.NewReader("fast"))
+	if err != nil {
+		return fmt.Errorf("a request for another key of the partition, while a client sends its body slowly: %w", err)
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // guard is one check and the mutant that breaks it.
 type guard struct {
 	mutant string
@@ -371,7 +416,7 @@ func guards() []guard {
 		}
 	}
 	return append(g, guard{"partition.condition.epoch", checkCondition}, guard{"partition.member.paused", checkPaused},
-		guard{"partition.claim.lapse", checkClaimLapse})
+		guard{"partition.claim.lapse", checkClaimLapse}, guard{"partition.forward.slow-body", checkForwardSlowBody})
 }
 
 func TestGuards(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/internal/telemetry"
 )
 
@@ -58,18 +59,23 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 		if peer != "" {
 			r.Header.Set(ForwardedHeader, peer)
 		}
-		body, err := m.readBody(w, r)
-		if err != nil {
-			refuseBody(w, err)
-			return
-		}
-		r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, int64(len(body)), nil
-		if len(body) > 0 {
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		// The mutant reads the body on the executor, as Forward once did:
+		// a client that sends it slowly holds the partition's other keys.
+		late := failpoint.Mutant("partition.forward.slow-body")
+		var bodyErr error
+		if !late {
+			if bodyErr = m.readRequestBody(w, r); bodyErr != nil {
+				refuseBody(w, bodyErr)
+				return
+			}
 		}
 		buf := newBufferedResponse(w)
-		err = m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
+		err := m.Do(r.Context(), key(r), func(_ context.Context, e Epoch) error {
+			if late {
+				if bodyErr = m.readRequestBody(w, r); bodyErr != nil {
+					return nil
+				}
+			}
 			serve(buf, r, e)
 			return nil
 		})
@@ -77,6 +83,8 @@ func Forward(m *Member, key func(*http.Request) string, serve func(w http.Respon
 		var notOwner *NotOwnerError
 		var panicked *PanicError
 		switch {
+		case err == nil && bodyErr != nil:
+			refuseBody(w, bodyErr)
 		case err == nil:
 			buf.copyTo(w)
 		case errors.As(err, &panicked):
@@ -114,6 +122,21 @@ func (m *Member) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		defer rc.SetReadDeadline(time.Time{})
 	}
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// readRequestBody reads r's body (readBody) and leaves it in memory for
+// serve.
+func (m *Member) readRequestBody(w http.ResponseWriter, r *http.Request) error {
+	body, err := m.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, int64(len(body)), nil
+	if len(body) > 0 {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return nil
 }
 
 // refuseBody answers a request whose body readBody refused: 413 when it was

@@ -109,6 +109,7 @@ var registry = []Point{
 	{"partition.claim.owner", MutantSite, "Claim takes a partition whose owner is live, not only one that is free, its own or expired"},
 	{"partition.condition.epoch", MutantSite, "Postgres.Condition is true whatever the epoch"},
 	{"partition.fenced.before-write", InjectPoint, "Fenced.Do after the lock was acquired, before fn writes with the lease"},
+	{"partition.forward.slow-body", MutantSite, "Forward reads the request body on the partition's executor, not before it queues serve: a client that sends its body slowly holds every key of the partition"},
 	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
 	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
 	{"partition.member.before-release", InjectPoint, "a Member handoff, after the drain, before it releases the partitions it handed off"},

@@ -70,7 +70,7 @@ func (accounts) Migrations() []migrate.Migration { return partition.Migrations()
 func (accounts) FailoverVictim() string { return "" }
 
 func (accounts) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
-	if _, err := db.Exec(ctx, sqlAccountsTables); err != nil {
+	if _, err := db.Exec(ctx, sqlAccountsTables+";\n"+sqlAccountsStallsTable); err != nil {
 		return err
 	}
 	_, err := db.Exec(ctx, sqlAccountsSeed, s.Keys)
@@ -95,6 +95,9 @@ func (accounts) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 		return nil, err
 	}
 	misreportedConflicts(ops, log, rep)
+	if err := stalls(ctx, db, rep); err != nil {
+		return nil, err
+	}
 	return rep, staleOwners(ctx, db, ops, rep)
 }
 

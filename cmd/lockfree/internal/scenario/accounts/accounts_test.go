@@ -1,9 +1,12 @@
 package accounts
 
 import (
+	"context"
 	"testing"
 
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/internal/testdb"
 )
 
 // An append refused for a changed number is held to its claim: the next
@@ -36,5 +39,27 @@ func TestMisreportedConflicts(t *testing.T) {
 		if v := k.Violations[i]; v.Anomaly != misreportedConflict || len(v.Marks) != 1 || v.Marks[0].Op.ID() != id {
 			t.Errorf("violation %d: %+v, want %s's", i, v, id)
 		}
+	}
+}
+
+// A stall a probe wrote is a violation of its account; none, none.
+func TestStalls(t *testing.T) {
+	db := testdb.New(t, (accounts{}).Migrations()...)
+	ctx := context.Background()
+	if err := (accounts{}).Setup(ctx, db.Pool, engine.Sizes{Keys: 1, Clients: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rep := &history.Findings{}
+	if err := stalls(ctx, db.Pool, rep); err != nil || rep.Key("account-0") != nil {
+		t.Fatalf("no stall written: %v, %+v", err, rep)
+	}
+	if _, err := db.Pool.Exec(ctx, sqlAccountsStall, "account-0", "member-1", 280); err != nil {
+		t.Fatal(err)
+	}
+	if err := stalls(ctx, db.Pool, rep); err != nil {
+		t.Fatal(err)
+	}
+	if k := rep.Key("account-0"); k == nil || len(k.Violations) != 1 || k.Violations[0].Anomaly != stalled {
+		t.Fatalf("report %+v, want one stall of account-0", rep)
 	}
 }

@@ -125,23 +125,31 @@ func newAccountsAlt(ctx context.Context, env *engine.Env, verify bool) (engine.C
 	if err != nil {
 		return nil, err
 	}
-	ttl, interval, move := accountsMembers(env.Clients)
-	m, err := partition.NewMember(approach.Membership{Membership: store, Env: env}, &partition.Config{
-		Name: approach.Holder(env), TTL: ttl,
-		Interval: interval, MoveInterval: move,
-		MeterProvider: env.MeterProvider,
-	})
+	front, err := listen()
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Start(ctx); err != nil {
-		return nil, err
+	ttl, interval, move := accountsMembers(env.Clients)
+	m, err := partition.NewMember(approach.Membership{Membership: store, Env: env}, &partition.Config{
+		Name: approach.Holder(env), Addr: front.addr(), TTL: ttl,
+		Interval: interval, MoveInterval: move, Forward: forwardConfig(),
+		MeterProvider: env.MeterProvider,
+	})
+	if err == nil {
+		err = m.Start(ctx)
 	}
-	c := &accountsAltClient{env: env, store: store, member: m, verify: verify, last: map[string]cachedSeq{}}
+	if err != nil {
+		return nil, errors.Join(err, front.close())
+	}
+	c := &accountsAltClient{env: env, store: store, member: m, verify: verify, last: map[string]cachedSeq{},
+		front: front}
 	if err := c.settle(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
+	front.serve(c)
+	c.hostile = startHostile(ctx, env, m)
+	c.probes = startProber(ctx, c)
 	return c, nil
 }
 
@@ -186,6 +194,10 @@ type accountsAltClient struct {
 	// epoch, or a write that failed, drops it.
 	mu   sync.Mutex
 	last map[string]cachedSeq
+
+	front   *frontend
+	probes  *prober
+	hostile *hostile // nil but on odd workers
 }
 
 // cachedSeq is an entity's last number, written under epoch.
@@ -228,11 +240,14 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	var sent history.Time // when the first write was sent
 	retries := 0
 	for {
-		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
-			approach.Acting(ctx, c.env, e)
-			var err error
-			seq, err = c.append(ctx, op, e, &sent)
-			return err
+		err = c.probes.call(func(ran func() (end func())) error {
+			return c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+				defer ran()()
+				approach.Acting(ctx, c.env, e)
+				var err error
+				seq, err = c.append(ctx, op, e, &sent)
+				return err
+			})
 		})
 		// A partition on the move, or gone elsewhere meanwhile, runs
 		// nothing: the client asks again, as it would ask the new owner.
@@ -325,5 +340,9 @@ func (c *accountsAltClient) verifiedWrite(ctx context.Context, op *engine.Invoca
 func (c *accountsAltClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return c.member.Stop(ctx)
+	c.hostile.close()
+	if c.probes != nil {
+		c.probes.close()
+	}
+	return errors.Join(c.front.close(), c.member.Stop(ctx))
 }

@@ -56,8 +56,9 @@ func (ordersAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	if err := errors.Join(kerr, err); err != nil {
 		return nil, err
 	}
-	service, err := idempotency.NewMiddleware(keys, addLineKeyed(env, events), &idempotency.MiddlewareConfig{
-		Tenant: func(*http.Request) (string, error) { return tenant, nil },
+	service, err := idempotency.NewMiddleware(keys, addLineKeyed(env, events, &sends{}), &idempotency.MiddlewareConfig{
+		Tenant:         func(*http.Request) (string, error) { return tenant, nil },
+		MaxRequestBody: maxRequestBody, MaxResponseBody: maxResponseBody,
 	})
 	if err != nil {
 		return nil, err
@@ -68,10 +69,21 @@ func (ordersAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 }
 
 // addLineKeyed is the alternative's service, behind the middleware: it
-// runs in the transaction that claims the request's key.
-func addLineKeyed(env *engine.Env, events *outbox.Postgres) http.HandlerFunc {
+// runs in the transaction that claims the request's key. Its errors after
+// the write are answered 500, which the middleware does not store: the
+// transaction rolls the write back, and the key stays free for a retry. An
+// answer over MaxResponseBody rolls back the same way.
+func addLineKeyed(env *engine.Env, events *outbox.Postgres, f *sends) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, order := r.Context(), r.PathValue("order")
+		req, ok := readRequest(w, r)
+		if !ok {
+			return
+		}
+		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		tx, _ := idempotency.TxFrom(ctx)
 		env.BeforeWrite(ctx, "harness.orders.alternative.before-write")
 		l := line{Order: order, By: r.Header.Get(headerOp)}
@@ -85,10 +97,13 @@ func addLineKeyed(env *engine.Env, events *outbox.Postgres) http.HandlerFunc {
 			_, err = events.WithDB(tx).Write(ctx, outbox.Event{Key: order, Payload: l.payload(),
 				ID: idempotency.DeriveKey(idempotency.Key{Tenant: tenant, ID: key}, "line-added")})
 		}
+		if err == nil {
+			err = req.failure(first)
+		}
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError) // not stored: the transaction rolls back
+			fail(w, err) // not stored: the transaction rolls back
 			return
 		}
-		answer(w, l.N)
+		answer(w, l.N, req.pad(first))
 	}
 }

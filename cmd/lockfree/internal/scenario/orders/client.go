@@ -104,17 +104,21 @@ func (c *orderClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	body, kind := hostileBody(c.env.Rand.IntN(100))
+	if kind != "" {
+		op.Set("hostile", kind)
+	}
 	sends := 0
-	n, err := c.send(context.WithValue(ctx, sendsKey{}, &sends), key, op.ID())
+	n, err := c.send(context.WithValue(ctx, sendsKey{}, &sends), key, op.ID(), body)
 	if sends > 1 {
 		op.Set("retries", strconv.Itoa(sends-1))
 	}
-	return op.Finish(lineOut{N: n}, err)
+	return op.Finish(lineOut{N: n}, err, errRefused)
 }
 
 // send posts the request and returns the line number it was answered.
-func (c *orderClient) send(ctx context.Context, order, opID string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://orders/orders/"+order+"/lines", strings.NewReader("{}"))
+func (c *orderClient) send(ctx context.Context, order, opID, body string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://orders/orders/"+order+"/lines", strings.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -124,13 +128,22 @@ func (c *orderClient) send(ctx context.Context, order, opID string) (int64, erro
 		return 0, err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("orders: %s: %s", resp.Status, body)
+	answer, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusCreated:
+	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusFailedDependency:
+		return 0, fmt.Errorf("%w: %s: %s", errRefused, resp.Status, answer)
+	case http.StatusInternalServerError:
+		if notApplied(resp, answer) {
+			return 0, fmt.Errorf("%w: the service undid its write (%s)", errRefused, resp.Status)
+		}
+		return 0, fmt.Errorf("orders: %s: %s", resp.Status, answer)
+	default:
+		return 0, fmt.Errorf("orders: %s: %s", resp.Status, answer)
 	}
 	var out lineOut
-	if err := json.Unmarshal(body, &out); err != nil {
-		return 0, fmt.Errorf("orders: answer %q: %w", body, err)
+	if err := json.Unmarshal(answer, &out); err != nil {
+		return 0, fmt.Errorf("orders: answer %q: %w", answer, err)
 	}
 	return out.N, nil
 }
@@ -178,10 +191,4 @@ func until(ctx context.Context, what string, cond func(ctx context.Context) (boo
 			return fmt.Errorf("orders: waiting until %s: %w", what, errors.Join(err, context.Cause(ctx)))
 		}
 	}
-}
-
-// answer writes the service's answer to an accepted request.
-func answer(w http.ResponseWriter, n int64) {
-	w.WriteHeader(http.StatusCreated)
-	fmt.Fprintf(w, `{"n":%d}`, n)
 }

@@ -62,7 +62,7 @@ func (ordersFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 	if err != nil {
 		return nil, err
 	}
-	return newOrderClient(ctx, env, addLineFenced(env, l, events), func(ctx context.Context) (pipeline, error) {
+	return newOrderClient(ctx, env, addLineFenced(env, l, events, &sends{}), func(ctx context.Context) (pipeline, error) {
 		return startOutbox(ctx, env, events, true)
 	})
 }
@@ -80,7 +80,7 @@ func orderLocker(env *engine.Env) (*fencedlock.Locker, error) {
 	})
 }
 
-func addLineFenced(env *engine.Env, l *fencedlock.Locker, events *outbox.Postgres) http.HandlerFunc {
+func addLineFenced(env *engine.Env, l *fencedlock.Locker, events *outbox.Postgres, f *sends) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, order := r.Context(), r.PathValue("order")
 		key, err := idempotency.ParseKeyHeader(r.Header.Values(idempotency.HeaderKey))
@@ -88,17 +88,25 @@ func addLineFenced(env *engine.Env, l *fencedlock.Locker, events *outbox.Postgre
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		req, ok := readRequest(w, r)
+		if !ok {
+			return
+		}
+		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: order, By: r.Header.Get(headerOp)}
 		err = l.Do(ctx, order, func(_ context.Context, lease fencedlock.Lease) error {
-			return writeFenced(ctx, env, key, lease.Token, &ln, events)
+			return writeFenced(ctx, env, key, lease.Token, &ln, events, func() error { return req.failure(first) })
 		})
 		switch {
 		case errors.Is(err, fencedlock.ErrFenced):
 			http.Error(w, err.Error(), http.StatusConflict) // the client resends, under a new lease
 		case err != nil:
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			fail(w, err)
 		default:
-			answer(w, ln.N)
+			answer(w, ln.N, req.pad(first))
 		}
 	}
 }
@@ -106,8 +114,8 @@ func addLineFenced(env *engine.Env, l *fencedlock.Locker, events *outbox.Postgre
 // writeFenced writes the next line of ln's order, or reads the line key
 // already wrote: a fenced read of the order's last line, then, in one
 // transaction, the fenced write of the next, the key's record and the
-// event's outbox row.
-func writeFenced(ctx context.Context, env *engine.Env, key string, token int64, ln *line, events *outbox.Postgres) error {
+// event's outbox row; then fail, whose error rolls them back.
+func writeFenced(ctx context.Context, env *engine.Env, key string, token int64, ln *line, events *outbox.Postgres, fail func() error) error {
 	err := env.DB.QueryRow(ctx, sqlOrdersReplay, key).Scan(&ln.N)
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return err // nil: the line the key wrote
@@ -124,8 +132,10 @@ func writeFenced(ctx context.Context, env *engine.Env, key string, token int64, 
 		if _, err := tx.Exec(ctx, sqlOrdersRecord, key, ln.Order, ln.N); err != nil {
 			return err
 		}
-		_, err := events.WithDB(tx).Write(ctx, outbox.Event{Key: ln.Order, Payload: ln.payload(),
-			ID: idempotency.DeriveKey(idempotency.Key{Tenant: tenant, ID: key}, "line-added")})
-		return err
+		if _, err := events.WithDB(tx).Write(ctx, outbox.Event{Key: ln.Order, Payload: ln.payload(),
+			ID: idempotency.DeriveKey(idempotency.Key{Tenant: tenant, ID: key}, "line-added")}); err != nil {
+			return err
+		}
+		return fail()
 	})
 }

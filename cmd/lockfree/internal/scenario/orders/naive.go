@@ -56,7 +56,7 @@ func (ordersNaive) NewClient(ctx context.Context, env *engine.Env) (engine.Clien
 	}
 	pub := &kafka.Writer{Addr: kafka.TCP(env.Kafka...), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, Transport: &kafka.Transport{Dial: env.KafkaDial}}
-	c, err := newOrderClient(ctx, env, addLineNaive(env, l, pub), func(ctx context.Context) (pipeline, error) {
+	c, err := newOrderClient(ctx, env, addLineNaive(env, l, pub, &sends{}), func(ctx context.Context) (pipeline, error) {
 		return startReader(ctx, env)
 	})
 	if err != nil {
@@ -67,9 +67,17 @@ func (ordersNaive) NewClient(ctx context.Context, env *engine.Env) (engine.Clien
 	return c, nil
 }
 
-func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer) http.HandlerFunc {
+func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer, f *sends) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
+		req, ok := readRequest(w, r)
+		if !ok {
+			return
+		}
+		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: r.PathValue("order"), By: r.Header.Get(headerOp)}
 		err := l.Do(ctx, ln.Order, func(context.Context, fencedlock.Lease) error {
 			err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {
@@ -78,8 +86,10 @@ func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer) http
 				}
 				ln.N++
 				env.BeforeWrite(ctx, "harness.orders.naive.before-write")
-				_, err := tx.Exec(ctx, sqlOrdersWrite, ln.Order, ln.N)
-				return err
+				if _, err := tx.Exec(ctx, sqlOrdersWrite, ln.Order, ln.N); err != nil {
+					return err
+				}
+				return req.failure(first)
 			})
 			if err != nil {
 				return err
@@ -92,9 +102,9 @@ func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer) http
 			}
 		})
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			fail(w, err)
 			return
 		}
-		answer(w, ln.N)
+		answer(w, ln.N, req.pad(first))
 	}
 }

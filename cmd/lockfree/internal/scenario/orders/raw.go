@@ -34,27 +34,37 @@ func (ordersRaw) NewClient(ctx context.Context, env *engine.Env) (engine.Client,
 	if err != nil {
 		return nil, err
 	}
-	return newOrderClient(ctx, env, addLineRaw(env, events), func(ctx context.Context) (pipeline, error) {
+	return newOrderClient(ctx, env, addLineRaw(env, events, &sends{}), func(ctx context.Context) (pipeline, error) {
 		return startOutbox(ctx, env, events, false)
 	})
 }
 
-func addLineRaw(env *engine.Env, events *outbox.Postgres) http.HandlerFunc {
+func addLineRaw(env *engine.Env, events *outbox.Postgres, f *sends) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
+		req, ok := readRequest(w, r)
+		if !ok {
+			return
+		}
+		first := f.first(r.Header.Get(headerOp))
+		if req.refusedDependency(w) {
+			return
+		}
 		ln := line{Order: r.PathValue("order"), By: r.Header.Get(headerOp)}
 		err := pgx.BeginFunc(ctx, env.DB, func(tx pgx.Tx) error {
 			env.BeforeWrite(ctx, "harness.orders.raw.before-write")
 			if err := tx.QueryRow(ctx, sqlOrdersAdd, ln.Order).Scan(&ln.N); err != nil {
 				return err
 			}
-			_, err := events.WithDB(tx).Write(ctx, outbox.Event{Key: ln.Order, Payload: ln.payload()})
-			return err
+			if _, err := events.WithDB(tx).Write(ctx, outbox.Event{Key: ln.Order, Payload: ln.payload()}); err != nil {
+				return err
+			}
+			return req.failure(first)
 		})
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			fail(w, err)
 			return
 		}
-		answer(w, ln.N)
+		answer(w, ln.N, req.pad(first))
 	}
 }
