@@ -49,10 +49,16 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	if err != nil {
 		return nil, err
 	}
+	dlq, err := runDeadLetters(ctx, env, topic)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
 	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{}),
 		timing: kafkaTiming(env.Clients)}
 	c.consumer, err = kafkawriter.NewBatchConsumer(taskDB{env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
 		&kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
+			MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
 			SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
 			MeterProvider: env.MeterProvider})
 	if err != nil {
@@ -78,6 +84,7 @@ type eventsAltClient struct {
 	stop     chan struct{}
 	watched  sync.WaitGroup
 	timing   groupTiming
+	faults   handlerFaults
 }
 
 // partitionKey is the key of partition p's work: what a fault is injected
@@ -88,13 +95,19 @@ func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
 // transaction that advances the inbox past it. Its before-write point comes
 // first, before any write: a member stopped there holds the batch and no
 // row lock. On a partition another worker produces to, it is marked as such
-// (markFetched) for the overtake fault.
+// (markFetched) for the overtake fault. A hostile event fails it before
+// anything (handlerFaults): the consumer retries the batch one message at a
+// time, and dead-letters a poison one.
 func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 	p := msgs[0].Partition
-	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	evs, err := decodeEvents(msgs)
 	if err != nil {
 		return err
 	}
+	if err := c.faults.failAny(evs); err != nil {
+		return err
+	}
+	last := evs[len(evs)-1]
 	tctx, done := c.env.Task(ctx, partitionKey(p), c.consumer.Assigned()[p])
 	if onTask(tx, tctx, done) && c.othersProduceTo(p) {
 		engine.MarkFetched(tctx)
@@ -147,10 +160,11 @@ func (c *eventsAltClient) watch() {
 }
 
 // Counts are the consumer's: partitions claimed (one per partition and
-// generation: the rebalances) and transactions the inbox refused (zombies).
+// generation: the rebalances), transactions the inbox refused (zombies) and
+// poison events dead-lettered.
 func (c *eventsAltClient) Counts() map[string]int64 {
 	st := c.consumer.Stats()
-	return map[string]int64{"claims": st.Claims, "fenced": st.Fenced}
+	return map[string]int64{"claims": st.Claims, "fenced": st.Fenced, "dead-lettered": st.DeadLettered}
 }
 
 func (c *eventsAltClient) Close() error {

@@ -61,6 +61,11 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 		return nil, err
 	}
 	holder := approach.Holder(env)
+	dlq, err := runDeadLetters(ctx, env, topic)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
 	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
 	timing := kafkaTiming(env.Clients)
 	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.Recording(store), env},
@@ -69,7 +74,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 			LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
 				Wait:          approach.LockWait(),
 				MeterProvider: env.MeterProvider},
-			Stream: topic, BatchSize: 100,
+			Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
 			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
 		})
 	if err != nil {
@@ -89,6 +94,7 @@ type eventsFencedClient struct {
 	*kafkaProducer
 	consumer *kafkawriter.FencedConsumer
 	holder   string
+	faults   handlerFaults
 }
 
 // apply is the consumer's batch handler: an entity's events of a fetched
@@ -99,12 +105,17 @@ type eventsFencedClient struct {
 // On an entity another worker produces it is marked as holding fetched
 // events (markFetched): stopped there, the worker holds the batch and no row
 // lock, and the worker that takes its partition over can apply past the
-// batch while it is stopped (the overtake fault).
+// batch while it is stopped (the overtake fault). A hostile event fails it
+// before anything, as the alternative's.
 func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
-	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	evs, err := decodeEvents(msgs)
 	if err != nil {
 		return err
 	}
+	if err := c.faults.failAny(evs); err != nil {
+		return err
+	}
+	last := evs[len(evs)-1]
 	tctx, done := c.env.Task(ctx, last.entity, 0)
 	if onTask(tx, tctx, done) && !c.produces(last.entity) {
 		engine.MarkFetched(tctx)
@@ -126,10 +137,11 @@ func (c *eventsFencedClient) produces(entity string) bool {
 }
 
 // Counts are the consumer's: transactions refused by the token (stale
-// holders), events found applied by another member.
+// holders), events found applied by another member, poison events
+// dead-lettered.
 func (c *eventsFencedClient) Counts() map[string]int64 {
 	st := c.consumer.Stats()
-	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped}
+	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped, "dead-lettered": st.DeadLettered}
 }
 
 func (c *eventsFencedClient) Close() error {
