@@ -28,7 +28,19 @@ const (
 	ON CONFLICT (topic) DO NOTHING`
 	sqlDeadLetterTopics = `SELECT topic, source, brokers FROM dead_letter_topics`
 	sqlDeadLettersRaw   = `SELECT entity, seq, source FROM dead_letters ORDER BY id`
+	// sqlDeadLetterPark parks a poison event the dead-letter topic refused
+	// for good: the table stands in for the topic.
+	sqlDeadLetterPark = `INSERT INTO dead_letters (entity, seq, source) VALUES ($1, $2, $3)`
 )
+
+// recordName names record offset of topic's partition p, as the check
+// tells dead letters apart.
+func recordName(topic string, p int, offset int64) string {
+	return fmt.Sprintf("%s/%d@%d", topic, p, offset)
+}
+
+// errDeadLetterRefused reports a dead letter the topic refused for good.
+var errDeadLetterRefused = errors.New("harness: events: the dead-letter topic refused the record for good")
 
 // deadLetter is an event found in a dead-letter topic or table, with the
 // record it came from (topic/partition@offset, or the queue's row), by
@@ -44,7 +56,7 @@ func deadLetterTopic(topic string) string { return topic + "-dead" }
 
 // runDeadLetters creates the dead-letter topic of the run whose topic is
 // topic, unless another worker has, and names it for the check. Its
-// records are the broker's default size limit, as the source topic's.
+// records may not exceed deadLetterLimit.
 func runDeadLetters(ctx context.Context, env *engine.Env, topic string) (string, error) {
 	dlq := deadLetterTopic(topic)
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -58,9 +70,18 @@ func runDeadLetters(ctx context.Context, env *engine.Env, topic string) (string,
 	if err != nil {
 		return "", fmt.Errorf("harness: events: dead-letter topic: %w", err)
 	}
-	err = kafkawriter.CreateTopic(cctx, env.Kafka, dlq, 1, min(3, len(brokers)))
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(env.Kafka...), Timeout: 30 * time.Second, Transport: tr}
+	res, err := client.CreateTopics(cctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: dlq, NumPartitions: 1, ReplicationFactor: min(3, len(brokers)),
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(deadLetterLimit)}},
+	}}})
+	if err == nil {
+		err = res.Errors[dlq]
+	}
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-		return "", fmt.Errorf("harness: events: %w", err)
+		return "", fmt.Errorf("harness: events: dead-letter topic %s: %w", dlq, err)
 	}
 	if _, err := env.DB.Exec(ctx, sqlDeadLetterTopic, dlq, topic, strings.Join(env.Kafka, ",")); err != nil {
 		return "", err
@@ -158,7 +179,7 @@ func letterOf(ctx context.Context, brokers []string, m kafka.Message) (deadLette
 	if h[kafkawriter.HeaderTopic] == "" || perr != nil || oerr != nil {
 		return deadLetter{}, fmt.Errorf("harness: events: dead letter at offset %d names no source record: headers %v", m.Offset, h)
 	}
-	source := fmt.Sprintf("%s/%d@%d", h[kafkawriter.HeaderTopic], p, off)
+	source := recordName(h[kafkawriter.HeaderTopic], p, off)
 	value := m.Value
 	if _, truncated := h[kafkawriter.HeaderTruncated]; truncated {
 		src, err := readRecord(ctx, brokers, h[kafkawriter.HeaderTopic], p, off)
@@ -200,9 +221,11 @@ func newGroupDeadLetters(env *engine.Env, topic string) *groupDeadLetters {
 		BatchSize: 1, BatchBytes: math.MaxInt32, BatchTimeout: time.Millisecond, Transport: tr}}
 }
 
-// send writes m's dead letter, retrying until it is written or ctx ends.
-// A retry after a lost answer may write it twice, as kafkawriter's may:
-// the check tells a repeat by its source record.
+// send writes m's dead letter, retrying until it is written or ctx ends,
+// or, as kafkawriter does, until the topic refuses it for good (even its
+// marker: errDeadLetterRefused). A retry after a lost answer may write it
+// twice, as kafkawriter's may: the check tells a repeat by its source
+// record.
 func (d *groupDeadLetters) send(ctx context.Context, m kafka.Message, attempts int, cause error) error {
 	reason := cause.Error()
 	hs := []kafka.Header{
@@ -218,8 +241,12 @@ func (d *groupDeadLetters) send(ctx context.Context, m kafka.Message, attempts i
 			err = d.write(ctx, kafka.Message{Key: m.Key,
 				Headers: append(hs, kafka.Header{Key: kafkawriter.HeaderTruncated, Value: []byte(strconv.Itoa(len(m.Value)))})})
 		}
-		if err == nil {
+		var kerr kafka.Error
+		switch {
+		case err == nil:
 			return nil
+		case errors.As(err, &kerr) && !kerr.Temporary():
+			return fmt.Errorf("%w: %w", errDeadLetterRefused, err)
 		}
 		if !engine.Sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()

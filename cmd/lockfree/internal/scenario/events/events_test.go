@@ -240,3 +240,29 @@ func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
 		}
 	}
 }
+
+// Drain leaves an entity whose consumers apply nothing of it, once they
+// have applied nothing for its stall bound, to the check (which reports its
+// events missing), and returns, so that the worker reports its counts; an
+// entity they keep applying it waits for.
+func TestDrainLeavesAStalledEntity(t *testing.T) {
+	p, polled, _ := backlogProducer(4, []int64{50}, 1<<30) // never applied past 0
+	p.stall = 30 * time.Millisecond
+	p.pause = func(ctx context.Context, d time.Duration) bool { return engine.Sleep(ctx, time.Millisecond) }
+	if err := p.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain of a stalled entity: %v, want nil once stalled", err)
+	}
+	if len(*polled) < 2 {
+		t.Fatalf("polled %d times, want a wait of the stall bound", len(*polled))
+	}
+	moving := &kafkaProducer{producer: p.producer, acked: []int64{50}, stall: 30 * time.Millisecond, pause: p.pause}
+	var last int64
+	moving.applied = func(context.Context, string) (int64, error) {
+		time.Sleep(10 * time.Millisecond)
+		last++
+		return last, nil
+	}
+	if err := moving.Drain(context.Background()); err != nil || last < 50 {
+		t.Fatalf("Drain of an entity applied one event per poll: %v, applied %d; want all 50", err, last)
+	}
+}

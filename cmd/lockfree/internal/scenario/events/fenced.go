@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,35 +69,129 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 		p.Close()
 		return nil, err
 	}
-	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
+	c := &eventsFencedClient{kafkaProducer: p, holder: holder, topic: topic, stop: make(chan struct{}),
+		locks: entityLocks{env.Recording(store), env}}
 	timing := kafkaTiming(env.Clients)
-	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.Recording(store), env},
-		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
-		&kafkawriter.FencedConsumerConfig{
-			LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
-				Wait:          approach.LockWait(),
-				MeterProvider: env.MeterProvider},
-			Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
-			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
-		})
-	if err != nil {
+	c.cfg = kafkawriter.FencedConsumerConfig{
+		LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
+			Wait:          approach.LockWait(),
+			MeterProvider: env.MeterProvider},
+		Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
+		SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
+	}
+	if c.fenced, err = kafkawriter.NewFenced(taskDB{env.DB}, c.locks, &kafkawriter.FencedConfig{LockerConfig: c.cfg.LockerConfig}); err != nil {
 		p.Close()
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := c.consumer.Start(sctx); err != nil {
+	if c.consumer, err = c.start(sctx); err != nil {
 		p.Close()
 		return nil, err
 	}
+	c.supervised.Add(1)
+	go c.supervise()
 	return c, nil
 }
 
 type eventsFencedClient struct {
 	*kafkaProducer
-	consumer *kafkawriter.FencedConsumer
-	holder   string
-	faults   handlerFaults
+	holder     string
+	topic      string
+	cfg        kafkawriter.FencedConsumerConfig
+	locks      entityLocks
+	fenced     *kafkawriter.Fenced // parks what the dead-letter topic refuses
+	faults     handlerFaults
+	stop       chan struct{}
+	supervised sync.WaitGroup
+
+	mu       sync.Mutex
+	consumer *kafkawriter.FencedConsumer // the member now; replaced after a poison stop
+	before   kafkawriter.Stats           // the counts of the members it replaced
+}
+
+// start starts a member of the run's group.
+func (c *eventsFencedClient) start(ctx context.Context) (*kafkawriter.FencedConsumer, error) {
+	cons, err := kafkawriter.NewFencedBatchConsumer(taskDB{c.env.DB}, c.locks,
+		kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.topic, GroupID: c.topic}, c.apply, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cons.Start(ctx); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
+func (c *eventsFencedClient) current() *kafkawriter.FencedConsumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumer
+}
+
+// supervise replaces the member when it stops by itself on a poison event
+// the dead-letter topic refused for good, as the alternative's watch does:
+// it parks the event in the dead_letters table and records it as done in
+// the entity's progress, in one fenced transaction (Fenced.Apply, the
+// member's own way), then starts a new member, which finds it done.
+func (c *eventsFencedClient) supervise() {
+	defer c.supervised.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-c.stop
+		cancel()
+	}()
+	for {
+		cons := c.current()
+		select {
+		case <-c.stop:
+			return
+		case <-cons.Stopped():
+		}
+		var pe *kafkawriter.PoisonError
+		if err := cons.Stop(ctx); !errors.As(err, &pe) {
+			return
+		}
+		for {
+			err := c.park(ctx, pe)
+			var next *kafkawriter.FencedConsumer
+			if err == nil {
+				next, err = c.start(ctx)
+			}
+			if err == nil {
+				c.mu.Lock()
+				c.before = addStats(c.before, cons.Stats())
+				c.before.Skipped += cons.Stats().Skipped
+				c.consumer = next
+				c.mu.Unlock()
+				break
+			}
+			if !engine.Sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+		}
+	}
+}
+
+// park parks pe's event in the dead_letters table and records it as done in
+// its entity's progress, under the entity's lock (Fenced.Apply); an entity
+// whose progress is past it already leaves nothing to do.
+func (c *eventsFencedClient) park(ctx context.Context, pe *kafkawriter.PoisonError) error {
+	m, err := readRecord(ctx, c.env.Kafka, pe.Topic, pe.Partition, pe.Offset)
+	if err != nil {
+		return err
+	}
+	e, err := decodeEvent(m.Value)
+	if err != nil {
+		return err
+	}
+	entity := strconv.Itoa(pe.Partition) + "/" + string(m.Key) // as FencedConsumer names it
+	_, err = c.fenced.Apply(ctx, c.topic, entity, pe.Offset, func(ctx context.Context, tx pgx.Tx, _ int64) error {
+		_, err := tx.Exec(ctx, sqlDeadLetterPark, e.entity, e.seq, recordName(pe.Topic, pe.Partition, pe.Offset))
+		return err
+	})
+	return err
 }
 
 // apply is the consumer's batch handler: an entity's events of a fetched
@@ -140,14 +237,23 @@ func (c *eventsFencedClient) produces(entity string) bool {
 // holders), events found applied by another member, poison events
 // dead-lettered.
 func (c *eventsFencedClient) Counts() map[string]int64 {
-	st := c.consumer.Stats()
+	c.mu.Lock()
+	now := c.consumer.Stats()
+	st := addStats(c.before, now)
+	st.Skipped = c.before.Skipped + now.Skipped
+	c.mu.Unlock()
 	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped, "dead-lettered": st.DeadLettered}
 }
 
 func (c *eventsFencedClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
 	defer cancel()
-	err := c.consumer.Stop(ctx)
+	close(c.stop)
+	c.supervised.Wait()
+	err := c.current().Stop(ctx)
+	if errors.Is(err, kafkawriter.ErrPoison) {
+		err = nil // stopped by a poison event as the client closed: not restarted
+	}
 	c.kafkaProducer.Close()
 	return err
 }

@@ -180,11 +180,14 @@ func (g *groupConsumer) oneByOne(ctx context.Context, name string, run []kafka.M
 				delay *= 2
 				continue
 			}
-			if g.dead.send(ctx, m, attempt, err) != nil {
+			parked := false
+			if err := g.dead.send(ctx, m, attempt, err); errors.Is(err, errDeadLetterRefused) {
+				parked = true
+			} else if err != nil {
 				return false
 			}
 			for g.lock(g.env.Background(ctx, lockEntity(name)), name, func(int64) error {
-				return g.skip(ctx, name, m.Offset)
+				return g.skip(ctx, name, m, parked)
 			}) != nil {
 				if !engine.Sleep(ctx, 5*time.Millisecond) {
 					return false
@@ -196,24 +199,36 @@ func (g *groupConsumer) oneByOne(ctx context.Context, name string, run []kafka.M
 	return true
 }
 
-// skip records offset, a dead-lettered message's, as done in the entity's
+// skip records m, a dead-lettered message, as done in the entity's
 // progress, unless the progress is past it: a plain read and write, as the
-// twin's applications.
-func (g *groupConsumer) skip(ctx context.Context, name string, offset int64) error {
+// twin's applications. A message the dead-letter topic refused for good
+// (parked) is parked in the dead_letters table in the same transaction.
+func (g *groupConsumer) skip(ctx context.Context, name string, m kafka.Message, parked bool) error {
 	after := int64(-1)
 	err := g.env.DB.QueryRow(ctx, sqlEventsProgress, name).Scan(&after)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) || after >= offset {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) || after >= m.Offset {
 		return err
 	}
-	_, err = g.env.DB.Exec(ctx, sqlEventsProgressWrite, name, offset)
-	return err
+	return pgx.BeginFunc(ctx, g.env.DB, func(tx pgx.Tx) error {
+		if parked {
+			e, err := decodeEvent(m.Value)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, sqlDeadLetterPark, e.entity, e.seq, recordName(m.Topic, m.Partition, m.Offset)); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, sqlEventsProgressWrite, name, m.Offset)
+		return err
+	})
 }
 
 // isHandlerFailure reports whether err is a hostile event's handler error
 // (handlerFaults), which the consumer retries one message at a time and
 // dead-letters, rather than the infrastructure's, retried as it is.
 func isHandlerFailure(err error) bool {
-	return errors.Is(err, errPoison) || errors.Is(err, errPoisonBig) || errors.Is(err, errTransient)
+	return errors.Is(err, errPoison) || errors.Is(err, errPoisonBig) || errors.Is(err, errPoisonLong) || errors.Is(err, errTransient)
 }
 
 // apply is a run's work under its entity's lock: a plain read of the

@@ -34,14 +34,21 @@ const (
 	// oversized: a value over the producer's limit (1 MiB): the produce is
 	// refused before anything is sent, and none of its events exists.
 	oversized
+	// unsendable: a poison event whose reason is so long (errPoisonLong)
+	// that even its marker is over the dead-letter topic's limit
+	// (deadLetterLimit): the topic refuses it for good, and the consumer
+	// must stop with it (kafkawriter: a *PoisonError), not retry it for
+	// ever. The approach then parks it in the dead_letters table, moves past
+	// it, and starts again.
+	unsendable
 )
 
 func (h hostility) String() string {
-	return [...]string{"well-behaved", "transient", "poison", "big", "big poison", "oversized"}[h]
+	return [...]string{"well-behaved", "transient", "poison", "big", "big poison", "oversized", "unsendable"}[h]
 }
 
 // poisoned reports whether an event of kind h must be dead-lettered.
-func (h hostility) poisoned() bool { return h == poison || h == bigPoison }
+func (h hostility) poisoned() bool { return h == poison || h == bigPoison || h == unsendable }
 
 // hostileEvery is how many events in all carry one hostile event: 1 in 40,
 // fixed by (entity, seq), so that every approach's run carries the same
@@ -78,9 +85,9 @@ func hostileKind(entity string, seq int64) hostility {
 	if n%among != 0 {
 		return wellBehaved
 	}
-	// Of the hostile ones: 3 transient, 2 poison, 1 big, 1 big poison, 1
-	// oversized in 8.
-	return [...]hostility{transient, transient, transient, poison, poison, big, bigPoison, oversized}[(n/among)%8]
+	// Of the hostile ones: 2 transient, 2 poison, 1 big, 1 big poison, 1
+	// oversized, 1 unsendable in 8.
+	return [...]hostility{transient, transient, poison, poison, big, bigPoison, oversized, unsendable}[(n/among)%8]
 }
 
 // padding returns the value padding of an event of kind h: "" for most,
@@ -105,10 +112,18 @@ func padding(h hostility, size int) string {
 // (a parse error that quotes its input), as a real one's may be: with it,
 // the dead letter of a value near the limit is over it.
 var (
-	errPoison    = errors.New("harness: events: a poison event: its handler never succeeds")
-	errPoisonBig = fmt.Errorf("harness: events: a big poison event: cannot parse %s", strings.Repeat("r", 1000))
-	errTransient = errors.New("harness: events: a transient failure: the next attempt succeeds")
+	errPoison     = errors.New("harness: events: a poison event: its handler never succeeds")
+	errPoisonBig  = fmt.Errorf("harness: events: a big poison event: cannot parse %s", strings.Repeat("r", 1000))
+	errTransient  = errors.New("harness: events: a transient failure: the next attempt succeeds")
+	errPoisonLong = fmt.Errorf("harness: events: an unsendable poison event: cannot parse %s", strings.Repeat("u", 4096))
 )
+
+// deadLetterLimit is the dead-letter topic's record limit
+// (max.message.bytes): 2 KiB, enough for a poison event's dead letter and
+// a big one's marker (its reason truncated to 1000 bytes), too little for
+// an unsendable one's marker, whose reason kafkawriter keeps up to 4096
+// bytes.
+const deadLetterLimit = 2048
 
 // handlerFaults is a process's memory of the transient events it has tried:
 // each fails its first attempt in the process and succeeds after. The zero
@@ -127,6 +142,8 @@ func (f *handlerFaults) fail(e pendingEvent) error {
 		return fmt.Errorf("%w (event %d of %s)", errPoison, e.seq, e.entity)
 	case bigPoison:
 		return errPoisonBig
+	case unsendable:
+		return errPoisonLong
 	case transient:
 		f.mu.Lock()
 		defer f.mu.Unlock()

@@ -132,6 +132,9 @@ type kafkaProducer struct {
 	applied func(ctx context.Context, entity string) (int64, error)
 	// pause waits between two polls of applied: sleep, but in tests.
 	pause func(ctx context.Context, d time.Duration) bool
+	// stall is how long Drain waits for a stalled entity: drainStall, but
+	// in tests.
+	stall time.Duration
 }
 
 func newKafkaProducer(env *engine.Env, topic string) (*kafkaProducer, error) {
@@ -228,17 +231,32 @@ func pollDelay(d time.Duration, clients int) time.Duration {
 // Drain waits until every event the worker was acknowledged is applied. It
 // polls only the entities it sent events of: one query each for 10 000
 // entities never sent to kept a fleet of 64 workers busy past the bound.
+// An entity whose consumers applied nothing of it for drainStall is
+// stalled: Drain leaves its events to the check, which reports them
+// missing, so that the worker goes on to report its counts (a worker still
+// draining when the harness kills it reports none).
 func (p *kafkaProducer) Drain(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	stall := p.stall
+	if stall == 0 {
+		stall = drainStall(p.env.Clients)
+	}
 	for k := range p.env.Keys {
 		if p.acked[k] == 0 {
 			continue // nothing acknowledged: nothing to wait for
 		}
+		seen, moved := int64(-1), time.Now()
 		for d := time.Duration(0); ; {
 			last, err := p.applied(ctx, entityName(p.env.Client, k))
 			if err == nil && last >= p.acked[k] {
 				break
+			}
+			if err == nil && last != seen {
+				seen, moved = last, time.Now()
+			}
+			if time.Since(moved) > stall {
+				break // stalled: the check reports what is not applied
 			}
 			d = pollDelay(d, p.env.Clients)
 			if !p.pause(ctx, d) {
@@ -249,6 +267,11 @@ func (p *kafkaProducer) Drain(ctx context.Context) error {
 	}
 	return nil
 }
+
+// drainStall is how long Drain waits for an entity whose consumers apply
+// nothing of it: twice the lease that protects a stopped consumer of a run
+// of clients workers (a takeover may need one), plus 10 s.
+func drainStall(clients int) time.Duration { return 2*kafkaTiming(clients).lease() + 10*time.Second }
 
 func (p *kafkaProducer) Close() error {
 	err := p.kp.Close()
