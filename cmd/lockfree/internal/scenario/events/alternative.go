@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -49,19 +50,24 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	if err != nil {
 		return nil, err
 	}
+	dlq, err := runDeadLetters(ctx, env, topic)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
 	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{}),
 		timing: kafkaTiming(env.Clients)}
-	c.consumer, err = kafkawriter.NewBatchConsumer(taskDB{env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
-		&kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
-			SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
-			MeterProvider: env.MeterProvider})
-	if err != nil {
+	c.cfg = kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
+		MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
+		SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
+		MeterProvider: env.MeterProvider}
+	if c.inbox, err = kafkawriter.NewInbox(env.DB, nil); err != nil {
 		p.Close()
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := c.consumer.Start(sctx); err != nil {
+	if c.consumer, err = c.start(sctx); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -70,14 +76,39 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	return c, nil
 }
 
+// start starts a member of the run's group.
+func (c *eventsAltClient) start(ctx context.Context) (*kafkawriter.Consumer, error) {
+	cons, err := kafkawriter.NewBatchConsumer(taskDB{c.env.DB}, kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.group, GroupID: c.group}, c.apply, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cons.Start(ctx); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
 type eventsAltClient struct {
 	*kafkaProducer
-	consumer *kafkawriter.Consumer
-	holder   string
-	group    string
-	stop     chan struct{}
-	watched  sync.WaitGroup
-	timing   groupTiming
+	holder  string
+	group   string
+	cfg     kafkawriter.ConsumerConfig
+	inbox   *kafkawriter.Inbox
+	stop    chan struct{}
+	watched sync.WaitGroup
+	timing  groupTiming
+	faults  handlerFaults
+
+	mu       sync.Mutex
+	consumer *kafkawriter.Consumer // the member now; replaced after a poison stop (restart)
+	before   kafkawriter.Stats     // the counts of the members it replaced
+}
+
+// current returns the member now.
+func (c *eventsAltClient) current() *kafkawriter.Consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumer
 }
 
 // partitionKey is the key of partition p's work: what a fault is injected
@@ -88,14 +119,20 @@ func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
 // transaction that advances the inbox past it. Its before-write point comes
 // first, before any write: a member stopped there holds the batch and no
 // row lock. On a partition another worker produces to, it is marked as such
-// (markFetched) for the overtake fault.
+// (markFetched) for the overtake fault. A hostile event fails it before
+// anything (handlerFaults): the consumer retries the batch one message at a
+// time, and dead-letters a poison one.
 func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 	p := msgs[0].Partition
-	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	evs, err := decodeEvents(msgs)
 	if err != nil {
 		return err
 	}
-	tctx, done := c.env.Task(ctx, partitionKey(p), c.consumer.Assigned()[p])
+	if err := c.faults.failAny(evs); err != nil {
+		return err
+	}
+	last := evs[len(evs)-1]
+	tctx, done := c.env.Task(ctx, partitionKey(p), c.current().Assigned()[p])
 	if onTask(tx, tctx, done) && c.othersProduceTo(p) {
 		engine.MarkFetched(tctx)
 	}
@@ -124,13 +161,15 @@ func (c *eventsAltClient) othersProduceTo(p int) bool {
 // (a rebalance) for the fault injector and the timeline. It waits for the
 // consumer's word of a change: 64 workers polling every 5 ms took a core of
 // the two that their broker needed, which then answered the group too late
-// and the group never settled.
+// and the group never settled. A member that stops by itself, on a poison
+// event the dead-letter topic refused for good, it replaces (restart).
 func (c *eventsAltClient) watch() {
 	defer c.watched.Done()
 	held := map[int]int64{}
 	for {
-		changed := c.consumer.AssignedChanged()
-		now := c.consumer.Assigned()
+		cons := c.current()
+		changed := cons.AssignedChanged()
+		now := cons.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
 				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.session})
@@ -146,15 +185,95 @@ func (c *eventsAltClient) watch() {
 		case <-c.stop:
 			return
 		case <-changed:
+		case <-cons.Stopped():
+			if !c.restart(cons) {
+				return
+			}
 		}
 	}
 }
 
+// restart replaces cons, stopped by itself, as an operator would: when a
+// poison event stopped it (a *kafkawriter.PoisonError: the dead-letter
+// topic refused its record for good), it parks the event in the
+// dead_letters table and moves the inbox past it in one transaction
+// (park), then starts a new member. It reports false when cons stopped for
+// another reason, or the client is closing.
+func (c *eventsAltClient) restart(cons *kafkawriter.Consumer) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var pe *kafkawriter.PoisonError
+	if err := cons.Stop(ctx); !errors.As(err, &pe) {
+		return false
+	}
+	for {
+		err := c.park(ctx, pe)
+		var next *kafkawriter.Consumer
+		if err == nil {
+			next, err = c.start(ctx)
+		}
+		if err == nil {
+			c.mu.Lock()
+			c.before = addStats(c.before, cons.Stats())
+			c.consumer = next
+			c.mu.Unlock()
+			return true
+		}
+		if !engine.Sleep(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+}
+
+// park parks the poison event of pe in the dead_letters table and moves the
+// inbox past it, in one transaction, under a claim of its own: a member
+// that took the partition meanwhile is fenced. One that went past the
+// event already (it parked it) leaves nothing to do.
+func (c *eventsAltClient) park(ctx context.Context, pe *kafkawriter.PoisonError) error {
+	m, err := readRecord(ctx, c.env.Kafka, pe.Topic, pe.Partition, pe.Offset)
+	if err != nil {
+		return err
+	}
+	e, err := decodeEvent(m.Value)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, c.env.DB, func(tx pgx.Tx) error {
+		in := c.inbox.WithDB(tx)
+		claim, err := in.Claim(ctx, c.group, pe.Topic, pe.Partition, c.holder, kafka.FirstOffset)
+		if err != nil || claim.Next != pe.Offset {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlDeadLetterPark, e.entity, e.seq, recordName(pe.Topic, pe.Partition, pe.Offset)); err != nil {
+			return err
+		}
+		return in.Advance(ctx, claim, pe.Offset, pe.Offset+1)
+	})
+}
+
+// addStats adds b's counts to a's.
+func addStats(a, b kafkawriter.Stats) kafkawriter.Stats {
+	a.Claims += b.Claims
+	a.Fenced += b.Fenced
+	a.DeadLettered += b.DeadLettered
+	return a
+}
+
 // Counts are the consumer's: partitions claimed (one per partition and
-// generation: the rebalances) and transactions the inbox refused (zombies).
+// generation: the rebalances), transactions the inbox refused (zombies) and
+// poison events dead-lettered.
 func (c *eventsAltClient) Counts() map[string]int64 {
-	st := c.consumer.Stats()
-	return map[string]int64{"claims": st.Claims, "fenced": st.Fenced}
+	c.mu.Lock()
+	st := addStats(c.before, c.consumer.Stats())
+	c.mu.Unlock()
+	return map[string]int64{"claims": st.Claims, "fenced": st.Fenced, "dead-lettered": st.DeadLettered}
 }
 
 func (c *eventsAltClient) Close() error {
@@ -162,7 +281,10 @@ func (c *eventsAltClient) Close() error {
 	defer cancel()
 	close(c.stop)
 	c.watched.Wait()
-	err := c.consumer.Stop(ctx)
+	err := c.current().Stop(ctx)
+	if errors.Is(err, kafkawriter.ErrPoison) {
+		err = nil // stopped by a poison event as the client closed: not restarted
+	}
 	c.kafkaProducer.Close()
 	return err
 }

@@ -50,6 +50,17 @@ CREATE TABLE applied (
 	applied_by  text,
 	owner       text
 );
+CREATE TABLE dead_letters (
+	id     bigserial PRIMARY KEY,
+	entity text   NOT NULL,
+	seq    bigint NOT NULL,
+	source text   NOT NULL
+);
+CREATE TABLE dead_letter_topics (
+	topic   text PRIMARY KEY,
+	source  text NOT NULL,
+	brokers text NOT NULL
+);
 CREATE TABLE progress_regressions (
 	id       bigserial PRIMARY KEY,
 	name     text   NOT NULL,
@@ -79,9 +90,10 @@ CREATE TRIGGER progress_regression AFTER UPDATE ON lockfree_entity_progress
 
 // events is the scenario of events that clients produce, each worker to
 // its own entities in sequence order, and that consumers apply: the
-// applications found after the run, in the order applied, are held to
-// Delivery — every acknowledged event applied exactly once, in order, per
-// entity.
+// applications found after the run, in the order applied, and the dead
+// letters are held to checkHostile — every acknowledged event applied
+// exactly once, in order, per entity, but the poison ones, each
+// dead-lettered once and never applied.
 type events struct{}
 
 func init() { engine.Register(events{}) }
@@ -89,7 +101,7 @@ func init() { engine.Register(events{}) }
 func (events) Name() string { return "events" }
 func (events) Order() int   { return 5 }
 func (events) Description() string {
-	return "clients produce the next events of their entities; consumers apply them; every acknowledged event is applied exactly once, in order per entity"
+	return "clients produce the next events of their entities, 1 in 40 hostile; consumers apply them; every acknowledged event is applied exactly once, in order per entity, but a poison one, dead-lettered once and never applied"
 }
 
 // Harm is what a violation of the scenario is, in its verdicts' words.
@@ -132,7 +144,11 @@ func (events) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _ e
 	}); err != nil {
 		return nil, err
 	}
-	rep, err := history.Delivery(ops, applied)
+	letters, err := deadLetters(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := checkHostile(ops, applied, letters)
 	if err != nil {
 		return nil, err
 	}

@@ -102,11 +102,17 @@ func TestGroupConsumerApply(t *testing.T) {
 	defer pool.Close()
 	g := &groupConsumer{env: &engine.Env{DB: pool}, topic: "t", holder: "worker-0", point: "p"}
 	const name = "1:t/0/entity-0-0"
-	run := func(from, to int64) []kafka.Message { // offsets from..to, event seq = offset + 1
+	base := int64(0) // events base+1 to base+10: none hostile (hostileKind)
+	for s := int64(1); s <= base+10; s++ {
+		if hostileKind("entity-0-0", s) != wellBehaved {
+			base = s
+		}
+	}
+	run := func(from, to int64) []kafka.Message { // offsets from..to, event seq = base + offset + 1
 		var out []kafka.Message
 		for o := from; o <= to; o++ {
 			out = append(out, kafka.Message{Topic: "t", Partition: 0, Offset: o, Key: []byte("entity-0-0"),
-				Value: encodeEvent(pendingEvent{entity: "entity-0-0", seq: o + 1, by: "0/1"})})
+				Value: encodeEvent(pendingEvent{entity: "entity-0-0", seq: base + o + 1, by: "0/1"})})
 		}
 		return out
 	}
@@ -139,7 +145,7 @@ func TestGroupConsumerApply(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(seqs) != 10 || seqs[0] != 1 || seqs[9] != 10 {
+	if len(seqs) != 10 || seqs[0] != base+1 || seqs[9] != base+10 {
 		t.Errorf("applied %v, want events 1 to 10 once each", seqs)
 	}
 	var last int64
@@ -232,5 +238,31 @@ func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
 				t.Errorf("%d clients: %s is protected for %v, less than its group's session and rebalance", tc.clients, d.Approach(), lease)
 			}
 		}
+	}
+}
+
+// Drain leaves an entity whose consumers apply nothing of it, once they
+// have applied nothing for its stall bound, to the check (which reports its
+// events missing), and returns, so that the worker reports its counts; an
+// entity they keep applying it waits for.
+func TestDrainLeavesAStalledEntity(t *testing.T) {
+	p, polled, _ := backlogProducer(4, []int64{50}, 1<<30) // never applied past 0
+	p.stall = 30 * time.Millisecond
+	p.pause = func(ctx context.Context, d time.Duration) bool { return engine.Sleep(ctx, time.Millisecond) }
+	if err := p.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain of a stalled entity: %v, want nil once stalled", err)
+	}
+	if len(*polled) < 2 {
+		t.Fatalf("polled %d times, want a wait of the stall bound", len(*polled))
+	}
+	moving := &kafkaProducer{producer: p.producer, acked: []int64{50}, stall: 30 * time.Millisecond, pause: p.pause}
+	var last int64
+	moving.applied = func(context.Context, string) (int64, error) {
+		time.Sleep(10 * time.Millisecond)
+		last++
+		return last, nil
+	}
+	if err := moving.Drain(context.Background()); err != nil || last < 50 {
+		t.Fatalf("Drain of an entity applied one event per poll: %v, applied %d; want all 50", err, last)
 	}
 }

@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,34 +64,134 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 		return nil, err
 	}
 	holder := approach.Holder(env)
-	c := &eventsFencedClient{kafkaProducer: p, holder: holder}
-	timing := kafkaTiming(env.Clients)
-	c.consumer, err = kafkawriter.NewFencedBatchConsumer(taskDB{env.DB}, entityLocks{env.Recording(store), env},
-		kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic}, c.apply,
-		&kafkawriter.FencedConsumerConfig{
-			LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
-				Wait:          approach.LockWait(),
-				MeterProvider: env.MeterProvider},
-			Stream: topic, BatchSize: 100,
-			SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
-		})
+	dlq, err := runDeadLetters(ctx, env, topic)
 	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	c := &eventsFencedClient{kafkaProducer: p, holder: holder, topic: topic, stop: make(chan struct{}),
+		locks: entityLocks{env.Recording(store), env}}
+	timing := kafkaTiming(env.Clients)
+	c.cfg = kafkawriter.FencedConsumerConfig{
+		LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
+			Wait:          approach.LockWait(),
+			MeterProvider: env.MeterProvider},
+		Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
+		SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
+	}
+	if c.fenced, err = kafkawriter.NewFenced(taskDB{env.DB}, c.locks, &kafkawriter.FencedConfig{LockerConfig: c.cfg.LockerConfig}); err != nil {
 		p.Close()
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := c.consumer.Start(sctx); err != nil {
+	if c.consumer, err = c.start(sctx); err != nil {
 		p.Close()
 		return nil, err
 	}
+	c.supervised.Add(1)
+	go c.supervise()
 	return c, nil
 }
 
 type eventsFencedClient struct {
 	*kafkaProducer
-	consumer *kafkawriter.FencedConsumer
-	holder   string
+	holder     string
+	topic      string
+	cfg        kafkawriter.FencedConsumerConfig
+	locks      entityLocks
+	fenced     *kafkawriter.Fenced // parks what the dead-letter topic refuses
+	faults     handlerFaults
+	stop       chan struct{}
+	supervised sync.WaitGroup
+
+	mu       sync.Mutex
+	consumer *kafkawriter.FencedConsumer // the member now; replaced after a poison stop
+	before   kafkawriter.Stats           // the counts of the members it replaced
+}
+
+// start starts a member of the run's group.
+func (c *eventsFencedClient) start(ctx context.Context) (*kafkawriter.FencedConsumer, error) {
+	cons, err := kafkawriter.NewFencedBatchConsumer(taskDB{c.env.DB}, c.locks,
+		kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.topic, GroupID: c.topic}, c.apply, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cons.Start(ctx); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
+func (c *eventsFencedClient) current() *kafkawriter.FencedConsumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumer
+}
+
+// supervise replaces the member when it stops by itself on a poison event
+// the dead-letter topic refused for good, as the alternative's watch does:
+// it parks the event in the dead_letters table and records it as done in
+// the entity's progress, in one fenced transaction (Fenced.Apply, the
+// member's own way), then starts a new member, which finds it done.
+func (c *eventsFencedClient) supervise() {
+	defer c.supervised.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-c.stop
+		cancel()
+	}()
+	for {
+		cons := c.current()
+		select {
+		case <-c.stop:
+			return
+		case <-cons.Stopped():
+		}
+		var pe *kafkawriter.PoisonError
+		if err := cons.Stop(ctx); !errors.As(err, &pe) {
+			return
+		}
+		for {
+			err := c.park(ctx, pe)
+			var next *kafkawriter.FencedConsumer
+			if err == nil {
+				next, err = c.start(ctx)
+			}
+			if err == nil {
+				c.mu.Lock()
+				c.before = addStats(c.before, cons.Stats())
+				c.before.Skipped += cons.Stats().Skipped
+				c.consumer = next
+				c.mu.Unlock()
+				break
+			}
+			if !engine.Sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+		}
+	}
+}
+
+// park parks pe's event in the dead_letters table and records it as done in
+// its entity's progress, under the entity's lock (Fenced.Apply); an entity
+// whose progress is past it already leaves nothing to do.
+func (c *eventsFencedClient) park(ctx context.Context, pe *kafkawriter.PoisonError) error {
+	m, err := readRecord(ctx, c.env.Kafka, pe.Topic, pe.Partition, pe.Offset)
+	if err != nil {
+		return err
+	}
+	e, err := decodeEvent(m.Value)
+	if err != nil {
+		return err
+	}
+	entity := strconv.Itoa(pe.Partition) + "/" + string(m.Key) // as FencedConsumer names it
+	_, err = c.fenced.Apply(ctx, c.topic, entity, pe.Offset, func(ctx context.Context, tx pgx.Tx, _ int64) error {
+		_, err := tx.Exec(ctx, sqlDeadLetterPark, e.entity, e.seq, recordName(pe.Topic, pe.Partition, pe.Offset))
+		return err
+	})
+	return err
 }
 
 // apply is the consumer's batch handler: an entity's events of a fetched
@@ -99,12 +202,17 @@ type eventsFencedClient struct {
 // On an entity another worker produces it is marked as holding fetched
 // events (markFetched): stopped there, the worker holds the batch and no row
 // lock, and the worker that takes its partition over can apply past the
-// batch while it is stopped (the overtake fault).
+// batch while it is stopped (the overtake fault). A hostile event fails it
+// before anything, as the alternative's.
 func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
-	last, err := decodeEvent(msgs[len(msgs)-1].Value)
+	evs, err := decodeEvents(msgs)
 	if err != nil {
 		return err
 	}
+	if err := c.faults.failAny(evs); err != nil {
+		return err
+	}
+	last := evs[len(evs)-1]
 	tctx, done := c.env.Task(ctx, last.entity, 0)
 	if onTask(tx, tctx, done) && !c.produces(last.entity) {
 		engine.MarkFetched(tctx)
@@ -130,16 +238,26 @@ func (c *eventsFencedClient) produces(entity string) bool {
 }
 
 // Counts are the consumer's: transactions refused by the token (stale
-// holders), events found applied by another member.
+// holders), events found applied by another member, poison events
+// dead-lettered.
 func (c *eventsFencedClient) Counts() map[string]int64 {
-	st := c.consumer.Stats()
-	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped}
+	c.mu.Lock()
+	now := c.consumer.Stats()
+	st := addStats(c.before, now)
+	st.Skipped = c.before.Skipped + now.Skipped
+	c.mu.Unlock()
+	return map[string]int64{"fenced": st.Fenced, "skipped": st.Skipped, "dead-lettered": st.DeadLettered}
 }
 
 func (c *eventsFencedClient) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
 	defer cancel()
-	err := c.consumer.Stop(ctx)
+	close(c.stop)
+	c.supervised.Wait()
+	err := c.current().Stop(ctx)
+	if errors.Is(err, kafkawriter.ErrPoison) {
+		err = nil // stopped by a poison event as the client closed: not restarted
+	}
 	c.kafkaProducer.Close()
 	return err
 }

@@ -27,9 +27,30 @@ func (eventsRaw) Label() string {
 }
 func (eventsRaw) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
+// sqlEventsRawDeadLetter dead-letters a poison event: it moves the event's
+// row from the queue to dead_letters, once, whichever of its two consumers
+// gets there first (the other's DELETE finds no row).
+const sqlEventsRawDeadLetter = `WITH d AS (DELETE FROM event_queue WHERE entity = $1 AND seq = $2 RETURNING entity, seq)
+INSERT INTO dead_letters (entity, seq, source) SELECT entity, seq, 'event_queue' FROM d`
+
+// NewClient: a hostile event fails its application before the statement
+// (handlerFaults); a poison one that has failed maxAttempts times in the
+// consumer is moved to the dead-letter table, the table queue's dead-letter
+// topic. Its events have no value, so no size limit applies: a big or
+// oversized event is an ordinary one.
 func (eventsRaw) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	c := &eventsClient{producer: newProducer(env)}
+	var faults handlerFaults
+	attempts := map[pendingEvent]int{} // the consumer's goroutine's alone
 	c.consumer = newConsumer(env, func(ctx context.Context, e pendingEvent) error {
+		if err := faults.fail(e); err != nil {
+			if attempts[e]++; !hostileKind(e.entity, e.seq).poisoned() || attempts[e] < maxAttempts {
+				return err
+			}
+			delete(attempts, e)
+			_, err := env.DB.Exec(ctx, sqlEventsRawDeadLetter, e.entity, e.seq)
+			return err
+		}
 		env.BeforeWrite(ctx, "harness.events.raw.before-write")
 		_, err := env.DB.Exec(ctx, sqlEventsRaw, e.entity, e.seq, e.by)
 		return err
