@@ -47,13 +47,14 @@ type wait struct {
 
 // checkLiveness adds a stall violation to rep for each key (and the whole
 // run) that waited longer than the bound in the measured window w, and
-// returns them for the report.
-func (r *run) checkLiveness(rep *history.Findings, ops []history.Op, w window) (bound time.Duration, over []report.Stall) {
+// fills in res's figures of the check.
+func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []history.Op, w window) {
 	r.mon.mu.Lock()
 	workers := slices.Sorted(maps.Keys(r.mon.goT))
 	r.mon.mu.Unlock()
 	byClient, global := r.excused(w)
-	bound = stallBound(r.prot, r.params)
+	bound := stallBound(r.prot, r.params)
+	res.StallBoundMs = float64(bound) / 1e6
 	stalls := keyStalls(ops, w, workers, byClient, global)
 	if s, ok := runStall(ops, w, workers, byClient, global); ok {
 		stalls = append(stalls, s)
@@ -62,12 +63,12 @@ func (r *run) checkLiveness(rep *history.Findings, ops []history.Op, w window) (
 		rep.Add(v)
 	}
 	for _, s := range stalls {
+		res.LongestWaitMs = max(res.LongestWaitMs, float64(s.waited)/1e6)
 		if time.Duration(s.waited) > bound {
-			over = append(over, report.Stall{Key: s.key, Ms: float64(s.waited) / 1e6,
+			res.Stalls = append(res.Stalls, report.Stall{Key: s.key, Ms: float64(s.waited) / 1e6,
 				FromS: r.log.seconds(s.from), ToS: r.log.seconds(s.to)})
 		}
 	}
-	return bound, over
 }
 
 // excused returns the spans of the faults: by worker, those drawn on its

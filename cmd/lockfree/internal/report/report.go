@@ -86,13 +86,16 @@ type Result struct {
 	// LongestStallMs is the longest span of the measured part in which no
 	// operation completed, in milliseconds.
 	LongestStallMs float64 `json:"longest_stall_ms"`
-	// StallBoundMs is how long a key may wait to be served (the approach's
-	// lease, then an operation's time), in milliseconds; Stalls are the
-	// keys that waited longer, each counted in Violations.
-	StallBoundMs float64 `json:"stall_bound_ms,omitempty"`
-	Stalls       []Stall `json:"stalls,omitempty"`
-	Retries      int64   `json:"retries"`
-	Rejected     int64   `json:"rejected"`
+	// LongestWaitMs is the longest a key waited to be served — requested
+	// by a worker under no fault of its own, none of its requests
+	// completing — in milliseconds; StallBoundMs is how long one may (the
+	// approach's lease, then an operation's time); Stalls are the keys
+	// that waited longer, each counted in Violations.
+	LongestWaitMs float64 `json:"longest_wait_ms"`
+	StallBoundMs  float64 `json:"stall_bound_ms,omitempty"`
+	Stalls        []Stall `json:"stalls,omitempty"`
+	Retries       int64   `json:"retries"`
+	Rejected      int64   `json:"rejected"`
 	// Violations counts broken invariants found by the check; it means
 	// something only when Checked is set (JSON: null otherwise).
 	Violations int64 `json:"violations"`
