@@ -52,11 +52,14 @@ func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []his
 	r.mon.mu.Lock()
 	workers := slices.Sorted(maps.Keys(r.mon.goT))
 	r.mon.mu.Unlock()
-	byClient, global := r.excused(w)
+	byClient, byKey, global := r.excused(w)
+	if r.prot.Lease > 0 {
+		byKey = nil // a lease lets another take a held worker's key over
+	}
 	bound := stallBound(r.prot, r.params)
 	res.StallBoundMs = float64(bound) / 1e6
-	stalls := keyStalls(ops, w, workers, byClient, global)
-	if s, ok := runStall(ops, w, workers, byClient, global); ok {
+	stalls := keyStalls(ops, w, workers, exclusions{byClient, byKey, global})
+	if s, ok := runStall(ops, w, workers, exclusions{byClient: byClient, global: global}); ok {
 		stalls = append(stalls, s)
 	}
 	for _, v := range stallViolations(stalls, bound, r.prot, rep.Base) {
@@ -71,12 +74,26 @@ func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []his
 	}
 }
 
-// excused returns the spans of the faults: by worker, those drawn on its
-// lane (pause, stall, isolate, crash, and the faults drawn as these) and
-// its holds at points, and those of the whole run. A hold is excused
+// exclusions are the spans a wait is excused in: by worker, by key, and
+// for all.
+type exclusions struct {
+	// byClient: a worker's own faults, drawn on its lane (pause, stall,
+	// isolate, crash, and the faults drawn as these), and its holds at
+	// points.
+	byClient map[int][]span
+	// byKey: the holds of workers at a point on the key. An approach with
+	// no lease (Protection.Lease 0) has nothing for another to wait out: a
+	// key held by a stopped client's transaction stays held until it
+	// resumes, and the others' waits on it are the fault's.
+	byKey map[string][]span
+	// global: the faults of the whole run (restart, failover).
+	global []span
+}
+
+// excused returns the spans of the faults (exclusions). A hold is excused
 // whether or not its fault took effect: a worker stopped at a point by an
 // arm that counted nothing waited on the harness all the same.
-func (r *run) excused(w window) (map[int][]span, []span) {
+func (r *run) excused(w window) (map[int][]span, map[string][]span, []span) {
 	r.log.mu.Lock()
 	at := func(s float64) history.Time { return r.log.base + history.Time(s*1e9) }
 	byClient := map[int][]span{}
@@ -95,21 +112,28 @@ func (r *run) excused(w window) (map[int][]span, []span) {
 	r.mon.mu.Lock()
 	points, owners := slices.Clone(r.mon.points), maps.Clone(r.mon.owners)
 	r.mon.mu.Unlock()
-	for c, ss := range holds(points, owners, w) {
+	held, byKey := holds(points, owners, w)
+	for c, ss := range held {
 		byClient[c] = append(byClient[c], ss...)
 	}
-	return byClient, global
+	return byClient, byKey, global
 }
 
-// holds returns, by worker, the spans it was held at a point by the
-// harness: from an arm's point to the worker's next resumed event; from a
-// late gate's (modeLate, which reports no resume) to the worker's next
-// membership lease granted or extended, which only a cleared gate lets
-// through; to w's end when none came.
-func holds(points []pointSeen, owners map[int][]event, w window) map[int][]span {
+// holds returns, by worker and by the key of its point, the spans it was
+// held at a point by the harness: from an arm's point to the worker's next
+// resumed event; from a late gate's (modeLate, which reports no resume) to
+// the worker's next membership lease granted or extended, which only a
+// cleared gate lets through; to w's end when none came.
+func holds(points []pointSeen, owners map[int][]event, w window) (map[int][]span, map[string][]span) {
 	slices.SortStableFunc(points, func(a, b pointSeen) int { return cmp.Compare(a.ev.T, b.ev.T) })
-	open := map[int]history.Time{}
-	byClient := map[int][]span{}
+	open := map[int]pointSeen{}
+	byClient, byKey := map[int][]span{}, map[string][]span{}
+	add := func(p pointSeen, to history.Time) {
+		byClient[p.client] = append(byClient[p.client], span{p.ev.T, to})
+		if p.ev.Key != "" {
+			byKey[p.ev.Key] = append(byKey[p.ev.Key], span{p.ev.T, to})
+		}
+	}
 	for _, p := range points {
 		switch {
 		case p.ev.Ev == evPoint && p.ev.Mode == modeLate:
@@ -119,22 +143,22 @@ func holds(points []pointSeen, owners map[int][]event, w window) map[int][]span 
 					end = min(end, ev.T)
 				}
 			}
-			byClient[p.client] = append(byClient[p.client], span{p.ev.T, end})
+			add(p, end)
 		case p.ev.Ev == evPoint:
 			if _, ok := open[p.client]; !ok {
-				open[p.client] = p.ev.T
+				open[p.client] = p
 			}
 		case p.ev.Ev == evResumed:
 			if from, ok := open[p.client]; ok {
-				byClient[p.client] = append(byClient[p.client], span{from, p.ev.T})
+				add(from, p.ev.T)
 				delete(open, p.client)
 			}
 		}
 	}
-	for c, from := range open {
-		byClient[c] = append(byClient[c], span{from, w.to})
+	for _, from := range open {
+		add(from, w.to)
 	}
-	return byClient
+	return byClient, byKey
 }
 
 // stallViolations returns a violation for each stall longer than bound.
@@ -162,12 +186,20 @@ func stallViolations(stalls []wait, bound time.Duration, prot Protection, base h
 
 // keyStalls returns each key's longest stall in w, by key, of the keys
 // that waited at all: the operations of workers are those the check reads
-// (others, such as a check's reads, are left out); excused are the faults'
-// spans by worker, and global the whole run's.
-func keyStalls(ops []history.Op, w window, workers []int, excused map[int][]span, global []span) []wait {
+// (others, such as a check's reads, are left out); a wait in ex's spans of
+// its worker, its key or all is excused.
+func keyStalls(ops []history.Op, w window, workers []int, ex exclusions) []wait {
 	pending := map[string][]span{}
 	served := map[string][]history.Time{}
 	ends := callEnds(ops, w)
+	out := map[int][]span{} // by worker, its faults' spans and the whole run's
+	for _, c := range workers {
+		out[c] = union(ex.byClient[c], ex.global)
+	}
+	keyOut := map[string][]span{}
+	for k, ss := range ex.byKey {
+		keyOut[k] = union(ss, nil)
+	}
 	for i := range ops {
 		op := &ops[i]
 		if _, ok := slices.BinarySearch(workers, op.Client); !ok {
@@ -180,7 +212,7 @@ func keyStalls(ops []history.Op, w window, workers []int, excused map[int][]span
 		if s.from >= s.to {
 			continue
 		}
-		waiting := subtract([]span{s}, union(excused[op.Client], global))
+		waiting := subtract(subtract([]span{s}, out[op.Client]), keyOut[op.Key])
 		pending[op.Key] = append(pending[op.Key], waiting...)
 	}
 	var stalls []wait
@@ -194,7 +226,7 @@ func keyStalls(ops []history.Op, w window, workers []int, excused map[int][]span
 
 // runStall returns the whole run's longest stall in w: the run waits while
 // some worker runs under no fault of its own and none hits the whole run.
-func runStall(ops []history.Op, w window, workers []int, excused map[int][]span, global []span) (wait, bool) {
+func runStall(ops []history.Op, w window, workers []int, ex exclusions) (wait, bool) {
 	var served []history.Time
 	for i := range ops {
 		op := &ops[i]
@@ -204,12 +236,12 @@ func runStall(ops []history.Op, w window, workers []int, excused map[int][]span,
 	}
 	all := []span{{w.from, w.to}}
 	for _, c := range workers {
-		all = intersect(all, union(excused[c], nil))
+		all = intersect(all, union(ex.byClient[c], nil))
 	}
 	if len(workers) == 0 {
 		all = nil
 	}
-	waiting := subtract([]span{{w.from, w.to}}, union(all, global))
+	waiting := subtract([]span{{w.from, w.to}}, union(all, ex.global))
 	return longestWait(allKeys, waiting, served, w)
 }
 
@@ -243,9 +275,9 @@ func callEnds(ops []history.Op, w window) []history.Time {
 	return ends
 }
 
-// longestWait returns the longest time waiting (a union of spans) covers
-// between two consecutive served times, or w's edges; false when it covers
-// none.
+// longestWait returns the longest time waiting (a union of spans, sorted)
+// covers between two consecutive served times, or w's edges; false when it
+// covers none. One pass over both: a key may have many of each.
 func longestWait(key string, waiting []span, served []history.Time, w window) (wait, bool) {
 	if len(waiting) == 0 {
 		return wait{}, false
@@ -258,23 +290,21 @@ func longestWait(key string, waiting []span, served []history.Time, w window) (w
 	}
 	cuts = append(cuts, w.to)
 	var longest wait
+	j := 0 // the first span that may reach into the segment
 	for i := 0; i+1 < len(cuts); i++ {
-		if d := covered(waiting, cuts[i], cuts[i+1]); d > longest.waited {
-			longest = wait{key: key, from: cuts[i], to: cuts[i+1], waited: d}
+		from, to := cuts[i], cuts[i+1]
+		for j < len(waiting) && waiting[j].to <= from {
+			j++
+		}
+		var d history.Time
+		for k := j; k < len(waiting) && waiting[k].from < to; k++ {
+			d += min(waiting[k].to, to) - max(waiting[k].from, from)
+		}
+		if d > longest.waited {
+			longest = wait{key: key, from: from, to: to, waited: d}
 		}
 	}
 	return longest, longest.waited > 0
-}
-
-// covered is how much of [from, to) the union spans cover.
-func covered(spans []span, from, to history.Time) history.Time {
-	var d history.Time
-	for _, s := range spans {
-		if lo, hi := max(s.from, from), min(s.to, to); lo < hi {
-			d += hi - lo
-		}
-	}
-	return d
 }
 
 // union returns the spans of a and b merged, sorted, none empty.
