@@ -52,13 +52,10 @@ func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []his
 	r.mon.mu.Lock()
 	workers := slices.Sorted(maps.Keys(r.mon.goT))
 	r.mon.mu.Unlock()
-	byClient, byKey, global := r.excused(w)
-	if r.prot.Lease > 0 {
-		byKey = nil // a lease lets another take a held worker's key over
-	}
+	byClient, global := r.excused(w)
 	bound := stallBound(r.prot, r.params)
 	res.StallBoundMs = float64(bound) / 1e6
-	stalls := keyStalls(ops, w, workers, exclusions{byClient, byKey, global})
+	stalls := keyStalls(ops, w, workers, exclusions{byClient: byClient, global: global, unleased: r.prot.Lease == 0})
 	if s, ok := runStall(ops, w, workers, exclusions{byClient: byClient, global: global}); ok {
 		stalls = append(stalls, s)
 	}
@@ -81,11 +78,11 @@ type exclusions struct {
 	// isolate, crash, and the faults drawn as these), and its holds at
 	// points.
 	byClient map[int][]span
-	// byKey: the holds of workers at a point on the key. An approach with
-	// no lease (Protection.Lease 0) has nothing for another to wait out: a
-	// key held by a stopped client's transaction stays held until it
-	// resumes, and the others' waits on it are the fault's.
-	byKey map[string][]span
+	// unleased: the approach has no lease (Protection.Lease 0), nothing
+	// for another to wait out: a key whose request a fault holds (a
+	// stopped client's transaction, its row locks) stays held until the
+	// fault ends, and every wait on it meanwhile is the fault's.
+	unleased bool
 	// global: the faults of the whole run (restart, failover).
 	global []span
 }
@@ -93,7 +90,7 @@ type exclusions struct {
 // excused returns the spans of the faults (exclusions). A hold is excused
 // whether or not its fault took effect: a worker stopped at a point by an
 // arm that counted nothing waited on the harness all the same.
-func (r *run) excused(w window) (map[int][]span, map[string][]span, []span) {
+func (r *run) excused(w window) (map[int][]span, []span) {
 	r.log.mu.Lock()
 	at := func(s float64) history.Time { return r.log.base + history.Time(s*1e9) }
 	byClient := map[int][]span{}
@@ -112,28 +109,22 @@ func (r *run) excused(w window) (map[int][]span, map[string][]span, []span) {
 	r.mon.mu.Lock()
 	points, owners := slices.Clone(r.mon.points), maps.Clone(r.mon.owners)
 	r.mon.mu.Unlock()
-	held, byKey := holds(points, owners, w)
-	for c, ss := range held {
+	for c, ss := range holds(points, owners, w) {
 		byClient[c] = append(byClient[c], ss...)
 	}
-	return byClient, byKey, global
+	return byClient, global
 }
 
-// holds returns, by worker and by the key of its point, the spans it was
-// held at a point by the harness: from an arm's point to the worker's next
-// resumed event; from a late gate's (modeLate, which reports no resume) to
-// the worker's next membership lease granted or extended, which only a
-// cleared gate lets through; to w's end when none came.
-func holds(points []pointSeen, owners map[int][]event, w window) (map[int][]span, map[string][]span) {
+// holds returns, by worker, the spans it was held at a point by the
+// harness: from an arm's point to the worker's next resumed event; from a
+// late gate's (modeLate, which reports no resume) to the worker's next
+// membership lease granted or extended, which only a cleared gate lets
+// through; to w's end when none came.
+func holds(points []pointSeen, owners map[int][]event, w window) map[int][]span {
 	slices.SortStableFunc(points, func(a, b pointSeen) int { return cmp.Compare(a.ev.T, b.ev.T) })
 	open := map[int]pointSeen{}
-	byClient, byKey := map[int][]span{}, map[string][]span{}
-	add := func(p pointSeen, to history.Time) {
-		byClient[p.client] = append(byClient[p.client], span{p.ev.T, to})
-		if p.ev.Key != "" {
-			byKey[p.ev.Key] = append(byKey[p.ev.Key], span{p.ev.T, to})
-		}
-	}
+	byClient := map[int][]span{}
+	add := func(p pointSeen, to history.Time) { byClient[p.client] = append(byClient[p.client], span{p.ev.T, to}) }
 	for _, p := range points {
 		switch {
 		case p.ev.Ev == evPoint && p.ev.Mode == modeLate:
@@ -158,7 +149,7 @@ func holds(points []pointSeen, owners map[int][]event, w window) (map[int][]span
 	for _, from := range open {
 		add(from, w.to)
 	}
-	return byClient, byKey
+	return byClient
 }
 
 // stallViolations returns a violation for each stall longer than bound.
@@ -196,10 +187,7 @@ func keyStalls(ops []history.Op, w window, workers []int, ex exclusions) []wait 
 	for _, c := range workers {
 		out[c] = union(ex.byClient[c], ex.global)
 	}
-	keyOut := map[string][]span{}
-	for k, ss := range ex.byKey {
-		keyOut[k] = union(ss, nil)
-	}
+	held := map[string][]span{} // by key, while a fault held a request on it
 	for i := range ops {
 		op := &ops[i]
 		if _, ok := slices.BinarySearch(workers, op.Client); !ok {
@@ -212,8 +200,13 @@ func keyStalls(ops []history.Op, w window, workers []int, ex exclusions) []wait 
 		if s.from >= s.to {
 			continue
 		}
-		waiting := subtract(subtract([]span{s}, out[op.Client]), keyOut[op.Key])
-		pending[op.Key] = append(pending[op.Key], waiting...)
+		pending[op.Key] = append(pending[op.Key], subtract([]span{s}, out[op.Client])...)
+		if ex.unleased {
+			held[op.Key] = append(held[op.Key], intersect([]span{s}, out[op.Client])...)
+		}
+	}
+	for k, ss := range held {
+		pending[k] = subtract(union(pending[k], nil), union(ss, nil))
 	}
 	var stalls []wait
 	for _, k := range slices.Sorted(maps.Keys(pending)) {

@@ -25,69 +25,69 @@ func TestKeyStalls(t *testing.T) {
 	w := window{from: 0, to: 10000 * ms}
 	workers := []int{0, 1, 2}
 	for _, tc := range []struct {
-		name    string
-		ops     []history.Op
-		excused map[int][]span
-		byKey   map[string][]span
-		global  []span
-		want    map[string]wait // by key; absent: no wait
+		name     string
+		ops      []history.Op
+		excused  map[int][]span
+		unleased bool
+		global   []span
+		want     map[string]wait // by key; absent: no wait
 	}{
 		{"served at once: a wait of the operation's own length",
-			[]history.Op{liveOp(0, 1, "a", 1000*ms, 1010*ms, history.OK, false)}, nil, nil, nil,
+			[]history.Op{liveOp(0, 1, "a", 1000*ms, 1010*ms, history.OK, false)}, nil, false, nil,
 			map[string]wait{"a": {key: "a", from: 0, to: 1010 * ms, waited: 10 * ms}}},
 		{"a request pending behind a stopped holder waits until another's completes",
 			[]history.Op{
 				liveOp(0, 1, "a", 1000*ms, history.Inf, history.Unknown, false), // the holder, stopped
 				liveOp(1, 1, "a", 1100*ms, 3100*ms, history.Fail, false),        // timed out
 				liveOp(1, 2, "a", 3100*ms, 4000*ms, history.OK, false),          // took over
-			}, map[int][]span{0: {{1000 * ms, 9000 * ms}}}, nil, nil,
+			}, map[int][]span{0: {{1000 * ms, 9000 * ms}}}, false, nil,
 			map[string]wait{"a": {key: "a", from: 0, to: 4000 * ms, waited: 2900 * ms}}},
-		{"with no lease, a hold at a point on the key excuses every wait on it",
+		{"with no lease, a fault holding a request on the key excuses every wait on it",
 			[]history.Op{
-				liveOp(0, 1, "a", 1000*ms, history.Inf, history.Unknown, false),
+				liveOp(0, 1, "a", 1000*ms, 3500*ms, history.OK, false), // held by its fault until 3.4s
 				liveOp(1, 1, "a", 1100*ms, 3100*ms, history.Fail, false),
 				liveOp(1, 2, "a", 3100*ms, 4000*ms, history.OK, false),
-			}, map[int][]span{0: {{1000 * ms, 10000 * ms}}}, map[string][]span{"a": {{1000 * ms, 3500 * ms}}}, nil,
-			map[string]wait{"a": {key: "a", from: 0, to: 4000 * ms, waited: 500 * ms}}},
+			}, map[int][]span{0: {{1000 * ms, 3400 * ms}}}, true, nil,
+			map[string]wait{"a": {key: "a", from: 3500 * ms, to: 4000 * ms, waited: 500 * ms}}}, // not 2.4s before the first completion
 		{"a refusal serves the key; a failure does not",
 			[]history.Op{
 				liveOp(1, 1, "a", 1000*ms, 2500*ms, history.Fail, false),
 				liveOp(2, 1, "a", 1000*ms, 1500*ms, history.Fail, true),
-			}, nil, nil, nil,
+			}, nil, false, nil,
 			map[string]wait{"a": {key: "a", from: 1500 * ms, to: w.to, waited: 1000 * ms}}},
 		{"a worker's own fault excuses its own wait, not another's",
 			[]history.Op{
 				liveOp(0, 1, "a", 1000*ms, 5000*ms, history.OK, false),
 				liveOp(1, 1, "b", 1000*ms, 5000*ms, history.OK, false),
-			}, map[int][]span{0: {{1000 * ms, 4900 * ms}}}, nil, nil,
+			}, map[int][]span{0: {{1000 * ms, 4900 * ms}}}, false, nil,
 			map[string]wait{"a": {key: "a", from: 0, to: 5000 * ms, waited: 100 * ms}, "b": {key: "b", from: 0, to: 5000 * ms, waited: 4000 * ms}}},
 		{"a fault of the whole run excuses every wait",
-			[]history.Op{liveOp(1, 1, "a", 1000*ms, 5000*ms, history.OK, false)}, nil, nil, []span{{2000 * ms, 4500 * ms}},
+			[]history.Op{liveOp(1, 1, "a", 1000*ms, 5000*ms, history.OK, false)}, nil, false, []span{{2000 * ms, 4500 * ms}},
 			map[string]wait{"a": {key: "a", from: 0, to: 5000 * ms, waited: 1500 * ms}}},
 		{"an unknown outcome waits until its client's next call",
 			[]history.Op{
 				liveOp(1, 1, "a", 1000*ms, history.Inf, history.Unknown, false),
 				liveOp(1, 2, "b", 3000*ms, 3001*ms, history.OK, false),
-			}, nil, nil, nil,
+			}, nil, false, nil,
 			map[string]wait{"a": {key: "a", from: 0, to: w.to, waited: 2000 * ms}, "b": {key: "b", from: 0, to: 3001 * ms, waited: 1 * ms}}},
 		{"retries of one wait add up across their gaps",
 			[]history.Op{
 				liveOp(1, 1, "a", 1000*ms, 2000*ms, history.Fail, false),
 				liveOp(1, 2, "a", 2010*ms, 3000*ms, history.Fail, false),
 				liveOp(1, 3, "a", 3010*ms, 4000*ms, history.OK, false),
-			}, nil, nil, nil,
+			}, nil, false, nil,
 			map[string]wait{"a": {key: "a", from: 0, to: 4000 * ms, waited: 2980 * ms}}},
 		{"clipped to the window; a check's reads (no worker) are left out",
 			[]history.Op{
 				liveOp(1, 1, "a", -500*ms, 500*ms, history.OK, false),
 				liveOp(1, 2, "a", 9000*ms, 11000*ms, history.OK, false),
 				liveOp(9, 1, "c", 1000*ms, 9000*ms, history.Fail, false),
-			}, nil, nil, nil,
+			}, nil, false, nil,
 			map[string]wait{"a": {key: "a", from: 500 * ms, to: w.to, waited: 1000 * ms}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := map[string]wait{}
-			for _, s := range keyStalls(tc.ops, w, workers, exclusions{byClient: tc.excused, byKey: tc.byKey, global: tc.global}) {
+			for _, s := range keyStalls(tc.ops, w, workers, exclusions{byClient: tc.excused, global: tc.global, unleased: tc.unleased}) {
 				got[s.key] = s
 			}
 			if len(got) != len(tc.want) {
@@ -153,9 +153,9 @@ func TestStallBound(t *testing.T) {
 	}
 }
 
-// A worker held at a point is excused from the point to its resume, and
-// so is the point's key; one held at a late gate, to its next membership
-// lease; one never resumed, to the window's end.
+// A worker held at a point is excused from the point to its resume; one
+// held at a late gate, to its next membership lease; one never resumed,
+// to the window's end.
 func TestHolds(t *testing.T) {
 	w := window{from: 0, to: 10000 * ms}
 	points := []pointSeen{
@@ -165,10 +165,7 @@ func TestHolds(t *testing.T) {
 		{client: 3, ev: event{Ev: evPoint, T: 4000 * ms, Mode: modeHold}},
 	}
 	owners := map[int][]event{2: {{Ev: evMember, T: 500 * ms}, {Ev: evClaim, T: 2500 * ms}, {Ev: evMember, T: 6000 * ms}, {Ev: evMember, T: 7000 * ms}}}
-	got, byKey := holds(points, owners, w)
-	if want := []span{{1000 * ms, 3000 * ms}}; len(byKey) != 1 || !equalSpans(byKey["a"], want) {
-		t.Errorf("holds by key %v, want a: %v", byKey, want)
-	}
+	got := holds(points, owners, w)
 	want := map[int][]span{1: {{1000 * ms, 3000 * ms}}, 2: {{2000 * ms, 6000 * ms}}, 3: {{4000 * ms, w.to}}}
 	for c, ss := range want {
 		if len(got[c]) != 1 || got[c][0] != ss[0] {
