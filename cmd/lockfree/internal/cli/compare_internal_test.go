@@ -79,8 +79,9 @@ func TestSoakTotals(t *testing.T) {
 	tt := newSoakTotals()
 	naive := func(v int64, checked bool) report.Report {
 		return report.Report{Scenario: "inventory", Results: []report.Result{
-			{Approach: engine.Alternative, Ops: 10, Checked: true, LongestStallMs: float64(v) * 100},
-			{Approach: engine.NaiveLock, Ops: 7, Checked: checked, Violations: v},
+			{Approach: engine.Alternative, Ops: 10, Checked: true, LongestStallMs: float64(v) * 100, LongestWaitMs: float64(v) * 90, StallBoundMs: 2750},
+			{Approach: engine.NaiveLock, Ops: 7, Checked: checked, Violations: v, StallBoundMs: 2750, LongestWaitMs: 3000,
+				Stalls: []report.Stall{{Key: "sku-0", Ms: 3000}}},
 			{Approach: engine.RedisLock, Skipped: "no Redis"},
 		}}
 	}
@@ -93,9 +94,9 @@ func TestSoakTotals(t *testing.T) {
 	tt.write(&b, 3, time.Minute)
 	for _, want := range []string{
 		"Soak: 4 passes in 1m0s, seeds 3–6",
-		"| inventory | alternative | 4 | 4 | 40 | 0 |  | 900ms | 0 |",
-		"| inventory | naive-lock | 4 | 3 | 28 | 7 | 3 5 | 0s | 0 |",
-		"| inventory | redis-lock | 4 | 0 | 0 | 0 |  | 0s | 4 |",
+		"| inventory | alternative | 4 | 4 | 40 | 0 | 0 |  | 900ms | 810ms (2.75s) | 0 |",
+		"| inventory | naive-lock | 4 | 3 | 28 | 7 | 3 | 3 5 | 0s | 3s (2.75s) | 0 |",
+		"| inventory | redis-lock | 4 | 0 | 0 | 0 | 0 |  | 0s | 0s (0s) | 4 |",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("totals lack %q:\n%s", want, b.String())

@@ -59,8 +59,14 @@ type soakKey struct {
 // soakLine is what a soak's runs of one approach of one scenario showed.
 type soakLine struct {
 	runs, checked, ops, violations int64
+	// stalls counts the violations that were stalls: a key that waited
+	// longer than its bound (Result.Stalls).
+	stalls int64
 	// stall is the longest span of a run in which no operation completed.
 	stall float64
+	// wait is the longest a key waited to be served, and bound the
+	// longest bound of the runs (Result.LongestWaitMs, StallBoundMs).
+	wait, bound float64
 	// seeds are the seeds of the passes whose run showed violations.
 	seeds []uint64
 	// other counts the runs that were skipped or failed.
@@ -98,11 +104,13 @@ func (t *soakTotals) add(rep report.Report, seed uint64) {
 		}
 		l.ops += r.Ops
 		l.stall = max(l.stall, r.LongestStallMs)
+		l.wait, l.bound = max(l.wait, r.LongestWaitMs), max(l.bound, r.StallBoundMs)
 		if !r.Checked {
 			continue
 		}
 		l.checked++
 		l.violations += r.Violations
+		l.stalls += int64(len(r.Stalls))
 		if r.Violations > 0 && !slices.Contains(l.seeds, seed) {
 			l.seeds = append(l.seeds, seed)
 		}
@@ -111,19 +119,24 @@ func (t *soakTotals) add(rep report.Report, seed uint64) {
 
 // write prints the totals as a Markdown table: a run that was not checked
 // to the end counts in runs but not in checked, so that a soak with
-// unchecked runs cannot pass for a clean one; the longest stall is the
-// longest of its runs (Result.LongestStallMs).
+// unchecked runs cannot pass for a clean one; stalls are the violations
+// that were stalls; the longest stall is the longest of its runs
+// (Result.LongestStallMs), the longest wait that of its keys beside their
+// bound (Result.LongestWaitMs, StallBoundMs).
 func (t *soakTotals) write(w io.Writer, first uint64, took time.Duration) {
 	fmt.Fprintf(w, "\nSoak: %d passes in %s, seeds %d–%d, %d faults injected.\n\n", t.passes, took.Round(time.Second), first, t.last, t.faultsPlayed)
-	fmt.Fprintln(w, "| scenario | approach | runs | checked | operations | violations | seeds with violations | longest stall | skipped or failed |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | approach | runs | checked | operations | violations | stalls | seeds with violations | longest stall | longest wait (bound) | skipped or failed |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range t.order {
 		l := t.by[k]
 		seeds := make([]string, len(l.seeds))
 		for i, s := range l.seeds {
 			seeds[i] = strconv.FormatUint(s, 10)
 		}
-		stall := time.Duration(l.stall * float64(time.Millisecond)).Round(10 * time.Millisecond)
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s | %s | %d |\n", k.scenario, k.approach, l.runs, l.checked, l.ops, l.violations, strings.Join(seeds, " "), stall, l.other)
+		ms := func(v float64) time.Duration {
+			return time.Duration(v * float64(time.Millisecond)).Round(10 * time.Millisecond)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s (%s) | %d |\n", k.scenario, k.approach, l.runs, l.checked, l.ops, l.violations, l.stalls,
+			strings.Join(seeds, " "), ms(l.stall), ms(l.wait), ms(l.bound), l.other)
 	}
 }

@@ -29,6 +29,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 		return res, err
 	}
 	r.checkTenures(rep)
+	r.checkLiveness(&res, rep, ops, w)
 	res.Violations, res.Checked = int64(rep.Violations()), rep.Checked()
 	res.Detail = detail(rep)
 	res.FaultsInjected = r.log.injectedSoFar()

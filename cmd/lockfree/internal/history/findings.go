@@ -67,6 +67,9 @@ const (
 	// NotLinearizable: the operations fit no sequential order, for a reason
 	// the explanation names.
 	NotLinearizable Anomaly = "not linearizable"
+	// Stall: a key waited for service longer than the run's bound (a
+	// liveness violation, not a safety one).
+	Stall Anomaly = "stall"
 )
 
 // Role is what an operation did in a violation, for a report to draw it.

@@ -187,7 +187,8 @@ func TestCounterScenarioPlugsIn(t *testing.T) {
 	}
 	sc, _ := engine.Lookup("counter")
 	infra := engine.Infra{URL: testdb.New(t).URL}
-	cfg := engine.Config{Clients: 4, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{engine.Pause}}
+	cfg := engine.Config{Clients: 4, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{engine.Pause},
+		Approaches: []engine.Approach{engine.Alternative, engine.NaiveLock}} // not the hog: stall_test.go
 	rep, err := engine.Run(context.Background(), sc, cfg, infra)
 	for _, n := range rep.Notes {
 		t.Log(n)

@@ -62,6 +62,18 @@ const (
 // "restart", "isolate", …). The names are part of the public JSON report.
 type Fault string
 
+// Stall is a key that waited to be served longer than the bound: it was
+// wanted by a worker under no fault of its own, and no request on it
+// completed, for Ms milliseconds of the span between FromS and ToS
+// (seconds on the run's timeline). Key "*" is the whole run: no key
+// served.
+type Stall struct {
+	Key   string  `json:"key"`
+	Ms    float64 `json:"ms"`
+	FromS float64 `json:"from_s"`
+	ToS   float64 `json:"to_s"`
+}
+
 // Result is one approach's line of the report. The zero value is a result
 // whose invariants were not checked.
 type Result struct {
@@ -74,8 +86,16 @@ type Result struct {
 	// LongestStallMs is the longest span of the measured part in which no
 	// operation completed, in milliseconds.
 	LongestStallMs float64 `json:"longest_stall_ms"`
-	Retries        int64   `json:"retries"`
-	Rejected       int64   `json:"rejected"`
+	// LongestWaitMs is the longest a key waited to be served — requested
+	// by a worker under no fault of its own, none of its requests
+	// completing — in milliseconds; StallBoundMs is how long one may (the
+	// approach's lease, then an operation's time); Stalls are the keys
+	// that waited longer, each counted in Violations.
+	LongestWaitMs float64 `json:"longest_wait_ms"`
+	StallBoundMs  float64 `json:"stall_bound_ms,omitempty"`
+	Stalls        []Stall `json:"stalls,omitempty"`
+	Retries       int64   `json:"retries"`
+	Rejected      int64   `json:"rejected"`
 	// Violations counts broken invariants found by the check; it means
 	// something only when Checked is set (JSON: null otherwise).
 	Violations int64 `json:"violations"`
