@@ -28,11 +28,19 @@ import (
 const allKeys = "*"
 
 // stallBound is how long a key may wait: one lease, which a stopped holder
-// keeps the key for, then one operation's time (Params.OpTimeout: 2 s plus
-// twice the lease by default), which covers the takeover, the next
-// operation, and a holder stalled while it renews (at most three leases
-// and a margin), on a loaded machine.
-func stallBound(prot Protection, p Params) time.Duration { return prot.Lease + p.OpTimeout }
+// keeps the key for; then one operation's time (Params.OpTimeout: 2 s plus
+// twice the lease by default), which a request may spend waiting its turn
+// or its patience out (a holder stalled while it renews keeps the key at
+// most three leases and a margin); then stallRetry for the request that
+// follows it.
+func stallBound(prot Protection, p Params) time.Duration {
+	return prot.Lease + p.OpTimeout + stallRetry
+}
+
+// stallRetry is the time the liveness bound allows the request that
+// follows one that waited its whole operation timeout: a second, for a
+// loaded machine.
+const stallRetry = time.Second
 
 // span is a span of history time, from inclusive, to exclusive.
 type span struct{ from, to history.Time }
@@ -169,8 +177,8 @@ func stallViolations(stalls []wait, bound time.Duration, prot Protection, base h
 			what = "the run (no key served)"
 		}
 		vs = append(vs, history.Violation{Key: s.key, Anomaly: history.Stall,
-			Text: fmt.Sprintf("%s waited %v to be served, between %.2fs and %.2fs, over the bound of %v (%s, then an operation's time)",
-				what, time.Duration(s.waited).Round(time.Millisecond), sec(s.from), sec(s.to), bound, lease)})
+			Text: fmt.Sprintf("%s waited %v to be served, between %.2fs and %.2fs, over the bound of %v (%s, an operation's time, then %v)",
+				what, time.Duration(s.waited).Round(time.Millisecond), sec(s.from), sec(s.to), bound, lease, stallRetry)})
 	}
 	return vs
 }

@@ -129,11 +129,12 @@ func TestRunStall(t *testing.T) {
 	}
 }
 
-// The bound is the approach's lease, then an operation's time; a stall
-// over it is a violation that names its key and length, one at it is not.
+// The bound is the approach's lease, an operation's time, then a second
+// for the next; a stall over it is a violation that names its key and
+// length, one at it is not.
 func TestStallBound(t *testing.T) {
 	prot := Protection{Lease: time.Second, What: "the member lease"}
-	bound := stallBound(prot, Params{OpTimeout: 4 * time.Second})
+	bound := stallBound(prot, Params{OpTimeout: 3 * time.Second})
 	if bound != 5*time.Second {
 		t.Fatalf("bound %v, want 5s", bound)
 	}

@@ -20,7 +20,7 @@ import (
 // which the next hold then covers.)
 const (
 	hog     engine.Approach = "hog"
-	hogHold                 = 7 * time.Second
+	hogHold                 = 8 * time.Second
 
 	sqlHogLock = `SELECT pg_advisory_xact_lock(hashtext($1))`
 )
@@ -32,7 +32,7 @@ func init() { engine.RegisterApproach(counterHog{}) }
 func (counterHog) Scenario() string          { return "counter" }
 func (counterHog) Approach() engine.Approach { return hog }
 func (counterHog) Label() string {
-	return "BEGIN → advisory lock → UPDATE … RETURNING n → COMMIT, worker 0 holding the lock for 7 s at a time"
+	return "BEGIN → advisory lock → UPDATE … RETURNING n → COMMIT, worker 0 holding the lock for 8 s at a time"
 }
 func (counterHog) Protection(p engine.Params) engine.Protection { return engine.LockTTL(p) }
 
@@ -84,7 +84,7 @@ func (c *hogClient) Close() error { return nil }
 // alike, shows none (TestCounterScenarioPlugsIn holds it to 0 under pause).
 func TestStallIsAViolation(t *testing.T) {
 	sc, _ := engine.Lookup("counter")
-	cfg := engine.Config{Clients: 3, Keys: 1, Duration: 5 * time.Second,
+	cfg := engine.Config{Clients: 3, Keys: 1, Duration: 6 * time.Second,
 		Approaches: []engine.Approach{engine.Alternative, hog}}
 	rep, err := engine.Run(context.Background(), sc, cfg, engine.Infra{URL: testdb.New(t).URL})
 	if err != nil {
@@ -99,8 +99,8 @@ func TestStallIsAViolation(t *testing.T) {
 	if !alt.Checked || alt.Violations != 0 || len(alt.Stalls) != 0 {
 		t.Errorf("alternative: checked %v, %d violations, stalls %v: %s", alt.Checked, alt.Violations, alt.Stalls, alt.Detail)
 	}
-	if want := 250 + 2000 + 2*250; h.StallBoundMs != float64(want) {
-		t.Errorf("hog: bound %vms, want the lock TTL and the default operation timeout, %dms", h.StallBoundMs, want)
+	if want := 250 + (2000 + 2*250) + 1000; h.StallBoundMs != float64(want) {
+		t.Errorf("hog: bound %vms, want the lock TTL, the default operation timeout and a second, %dms", h.StallBoundMs, want)
 	}
 	var key *report.Stall
 	for i := range h.Stalls {
