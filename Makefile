@@ -111,7 +111,7 @@ test-mutants: services
 # MUTANTS_RATE=5 runs each catching run 5 times in all and fails on a
 # mutant caught in fewer (scripts/results.sh does, for docs/results.md).
 # MUTANTS_RANDOM=3 also plays random fault schedules, seeds 1 to 3, on each
-# mutant a scenario reaches (the re-created defects get 10 whatever it is).
+# mutant a scenario reaches (the re-created defects get 20 seeds of 20 s).
 MUTANTS_TABLE ?=
 MUTANTS_RATE ?= 1
 MUTANTS_RANDOM ?= 0

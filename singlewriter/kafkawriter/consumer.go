@@ -484,9 +484,11 @@ func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) e
 		if errors.Is(err, errDeadLettered) {
 			err = pp.skip(ctx, m)
 		}
-		// The mutant is asked only after a resync: its site counts the
-		// batches the check drops.
-		if errors.Is(err, errResynced) && failpoint.Mutant("kafkawriter.consumer.resync.drop") {
+		// The mutants are asked only after a resync: their sites count the
+		// batches the check drops. batch-retry.lost-commit is the defect
+		// this check and unapplied's fixed together.
+		if errors.Is(err, errResynced) && (failpoint.Mutant("kafkawriter.consumer.resync.drop") ||
+			failpoint.Mutant("kafkawriter.consumer.batch-retry.lost-commit")) {
 			continue // the old batch's next messages are applied from it
 		}
 		if err != nil {
@@ -505,10 +507,11 @@ var errResynced = errors.New("kafkawriter: resumed from the stored offset")
 // batch the reader delivered again after a resync, whose first messages the
 // inbox already counts as applied. Offsets increase within a batch.
 func (pp *partitionRun) unapplied(msgs []kafka.Message) []kafka.Message {
-	// The mutant is asked only of a batch that starts below the stored
-	// offset: its site counts the batches the check drops from.
+	// The mutants are asked only of a batch that starts below the stored
+	// offset: their sites count the batches the check drops from.
 	if pp.expected < 0 || len(msgs) == 0 || msgs[0].Offset >= pp.expected ||
-		failpoint.Mutant("kafkawriter.consumer.apply.below-stored") {
+		failpoint.Mutant("kafkawriter.consumer.apply.below-stored") ||
+		failpoint.Mutant("kafkawriter.consumer.batch-retry.lost-commit") {
 		return msgs
 	}
 	i := 0

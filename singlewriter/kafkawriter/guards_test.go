@@ -41,6 +41,7 @@ func guards() []guard {
 		{"lost COMMIT mid-retry", []string{"kafkawriter.consumer.resync.drop"}, checkLostCommitMidRetry},
 		{"lost skip mid-retry", []string{"kafkawriter.consumer.resync.drop"}, checkLostSkipMidRetry},
 		{"lost COMMIT mid-retry, both checks off", []string{"kafkawriter.consumer.resync.drop", "kafkawriter.consumer.apply.below-stored"}, checkLostCommitMidRetry},
+		{"the batch-retry defect", []string{"kafkawriter.consumer.batch-retry.lost-commit"}, checkLostCommitMidRetry},
 		{"dead letter refused", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedConsumer},
 		{"dead letter refused, fenced consumer", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedFenced},
 		{"event applied before, written again", []string{"kafkawriter.inbox.dedupe.event-id"}, func(t *testing.T) error {
