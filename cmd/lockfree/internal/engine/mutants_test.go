@@ -785,10 +785,9 @@ func (c packageCatcher) where() string {
 // of its hunt (the scenarios', as for any mutant, but on the naive lock)
 // catches.
 var packageCatchers = map[string]packageCatcher{
-	"occ.fenced.read.stamp":                {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
-	"occ.fenced.write.token":               {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
-	"fencedlock.gate.compare":              {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
-	"idempotency.middleware.lost-response": {packageTest{"./idempotency", "TestGuards/idempotency.middleware.lost-response/memory"}, inMiddleware},
+	"occ.fenced.read.stamp":   {packageTest{"./occ", "TestGuards/occ.fenced.read.stamp/memory"}, inMemory},
+	"occ.fenced.write.token":  {packageTest{"./occ", "TestGuards/occ.fenced.write.token/memory"}, inMemory},
+	"fencedlock.gate.compare": {packageTest{"./fencedlock", "TestGuards/fencedlock.gate.compare"}, inMemory},
 	// A fresh row's mint and its insert are one statement (sqlAcquireInsert,
 	// sqlAcquire's fresh-row branch), which waits only on another
 	// session's uncommitted row of the same name: the mutant shows only
@@ -816,8 +815,7 @@ var outOfReachNotes = map[outOfReach]string{
 		"the workers are processes that share nothing but PostgreSQL, Kafka and Redis. It is caught, not by a scenario, when the package test named in its row, " +
 		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
 		"TestMutants checks that each such site is in `memory.go` files alone.",
-	inMiddleware: "A mutant whose site is in an HTTP middleware only (a `middleware.go`) is out of every scenario's reach: " +
-		"the workers call the executors directly and serve no HTTP. It is caught, not by a scenario, when the package test named in its row, " +
+	inMiddleware: "A mutant whose site is in an HTTP middleware only (a `middleware.go`) on a path no scenario's service takes is out of every scenario's reach. It is caught, not by a scenario, when the package test named in its row, " +
 		"run with the mutant built in and turned on by `$LOCKFREE_MUTANTS`, fails, and passes with it off; " +
 		"TestMutants checks that each such site is in `middleware.go` files alone.",
 	inOneStatement: "A mutant whose race lies inside one SQL statement (`fencedlock.acquire.purge-fence`: a fresh row's token minted, then its insert waiting on " +

@@ -8,9 +8,10 @@ import (
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 )
 
-// An operation told its key is charged by a replay that carried no answer
-// (a spent key's tombstone) is a violation; a refused retry of the spent
-// key, or an answered replay, is none.
+// An operation given a replay that carried no answer (a spent key's
+// tombstone), or whose key was released after its handler answered, is a
+// violation, whatever its outcome; a refused retry of the spent key, or an
+// answered replay, is none.
 func TestCheckAnswered(t *testing.T) {
 	unanswered := map[string]string{metaUnanswered: "true"}
 	tests := []struct {
@@ -19,6 +20,8 @@ func TestCheckAnswered(t *testing.T) {
 		want int
 	}{
 		{"replayed without an answer", history.Op{Outcome: history.OK, Meta: unanswered}, 1},
+		{"replayed without an answer, unknown", history.Op{Outcome: history.Unknown, Meta: unanswered}, 1},
+		{"released after its answer", history.Op{Outcome: history.OK, Meta: map[string]string{metaReleasedAnswered: "true"}}, 1},
 		{"replayed with its answer", history.Op{Outcome: history.OK}, 0},
 		{"refused as expired", history.Op{Outcome: history.Fail, Meta: map[string]string{engine.MetaRefused: "true"}}, 0},
 	}

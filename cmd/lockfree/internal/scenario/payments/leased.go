@@ -3,13 +3,14 @@ package payments
 import (
 	"context"
 	"hash/fnv"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/idempotency"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
-	"github.com/lockfree-go/lockfree/fencedlock"
 )
 
 // paymentsLeased is payments with the charge outside the claim's
@@ -38,9 +39,10 @@ func (paymentsLeased) OnRequest() string {
 	return "payments runs the same workload, its alternative the transactional mode"
 }
 
-// paymentsLeasedAlternative charges with idempotency.Leased: claim the key
-// with a lease, fenced read of the key's charged flag with the attempt's
-// token, charge with a fenced write, complete with the token.
+// paymentsLeasedAlternative charges over HTTP (leased_http.go), through
+// idempotency.Middleware on idempotency.Leased: claim the key with a lease,
+// fenced read of the key's charged flag with the attempt's token, charge
+// with a fenced write, complete with the token.
 type paymentsLeasedAlternative struct{}
 
 func init() { engine.RegisterApproach(paymentsLeasedAlternative{}) }
@@ -48,7 +50,7 @@ func init() { engine.RegisterApproach(paymentsLeasedAlternative{}) }
 func (paymentsLeasedAlternative) Scenario() string          { return "payments-leased" }
 func (paymentsLeasedAlternative) Approach() engine.Approach { return engine.Alternative }
 func (paymentsLeasedAlternative) Label() string {
-	return "idempotency.Leased: claim with a lease → fenced read with the attempt's token → charge with a fenced write → complete with the token"
+	return "idempotency/client → idempotency.Middleware on idempotency.Leased: claim with a lease → fenced read with the attempt's token → charge with a fenced write → complete with the token"
 }
 func (paymentsLeasedAlternative) Protection(p engine.Params) engine.Protection {
 	return engine.LockTTL(p)
@@ -91,22 +93,26 @@ func (paymentsLeasedAlternative) NewClient(_ context.Context, env *engine.Env) (
 		if err != nil {
 			return nil, err
 		}
-		c.stores[i], c.leased[i] = store, l
+		c.stores[i] = store
+		if c.http[i], err = newChargeClient(env, watchedLeased{l}); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// paymentsLeasedClient charges a key with leased[1] if it is one that
-// expires, and leased[0] otherwise; stores are theirs.
+// paymentsLeasedClient charges a key through http[1] if it is one that
+// expires, and http[0] otherwise: each its service, the charge handler
+// behind idempotency.Middleware on a Leased of stores' store.
 type paymentsLeasedClient struct {
 	env    *engine.Env
 	stores [2]*idempotency.Postgres
-	leased [2]*idempotency.Leased
+	http   [2]*http.Client
 	keys   paymentKeys
 	ops    int
 }
 
-// metaUnanswered marks an operation answered with a replay that carried no
+// metaUnanswered marks an operation given a replay that carried no
 // answer: a spent key's tombstone, replayed instead of refused.
 const metaUnanswered = "unanswered"
 
@@ -120,28 +126,26 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	leased := c.leased[0]
+	hc := c.http[0]
 	if expiring(op.Key()) {
-		leased = c.leased[1]
+		hc = c.http[1]
 	}
-	var res idempotency.Result
-	err = retryInFlight(ctx, op, func() error {
-		var err error
-		res, err = leased.Do(ctx, idempotency.Key{ID: op.Key()}, paymentFingerprint(op.Key(), amount), func(actx context.Context) (idempotency.Result, error) {
-			// Without a point before the charge, a fault falls at
-			// idempotency.leased.before-write, between the charge and
-			// the completion, where a stopped attempt wakes superseded.
-			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.leased.before-write", 2))
-		})
-		return err
-	})
-	if err == nil && res.Replayed && res.Status == 0 {
-		op.Set(metaUnanswered, "true")
+	req, kind := hostileCharge(c.env.Rand.IntN(100), amount)
+	if kind != "" {
+		op.Set("hostile", kind)
+	}
+	// Without a point before the charge, a fault falls at
+	// idempotency.leased.before-write, between the charge and the
+	// completion, where a stopped attempt wakes superseded.
+	call := &chargeCall{ctx: ctx, op: op, point: chargePoint(c.env, "harness.payments.leased.before-write", 2)}
+	err = call.outcome(retryInFlight(ctx, op, func() error { return call.send(hc, req) }))
+	if call.sends > 1 {
+		op.Set("retries", strconv.Itoa(call.sends-1)) // the client's resends too
 	}
 	// A superseded attempt is refused: its charge too, by the token, unless
 	// it committed before (Took), and then the operation is uncertain.
-	return op.Finish(ChargeOutput{Recorded: err == nil && !res.Replayed}, err,
-		idempotency.ErrInFlight, idempotency.ErrKeyReused, idempotency.ErrExpired, idempotency.ErrSuperseded, fencedlock.ErrFenced)
+	return op.Finish(ChargeOutput{Recorded: err == nil && call.stored}, err,
+		idempotency.ErrInFlight, idempotency.ErrKeyReused, idempotency.ErrExpired, errChargeTooLarge)
 }
 
 func (c *paymentsLeasedClient) Close() error { return nil }
@@ -193,6 +197,9 @@ func (r recordingLeases) Complete(ctx context.Context, l idempotency.Lease, res 
 }
 
 func (r recordingLeases) Release(ctx context.Context, l idempotency.Lease) error {
+	if call, ok := ctx.Value(chargeCallKey{}).(*chargeCall); ok && call.answered != 0 && call.answered == l.Token {
+		call.op.Set(metaReleasedAnswered, "true")
+	}
 	sent := history.Now()
 	err := r.LeaseStore.Release(ctx, l)
 	r.report(ctx, engine.Released, l, sent, err)

@@ -124,23 +124,31 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 	return rep, nil
 }
 
-// unanswered is the violation of an operation told its key is charged by a
-// replay that carried no answer.
-const unanswered history.Anomaly = "replay without an answer"
+// unanswered is the violation of an operation given a replay that carried
+// no answer; releasedAnswered of one whose key was released after its
+// handler answered.
+const (
+	unanswered       history.Anomaly = "replay without an answer"
+	releasedAnswered history.Anomaly = "key released after its answer"
+)
 
-// checkAnswered adds to rep a violation for each operation told its key is
-// charged by a replay with no answer (metaUnanswered): the key had expired
-// and been purged to a tombstone, whose retry must be refused
-// (idempotency.ErrExpired), not answered as if charged just now.
+// checkAnswered adds to rep a violation for each operation given a replay
+// with no answer (metaUnanswered): the key had expired and been purged to
+// a tombstone, whose retry must be refused (idempotency.ErrExpired), not
+// answered as if charged just now; and for each whose key was released
+// after its handler answered (metaReleasedAnswered), so that a retry ran
+// it again.
 func checkAnswered(rep *history.Findings, ops []history.Op) {
 	for _, op := range ops {
-		if op.Outcome != history.OK || op.Meta[metaUnanswered] == "" {
-			continue
+		at := fmt.Sprintf("client %d's charge called at t=%.3fs", op.Client, float64(op.Call-rep.Base)/1e9)
+		if op.Meta[metaUnanswered] != "" {
+			rep.Add(history.Violation{Key: op.Key, Anomaly: unanswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+				Text: fmt.Sprintf("%s was given a replay of key %s that carried no answer: the key had expired, and the retry was not refused", at, short.Quote(op.Key))})
 		}
-		v := history.Violation{Key: op.Key, Anomaly: unanswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
-			Text: fmt.Sprintf("client %d's charge at t=%.3fs was answered with a replay of key %s that carried no answer: the key had expired, and the retry was not refused",
-				op.Client, float64(op.Return-rep.Base)/1e9, short.Quote(op.Key))}
-		rep.Add(v)
+		if op.Meta[metaReleasedAnswered] != "" {
+			rep.Add(history.Violation{Key: op.Key, Anomaly: releasedAnswered, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+				Text: fmt.Sprintf("%s: the handler answered, and key %s was released instead of spent: a retry runs the charge again", at, short.Quote(op.Key))})
+		}
 	}
 }
 
