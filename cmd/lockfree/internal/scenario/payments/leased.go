@@ -68,10 +68,13 @@ func paymentsRetention(env *engine.Env) time.Duration { return env.LeaseTTL + ti
 
 // expiring reports whether key is one of the keys that expire: the same
 // answer in every worker.
-func expiring(key string) bool {
+func expiring(key string) bool { return keyHash(key)%expiringOdds == 0 }
+
+// keyHash is a payment key's hash: the same in every worker.
+func keyHash(key string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return h.Sum32()%expiringOdds == 0
+	return h.Sum32()
 }
 
 // A client purges the expired records every purgeEvery operations, up to
@@ -130,7 +133,7 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 	if expiring(op.Key()) {
 		hc = c.http[1]
 	}
-	req, kind := hostileCharge(c.env.Rand.IntN(100), amount)
+	req, kind := hostileCharge(c.env.Rand.IntN(100), op.Key(), amount)
 	if kind != "" {
 		op.Set("hostile", kind)
 	}

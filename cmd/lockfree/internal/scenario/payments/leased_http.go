@@ -35,23 +35,29 @@ type chargeRequest struct {
 	Filler string `json:"filler,omitempty"` // makes the body too large
 }
 
-// hostileCharge returns the request of a charge of amount, drawn from pick
-// (0 to 99): 5 in 100 are hostile. An answer over MaxResponseBody is lost
-// on every send: the middleware spends the key with ProblemResponseLost,
-// which the client takes as charged, as it is; a body over MaxRequestBody
-// is refused (413) before the handler runs.
-func hostileCharge(pick int, amount int64) (req chargeRequest, kind string) {
+// hostileCharge returns the request of a charge of amount on key, drawn
+// from pick (0 to 99). Every answer of one key in overLimitOdds is over
+// MaxResponseBody: the middleware spends the key with ProblemResponseLost,
+// replayed to every retry, which the client takes as charged, as it is (a
+// key, not a request: so that its first execution, the one that runs the
+// handler, meets the limit in every short run). Of the other requests, 2
+// in 100 are answered at the limit, and 1 in 100 has a body over
+// MaxRequestBody, refused (413) before the handler runs.
+func hostileCharge(pick int, key string, amount int64) (req chargeRequest, kind string) {
 	req.Amount = amount
-	switch pick {
-	case 0, 1:
-		req.Pad, kind = maxChargeAnswer, "answer-at-limit"
-	case 2, 3:
+	switch {
+	case keyHash(key)%overLimitOdds == 1: // never an expiring key's
 		req.Pad, kind = maxChargeAnswer+1, "answer-over-limit"
-	case 4:
+	case pick < 2:
+		req.Pad, kind = maxChargeAnswer, "answer-at-limit"
+	case pick == 2:
 		req.Filler, kind = strings.Repeat("x", maxChargeBody), "request-over-limit"
 	}
 	return req, kind
 }
+
+// overLimitOdds: one key in overLimitOdds is answered over the limit.
+const overLimitOdds = 4
 
 // errChargeTooLarge is a charge refused for its body's size (413).
 var errChargeTooLarge = errors.New("payments: charge request too large")
