@@ -554,6 +554,7 @@ func rate(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun) 
 // catches it, now that the workloads are hostile); scripts/results.sh does.
 var mutantDefects = map[string]string{
 	"kafkawriter.consumer.batch-retry.lost-commit": "a batch applied twice after a lost COMMIT answer in its retry one message at a time",
+	"idempotency.middleware.lost-response":         "a response over the limit answered \"retry\" and its key released: a retry runs the work again",
 	"partition.forward.slow-body":                  "a slow request body read on the partition's executor, holding up its other keys",
 }
 
