@@ -64,7 +64,7 @@ func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []his
 	bound := stallBound(r.prot, r.params)
 	res.StallBoundMs = float64(bound) / 1e6
 	stalls := keyStalls(ops, w, workers, exclusions{byClient: byClient, global: global, unleased: r.prot.Lease == 0})
-	if s, ok := runStall(ops, w, workers, exclusions{byClient: byClient, global: global}); ok {
+	if s, ok := runStall(ops, w, workers, exclusions{byClient: byClient, global: global, unleased: r.prot.Lease == 0}); ok {
 		stalls = append(stalls, s)
 	}
 	for _, v := range stallViolations(stalls, bound, r.prot, rep.Base) {
@@ -227,12 +227,23 @@ func keyStalls(ops []history.Op, w window, workers []int, ex exclusions) []wait 
 
 // runStall returns the whole run's longest stall in w: the run waits while
 // some worker runs under no fault of its own and none hits the whole run.
+// With no lease (ex.unleased), it does not wait while a fault holds a
+// request: a stopped transaction's locks may hold up any key (a table's
+// unique index, a foreign key), and nothing but the fault's end frees them.
 func runStall(ops []history.Op, w window, workers []int, ex exclusions) (wait, bool) {
 	var served []history.Time
+	var held []span
+	ends := callEnds(ops, w)
 	for i := range ops {
 		op := &ops[i]
-		if _, ok := slices.BinarySearch(workers, op.Client); ok && isServed(op) {
+		if _, ok := slices.BinarySearch(workers, op.Client); !ok {
+			continue
+		}
+		if isServed(op) {
 			served = append(served, op.Return)
+		}
+		if s := (span{max(op.Call, w.from), min(ends[i], w.to)}); ex.unleased && s.from < s.to {
+			held = append(held, intersect([]span{s}, union(ex.byClient[op.Client], ex.global))...)
 		}
 	}
 	all := []span{{w.from, w.to}}
@@ -243,6 +254,7 @@ func runStall(ops []history.Op, w window, workers []int, ex exclusions) (wait, b
 		all = nil
 	}
 	waiting := subtract([]span{{w.from, w.to}}, union(all, ex.global))
+	waiting = subtract(waiting, union(held, nil))
 	return longestWait(allKeys, waiting, served, w)
 }
 

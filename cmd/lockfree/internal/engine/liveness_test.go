@@ -129,6 +129,30 @@ func TestRunStall(t *testing.T) {
 	}
 }
 
+// With no lease, the run does not wait while a fault holds a request: the
+// stopped transaction's locks hold up the others until the fault ends.
+func TestRunStallUnleased(t *testing.T) {
+	w := window{from: 0, to: 10000 * ms}
+	ops := []history.Op{
+		liveOp(0, 1, "a", 900*ms, 1000*ms, history.OK, false),
+		liveOp(0, 2, "b", 1000*ms, 8500*ms, history.OK, false), // held by its fault, 1 s to 9 s
+		liveOp(1, 1, "a", 1100*ms, 8000*ms, history.OK, false), // waits on b's locks
+	}
+	excused := map[int][]span{0: {{1000 * ms, 9000 * ms}}}
+	for _, tc := range []struct {
+		unleased bool
+		want     history.Time
+	}{
+		{false, 7000 * ms}, // 1 s to 8 s: worker 1 ran under no fault
+		{true, 1500 * ms},  // only 8.5 s to the window's end
+	} {
+		s, ok := runStall(ops, w, []int{0, 1}, exclusions{byClient: excused, unleased: tc.unleased})
+		if !ok || s.waited != tc.want {
+			t.Errorf("unleased %v: %+v (%v), want %v waited", tc.unleased, s, ok, tc.want)
+		}
+	}
+}
+
 // The bound is the approach's lease, an operation's time, then a second
 // for the next; a stall over it is a violation that names its key and
 // length, one at it is not.
