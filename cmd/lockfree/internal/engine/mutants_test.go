@@ -449,8 +449,12 @@ func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant stri
 	case f != "":
 		// A fault waits out the lease that protects the approach: a run of
 		// a few leases has room for a few faults whatever the lease (the
-		// accounts members' 1.1 s as well as the locks' 250 ms).
+		// accounts members' 1.1 s as well as the locks' 250 ms). It goes on
+		// until its fault took effect twice, in two workers (round-robin):
+		// a scenario's workers may take different paths (payments-leased's
+		// completion and release of a superseded attempt).
 		cfg.Duration = max(cfg.Duration, 4*protection(tg, cfg))
+		cfg.MinFaults = 2
 	}
 	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f, seed: seed}
 	cfg.Hits = func(_ engine.Approach, hits map[string]int64) { run.hits = hits[mutant] }

@@ -46,6 +46,14 @@ type Config struct {
 	Warmup time.Duration
 	// Faults are injected while each approach is measured.
 	Faults []Fault
+	// MinFaults is how many times each fault asked for takes effect
+	// before a run ends: a run goes on past Duration (for at most
+	// max(Duration, 20s) more) until it has. Defaults to 1. A fault whose
+	// victims are picked round-robin reaches its second worker only at
+	// its second injection: a mutant run sets 2, so that a short run tries
+	// the paths of two workers. Faults that settle (failover, crash's
+	// restarts) count as their own rule says.
+	MinFaults int
 	// LeaseTTL is the lease of the lock-based approaches. Defaults to
 	// 250ms.
 	LeaseTTL time.Duration
@@ -140,6 +148,9 @@ func (c Config) withDefaults() Config {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
+	if c.MinFaults == 0 {
+		c.MinFaults = 1
+	}
 	return c
 }
 
@@ -153,6 +164,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: duration %v (want ≥ 100ms), warm-up %v", ErrInvalid, c.Duration, c.Warmup)
 	case c.LeaseTTL < 0 || c.OpTimeout < 0:
 		return fmt.Errorf("%w: negative lease or operation timeout", ErrInvalid)
+	case c.MinFaults < 0:
+		return fmt.Errorf("%w: %d faults at least (want ≥ 0)", ErrInvalid, c.MinFaults)
 	}
 	for _, f := range c.Faults {
 		if _, ok := faultByName(f); !ok {
@@ -448,7 +461,8 @@ func (r *run) measure(ctx context.Context) (window, error) {
 }
 
 // last returns once the run's duration has passed and every fault asked
-// for has taken effect at least once, or once overtime() more has passed:
+// for has taken effect at least MinFaults times, or once overtime() more
+// has passed:
 // a short run's few chances at a fault can all miss (the worker reached no
 // before-write point in time, sent nothing into a cut), a failover can take
 // longer than the run on a loaded machine, and a run in which a fault asked
@@ -468,8 +482,19 @@ func (r *run) last(ctx context.Context) {
 		}
 	}
 	if d := time.Since(from); d >= 20*time.Millisecond {
-		r.log.note("the run went on %v past its duration, until every fault asked for had taken effect", d.Round(100*time.Millisecond))
+		r.log.note("the run went on %v past its duration, until every fault asked for had taken effect %s", d.Round(100*time.Millisecond), times(r.cfg.MinFaults))
 	}
+}
+
+// times says n times in words: "once", "twice", "3 times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // overtime bounds how long a run goes on past its duration for a fault
@@ -477,7 +502,7 @@ func (r *run) last(ctx context.Context) {
 func (r *run) overtime() time.Duration { return max(r.cfg.Duration, 20*time.Second) }
 
 // faultsDone reports whether every fault asked for has taken effect at
-// least once, or as a settling fault says.
+// least MinFaults times, or as a settling fault says.
 func (r *run) faultsDone() bool {
 	for i, f := range r.cfg.Faults {
 		if s, ok := r.injectors[i].(settledRun); ok {
@@ -493,7 +518,7 @@ func (r *run) faultsDone() bool {
 			}
 			continue
 		}
-		if r.log.injectedOf(f) == 0 {
+		if r.log.injectedOf(f) < int64(r.cfg.MinFaults) {
 			return false
 		}
 	}
