@@ -100,7 +100,8 @@ type ConsumerConfig struct {
 	// of the group waits for the last member to learn it. It must be below
 	// SessionTimeout. Defaults to 250ms.
 	HeartbeatInterval time.Duration
-	// Dialer connects to the brokers (TLS, SASL). Defaults to
+	// Dialer connects to the brokers (TLS, SASL, DialFunc), the
+	// dead-letter writer's connections too. Defaults to
 	// kafka.DefaultDialer.
 	Dialer *kafka.Dialer
 	// Logger receives diagnostics. Defaults to none.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +307,44 @@ func readDeadLetter(t *testing.T, dc *deadLetterCase) kafka.Message {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestDeadLetterDialsAsTheConsumer: the dead-letter writer connects as the
+// consumer's Dialer does (its DialFunc, TLS, SASL). The brokers are named
+// by a host only the DialFunc knows: a writer that dialed on its own could
+// not reach them, and the poison message would never be dead-lettered.
+func TestDeadLetterDialsAsTheConsumer(t *testing.T) {
+	t.Parallel()
+	const poison, alias = "poison", "brokers.lockfree.invalid"
+	dc := newDeadLetterCaseOn(t, false, nil, func(brokers []string) string { return testkafka.Topic(t, brokers, 1) }, poison)
+	realHost, port, err := net.SplitHostPort(dc.e.brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aliased atomic.Int64
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, p, err := net.SplitHostPort(addr); err == nil && host == alias {
+			aliased.Add(1)
+			addr = net.JoinHostPort(realHost, p)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	src := dc.e.source()
+	src.Brokers = []string{net.JoinHostPort(alias, port)}
+	cfg := consumerConfig("c")
+	cfg.MaxAttempts, cfg.DeadLetterTopic, cfg.Logger = 2, dc.dlq, slog.New(dc.log)
+	cfg.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DialFunc: dial}
+	c, err := kafkawriter.NewConsumer(dc.e.db.Pool, src, dc.handler, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitFor(t, 120*time.Second, func() bool { return c.Stats().DeadLettered == 1 && dc.e.appliedBy(0, 2, "") == 1 })
+	if m := readDeadLetter(t, dc); string(m.Key) != "poison-key" || string(m.Value) != poison {
+		t.Fatalf("dead letter %q = %q, want the poison message", m.Key, m.Value)
+	}
+	if aliased.Load() == 0 {
+		t.Fatal("nothing dialed the alias: the test proves nothing")
+	}
 }

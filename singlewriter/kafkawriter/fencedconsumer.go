@@ -64,7 +64,8 @@ type FencedConsumerConfig struct {
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
-	// Dialer connects to the brokers (TLS, SASL). Defaults to
+	// Dialer connects to the brokers (TLS, SASL, DialFunc), the
+	// dead-letter writer's connections too. Defaults to
 	// kafka.DefaultDialer.
 	Dialer *kafka.Dialer
 	// Logger receives diagnostics. Defaults to none.

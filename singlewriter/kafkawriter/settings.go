@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"time"
 
@@ -258,10 +259,7 @@ func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadL
 	if topic == "" {
 		return nil
 	}
-	tr := &kafka.Transport{}
-	if dialer != nil {
-		tr.TLS, tr.SASL = dialer.TLS, dialer.SASLMechanism
-	}
+	tr := dialerTransport(dialer)
 	return &deadLetters{tr: tr, w: &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Topic:        topic,
@@ -271,6 +269,26 @@ func newDeadLetters(brokers []string, topic string, dialer *kafka.Dialer) *deadL
 		BatchTimeout: time.Millisecond,
 		Transport:    tr,
 	}}
+}
+
+// dialerTransport is a kafka.Transport that connects as dialer does: its
+// TLS, SASL and client ID, and its DialFunc, or else a net.Dialer with its
+// timeout, local address, fallback delay and keep-alive (a nil dialer:
+// kafka-go's defaults). Its Resolver, of another type than a Transport's,
+// is not carried over: a DialFunc can resolve as it likes.
+func dialerTransport(dialer *kafka.Dialer) *kafka.Transport {
+	tr := &kafka.Transport{}
+	if dialer == nil {
+		return tr
+	}
+	tr.TLS, tr.SASL, tr.ClientID = dialer.TLS, dialer.SASLMechanism, dialer.ClientID
+	tr.DialTimeout = dialer.Timeout
+	tr.Dial = dialer.DialFunc
+	if tr.Dial == nil {
+		nd := &net.Dialer{Timeout: dialer.Timeout, LocalAddr: dialer.LocalAddr, FallbackDelay: dialer.FallbackDelay, KeepAlive: dialer.KeepAlive}
+		tr.Dial = nd.DialContext
+	}
+	return tr
 }
 
 // send writes m with its key, value and headers, plus the headers saying
