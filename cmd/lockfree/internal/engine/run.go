@@ -482,19 +482,8 @@ func (r *run) last(ctx context.Context) {
 		}
 	}
 	if d := time.Since(from); d >= 20*time.Millisecond {
-		r.log.note("the run went on %v past its duration, until every fault asked for had taken effect %s", d.Round(100*time.Millisecond), times(r.cfg.MinFaults))
+		r.log.note("the run went on %v past its duration, until every fault asked for had taken effect %s", d.Round(100*time.Millisecond), history.Times(r.cfg.MinFaults))
 	}
-}
-
-// times says n times in words: "once", "twice", "3 times".
-func times(n int) string {
-	switch n {
-	case 1:
-		return "once"
-	case 2:
-		return "twice"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // overtime bounds how long a run goes on past its duration for a fault

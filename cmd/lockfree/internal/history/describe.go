@@ -38,8 +38,8 @@ func plural(n int64, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// times is "once", "twice", "3 times".
-func times(n int) string {
+// Times is "once", "twice", "3 times".
+func Times(n int) string {
 	switch n {
 	case 1:
 		return "once"

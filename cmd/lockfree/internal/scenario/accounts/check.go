@@ -86,7 +86,7 @@ func logged(inv *history.Invariant, k string, rows map[int64][]history.Effect) {
 	for _, n := range seqs {
 		if es := rows[n]; len(es) > 1 {
 			inv.Add(k, history.Violation{Anomaly: history.Duplicate, Marks: inv.Marks(es, history.Culprit),
-				Text: fmt.Sprintf("the log of key %s has seq %d %s%s", short.Quote(k), n, times(len(es)), inv.ByWhom(es))})
+				Text: fmt.Sprintf("the log of key %s has seq %d %s%s", short.Quote(k), n, history.Times(len(es)), inv.ByWhom(es))})
 		}
 		if n > prev+1 {
 			missing := fmt.Sprintf("seq %d", prev+1)
@@ -135,15 +135,4 @@ func plural(n int64, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
-}
-
-// times is "once", "twice", "3 times".
-func times(n int) string {
-	switch n {
-	case 1:
-		return "once"
-	case 2:
-		return "twice"
-	}
-	return fmt.Sprintf("%d times", n)
 }

@@ -48,7 +48,7 @@ func ExactlyOnce(ops []history.Op, effects []history.Effect) (*history.Findings,
 		ok, told := history.Count(kops, history.OK)
 		unsure, _ := history.Count(kops, history.Unknown)
 		n := len(effects)
-		charged := fmt.Sprintf("key %s was charged %s%s", short.Quote(k), times(n), inv.ByWhom(effects))
+		charged := fmt.Sprintf("key %s was charged %s%s", short.Quote(k), history.Times(n), inv.ByWhom(effects))
 		switch {
 		case len(kops) == 0:
 			inv.Add(k, history.Violation{Anomaly: history.Phantom, Marks: inv.Marks(effects, history.Culprit), Text: charged + ", but no operation asked for it"})
@@ -118,15 +118,4 @@ func reused(inv *history.Invariant, k string) {
 // chargeInput decodes op's ChargeInput into in, if it has one.
 func chargeInput(op *history.Op, in *ChargeInput) bool {
 	return len(op.Input) > 0 && json.Unmarshal(op.Input, in) == nil
-}
-
-// times is "once", "twice", "3 times".
-func times(n int) string {
-	switch n {
-	case 1:
-		return "once"
-	case 2:
-		return "twice"
-	}
-	return fmt.Sprintf("%d times", n)
 }
