@@ -213,23 +213,15 @@ func (c *eventsAltClient) restart(cons *kafkawriter.Consumer) bool {
 	if err := cons.Stop(ctx); !errors.As(err, &pe) {
 		return false
 	}
-	for {
-		err := c.park(ctx, pe)
-		var next *kafkawriter.Consumer
-		if err == nil {
-			next, err = c.start(ctx)
-		}
-		if err == nil {
-			c.mu.Lock()
-			c.before = addStats(c.before, cons.Stats())
-			c.consumer = next
-			c.mu.Unlock()
-			return true
-		}
-		if !engine.Sleep(ctx, 100*time.Millisecond) {
-			return false
-		}
+	next, ok := replacement(ctx, func(ctx context.Context) error { return c.park(ctx, pe) }, c.start)
+	if !ok {
+		return false
 	}
+	c.mu.Lock()
+	c.before = addStats(c.before, cons.Stats())
+	c.consumer = next
+	c.mu.Unlock()
+	return true
 }
 
 // park parks the poison event of pe in the dead_letters table and moves the

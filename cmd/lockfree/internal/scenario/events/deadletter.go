@@ -195,6 +195,25 @@ func letterOf(ctx context.Context, brokers []string, m kafka.Message) (deadLette
 	return deadLetter{entity: e.entity, seq: e.seq, source: source}, nil
 }
 
+// replacement parks the poison event of a stopped consumer (park) and
+// starts its replacement (start), again every 100 ms until both succeed,
+// as an operator would; false when ctx ends first.
+func replacement[C any](ctx context.Context, park func(context.Context) error, start func(context.Context) (C, error)) (C, bool) {
+	for {
+		err := park(ctx)
+		var next C
+		if err == nil {
+			next, err = start(ctx)
+		}
+		if err == nil {
+			return next, true
+		}
+		if !engine.Sleep(ctx, 100*time.Millisecond) {
+			return next, false
+		}
+	}
+}
+
 // readRecord reads the record at offset off of topic's partition p.
 func readRecord(ctx context.Context, brokers []string, topic string, p int, off int64) (kafka.Message, error) {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond})

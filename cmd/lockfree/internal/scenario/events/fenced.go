@@ -153,24 +153,15 @@ func (c *eventsFencedClient) supervise() {
 		if err := cons.Stop(ctx); !errors.As(err, &pe) {
 			return
 		}
-		for {
-			err := c.park(ctx, pe)
-			var next *kafkawriter.FencedConsumer
-			if err == nil {
-				next, err = c.start(ctx)
-			}
-			if err == nil {
-				c.mu.Lock()
-				c.before = addStats(c.before, cons.Stats())
-				c.before.Skipped += cons.Stats().Skipped
-				c.consumer = next
-				c.mu.Unlock()
-				break
-			}
-			if !engine.Sleep(ctx, 100*time.Millisecond) {
-				return
-			}
+		next, ok := replacement(ctx, func(ctx context.Context) error { return c.park(ctx, pe) }, c.start)
+		if !ok {
+			return
 		}
+		c.mu.Lock()
+		c.before = addStats(c.before, cons.Stats())
+		c.before.Skipped += cons.Stats().Skipped
+		c.consumer = next
+		c.mu.Unlock()
 	}
 }
 
