@@ -696,7 +696,7 @@ func mutantTrialsLine(base engine.Config) string {
 		}
 		trials = append(trials, fmt.Sprintf("`%s` under %s", tr.approach, f))
 	}
-	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (four of the approach's leases under a fault, when longer), in these runs, in order, until one shows violations: %s. "+
+	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (under a fault: four of the approach's leases, when longer, and until the fault took effect twice), in these runs, in order, until one shows violations: %s. "+
 		"The %d mutants of mutantCatchers first try the run that caught them before. "+
 		"A catch counts only if the same run without the mutant (its twin) loses nothing. "+
 		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches, and one short of all is unsteady, a failure. "+
