@@ -3,6 +3,7 @@ package accounts
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -61,5 +62,39 @@ func TestStalls(t *testing.T) {
 	}
 	if k := rep.Key("account-0"); k == nil || len(k.Violations) != 1 || k.Violations[0].Anomaly != stalled {
 		t.Fatalf("report %+v, want one stall of account-0", rep)
+	}
+}
+
+// A probe's wait is held to its bound only beyond the time the worker was
+// kept from running meanwhile (its ticks' lateness), and is not judged
+// while its ticker has been silent for scheduleGap: a wait that a 200 ms
+// pause explains is no stall; one that 20 ms of lateness leaves at 280 ms
+// is.
+func TestScheduleExplainsAWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var s schedule
+	for ms := 0; ms <= 100; ms += 5 {
+		s.tick(at(ms))
+	}
+	sent, lost := at(100), s.lost.Load()
+	s.tick(at(305)) // paused 200 ms
+	if w, judged := s.unexplained(at(310), sent, lost); !judged || w != 10*time.Millisecond {
+		t.Fatalf("a 210 ms wait across a 200 ms pause: %v unexplained (judged %v), want 10ms", w, judged)
+	}
+	s.tick(at(310))
+	sent, lost = at(310), s.lost.Load()
+	for ms := 315; ms <= 380; ms += 5 {
+		s.tick(at(ms))
+	}
+	s.tick(at(405)) // 20 ms late
+	for ms := 410; ms <= 610; ms += 5 {
+		s.tick(at(ms))
+	}
+	if w, judged := s.unexplained(at(610), sent, lost); !judged || w != 280*time.Millisecond {
+		t.Fatalf("a 300 ms wait, 20 ms late ticks: %v unexplained (judged %v), want 280ms", w, judged)
+	}
+	if _, judged := s.unexplained(at(640), sent, lost); judged {
+		t.Fatal("judged with no tick for 35 ms: a pause may be under way")
 	}
 }

@@ -36,9 +36,12 @@ const (
 	queueBound = bodyDeadline / 3
 	// probeEvery is how often a member probes its executors.
 	probeEvery = 50 * time.Millisecond
-	// scheduleGap is how long the worker's ticker may miss ticking: a
-	// longer gap is a paused or descheduled process, and a probe that
-	// waited across it is not judged.
+	// tickEvery is the period of the worker's ticker (schedule); the
+	// time its ticks come late is the time the process was paused or
+	// descheduled, which a probe's wait is not held to.
+	tickEvery = 5 * time.Millisecond
+	// scheduleGap is how long the ticker may miss ticking before a probe
+	// that ends is not judged: a pause may be under way.
 	scheduleGap = 25 * time.Millisecond
 )
 
@@ -135,8 +138,8 @@ func (c *accountsAltClient) serveAppend(w http.ResponseWriter, r *http.Request, 
 
 // prober probes a member's executors, every probeEvery: a call that does
 // nothing, on a key the member owns, queued behind no call of an operation.
-// One that waits past queueBound, while the worker was neither paused nor
-// descheduled (a ticker that missed no tick), is a stall, written to
+// One that waits past queueBound, beyond the time the worker was paused or
+// descheduled meanwhile (its ticker's late ticks), is a stall, written to
 // account_stalls for the check.
 type prober struct {
 	c *accountsAltClient
@@ -145,8 +148,7 @@ type prober struct {
 	// operation's call is ahead of it.
 	queue   sync.RWMutex
 	running atomic.Int32 // operations' calls still running (their Do returned early)
-	tick    atomic.Int64 // the last tick (UnixNano)
-	late    atomic.Int64 // the last tick that came scheduleGap late
+	sched   schedule
 	rand    *rand.Rand
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -154,21 +156,19 @@ type prober struct {
 
 func startProber(ctx context.Context, c *accountsAltClient) *prober {
 	p := &prober{c: c, rand: rand.New(rand.NewPCG(uint64(c.env.Client), 27))}
-	p.tick.Store(time.Now().UnixNano())
+	p.sched.tick(time.Now())
 	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		t := time.NewTicker(scheduleGap / 5)
+		t := time.NewTicker(tickEvery)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case now := <-t.C:
-				if prev := p.tick.Swap(now.UnixNano()); now.UnixNano()-prev > int64(scheduleGap) {
-					p.late.Store(now.UnixNano())
-				}
+			case <-t.C:
+				p.sched.tick(time.Now())
 			}
 		}
 	}()
@@ -212,19 +212,43 @@ func (p *prober) probe(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*bodyDeadline)
 	defer cancel()
-	sent := time.Now()
+	sent, lost := time.Now(), p.sched.lost.Load()
 	var waited time.Duration
 	judged := false
 	err := p.c.member.Do(ctx, key, func(context.Context, partition.Epoch) error {
-		now := time.Now()
-		waited, judged = now.Sub(sent), now.UnixNano()-p.tick.Load() <= int64(scheduleGap)
+		waited, judged = p.sched.unexplained(time.Now(), sent, lost)
 		unlock.Do(p.queue.Unlock)
 		return nil
 	})
-	if err != nil || !judged || p.late.Load() >= sent.UnixNano() || waited <= queueBound {
+	if err != nil || !judged || waited <= queueBound {
 		return
 	}
 	_, _ = p.c.env.DB.Exec(ctx, sqlAccountsStall, key, p.c.member.Name(), waited.Milliseconds())
+}
+
+// schedule is what a worker's ticker saw of its process's scheduling: the
+// last tick, and the time the ticks came late in all (past tickEvery each),
+// while the process was paused or descheduled.
+type schedule struct {
+	last atomic.Int64 // UnixNano of the last tick
+	lost atomic.Int64 // nanoseconds the ticks came late, summed
+}
+
+// tick records a tick seen at now.
+func (s *schedule) tick(now time.Time) {
+	prev := s.last.Swap(now.UnixNano())
+	if late := now.UnixNano() - prev - int64(tickEvery); prev != 0 && late > 0 {
+		s.lost.Add(late)
+	}
+}
+
+// unexplained returns the part of a wait from sent to now that the ticks
+// coming late do not explain (lost was s.lost at sent), and whether it can
+// be judged: a tick came within scheduleGap of now, so that no pause or
+// descheduling is under way that the ticks have not yet shown.
+func (s *schedule) unexplained(now, sent time.Time, lost int64) (time.Duration, bool) {
+	judged := now.UnixNano()-s.last.Load() <= int64(scheduleGap)
+	return now.Sub(sent) - time.Duration(s.lost.Load()-lost), judged
 }
 
 // owns reports whether the member owns key's partition.
