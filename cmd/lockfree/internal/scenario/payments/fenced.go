@@ -101,16 +101,16 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	return op.Finish(ChargeOutput{Recorded: recorded}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, fencedlock.ErrFenced)
 }
 
-// chargePoint is the before-write point an attempt's charge passes: point
-// for the last client of every n (client n−1, 2n−1, …), none for the
-// others. A fault falls at an operation's first point, and the injector
-// picks its victims round-robin, from client 0: so of every n faults, n−1
-// stop an attempt after its charge, at the library's point before the
-// record's write — the put of the fenced twin, the completion of the leased
-// alternative — which wakes to find a newer attempt held between its own
-// read or claim of the record and its write of it, and one stops an
-// attempt before its charge, which wakes to find its charge refused (its
-// work fails, and the attempt gives the key up).
+// chargePoint is the before-write point the fenced twin's charge passes:
+// point for the last client of every n (client n−1, 2n−1, …), none for
+// the others. A fault falls at an operation's first point, and the
+// injector picks its victims round-robin, from client 0: so of every n
+// faults, n−1 stop an attempt after its charge, at the library's point
+// before the record's put, which wakes to find a newer attempt held between
+// its own read of the record and its write of it, and one stops an attempt
+// before its charge, which wakes to find its charge refused (its work
+// fails, and the attempt gives the key up). The leased alternative splits
+// its clients its own way (leasedChargePoint).
 func chargePoint(env *engine.Env, point string, n int) string {
 	if env.Client%n != n-1 {
 		return ""
