@@ -144,7 +144,9 @@ const (
 // key), and waits until a worker other than the victim has taken the key
 // over — held, if it can be, at its own before-write point, so that the
 // victim's stale write lands between the other's read and write. It
-// reports what became of the key within the bound (takeoverBound). A
+// reports what became of the key within the bound (takeoverBound); a
+// worker seen waiting on a lock the victim's open transaction holds
+// (blockedBy) ends the wait: it is kept out until the victim goes on. A
 // victim whose operation goes on by itself (a stall: ends, when set) is
 // taken over only by what another worker did before that operation
 // completed: once it has, the key is its holder's to give, not to lose.
@@ -164,12 +166,14 @@ func (r *run) takeover(ctx context.Context, v *proc, at event, ends bool) taking
 	if Sleep(ctx, expiry) && at.Key != "" && !r.mon.wait(ctx, 0, over) {
 		r.direct(v, at.Key)
 	}
-	if r.mon.wait(ctx, r.takeoverBound(), over) && r.mon.wait(ctx, 0, taken) {
+	ok, blocked := r.waitUnblocked(ctx, r.takeoverBound(), v, over)
+	if ok && r.mon.wait(ctx, 0, taken) {
 		// The taker may be on its way to its point (it has the lease, its
 		// read is under way): held there, it makes the interleaving that
 		// shows a missing fence — the stale write between its read and
-		// its write.
-		r.mon.wait(ctx, r.reachBound(), func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
+		// its write. One that waits on the victim's row locks cannot get
+		// there before the victim goes on.
+		_, _ = r.waitUnblocked(ctx, r.reachBound(), v, func() bool { return len(r.mon.heldLocked(v.client, at.Key, at.T)) > 0 })
 		return takenOver
 	}
 	r.mon.mu.Lock()
@@ -179,6 +183,8 @@ func (r *run) takeover(ctx context.Context, v *proc, at event, ends bool) taking
 		return takenOver // as the run ended
 	case ctx.Err() != nil:
 		return noTaker // the run ended before the bound: not kept out
+	case blocked: // another worker waits on the victim's lock
+		return keptOut
 	case at.Key != "" && r.mon.cameLocked(v.client, at.Key, at.T):
 		return keptOut
 	}

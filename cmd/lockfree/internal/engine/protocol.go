@@ -42,6 +42,10 @@ type workerConfig struct {
 	// DB connects to the run's schema, through the worker's own proxy
 	// when the run injects network faults.
 	DB string `json:"db"`
+	// Run tags the run's database sessions: each is named
+	// sessionName(Run, Client), so that the coordinator can tell whose
+	// transaction blocks whose.
+	Run string `json:"run,omitempty"`
 	// LockDB, when set, is where the lock service lives instead of DB:
 	// the replicated pair of the failover fault, all of its nodes listed,
 	// target_session_attrs=read-write.

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/lockfree-go/lockfree/internal/short"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockfree-go/lockfree/internal/short"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
@@ -315,6 +317,10 @@ type run struct {
 	// of their database: a fault's (the failover pair).
 	lockDB string
 	task   report.Task // the live progress of the run, when followed
+	// admin is the harness's pool in the run's schema; tag names the
+	// run's database sessions (sessionName), for blockedBy.
+	admin *pgxpool.Pool
+	tag   string
 }
 
 // newRun readies def's run: its settings, its empty fleet, its injectors.
@@ -349,6 +355,7 @@ func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, 
 		return r, report.Result{}, err
 	}
 	defer sch.drop()
+	r.admin, r.tag = sch.admin, sch.Name[max(0, len(sch.Name)-8):]
 	undo, err := r.prepare(ctx, sch.Name)
 	defer undo()
 	if err != nil {
@@ -411,7 +418,7 @@ func (r *run) start(ctx context.Context, url string) error {
 	for c := 0; c < r.cfg.Clients; c++ {
 		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
 			LockDB: r.lockDB, Kafka: r.infra.Kafka, Redis: r.infra.Redis, Etcd: r.infra.Etcd, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
-			Metrics: r.cfg.Metrics}
+			Metrics: r.cfg.Metrics, Run: r.tag}
 		if err := r.fleet.startWorker(wc, network, brokers); err != nil {
 			return err
 		}

@@ -459,7 +459,7 @@ func (w *worker) op(ctx context.Context, c Client) error {
 // for both would leave that transaction open, its row locks stalling every
 // other worker.
 func (w *worker) pool(ctx context.Context, tr *Tracer) (*pgxpool.Pool, error) {
-	return dial(ctx, "database", w.cfg.DB, tr)
+	return dial(ctx, "database", w.cfg.DB, sessionName(w.cfg.Run, w.cfg.Client), tr)
 }
 
 // firstConnection waits until pool has connected once, trying again within
@@ -484,11 +484,12 @@ func firstConnection(ctx context.Context, pool *pgxpool.Pool, bound time.Duratio
 // (workerConfig.LockDB): its connections go to whichever node accepts
 // writes.
 func (w *worker) lockPool(ctx context.Context, tr *Tracer) (*pgxpool.Pool, error) {
-	return dial(ctx, "lock database", w.cfg.LockDB, tr)
+	return dial(ctx, "lock database", w.cfg.LockDB, sessionName(w.cfg.Run, w.cfg.Client), tr)
 }
 
-// dial is a worker's pool on url (what, in errors), sized as pool says.
-func dial(ctx context.Context, what, url string, tr *Tracer) (*pgxpool.Pool, error) {
+// dial is a worker's pool on url (what, in errors), sized as pool says,
+// its sessions named app.
+func dial(ctx context.Context, what, url, app string, tr *Tracer) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -496,6 +497,7 @@ func dial(ctx context.Context, what, url string, tr *Tracer) (*pgxpool.Pool, err
 	pc.MaxConns = 8
 	pc.ConnConfig.Tracer = tr
 	pc.ConnConfig.ConnectTimeout = 2 * time.Second
+	pc.ConnConfig.RuntimeParams["application_name"] = app
 	return pgxpool.NewWithConfig(ctx, pc)
 }
 

@@ -179,17 +179,20 @@ func spreadKey(entity string, i, partitions int) string {
 }
 
 // Op sends the next events of a random entity of the worker's, once fewer
-// than kafkaBacklog of its events wait to be applied. It waits before it
-// invokes the operation, so a partition whose consumers apply nothing
-// shows no wait to the liveness check (docs/compare.md says so).
+// than kafkaBacklog of its events wait to be applied. It invokes the
+// operation before it waits: a partition whose consumers apply nothing
+// keeps its entities' sends pending, and the liveness check holds each
+// entity to its bound — a stalled partition is a stall, with its length,
+// not a producer that asked for nothing.
 func (p *kafkaProducer) Op(ctx context.Context) error {
 	k := p.env.Rand.IntN(p.env.Keys)
-	if !p.wait(ctx, k) {
-		return nil // the run is over, or the operation's time: nothing was invoked
-	}
 	ctx, op, first, err := p.invoke(ctx, k)
 	if err != nil {
 		return err
+	}
+	if !p.wait(ctx, k) {
+		// The run is over, or the operation's time: nothing was sent.
+		return op.Finish(nil, history.NotSent(ctx.Err()))
 	}
 	msgs := make([]kafka.Message, 0, eventsPerOp)
 	for s := first; s < first+eventsPerOp; s++ {

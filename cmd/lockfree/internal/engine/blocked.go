@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// sessionName is the application_name of the database sessions of the
+// worker whose client number is client in the run tagged run
+// (workerConfig.Run): what tells the coordinator whose transaction blocks
+// whose (blockedBy).
+func sessionName(run string, client int) string {
+	return fmt.Sprintf("lockfree w%d %s", client, run)
+}
+
+// sqlBlockedBy reports whether a session of the run ($1, a LIKE pattern)
+// other than the victim's ($2) waits on a lock a session of the victim's
+// holds.
+const sqlBlockedBy = `SELECT EXISTS (
+	SELECT 1 FROM pg_stat_activity w
+	WHERE w.application_name LIKE $1 AND w.application_name <> $2 AND w.wait_event_type = 'Lock'
+	AND EXISTS (SELECT 1 FROM pg_stat_activity b
+		WHERE b.pid = ANY (pg_blocking_pids(w.pid)) AND b.application_name = $2))`
+
+// blockedBy reports whether another worker of the run waits on a lock that
+// one of v's database sessions holds: v, stopped or cut off inside its
+// transaction, keeps the rows it wrote or locked from the worker sent to
+// take its key over. No wait changes that while the fault holds v; in
+// production it lasts until the server ends v's session
+// (idle_in_transaction_session_timeout, TCP keepalives). False when it
+// cannot tell.
+func (r *run) blockedBy(ctx context.Context, v *proc) bool {
+	if r.admin == nil || r.tag == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var blocked bool
+	err := r.admin.QueryRow(ctx, sqlBlockedBy, "lockfree w% "+r.tag, sessionName(r.tag, v.client)).Scan(&blocked)
+	return err == nil && blocked
+}
+
+// waitUnblocked waits up to d until cond holds (a condition on the
+// monitor, as monitor.wait), and reports whether it does. It gives up
+// early, blocked, once another worker waits on a lock v's session holds
+// (blockedBy): held on, v would only keep it waiting.
+func (r *run) waitUnblocked(ctx context.Context, d time.Duration, v *proc, cond func() bool) (ok, blocked bool) {
+	deadline := time.Now().Add(d)
+	for {
+		step := min(250*time.Millisecond, max(0, time.Until(deadline)))
+		if r.mon.wait(ctx, step, cond) {
+			return true, false
+		}
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			return false, false
+		}
+		if r.blockedBy(ctx, v) {
+			return false, true
+		}
+	}
+}
