@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -76,34 +75,10 @@ func (r recordingLocks) grant(ctx context.Context, name string, ttl time.Duratio
 // waiting (a renewal loop gives up at its lease's local deadline), and
 // reports a renewal the service made then too: a renewal held by a fault
 // and delivered late extends a lease all the same, and the exclusivity
-// check must see it. The caller gets the answer only if it comes in time.
+// check must see it (renewal). The caller gets the answer only if it comes
+// in time.
 func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fencedlock.Lease, error) {
-	sent := history.Now()
-	type answer struct {
-		l   fencedlock.Lease
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		sent := sent // moved to when a held renewal is let go
-		var key string
-		if op := opFrom(ctx); op != nil {
-			key = op.key
-		}
-		// A fault may hold it (late-renewal): it is sent when the fault
-		// lets it go, whoever still waits for it.
-		var holder lockHook
-		for _, h := range r.w.lockHooks() {
-			if h.renewing(key, lease.Name, lease.Token) {
-				holder = h
-				break
-			}
-		}
-		if holder != nil {
-			sent = history.Now()
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), WriteTimeout)
-		defer cancel()
+	return renewal(ctx, r.w, lease.Name, lease.Token, func(rctx context.Context, sent history.Time) (fencedlock.Lease, error) {
 		l, err := r.Store.Renew(rctx, lease)
 		switch {
 		case err == nil:
@@ -111,17 +86,8 @@ func (r recordingLocks) Renew(ctx context.Context, lease fencedlock.Lease) (fenc
 		case Uncertain(err):
 			r.report(ctx, evRenew, lease, sent, true)
 		}
-		if holder != nil {
-			holder.renewed(key, lease.Name, lease.Token, err)
-		}
-		done <- answer{l, err}
-	}()
-	select {
-	case a := <-done:
-		return a.l, a.err
-	case <-ctx.Done():
-		return fencedlock.Lease{}, fmt.Errorf("engine: renew %s token %d: %w", lease.Name, lease.Token, context.Cause(ctx))
-	}
+		return l, err
+	})
 }
 
 // AcquireValue is Acquire with a value on the lease (a leader election's

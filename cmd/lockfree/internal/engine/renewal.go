@@ -28,6 +28,11 @@ func (e *Env) Claiming(ctx context.Context) {
 // same, and the exclusivity check must see it. Renewal returns renew's
 // answer, or ctx's error when ctx ends first.
 func Renewal[T any](ctx context.Context, e *Env, name string, token int64, renew func(ctx context.Context, sent history.Time) (T, error)) (T, error) {
+	return renewal(ctx, e.w, name, token, renew)
+}
+
+// renewal is Renewal for worker w, nil outside a worker.
+func renewal[T any](ctx context.Context, w *worker, name string, token int64, renew func(ctx context.Context, sent history.Time) (T, error)) (T, error) {
 	type answer struct {
 		v   T
 		err error
@@ -39,8 +44,8 @@ func Renewal[T any](ctx context.Context, e *Env, name string, token int64, renew
 			key = op.key
 		}
 		var holder lockHook
-		if e.w != nil {
-			for _, h := range e.w.lockHooks() {
+		if w != nil {
+			for _, h := range w.lockHooks() {
 				if h.renewing(key, name, token) {
 					holder = h
 					break
