@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -87,7 +88,7 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	err = retryInFlight(ctx, op, func() error {
 		var err error
 		res, err = c.twin.Do(ctx, idempotency.Key{ID: op.Key()}, paymentFingerprint(op.Key(), amount), func(actx context.Context) (idempotency.Result, error) {
-			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.fenced.before-write", 4))
+			return fencedCharge(ctx, actx, c.env, op, amount, chargePoint(c.env, "harness.payments.fenced.before-write", 3))
 		})
 		return err
 	})
@@ -101,18 +102,21 @@ func (c *paymentsFencedClient) Op(ctx context.Context) error {
 	return op.Finish(ChargeOutput{Recorded: recorded}, err, idempotency.ErrInFlight, idempotency.ErrKeyReused, fencedlock.ErrFenced)
 }
 
-// chargePoint is the before-write point the fenced twin's charge passes:
-// point for the last client of every n (client n−1, 2n−1, …), none for
-// the others. A fault falls at an operation's first point, and the
-// injector picks its victims round-robin, from client 0: so of every n
-// faults, n−1 stop an attempt after its charge, at the library's point
-// before the record's put, which wakes to find a newer attempt held between
-// its own read of the record and its write of it, and one stops an attempt
-// before its charge, which wakes to find its charge refused (its work
-// fails, and the attempt gives the key up). The leased alternative splits
-// its clients its own way (leasedChargePoint).
-func chargePoint(env *engine.Env, point string, n int) string {
-	if env.Client%n != n-1 {
+// chargePoint is the before-write point an attempt's charge passes: point
+// for the clients whose number modulo 4 is in at, none for the others. A
+// fault falls at an operation's first point, and the injector picks its
+// victims round-robin from client 0, skipping one idle a moment; so at
+// decides where a run's faults stop attempts. A client without the point
+// stops at the library's point after its charge (before the record's put,
+// or the leased attempt's completion): it wakes superseded, and its write
+// of the record, or its completion, must be refused. One with it stops
+// before its charge: it wakes to find its charge refused, and the leased
+// attempt's release of the key must be refused too. The fenced twin passes
+// it at client 3 of every 4 (three faults in four stop after the charge);
+// the leased alternative at clients 1 to 3, so that a short run's first
+// two faults, at clients 0 and 1, reach both.
+func chargePoint(env *engine.Env, point string, at ...int) string {
+	if !slices.Contains(at, env.Client%4) {
 		return ""
 	}
 	return point

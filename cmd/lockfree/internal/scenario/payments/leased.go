@@ -137,7 +137,7 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 	if kind != "" {
 		op.Set("hostile", kind)
 	}
-	call := &chargeCall{ctx: ctx, op: op, point: leasedChargePoint(c.env)}
+	call := &chargeCall{ctx: ctx, op: op, point: chargePoint(c.env, "harness.payments.leased.before-write", 1, 2, 3)}
 	err = call.outcome(retryInFlight(ctx, op, func() error { return call.send(hc, req) }))
 	if call.sends > 1 {
 		op.Set("retries", strconv.Itoa(call.sends-1)) // the client's resends too
@@ -149,22 +149,6 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 }
 
 func (c *paymentsLeasedClient) Close() error { return nil }
-
-// leasedChargePoint is the before-write point of an attempt's charge: none
-// for client 0 (and 4, 8, …), harness.payments.leased.before-write for the
-// others. A fault falls at an operation's first point, and the injector
-// picks its victims round-robin from client 0, skipping one idle a moment:
-// so a run's first fault stops an attempt at idempotency.leased.before-write,
-// between its charge and its completion — it wakes superseded, and its
-// completion must be refused — and its second, whichever worker it picks,
-// stops one before its charge — it wakes to find its charge refused, and
-// its release of the key must be refused too.
-func leasedChargePoint(env *engine.Env) string {
-	if env.Client%4 == 0 {
-		return ""
-	}
-	return "harness.payments.leased.before-write"
-}
 
 // recordingLeases is the leased alternative's store of attempts, each lease
 // it grants, renews and ends (by a completion or a release) reported as
