@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -11,7 +12,15 @@ import (
 // (workerConfig.Run): what tells the coordinator whose transaction blocks
 // whose (blockedBy).
 func sessionName(run string, client int) string {
-	return fmt.Sprintf("lockfree w%d %s", client, run)
+	return fmt.Sprintf(sessionFormat, client, run)
+}
+
+// sessionFormat is sessionName's format; sessionsOf is its LIKE pattern
+// for every worker of a run.
+const sessionFormat = "lockfree w%d %s"
+
+func sessionsOf(run string) string {
+	return strings.Replace(fmt.Sprintf(sessionFormat, 0, run), "w0", "w%", 1)
 }
 
 // sqlBlockedBy reports whether a session of the run ($1, a LIKE pattern)
@@ -37,7 +46,7 @@ func (r *run) blockedBy(ctx context.Context, v *proc) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var blocked bool
-	err := r.admin.QueryRow(ctx, sqlBlockedBy, "lockfree w% "+r.tag, sessionName(r.tag, v.client)).Scan(&blocked)
+	err := r.admin.QueryRow(ctx, sqlBlockedBy, sessionsOf(r.tag), sessionName(r.tag, v.client)).Scan(&blocked)
 	return err == nil && blocked
 }
 
