@@ -72,6 +72,7 @@ var registry = []Point{
 	{"idempotency.middleware.lost-response", MutantSite, "Middleware releases the key of a handler that ran to the end but whose response it cannot store (over MaxResponseBody, status outside 200–599), instead of storing ProblemResponseLost in its place"},
 	{"idempotency.postgres.before-write", InjectPoint, "Postgres.Do after the work, before its result is recorded (with COMMIT in its own transaction)"},
 	{"kafkawriter.consumer.apply.below-stored", MutantSite, "Consumer's transaction applies a batch's messages below the stored offset (delivered again) instead of dropping them"},
+	{"kafkawriter.consumer.batch-retry", InjectPoint, "Consumer's retry of a failed batch one message at a time, before its first message's transaction"},
 	{"kafkawriter.consumer.batch-retry.lost-commit", MutantSite, "the defect both of the Consumer's resync checks fixed: after a lost COMMIT answer in a batch retried one message at a time, the batch held goes on and a redelivered one is applied from its start"},
 	{"kafkawriter.consumer.before-write", InjectPoint, "Consumer's transaction after the handler ran, before the inbox's compare-and-set on offset and epoch"},
 	{"kafkawriter.consumer.resync.drop", MutantSite, "Consumer goes on applying the batch it holds after finding the stored offset ahead, instead of leaving the rest to the reader, sought to that offset"},

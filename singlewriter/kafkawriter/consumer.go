@@ -477,6 +477,9 @@ func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) e
 		}
 		pp.failed()
 		pp.log.Debug("kafkawriter: batch failed; retrying one by one", telemetry.Err(err))
+		// Before the retry's first transaction, with messages after it:
+		// where a lost COMMIT answer makes the retry resync mid-batch.
+		failpoint.Inject(ctx, "kafkawriter.consumer.batch-retry")
 	}
 	for _, m := range batch {
 		err := pp.c.set.attempt(ctx, pp.log, pp.c.dlq, m, pp.failed, func() error {

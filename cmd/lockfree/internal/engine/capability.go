@@ -16,6 +16,12 @@ import (
 // answer of.
 type Committer interface{ CommitsTransactions() }
 
+// Retrier is a Committer whose workers pass a named point (a library's
+// failpoint) on a retry path that commits only now and then: every other
+// lost-commit injected into it, the first among them, loses the first
+// COMMIT after that point, so that a lost answer also falls in the retry.
+type Retrier interface{ RetryPoint() string }
+
 // Transactor is an ApproachDef whose operations pass an in-transaction
 // point (a name ending in ".in-tx") between a BEGIN of their own and its
 // COMMIT: the faults that stop a worker at a point (pause, stall, isolate,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -13,7 +14,8 @@ import (
 // COMMIT, the server commits, and the worker's connection is reset before
 // the answer reaches it. The worker cannot tell whether its transaction
 // took effect; one that retries it must find it did. It runs on the
-// approaches whose workers commit transactions of their own (Committer).
+// approaches whose workers commit transactions of their own (Committer);
+// on a Retrier, every other one loses the COMMIT after its retry point.
 const LostCommit Fault = "lost-commit"
 
 type lostCommit struct{}
@@ -26,7 +28,7 @@ func (lostCommit) counts() string {
 	return "the proxy lost an answer"
 }
 func (lostCommit) networked()            {}
-func (lostCommit) start(r *run) injector { return lostCommitRun{r} }
+func (lostCommit) start(r *run) injector { return &lostCommitRun{r: r} }
 
 // NoCommitOfItsOwn is why lost-commit skips an approach that is no
 // Committer and says no more (FaultSkipper).
@@ -46,21 +48,41 @@ func (lostCommit) skip(_ Scenario, def ApproachDef) string {
 	return NoCommitOfItsOwn
 }
 
-type lostCommitRun struct{ r *run }
+type lostCommitRun struct {
+	r *run
+	n atomic.Int64 // injections so far
+}
 
-func (l lostCommitRun) inject(ctx context.Context, v *proc) {
-	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT")
+func (l *lostCommitRun) inject(ctx context.Context, v *proc) {
+	if rt, ok := l.r.def.(Retrier); ok && l.n.Add(1)%2 == 1 && l.atRetry(ctx, v, rt.RetryPoint()) {
+		return
+	}
+	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT", nil)
+}
+
+// atRetry holds v at its retry point, arms its proxy to lose the next
+// COMMIT and lets it go on; false when v reached no retry point in time.
+func (l *lostCommitRun) atRetry(ctx context.Context, v *proc, point string) bool {
+	if _, ok := l.r.armPoint(ctx, LostCommit, v, arm{Mode: modeWait, Point: point}); !ok {
+		return false
+	}
+	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT after "+point, func() { v.command(command{Cmd: cmdClear}) })
+	return true
 }
 
 // loseAnswer loses the answer to v's next request that contains req (what
 // names it), and counts it as f once its proxy lost one: the server acted
 // on it, and v's connection was reset before the answer came. It then
-// leaves v a margin to find out what happened.
-func loseAnswer(ctx context.Context, r *run, v *proc, f Fault, req []byte, what string) {
+// leaves v a margin to find out what happened. release, if not nil, lets
+// v go on from a point it is held at, once the proxy is armed.
+func loseAnswer(ctx context.Context, r *run, v *proc, f Fault, req []byte, what string, release func()) {
 	before := v.proxy.Stats().LostReplies
 	lost := func() bool { return v.proxy.Stats().LostReplies > before }
 	from := history.Now()
 	v.proxy.LoseReply(req)
+	if release != nil {
+		release()
+	}
 	if !poll(ctx, r.reachBound(), lost) {
 		v.proxy.LoseReply(nil)
 		// It may have matched a request as it was disarmed: that

@@ -31,8 +31,8 @@ type lostReplyRun struct{ r *run }
 
 func (l lostReplyRun) inject(ctx context.Context, v *proc) {
 	if _, ok := l.r.def.(Committer); ok {
-		loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresCommit, "a COMMIT")
+		loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresCommit, "a COMMIT", nil)
 		return
 	}
-	loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresExecute, "a statement")
+	loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresExecute, "a statement", nil)
 }

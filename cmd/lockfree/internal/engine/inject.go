@@ -105,7 +105,10 @@ func (r *run) armPoint(ctx context.Context, f Fault, v *proc, a arm) (event, boo
 	}
 	if ctx.Err() == nil {
 		kind := AtBeforeWrite
-		if a.At != "" {
+		switch {
+		case a.Point != "":
+			kind = a.Point
+		case a.At != "":
 			kind = a.At
 		}
 		r.log.note("%s: worker %d reached no %s point within %v", f, v.client, kind, r.reachBound())

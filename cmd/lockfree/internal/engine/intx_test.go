@@ -1,9 +1,11 @@
 package engine_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+	"github.com/lockfree-go/lockfree/internal/failpoint"
 )
 
 // inTxTests are the runs of TestFaultsInTx: pause in every scenario with
@@ -78,5 +80,27 @@ func TestFaultsInTx(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A Retrier's retry point is a registered failpoint, and the Retrier
+// commits transactions of its own: lost-commit holds its workers there.
+func TestRetryPointsAreRegistered(t *testing.T) {
+	t.Parallel()
+	for _, sc := range engine.Scenarios() {
+		for _, d := range engine.Approaches(sc.Name()) {
+			rt, ok := d.(engine.Retrier)
+			if !ok {
+				continue
+			}
+			if _, ok := d.(engine.Committer); !ok {
+				t.Errorf("%s/%s names a retry point but commits no transaction of its own", sc.Name(), d.Approach())
+			}
+			if !slices.ContainsFunc(failpoint.Registered(), func(p failpoint.Point) bool {
+				return p.Name == rt.RetryPoint() && p.Kind == failpoint.InjectPoint
+			}) {
+				t.Errorf("%s/%s: retry point %s is no registered failpoint", sc.Name(), d.Approach(), rt.RetryPoint())
+			}
+		}
 	}
 }

@@ -949,12 +949,6 @@ var mutantUnsteady = map[string]string{
 	// fault loses the answer to one statement of the worker, and only one
 	// on a keyed request's path makes the client resend.
 	"idempotency.client.same-key": "only a lost answer on a keyed request's path makes the client resend (4 of 5 runs); idempotency/client's TestGuards/idempotency.client.same-key catches it every time",
-	// lost-commit loses the victim's next COMMIT, whatever it is: the
-	// defect needs it to fall in a batch retried one message at a time,
-	// and the reader's redelivery to overlap what the batch held goes on
-	// with. Caught in 4 of 5 runs at rate 5 (5 of 5 the time before); a
-	// CI run hit the site 8 times under lost-commit and caught nothing.
-	"kafkawriter.consumer.batch-retry.lost-commit": "the lost COMMIT must fall in a batch retried one message at a time, and the redelivery overlap it (4 of 5 runs); kafkawriter's TestGuards/the_batch-retry_defect catches it every time",
 }
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the
