@@ -16,11 +16,13 @@ import (
 // answer of.
 type Committer interface{ CommitsTransactions() }
 
-// Retrier is a Committer whose workers pass a named point (a library's
-// failpoint) on a retry path that commits only now and then: every other
-// lost-commit injected into it, the first among them, loses the first
-// COMMIT after that point, so that a lost answer also falls in the retry.
-type Retrier interface{ RetryPoint() string }
+// Aimer is an ApproachDef whose workers pass a registered failpoint after
+// which one request decides an outcome that a fault losing answers seldom
+// meets at random: a failed batch's retry, the COMMIT that stores a key's
+// record. Every other injection of such a fault (the first among them)
+// holds a worker at AimPoint(f) and loses the next answer; "" for a fault
+// it does not aim.
+type Aimer interface{ AimPoint(f Fault) string }
 
 // Transactor is an ApproachDef whose operations pass an in-transaction
 // point (a name ending in ".in-tx") between a BEGIN of their own and its

@@ -15,7 +15,7 @@ import (
 // the answer reaches it. The worker cannot tell whether its transaction
 // took effect; one that retries it must find it did. It runs on the
 // approaches whose workers commit transactions of their own (Committer);
-// on a Retrier, every other one loses the COMMIT after its retry point.
+// on an Aimer, every other one loses the COMMIT after its aim point.
 const LostCommit Fault = "lost-commit"
 
 type lostCommit struct{}
@@ -50,24 +50,26 @@ func (lostCommit) skip(_ Scenario, def ApproachDef) string {
 
 type lostCommitRun struct {
 	r *run
-	n atomic.Int64 // injections so far
+	n atomic.Int64 // injections aimed or not (loseAimed)
 }
 
 func (l *lostCommitRun) inject(ctx context.Context, v *proc) {
-	if rt, ok := l.r.def.(Retrier); ok && l.n.Add(1)%2 == 1 && l.atRetry(ctx, v, rt.RetryPoint()) {
-		return
-	}
-	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT", nil)
+	loseAimed(ctx, l.r, v, LostCommit, &l.n, faultproxy.PostgresCommit, "a COMMIT")
 }
 
-// atRetry holds v at its retry point, arms its proxy to lose the next
-// COMMIT and lets it go on; false when v reached no retry point in time.
-func (l *lostCommitRun) atRetry(ctx context.Context, v *proc, point string) bool {
-	if _, ok := l.r.armPoint(ctx, LostCommit, v, arm{Mode: modeWait, Point: point}); !ok {
-		return false
+// loseAimed loses the answer to v's next request that contains req; on an
+// Aimer, every other injection (n counts them, the first among them) first
+// holds v at the aim point, arms the proxy, then lets v go on. Held at no
+// aim point in time, it loses the next answer all the same.
+func loseAimed(ctx context.Context, r *run, v *proc, f Fault, n *atomic.Int64, req []byte, what string) {
+	if a, ok := r.def.(Aimer); ok && a.AimPoint(f) != "" && n.Add(1)%2 == 1 {
+		point := a.AimPoint(f)
+		if _, ok := r.armPoint(ctx, f, v, arm{Mode: modeWait, Point: point}); ok {
+			loseAnswer(ctx, r, v, f, req, what+" after "+point, func() { v.command(command{Cmd: cmdClear}) })
+			return
+		}
 	}
-	loseAnswer(ctx, l.r, v, LostCommit, faultproxy.PostgresCommit, "a COMMIT after "+point, func() { v.command(command{Cmd: cmdClear}) })
-	return true
+	loseAnswer(ctx, r, v, f, req, what, nil)
 }
 
 // loseAnswer loses the answer to v's next request that contains req (what

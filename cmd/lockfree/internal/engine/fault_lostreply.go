@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
 )
@@ -25,14 +26,17 @@ func (lostReply) How() string {
 }
 func (lostReply) counts() string        { return "the proxy lost an answer" }
 func (lostReply) networked()            {}
-func (lostReply) start(r *run) injector { return lostReplyRun{r} }
+func (lostReply) start(r *run) injector { return &lostReplyRun{r: r} }
 
-type lostReplyRun struct{ r *run }
+type lostReplyRun struct {
+	r *run
+	n atomic.Int64 // injections aimed or not (loseAimed)
+}
 
-func (l lostReplyRun) inject(ctx context.Context, v *proc) {
+func (l *lostReplyRun) inject(ctx context.Context, v *proc) {
 	if _, ok := l.r.def.(Committer); ok {
-		loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresCommit, "a COMMIT", nil)
+		loseAimed(ctx, l.r, v, LostReply, &l.n, faultproxy.PostgresCommit, "a COMMIT")
 		return
 	}
-	loseAnswer(ctx, l.r, v, LostReply, faultproxy.PostgresExecute, "a statement", nil)
+	loseAimed(ctx, l.r, v, LostReply, &l.n, faultproxy.PostgresExecute, "a statement")
 }

@@ -83,23 +83,28 @@ func TestFaultsInTx(t *testing.T) {
 	}
 }
 
-// A Retrier's retry point is a registered failpoint, and the Retrier
-// commits transactions of its own: lost-commit holds its workers there.
-func TestRetryPointsAreRegistered(t *testing.T) {
+// An Aimer's aim points are registered failpoints.
+func TestAimPointsAreRegistered(t *testing.T) {
 	t.Parallel()
 	for _, sc := range engine.Scenarios() {
 		for _, d := range engine.Approaches(sc.Name()) {
-			rt, ok := d.(engine.Retrier)
+			a, ok := d.(engine.Aimer)
 			if !ok {
 				continue
 			}
-			if _, ok := d.(engine.Committer); !ok {
-				t.Errorf("%s/%s names a retry point but commits no transaction of its own", sc.Name(), d.Approach())
+			aimed := 0
+			for _, f := range engine.FaultNames() {
+				p := a.AimPoint(f)
+				if p == "" {
+					continue
+				}
+				aimed++
+				if !slices.ContainsFunc(failpoint.Registered(), func(r failpoint.Point) bool { return r.Name == p && r.Kind == failpoint.InjectPoint }) {
+					t.Errorf("%s/%s: aim point %s of %s is no registered failpoint", sc.Name(), d.Approach(), p, f)
+				}
 			}
-			if !slices.ContainsFunc(failpoint.Registered(), func(p failpoint.Point) bool {
-				return p.Name == rt.RetryPoint() && p.Kind == failpoint.InjectPoint
-			}) {
-				t.Errorf("%s/%s: retry point %s is no registered failpoint", sc.Name(), d.Approach(), rt.RetryPoint())
+			if aimed == 0 {
+				t.Errorf("%s/%s is an Aimer that aims no fault", sc.Name(), d.Approach())
 			}
 		}
 	}

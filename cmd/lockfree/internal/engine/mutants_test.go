@@ -945,10 +945,6 @@ var mutantUnsteady = map[string]string{
 	// late-heartbeat and 1 of 3 under pause). Its package test,
 	// TestGuards/partition.claim.owner, catches it every time.
 	"partition.claim.owner": "a claim from a live owner that has not released yet: the owner often releases first; TestGuards/partition.claim.owner catches it every time",
-	// Caught in 4 of 5 runs of orders' alternative under lost-reply: the
-	// fault loses the answer to one statement of the worker, and only one
-	// on a keyed request's path makes the client resend.
-	"idempotency.client.same-key": "only a lost answer on a keyed request's path makes the client resend (4 of 5 runs); idempotency/client's TestGuards/idempotency.client.same-key catches it every time",
 }
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the

@@ -117,9 +117,9 @@ type arm struct {
 	Mode string        `json:"mode"`
 	Key  string        `json:"key,omitempty"`
 	For  time.Duration `json:"for,omitempty"`
-	// Point, when set, is the one point the arm fires at instead of a
+	// Point, when set, is the one point the arm fires at instead of any
 	// before-write point: a point of a library's background work
-	// (memberPoint).
+	// (memberPoint), or one operation point (Aimer).
 	Point string `json:"point,omitempty"`
 	// Fetched: only at a point of a task that holds events it fetched from
 	// a stream and has written nothing of them yet (markFetched).

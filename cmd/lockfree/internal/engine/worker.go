@@ -269,7 +269,7 @@ func (w *worker) point(ctx context.Context, name string) {
 	ev := event{Ev: evPoint, Name: name, Key: op.key, Op: op.ID(), Token: op.Token()}
 	w.mu.Lock()
 	a := w.armed
-	if a == nil || a.Mode == modePark || a.Point != "" || a.kind() != kind || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
+	if a == nil || a.Mode == modePark || a.Point != "" && a.Point != name || a.kind() != kind || (a.Key != "" && a.Key != ev.Key) || (a.Fetched && !op.fetched.Load()) ||
 		slices.ContainsFunc(a.Skip, func(p string) bool { return strings.HasPrefix(ev.Key, p) }) {
 		w.mu.Unlock()
 		return

@@ -32,9 +32,14 @@ func init() { engine.RegisterApproach(eventsAlternative{}) }
 // MarksFetched: its handler marks a batch it holds for the overtake fault.
 func (eventsAlternative) MarksFetched() {}
 
-// RetryPoint: a lost-commit also aims at the Consumer's retry of a failed
+// AimPoint: a lost-commit also aims at the Consumer's retry of a failed
 // batch one message at a time.
-func (eventsAlternative) RetryPoint() string { return "kafkawriter.consumer.batch-retry" }
+func (eventsAlternative) AimPoint(f engine.Fault) string {
+	if f == engine.LostCommit {
+		return "kafkawriter.consumer.batch-retry"
+	}
+	return ""
+}
 
 func (eventsAlternative) Scenario() string          { return "events" }
 func (eventsAlternative) Approach() engine.Approach { return engine.Alternative }

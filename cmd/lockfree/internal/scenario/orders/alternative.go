@@ -35,6 +35,16 @@ type ordersAlternative struct{ kafkaTopic }
 
 func init() { engine.RegisterApproach(ordersAlternative{}) }
 
+// AimPoint: a lost-reply also loses the answer to the batch that stores a
+// request's key record with its COMMIT, which decides whether the request
+// applied.
+func (ordersAlternative) AimPoint(f engine.Fault) string {
+	if f == engine.LostReply {
+		return "idempotency.postgres.before-write"
+	}
+	return ""
+}
+
 func (ordersAlternative) Scenario() string          { return "orders" }
 func (ordersAlternative) Approach() engine.Approach { return engine.Alternative }
 func (ordersAlternative) Label() string {
