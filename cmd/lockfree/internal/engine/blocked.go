@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 )
 
@@ -12,16 +12,14 @@ import (
 // (workerConfig.Run): what tells the coordinator whose transaction blocks
 // whose (blockedBy).
 func sessionName(run string, client int) string {
-	return fmt.Sprintf(sessionFormat, client, run)
+	return fmt.Sprintf(sessionFormat, strconv.Itoa(client), run)
 }
 
 // sessionFormat is sessionName's format; sessionsOf is its LIKE pattern
 // for every worker of a run.
-const sessionFormat = "lockfree w%d %s"
+const sessionFormat = "lockfree w%s %s"
 
-func sessionsOf(run string) string {
-	return strings.Replace(fmt.Sprintf(sessionFormat, 0, run), "w0", "w%", 1)
-}
+func sessionsOf(run string) string { return fmt.Sprintf(sessionFormat, "%", run) }
 
 // sqlBlockedBy reports whether a session of the run ($1, a LIKE pattern)
 // other than the victim's ($2) waits on a lock a session of the victim's

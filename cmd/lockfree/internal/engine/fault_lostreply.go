@@ -15,7 +15,8 @@ import (
 // cannot know reports it as uncertain, never as done. The lock service's
 // statements cross the same proxy: a grant, renewal or release whose
 // answer was lost is uncertain evidence (recordingLocks), and the lock
-// service's client sends it again.
+// service's client sends it again. On an Aimer, every other one loses the
+// answer after its aim point (loseAimed).
 const LostReply Fault = "lost-reply"
 
 type lostReply struct{}
