@@ -35,6 +35,7 @@ func (m *Member) step(ctx context.Context) (moving bool, err error) {
 	if len(claim) == 0 || !m.leaseSafe() {
 		return moving, nil
 	}
+	failpoint.Inject(ctx, "partition.member.before-claim")
 	if err := m.claim(ctx, info, claim); err != nil {
 		return true, err
 	}

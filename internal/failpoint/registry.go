@@ -114,6 +114,7 @@ var registry = []Point{
 	{"partition.forward.slow-body", MutantSite, "Forward reads the request body on the partition's executor, not before it queues serve: a client that sends its body slowly holds every key of the partition"},
 	{"partition.heartbeat.expired", MutantSite, "Heartbeat extends an expired membership lease (revives it)"},
 	{"partition.join.live", MutantSite, "Join takes over a name whose lease is still live"},
+	{"partition.member.before-claim", InjectPoint, "a Member step, after it read the fleet and chose the partitions to claim, before it claims them"},
 	{"partition.member.before-release", InjectPoint, "a Member handoff, after the drain, before it releases the partitions it handed off"},
 	{"partition.member.before-write", InjectPoint, "Member.Do on the partition executor, after the lease check, before fn writes with the epoch"},
 	{"partition.member.heartbeat", InjectPoint, "a Member heartbeat, before it renews the membership lease"},

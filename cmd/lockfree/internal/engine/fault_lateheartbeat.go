@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -15,13 +17,17 @@ import (
 // claimed one of its partitions, while its calls go on: a member whose
 // membership store stopped answering while its data store still does, or
 // whose background goroutines starved. Its own check of its lease must stop
-// its calls: no heartbeat answered, so the lease is not safely held.
+// its calls: no heartbeat answered, so the lease is not safely held. Every
+// other time (the first among them) the others' claims are held instead,
+// after they read the fleet without it, until it rejoined and claimed its
+// partitions again: stale claims the store must refuse, its owner live.
 const LateHeartbeat Fault = "late-heartbeat"
 
 // The points of a partition member's background work.
 const (
 	pointHeartbeat     = "partition.member.heartbeat"
 	pointReconcile     = "partition.member.reconcile"
+	pointBeforeClaim   = "partition.member.before-claim"
 	pointBeforeRelease = "partition.member.before-release"
 )
 
@@ -33,12 +39,12 @@ type lateHeartbeat struct{}
 
 func (lateHeartbeat) Name() Fault { return LateHeartbeat }
 func (lateHeartbeat) How() string {
-	return "holds of a partition member's heartbeats and steps past its lease, its calls going on, until another member claimed one of its partitions"
+	return "holds of a partition member's heartbeats and steps past its lease, its calls going on, until another member claimed one of its partitions (every other time: until it is back, the others' claims held)"
 }
 func (lateHeartbeat) counts() string {
-	return "another member claimed one of its partitions, and its calls went on after"
+	return "another member claimed one of its partitions and its calls went on; or it claimed them again, theirs held"
 }
-func (lateHeartbeat) start(r *run) injector                   { return lateHeartbeatRun{r} }
+func (lateHeartbeat) start(r *run) injector                   { return &lateHeartbeatRun{r: r} }
 func (lateHeartbeat) agent(w *worker) agent                   { return &lateGate{out: w.out, halt: w.haltCh} }
 func (lateHeartbeat) skip(_ Scenario, def ApproachDef) string { return memberSkip(def) }
 
@@ -137,14 +143,22 @@ func holdHeartbeats(ctx context.Context, r *run, f Fault, v *proc) (event, histo
 	return at, taken, true
 }
 
-type lateHeartbeatRun struct{ r *run }
+type lateHeartbeatRun struct {
+	r *run
+	n atomic.Int64 // injections, stale claims or not
+}
 
 // inject holds v's heartbeats and steps past its lease, until another
 // member claimed one of its partitions, for twice the lease and a margin at
 // least, and until a call of v's is seen under way after the claim; it then
-// lets them go on, counts the fault, and waits for v to rejoin.
-func (l lateHeartbeatRun) inject(ctx context.Context, v *proc) {
+// lets them go on, counts the fault, and waits for v to rejoin. Every other
+// time (the first among them) it holds the claims instead (staleClaims).
+func (l *lateHeartbeatRun) inject(ctx context.Context, v *proc) {
 	r := l.r
+	if l.n.Add(1)%2 == 1 {
+		staleClaims(ctx, r, v)
+		return
+	}
 	at, taken, ok := holdHeartbeats(ctx, r, LateHeartbeat, v)
 	if !ok {
 		return
@@ -168,6 +182,68 @@ func (l lateHeartbeatRun) inject(ctx context.Context, v *proc) {
 		r.log.note("%s: worker %d made no call after its partition was claimed; not counted", LateHeartbeat, v.client)
 	}
 	r.mon.wait(ctx, r.takeoverBound(), func() bool { return r.mon.joinedLocked(v.client, end) })
+}
+
+// staleClaims arms every worker but v to wait at its next claim, holds v's
+// heartbeats and steps past its lease until another member, reading the
+// fleet without v, chose to claim (and waits there), lets v go on, and once
+// v has rejoined and claimed its partitions again, lets the claims go on:
+// claims from a view that went stale, of partitions whose owner is live.
+// The store must refuse them. It counts the fault when v claimed again
+// while a claim was held; the claimer's step has a lease's time in all.
+func staleClaims(ctx context.Context, r *run, v *proc) {
+	others := make([]*proc, 0, len(r.fleet.all()))
+	for _, p := range r.fleet.all() {
+		if p != v {
+			others = append(others, p)
+		}
+	}
+	hold := arm{Mode: modeWait, Point: pointBeforeClaim}
+	for _, p := range others {
+		p.command(command{Cmd: cmdArm, Arm: &hold})
+	}
+	defer func() {
+		for _, p := range others {
+			p.command(command{Cmd: cmdClear})
+		}
+	}()
+	at, ok := r.armPoint(ctx, LateHeartbeat, v, arm{Mode: modeLate})
+	if !ok {
+		return
+	}
+	var b pointSeen
+	held := Sleep(ctx, time.Duration(at.T-history.Now())+r.prot.Lease+r.margin()) &&
+		r.mon.wait(ctx, r.takeoverBound(), func() bool {
+			var seen bool
+			b, seen = r.mon.pointAtLocked(pointBeforeClaim, at.T)
+			return seen
+		})
+	for _, p := range others {
+		p.command(command{Cmd: cmdDisarm})
+	}
+	v.command(command{Cmd: cmdClear})
+	end := history.Now()
+	again := held && r.mon.wait(ctx, r.prot.Lease, func() bool { return r.mon.claimedByLocked(v.client, end) })
+	switch {
+	case again:
+		r.log.count(LateHeartbeat)
+		r.log.span(v.client, report.SpanStall, at.T, end, fmt.Sprintf("heartbeats held past the lease; worker %d's claim of its partitions held until it had claimed them again", b.client))
+	case ctx.Err() != nil:
+	case !held:
+		r.log.note("%s: no member set out to claim a partition of worker %d within %v past its lease; not counted", LateHeartbeat, v.client, r.takeoverBound())
+	default:
+		r.log.note("%s: worker %d claimed no partition within %v of rejoining; not counted", LateHeartbeat, v.client, r.prot.Lease)
+	}
+}
+
+// claimedByLocked reports whether client claimed a partition after t.
+func (m *monitor) claimedByLocked(client int, t history.Time) bool {
+	for _, ev := range m.owners[client] {
+		if ev.Ev == evClaim && ev.T > t {
+			return true
+		}
+	}
+	return false
 }
 
 // claimedFromLocked returns when another client's claim of a partition

@@ -100,7 +100,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"fencedlock.renew.expired":                     {"singleton", engine.FencedLock, engine.LateRenewal},
 	"fencedlock.renew.tenure":                      {"singleton", engine.Alternative, engine.Delay},
 	"partition.join.live":                          {"accounts", engine.Alternative, engine.Crash},
-	"partition.claim.owner":                        {"accounts", engine.Alternative, engine.HandoffPause},
+	"partition.claim.owner":                        {"accounts", engine.Alternative, engine.LateHeartbeat},
 	"partition.member.paused":                      {"accounts", engine.Alternative, engine.LateHeartbeat},
 	"idempotency.client.same-key":                  {"orders", engine.Alternative, engine.LostReply},
 	"kafkawriter.inbox.advance.offset":             {"events", engine.Alternative, engine.LostCommit},
@@ -945,12 +945,6 @@ var mutantUnsteady = map[string]string{
 	// Its package test, TestGuards/idempotency.expired, catches it every
 	// time.
 	"idempotency.expired": "only a retry after its key expired shows it (3 of 5 runs); idempotency's TestGuards/idempotency.expired catches it every time",
-	// The mutant shows only when a member claims a partition whose live
-	// owner has not yet released it; under handoff-pause the owner often
-	// releases first (3 of 5 runs caught it, as did 3 of 5 under
-	// late-heartbeat and 1 of 3 under pause). Its package test,
-	// TestGuards/partition.claim.owner, catches it every time.
-	"partition.claim.owner": "a claim from a live owner that has not released yet: the owner often releases first; TestGuards/partition.claim.owner catches it every time",
 }
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the
