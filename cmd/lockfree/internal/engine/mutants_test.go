@@ -939,12 +939,6 @@ func mutantFiles(t *testing.T, root, mutant string) []string {
 // table shows which it was. Each is a hole in the proof until a scenario
 // catches it every time.
 var mutantUnsteady = map[string]string{
-	// Caught in 3 of 5 runs of payments-leased's alternative under pause
-	// (5 of 5 the table before): only a retry that comes after its key
-	// expired, with the mutant, replays; one before it gets the answer.
-	// Its package test, TestGuards/idempotency.expired, catches it every
-	// time.
-	"idempotency.expired": "only a retry after its key expired shows it (3 of 5 runs); idempotency's TestGuards/idempotency.expired catches it every time",
 }
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the

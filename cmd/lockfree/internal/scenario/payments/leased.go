@@ -57,14 +57,16 @@ func (paymentsLeasedAlternative) Protection(p engine.Params) engine.Protection {
 }
 
 // One key in expiringOdds of the leased alternative expires: its store
-// keeps the key's answer for paymentsRetention, about half the time a key
-// is retried (paymentRounds), so that the key's later retries come after
-// its answer expired and must be refused (idempotency.ErrExpired); a
-// stopped attempt's key is still taken over before it expires. The other
-// keys are kept for the store's default retention, longer than any run.
+// keeps the key's answer for paymentsRetention, a quarter of the time a
+// key is retried (paymentRounds), so that most of the key's retries come
+// after its answer expired and must be refused (idempotency.ErrExpired),
+// from early in a run on (a run of a few leases has such retries). The
+// retention runs from the answer: a stopped attempt's key is still taken
+// over. The other keys are kept for the store's default retention, longer
+// than any run.
 const expiringOdds = 4
 
-func paymentsRetention(env *engine.Env) time.Duration { return env.LeaseTTL + time.Second }
+func paymentsRetention(env *engine.Env) time.Duration { return (env.LeaseTTL + time.Second) / 2 }
 
 // expiring reports whether key is one of the keys that expire: the same
 // answer in every worker.
