@@ -42,10 +42,8 @@ func (h handoffPauseRun) inject(ctx context.Context, v *proc) {
 	r := h.r
 	t0 := history.Now()
 	stop := arm{Mode: modeStop, Point: pointBeforeRelease}
-	for _, p := range r.fleet.all() {
-		if p != v {
-			p.command(command{Cmd: cmdArm, Arm: &stop})
-		}
+	for _, p := range r.fleet.others(v) {
+		p.command(command{Cmd: cmdArm, Arm: &stop})
 	}
 	_, taken, ok := holdHeartbeats(ctx, r, HandoffPause, v)
 	v.command(command{Cmd: cmdClear})
@@ -55,10 +53,8 @@ func (h handoffPauseRun) inject(ctx context.Context, v *proc) {
 		b, seen = r.mon.pointAtLocked(pointBeforeRelease, t0)
 		return seen
 	})
-	for _, p := range r.fleet.all() {
-		if p != v {
-			p.command(command{Cmd: cmdDisarm})
-		}
+	for _, p := range r.fleet.others(v) {
+		p.command(command{Cmd: cmdDisarm})
 	}
 	if !stopped {
 		if ctx.Err() == nil && ok {

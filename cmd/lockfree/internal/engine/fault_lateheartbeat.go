@@ -126,14 +126,9 @@ func (g *lateGate) point(_ context.Context, name string) bool {
 // claim returned (0 when none came within the bound). The gate stays armed:
 // the caller clears it.
 func holdHeartbeats(ctx context.Context, r *run, f Fault, v *proc) (event, history.Time, bool) {
-	at, ok := r.armPoint(ctx, f, v, arm{Mode: modeLate})
-	if !ok {
-		return at, 0, false
-	}
-	// The last heartbeat was sent before the point: the lease runs out on
-	// the server within the lease of the point.
-	if !Sleep(ctx, time.Duration(at.T-history.Now())+r.prot.Lease+r.margin()) {
-		return at, 0, true
+	at, ok, lapsed := holdPastLease(ctx, r, f, v)
+	if !ok || !lapsed {
+		return at, 0, ok
 	}
 	var taken history.Time
 	r.mon.wait(ctx, r.takeoverBound(), func() bool {
@@ -141,6 +136,20 @@ func holdHeartbeats(ctx context.Context, r *run, f Fault, v *proc) (event, histo
 		return taken != 0
 	})
 	return at, taken, true
+}
+
+// holdPastLease holds v's heartbeats and steps (a late gate) from their
+// next point on, and waits until v's lease has run out; it returns the
+// point, whether v reached it, and whether the lease ran out before ctx
+// ended. The gate stays armed: the caller clears it.
+func holdPastLease(ctx context.Context, r *run, f Fault, v *proc) (at event, ok, lapsed bool) {
+	at, ok = r.armPoint(ctx, f, v, arm{Mode: modeLate})
+	if !ok {
+		return at, false, false
+	}
+	// The last heartbeat was sent before the point: the lease runs out on
+	// the server within the lease of the point.
+	return at, true, Sleep(ctx, time.Duration(at.T-history.Now())+r.prot.Lease+r.margin())
 }
 
 type lateHeartbeatRun struct {
@@ -192,12 +201,7 @@ func (l *lateHeartbeatRun) inject(ctx context.Context, v *proc) {
 // The store must refuse them. It counts the fault when v claimed again
 // while a claim was held; the claimer's step has a lease's time in all.
 func staleClaims(ctx context.Context, r *run, v *proc) {
-	others := make([]*proc, 0, len(r.fleet.all()))
-	for _, p := range r.fleet.all() {
-		if p != v {
-			others = append(others, p)
-		}
-	}
+	others := r.fleet.others(v)
 	hold := arm{Mode: modeWait, Point: pointBeforeClaim}
 	for _, p := range others {
 		p.command(command{Cmd: cmdArm, Arm: &hold})
@@ -207,17 +211,16 @@ func staleClaims(ctx context.Context, r *run, v *proc) {
 			p.command(command{Cmd: cmdClear})
 		}
 	}()
-	at, ok := r.armPoint(ctx, LateHeartbeat, v, arm{Mode: modeLate})
+	at, ok, lapsed := holdPastLease(ctx, r, LateHeartbeat, v)
 	if !ok {
 		return
 	}
 	var b pointSeen
-	held := Sleep(ctx, time.Duration(at.T-history.Now())+r.prot.Lease+r.margin()) &&
-		r.mon.wait(ctx, r.takeoverBound(), func() bool {
-			var seen bool
-			b, seen = r.mon.pointAtLocked(pointBeforeClaim, at.T)
-			return seen
-		})
+	held := lapsed && r.mon.wait(ctx, r.takeoverBound(), func() bool {
+		var seen bool
+		b, seen = r.mon.pointAtLocked(pointBeforeClaim, at.T)
+		return seen
+	})
 	for _, p := range others {
 		p.command(command{Cmd: cmdDisarm})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,12 @@ func (f *fleet) all() []*proc {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*proc(nil), f.procs...)
+}
+
+// others returns the workers so far but v.
+func (f *fleet) others(v *proc) []*proc {
+	out := f.all()
+	return slices.DeleteFunc(out, func(p *proc) bool { return p == v })
 }
 
 // add adds a worker started during the run (a crashed one's replacement).

@@ -938,8 +938,7 @@ func mutantFiles(t *testing.T, root, mutant string) []string {
 // others, each with why: TestMutants fails on neither outcome, and the
 // table shows which it was. Each is a hole in the proof until a scenario
 // catches it every time.
-var mutantUnsteady = map[string]string{
-}
+var mutantUnsteady = map[string]string{}
 
 // mutantHoles are the mutants no scenario catches yet, each with why: the
 // holes in the proof that remain to be closed with a sharper scenario.
