@@ -47,9 +47,12 @@ var defaultApproaches = []engine.Approach{engine.Alternative, engine.FencedLock,
 
 // compareFlags are the parsed flags of `lockfree compare`.
 type compareFlags struct {
-	names             []string
-	approaches        []engine.Approach
-	clients, keys     []int
+	names         []string
+	approaches    []engine.Approach
+	clients, keys []int
+	// procs is how many worker processes run each approach's clients
+	// (engine.Config.Procs); 0: one per client.
+	procs             int
 	rounds            int
 	duration          time.Duration
 	faults            []engine.Fault
@@ -83,7 +86,8 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.SetOutput(stderr)
 	sc := fs.String("scenario", strings.Join(defaultScenarios(), ","), "scenarios, comma-separated ("+strings.Join(engine.Names(), ", ")+"), or all")
 	approaches := fs.String("approaches", approachList(defaultApproaches), "approaches, comma-separated: "+approachHelp()+"; or all")
-	clients := fs.String("clients", defaultClients, "worker processes per approach, one client each; a list (2,8,32) sweeps them")
+	clients := fs.String("clients", defaultClients, "clients per approach, each in a worker process of its own unless --procs says otherwise; a list (2,8,32) sweeps them")
+	fs.IntVar(&f.procs, "procs", 0, "worker processes per approach, each running clients/procs clients, as a server runs many request handlers (0: one per client); must divide every --clients; for scenarios whose clients may share a process, under "+report.FaultList(engine.ProcFaults())+" or none")
 	keys := fs.String("keys", "1", "distinct keys (entities) the clients work on; a list (1,100,10000) sweeps them")
 	fs.IntVar(&f.rounds, "rounds", 1, "run the approaches interleaved this many rounds and report medians and the spread of the ratios")
 	fs.DurationVar(&f.duration, "duration", defaultDuration, "how long each approach is measured (per point and round), after a warm-up")
@@ -138,6 +142,9 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	if f.names, err = parseScenarios(*sc); err != nil {
 		return f, err
 	}
+	if err := f.checkProcs(); err != nil {
+		return f, err
+	}
 	if f.approaches, err = parseApproaches(*approaches); err != nil {
 		return f, err
 	}
@@ -150,6 +157,33 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 		f.approaches = append(f.approaches, foilsOf(f.faults)...)
 	}
 	return f, nil
+}
+
+// checkProcs refuses a --procs that does not divide every --clients, or
+// that shares processes where a scenario or a fault cannot.
+func (f compareFlags) checkProcs() error {
+	if f.procs == 0 {
+		return nil
+	}
+	for _, c := range f.clients {
+		if f.procs < 1 || f.procs > c || c%f.procs != 0 {
+			return usageError{fmt.Errorf("--procs %d: want a number that divides every --clients (%d)", f.procs, c)}
+		}
+		if f.procs == c {
+			continue
+		}
+		for _, n := range f.names {
+			if s, _ := engine.Lookup(n); !engine.SharesProcesses(s) {
+				return usageError{fmt.Errorf("--procs %d: scenario %s runs one client per process", f.procs, n)}
+			}
+		}
+		for _, x := range f.faults {
+			if !slices.Contains(engine.ProcFaults(), x) {
+				return usageError{fmt.Errorf("--procs %d: fault %s runs with one client per process (with several: %s)", f.procs, x, report.FaultList(engine.ProcFaults()))}
+			}
+		}
+	}
+	return nil
 }
 
 func faultList() string {
@@ -400,7 +434,7 @@ func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline t
 				if !deadline.IsZero() && time.Now().After(deadline) {
 					return reports, missed, nil
 				}
-				cfg := engine.Config{Clients: c, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
+				cfg := engine.Config{Clients: c, Procs: f.procs, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
 					Metrics: f.metrics, Seed: f.seed, Keep: f.keep, At: f.at}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {

@@ -74,6 +74,29 @@ func (e *Env) Lane() int {
 	return e.Client
 }
 
+// Shared returns what the clients of the worker's process share under
+// name: made by mk for the first client that asks, the same value for
+// every other, as a server's request handlers share a Coalescer.
+// With one client per process (Config.Procs), each client has its own.
+// An error of mk is returned, and the next client to ask makes it again.
+func (e *Env) Shared(name string, mk func() (any, error)) (any, error) {
+	w := e.w
+	w.sharedMu.Lock()
+	defer w.sharedMu.Unlock()
+	if v, ok := w.shared[name]; ok {
+		return v, nil
+	}
+	v, err := mk()
+	if err != nil {
+		return nil, err
+	}
+	if w.shared == nil {
+		w.shared = map[string]any{}
+	}
+	w.shared[name] = v
+	return v, nil
+}
+
 // Recording wraps a lock service of the client's own like Locks: each lease
 // it grants, renews and releases is reported.
 func (e *Env) Recording(s fencedlock.Store) fencedlock.Store {

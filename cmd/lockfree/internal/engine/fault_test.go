@@ -306,7 +306,7 @@ func checkResult(t *testing.T, f engine.Fault, at string, r report.Result, resen
 		}
 	}
 	switch r.Approach {
-	case engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock:
+	case engine.Alternative, engine.Coalesced, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock:
 		if r.Violations != 0 {
 			t.Errorf("%s: %d violations: %s", r.Approach, r.Violations, r.Detail)
 		}

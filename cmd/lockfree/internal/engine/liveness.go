@@ -60,7 +60,15 @@ func (r *run) checkLiveness(res *report.Result, rep *history.Findings, ops []his
 	r.mon.mu.Lock()
 	workers := slices.Sorted(maps.Keys(r.mon.goT))
 	r.mon.mu.Unlock()
-	byClient, global := r.excused(w)
+	byWorker, global := r.excused(w)
+	// The checks read history clients: each of a worker's clients is
+	// excused its worker's faults.
+	clients := r.cfg.clientsOf(workers)
+	byClient := map[int][]span{}
+	for _, c := range clients {
+		byClient[c] = byWorker[r.cfg.workerOf(c)]
+	}
+	workers = clients
 	bound := stallBound(r.prot, r.params)
 	res.StallBoundMs = float64(bound) / 1e6
 	stalls := keyStalls(ops, w, workers, exclusions{byClient: byClient, global: global, unleased: r.prot.Lease == 0})

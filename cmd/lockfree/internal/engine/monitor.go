@@ -38,6 +38,9 @@ type monitor struct {
 	// applied holds, by key, the tasks that committed the application of
 	// an event and named the operation that produced it.
 	applied map[string][]appliedSeen
+	// workerOf maps a history client to its worker (Config.workerOf):
+	// the monitor keys everything by worker. Nil: the same number.
+	workerOf func(client int) int
 }
 
 type appliedSeen struct {
@@ -94,7 +97,11 @@ func (m *monitor) history(line []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h.Ev == "invoke" {
-		m.open[id] = opSeen{client: h.Client, key: h.Key, call: h.T}
+		w := h.Client
+		if m.workerOf != nil {
+			w = m.workerOf(w)
+		}
+		m.open[id] = opSeen{client: w, key: h.Key, call: h.T}
 		return // nobody waits for an invoke
 	}
 	o, ok := m.open[id]

@@ -32,8 +32,11 @@ const (
 type workerConfig struct {
 	Scenario string   `json:"scenario"`
 	Approach Approach `json:"approach"`
-	// Client is the worker's client number in the history.
+	// Client is the worker's client number in the history: its first,
+	// when it runs Lanes clients, numbered from Client on.
 	Client int `json:"client"`
+	// Lanes is how many clients the worker runs (Config.Procs); 0 is one.
+	Lanes int `json:"lanes,omitempty"`
 	// Replaces, when set, is the client number of the crashed worker this
 	// one was started in place of (the crash fault): its client runs as
 	// that one (Env.Client: the same member and holder names), its history

@@ -33,18 +33,19 @@ const (
 	Raw                 = report.Raw
 	PlainTokenLock      = report.PlainTokenLock
 	BlindRetry          = report.BlindRetry
+	Coalesced           = report.Coalesced
 )
 
 // approachOrder is the report order of the approaches; one not listed goes
 // last, by name.
-var approachOrder = []Approach{Alternative, VerifiedAlternative, FencedLock, VerifiedLock, NaiveLock, RedisLock, RedsyncLock, EtcdLock, EtcdFenced, Raw}
+var approachOrder = []Approach{Alternative, Coalesced, VerifiedAlternative, FencedLock, VerifiedLock, NaiveLock, RedisLock, RedsyncLock, EtcdLock, EtcdFenced, Raw}
 
 // Sizes are the sizes of a run that a scenario's schema and check depend on.
 type Sizes struct {
 	// Keys is how many distinct keys (rows, entities, …) the
 	// clients work on.
 	Keys int
-	// Clients is how many worker processes run the approach's clients.
+	// Clients is how many clients run the approach (Config.Clients).
 	Clients int
 }
 
@@ -70,6 +71,17 @@ type Scenario interface {
 	// model, and returns the checker's report. An error means nothing was
 	// checked.
 	Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, s Sizes) (*history.Findings, error)
+}
+
+// Sharing is a Scenario whose clients may share a worker process
+// (Config.Procs below Clients): each is a request handler that picks its
+// own keys, as a server runs many. A scenario whose clients each hold an
+// identity of their own that faults aim at (a partition member, a
+// consumer, a candidate) runs one client per process.
+type Sharing interface {
+	Scenario
+	// SharesProcesses marks the scenario.
+	SharesProcesses()
 }
 
 // Tallier is a Scenario that sorts the operations that completed into

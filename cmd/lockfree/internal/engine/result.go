@@ -82,7 +82,7 @@ func (r *run) tally(res *report.Result, ops []history.Op, w window) {
 	kinds, _ := r.sc.(Tallier)
 	for i := range ops {
 		op := &ops[i]
-		g, ok := goT[op.Client]
+		g, ok := goT[r.cfg.workerOf(op.Client)]
 		if !ok || op.Call < g || op.Call >= w.to {
 			continue
 		}

@@ -35,9 +35,16 @@ var ErrInvalid = errors.New("engine: invalid argument")
 
 // Config describes a run. The zero value is the defaults.
 type Config struct {
-	// Clients is how many worker processes run each approach, one client
-	// each. Defaults to 8.
+	// Clients is how many clients run each approach. Defaults to 8.
 	Clients int
+	// Procs is how many worker processes run them: Clients/Procs clients
+	// each, as a server runs many request handlers in one process (they
+	// share its pool, its lock service and what Env.Shared gives them,
+	// and a pause stops them all). It must divide Clients, and below
+	// Clients it needs a scenario whose clients may share a process
+	// (Sharing) and faults that hit a process (procFaults). Defaults to
+	// Clients: one client per process.
+	Procs int
 	// Keys is how many distinct keys the clients work on. Defaults to 1.
 	Keys int
 	// Duration is how long each approach is measured. Defaults to 5s.
@@ -135,6 +142,9 @@ func (c Config) withDefaults() Config {
 	if c.Clients == 0 {
 		c.Clients = 8
 	}
+	if c.Procs == 0 {
+		c.Procs = c.Clients
+	}
 	if c.Keys == 0 {
 		c.Keys = 1
 	}
@@ -159,7 +169,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	switch {
 	case c.Clients < 1 || c.Clients > 256:
-		return fmt.Errorf("%w: %d clients (want 1 to 256 worker processes)", ErrInvalid, c.Clients)
+		return fmt.Errorf("%w: %d clients (want 1 to 256)", ErrInvalid, c.Clients)
+	case c.Procs < 1 || c.Procs > c.Clients || c.Clients%c.Procs != 0:
+		return fmt.Errorf("%w: %d clients in %d processes (want a number of processes that divides the clients)", ErrInvalid, c.Clients, c.Procs)
 	case c.Keys < 1:
 		return fmt.Errorf("%w: %d keys", ErrInvalid, c.Keys)
 	case c.Duration < 100*time.Millisecond || c.Warmup < 0:
@@ -177,6 +189,13 @@ func (c Config) validate() error {
 	if contains(c.Faults, Random) && len(c.Faults) > 1 {
 		return fmt.Errorf("%w: faults %s: random draws its faults, and goes alone", ErrInvalid, report.FaultList(c.Faults))
 	}
+	if c.Procs < c.Clients {
+		for _, f := range c.Faults {
+			if !slices.Contains(procFaults, f) {
+				return fmt.Errorf("%w: fault %s with several clients per process: want one of %s", ErrInvalid, f, report.FaultList(procFaults))
+			}
+		}
+	}
 	if c.At != "" && c.At != AtBeforeWrite && c.At != AtInTx {
 		return fmt.Errorf("%w: at %s: want %s or %s", ErrInvalid, short.Quote(c.At), AtBeforeWrite, AtInTx)
 	}
@@ -192,6 +211,63 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// procFaults are the faults a run with several clients per process
+// injects: they hit a whole process (stop it, stall it, cut or slow its
+// connections) or the whole server. The others act on one client's
+// identity (a crash's replacement, a member's heartbeats, a lease's
+// renewals) and run with one client per process.
+var procFaults = []Fault{Pause, Stall, Isolate, Delay, Restart}
+
+// ProcFaults are the faults a run with several clients per process
+// (Config.Procs) injects.
+func ProcFaults() []Fault { return slices.Clone(procFaults) }
+
+// SharesProcesses reports whether sc's clients may share a worker process
+// (Sharing).
+func SharesProcesses(sc Scenario) bool {
+	_, ok := sc.(Sharing)
+	return ok
+}
+
+// lanes is how many clients each worker process runs.
+func (c Config) lanes() int {
+	if c.Procs == 0 {
+		return 1
+	}
+	return c.Clients / c.Procs
+}
+
+// procs is how many worker processes run the clients.
+func (c Config) procs() int { return c.Clients / c.lanes() }
+
+// workerOf is the worker whose process runs history client client, by
+// the worker's number: its first client's (workerConfig.Client). With
+// several clients per process, client c runs in the worker of c - c%lanes;
+// a number from Clients on (the check's lane, a crashed worker's
+// replacement) is its own.
+func (c Config) workerOf(client int) int {
+	if client >= c.Clients {
+		return client
+	}
+	return client - client%c.lanes()
+}
+
+// clientsOf lists the history clients of workers, in order (workerOf's
+// inverse).
+func (c Config) clientsOf(workers []int) []int {
+	var out []int
+	for _, w := range workers {
+		if w >= c.Clients {
+			out = append(out, w)
+			continue
+		}
+		for i := range c.lanes() {
+			out = append(out, w+i)
+		}
+	}
+	return out
 }
 
 // check refuses a run that cannot be made on infra, before anything runs.
@@ -223,8 +299,14 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	cfg = cfg.withDefaults()
 	rep := report.Report{Scenario: sc.Name(), Backend: "postgres", Clients: cfg.Clients, Keys: cfg.Keys,
 		DurationS: cfg.Duration.Seconds(), Faults: append([]Fault{}, cfg.Faults...), FaultHow: map[Fault]string{}}
+	if cfg.Procs < cfg.Clients {
+		rep.Procs = cfg.Procs
+	}
 	if err := cfg.check(infra); err != nil {
 		return rep, err
+	}
+	if _, ok := sc.(Sharing); !ok && cfg.Procs < cfg.Clients {
+		return rep, fmt.Errorf("%w: scenario %s runs one client per process (%d clients in %d processes asked)", ErrInvalid, sc.Name(), cfg.Clients, cfg.Procs)
 	}
 	for _, f := range cfg.Faults {
 		rep.FaultHow[f] = howAt(FaultHow(f), cfg.At, f)
@@ -326,6 +408,7 @@ type run struct {
 // newRun readies def's run: its settings, its empty fleet, its injectors.
 func newRun(sc Scenario, def ApproachDef, cfg Config, infra Infra) *run {
 	r := &run{cfg: cfg, infra: infra, sc: sc, def: def, mon: newMonitor(), log: newRunLog()}
+	r.mon.workerOf = cfg.workerOf
 	r.fleet = &fleet{cfg: cfg, mon: r.mon}
 	r.params = Params{Sizes: Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
 	r.prot = def.Protection(r.params)
@@ -415,8 +498,8 @@ func (r *run) start(ctx context.Context, url string) error {
 		}
 	}
 	r.log.base = history.Now()
-	for c := 0; c < r.cfg.Clients; c++ {
-		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: c, DB: url,
+	for w := range r.cfg.procs() {
+		wc := workerConfig{Scenario: r.sc.Name(), Approach: r.def.Approach(), Client: w * r.cfg.lanes(), Lanes: r.cfg.lanes(), DB: url,
 			LockDB: r.lockDB, Kafka: r.infra.Kafka, Redis: r.infra.Redis, Etcd: r.infra.Etcd, Params: r.params, Warmup: r.cfg.Warmup, Seed: r.cfg.Seed,
 			Metrics: r.cfg.Metrics, Run: r.tag}
 		if err := r.fleet.startWorker(wc, network, brokers); err != nil {

@@ -38,18 +38,20 @@ func (r *run) timeline(ops []history.Op, rep *history.Findings) *report.Timeline
 			name = "worker " + strconv.Itoa(as) + ", restarted"
 		case c >= r.cfg.Clients:
 			name = "check"
+		case r.cfg.lanes() > 1:
+			name = fmt.Sprintf("worker %d (clients %d–%d)", c/r.cfg.lanes(), c, c+r.cfg.lanes()-1)
 		}
 		l := &report.Lane{Name: name}
 		lanes[c] = l
 		return l
 	}
-	for c := 0; c < r.cfg.Clients; c++ {
-		lane(c)
+	for w := range r.cfg.procs() {
+		lane(w * r.cfg.lanes())
 	}
 	for i := range ops {
 		op := &ops[i]
 		if m, ok := r.mark(op); ok {
-			l := lane(op.Client)
+			l := lane(r.cfg.workerOf(op.Client))
 			l.Marks = append(l.Marks, m)
 		}
 		t.End = max(t.End, r.log.seconds(op.Call))

@@ -80,6 +80,10 @@ type worker struct {
 	tasks atomic.Int64
 	// agents are the faults' parts in the worker (agent.go).
 	agents []agent
+
+	// shared holds what the worker's clients share (Env.Shared).
+	sharedMu sync.Mutex
+	shared   map[string]any
 }
 
 // serve is WorkerMain on in and out.
@@ -348,29 +352,88 @@ func (w *worker) run(ctx context.Context) error {
 	env.MeterProvider = meter.meterProvider()
 	restore := failpoint.Handle(w.point)
 	defer restore()
-	client, err := w.newClient(ctx, def, env)
-	if err != nil && w.cfg.Replaces != nil && w.halted() {
-		// A crashed worker's replacement halted before its client
-		// started (a member waiting for its name's lease, or for a fleet
-		// that is leaving): it ran no operation.
-		return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.Counts().Connects}})
+	var clients []Client
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for _, e := range w.laneEnvs(env) {
+		client, err := w.newClient(ctx, def, e)
+		if err != nil && w.cfg.Replaces != nil && w.halted() {
+			// A crashed worker's replacement halted before its client
+			// started (a member waiting for its name's lease, or for a
+			// fleet that is leaving): it ran no operation.
+			return w.out.event(event{Ev: evStats, T: history.Now(), Stats: &workerStats{Connects: tr.Counts().Connects}})
+		}
+		if err != nil {
+			return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
+		}
+		clients = append(clients, client)
 	}
-	if err != nil {
-		return fmt.Errorf("%s/%s client: %w", w.cfg.Scenario, w.cfg.Approach, err)
-	}
-	defer client.Close()
-	return w.measure(ctx, client, tr, meter)
+	return w.measure(ctx, clients, tr, meter)
 }
 
-// measure runs client: the warm-up, then operations from cmdGo until
-// cmdHalt, then its drain and the stats; a Drainer then waits until every
-// worker drained (leaveWhenLet).
-func (w *worker) measure(ctx context.Context, client Client, tr *Tracer, meter *workerMeter) error {
-	warm := time.Now().Add(w.cfg.Warmup)
-	for time.Now().Before(warm) && !w.halted() {
-		if err := w.op(ctx, client); err != nil {
-			return err
+// laneEnvs returns the Env of each client the worker runs: env, the first,
+// and one more for each further lane (workerConfig.Lanes), which differs
+// only in its client number and its random source.
+func (w *worker) laneEnvs(env *Env) []*Env {
+	out := []*Env{env}
+	for i := 1; i < w.cfg.Lanes; i++ {
+		e := *env
+		e.Client = w.cfg.Client + i
+		e.Rand = laneRand(w.cfg.Seed, e.Client)
+		out = append(out, &e)
+	}
+	return out
+}
+
+// laneRand is the random source of client in a run seeded with seed.
+func laneRand(seed uint64, client int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, uint64(client)))
+}
+
+// lanes runs op on each client in a goroutine of its own until done, and
+// returns the first error: the other clients stop at their next
+// operation.
+func lanes(clients []Client, done func() bool, op func(Client) error) error {
+	if len(clients) == 1 {
+		for !done() {
+			if err := op(clients[0]); err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+		once   sync.Once
+		first  error
+	)
+	for _, c := range clients {
+		wg.Go(func() {
+			for !done() && !failed.Load() {
+				if err := op(c); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// measure runs the worker's clients, all at once: the warm-up, then
+// operations from cmdGo until cmdHalt, then their drain and the stats; a
+// Drainer then waits until every worker drained (leaveWhenLet).
+func (w *worker) measure(ctx context.Context, clients []Client, tr *Tracer, meter *workerMeter) error {
+	warm := time.Now().Add(w.cfg.Warmup)
+	op := func(c Client) error { return w.op(ctx, c) }
+	if err := lanes(clients, func() bool { return !time.Now().Before(warm) || w.halted() }, op); err != nil {
+		return err
 	}
 	if err := w.out.event(event{Ev: evReady, T: history.Now()}); err != nil {
 		return err
@@ -385,16 +448,16 @@ func (w *worker) measure(ctx context.Context, client Client, tr *Tracer, meter *
 		return err
 	}
 	from := w.invoked.Load()
-	for !w.halted() {
-		if err := w.op(ctx, client); err != nil {
-			return err
-		}
+	if err := lanes(clients, w.halted, op); err != nil {
+		return err
 	}
 	ops := w.invoked.Load() - from
 	end := tr.Counts()
-	if d, ok := client.(Drainer); ok {
-		if err := d.Drain(ctx); err != nil {
-			return fmt.Errorf("%s/%s: draining: %w", w.cfg.Scenario, w.cfg.Approach, err)
+	for _, client := range clients {
+		if d, ok := client.(Drainer); ok {
+			if err := d.Drain(ctx); err != nil {
+				return fmt.Errorf("%s/%s: draining: %w", w.cfg.Scenario, w.cfg.Approach, err)
+			}
 		}
 	}
 	metrics, err := meter.collect(ctx)
@@ -404,13 +467,20 @@ func (w *worker) measure(ctx context.Context, client Client, tr *Tracer, meter *
 	st := &workerStats{Metrics: metrics, Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
 		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
-	if c, ok := client.(Counter); ok {
-		st.Counts = c.Counts()
+	for _, client := range clients {
+		if c, ok := client.(Counter); ok {
+			if st.Counts == nil {
+				st.Counts = map[string]int64{}
+			}
+			for k, n := range c.Counts() {
+				st.Counts[k] += n
+			}
+		}
 	}
 	if err := w.out.event(event{Ev: evStats, T: history.Now(), Stats: st}); err != nil {
 		return err
 	}
-	w.leaveWhenLet(client)
+	w.leaveWhenLet(clients[0])
 	return nil
 }
 
@@ -453,13 +523,13 @@ func (w *worker) op(ctx context.Context, c Client) error {
 }
 
 // pool connects to the run's schema, with tr counting what it sends. It is
-// small: one client runs one operation at a time, beside its lock service's
+// small (poolSize): one client runs one operation at a time, beside its lock service's
 // listener and keepalives, and a background consumer whose transaction may
 // wait for a lock (singlewriter.Fenced acquires inside it): a pool too small
 // for both would leave that transaction open, its row locks stalling every
 // other worker.
 func (w *worker) pool(ctx context.Context, tr *Tracer) (*pgxpool.Pool, error) {
-	return dial(ctx, "database", w.cfg.DB, sessionName(w.cfg.Run, w.cfg.Client), tr)
+	return dial(ctx, "database", w.cfg.DB, sessionName(w.cfg.Run, w.cfg.Client), w.poolSize(), tr)
 }
 
 // firstConnection waits until pool has connected once, trying again within
@@ -484,17 +554,21 @@ func firstConnection(ctx context.Context, pool *pgxpool.Pool, bound time.Duratio
 // (workerConfig.LockDB): its connections go to whichever node accepts
 // writes.
 func (w *worker) lockPool(ctx context.Context, tr *Tracer) (*pgxpool.Pool, error) {
-	return dial(ctx, "lock database", w.cfg.LockDB, sessionName(w.cfg.Run, w.cfg.Client), tr)
+	return dial(ctx, "lock database", w.cfg.LockDB, sessionName(w.cfg.Run, w.cfg.Client), w.poolSize(), tr)
 }
 
-// dial is a worker's pool on url (what, in errors), sized as pool says,
-// its sessions named app.
-func dial(ctx context.Context, what, url, app string, tr *Tracer) (*pgxpool.Pool, error) {
+// poolSize is the most connections of each of the worker's pools: 8 for
+// one client (pool), two more for each further one.
+func (w *worker) poolSize() int32 { return 6 + 2*int32(max(1, w.cfg.Lanes)) }
+
+// dial is a worker's pool on url (what, in errors) of at most size
+// connections, its sessions named app.
+func dial(ctx context.Context, what, url, app string, size int32, tr *Tracer) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	pc.MaxConns = 8
+	pc.MaxConns = size
 	pc.ConnConfig.Tracer = tr
 	pc.ConnConfig.ConnectTimeout = 2 * time.Second
 	pc.ConnConfig.RuntimeParams["application_name"] = app
@@ -513,7 +587,7 @@ func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
 		Kafka: w.cfg.Kafka,
 		Redis: w.cfg.Redis,
 		Etcd:  w.cfg.Etcd,
-		Rand:  rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Client))),
+		Rand:  laneRand(w.cfg.Seed, w.cfg.Client),
 		rec:   history.NewRecorder(historyWriter{w.out}),
 		w:     w,
 	}

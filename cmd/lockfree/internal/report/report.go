@@ -56,6 +56,9 @@ const (
 	// BlindRetry is the lost-reply fault's foil: the alternative without
 	// operation IDs, resending an operation whose answer was lost.
 	BlindRetry Approach = "blind-retry"
+	// Coalesced is the alternative with a hot key's operations in one
+	// process coalesced into one statement (atomic.Coalescer).
+	Coalesced Approach = "coalesced"
 )
 
 // Fault is a fault injected while a scenario runs ("pause", "partition",
@@ -158,9 +161,12 @@ type Result struct {
 // Report is one scenario's run: every approach under the same load and
 // faults.
 type Report struct {
-	Scenario  string   `json:"scenario"`
-	Backend   string   `json:"backend"`
-	Clients   int      `json:"clients"`
+	Scenario string `json:"scenario"`
+	Backend  string `json:"backend"`
+	Clients  int    `json:"clients"`
+	// Procs is how many worker processes ran the clients, when fewer
+	// than the clients (several clients each); 0: one process each.
+	Procs     int      `json:"procs,omitempty"`
 	Keys      int      `json:"keys"`
 	DurationS float64  `json:"duration_s"`
 	Faults    []Fault  `json:"faults"`
@@ -324,8 +330,12 @@ func sortedKeys[K ~string, V any](m map[K]V) []K {
 
 // describe is the one-line description of a run's setting.
 func (rep Report) describe() string {
+	clients := plural(rep.Clients, "client", "clients")
+	if rep.Procs > 0 {
+		clients += " in " + plural(rep.Procs, "process", "processes")
+	}
 	s := fmt.Sprintf("backend %s, %s, %s, %gs per approach, faults %s",
-		rep.Backend, plural(rep.Clients, "client", "clients"), plural(rep.Keys, "key", "keys"), rep.DurationS, FaultList(rep.Faults))
+		rep.Backend, clients, plural(rep.Keys, "key", "keys"), rep.DurationS, FaultList(rep.Faults))
 	if rep.Rounds != nil {
 		s += fmt.Sprintf(", %d interleaved rounds", rep.Rounds.N)
 	}

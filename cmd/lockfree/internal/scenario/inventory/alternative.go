@@ -61,17 +61,19 @@ func newInventoryAltClient(env *engine.Env, ids bool) (engine.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newInventoryClient(env, inventoryAltOps{env: env, store: s, ids: ids}), nil
+	return newInventoryClient(env, inventoryAltOps{env: env, store: s, ids: ids, again: true}), nil
 }
 
 // inventoryAltOps are the store's operations on atomic.Postgres. Each
 // statement is the whole operation: the before-write point is before it.
-// Every statement is resent after a lost answer; with ids, each write
-// carries its operation's ID, and a resend returns the first outcome.
+// With again, every statement is resent after a lost answer; with ids,
+// each write carries its operation's ID, and a resend returns the first
+// outcome.
 type inventoryAltOps struct {
 	env   *engine.Env
 	store *atomic.Postgres
 	ids   bool
+	again bool
 }
 
 const inventoryAltPoint = "harness.inventory.alternative.before-write"
@@ -85,9 +87,10 @@ func (o inventoryAltOps) id() []atomic.Option {
 	return []atomic.Option{atomic.WithID(uuid.Must(uuid.NewV7()))}
 }
 
-// send sends one statement of an operation, again after a lost answer.
+// send sends one statement of an operation, again after a lost answer
+// when o resends.
 func (o inventoryAltOps) send(ctx context.Context, fn func() error) error {
-	return o.env.Resend(ctx, true, fn)
+	return o.env.Resend(ctx, o.again, fn)
 }
 
 func (o inventoryAltOps) sell(ctx context.Context, sku string) (left int64, err error) {

@@ -66,7 +66,11 @@ type inventory struct{}
 func init() { engine.Register(inventory{}) }
 
 func (inventory) Name() string { return "inventory" }
-func (inventory) Order() int   { return 1 }
+
+// SharesProcesses: its clients are a store's request handlers, each
+// picking its own SKUs; several may run in one worker process.
+func (inventory) SharesProcesses() {}
+func (inventory) Order() int       { return 1 }
 func (inventory) Description() string {
 	return "a store: of 20 operations, 10 sell a unit of a SKU, 3 sell a basket of a SKU and its case (all or nothing), " +
 		"3 restock a shelf by 5 up to its capacity of 20, 2 reprice (read, compare-and-set), 1 bids (set if greater), " +

@@ -1,0 +1,107 @@
+package inventory
+
+import (
+	"context"
+	stdatomic "sync/atomic"
+
+	"github.com/lockfree-go/lockfree/atomic"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
+)
+
+// inventoryCoalesced is the alternative on a hot key: the sales waiting in
+// one process for one SKU go as one statement and one commit
+// (atomic.Coalescer over DecrementInOrder), each told what a serial
+// execution in their order of arrival gives it. The other operations are
+// the alternative's without operation IDs, sent once. With several clients per process (--procs), a
+// process's clients share one Coalescer, as a server's request handlers
+// do. No operation carries an ID: one whose answer was lost is recorded
+// as uncertain, never sent again.
+type inventoryCoalesced struct{}
+
+func init() { engine.RegisterApproach(inventoryCoalesced{}) }
+
+func (inventoryCoalesced) Scenario() string          { return "inventory" }
+func (inventoryCoalesced) Approach() engine.Approach { return engine.Coalesced }
+func (inventoryCoalesced) Label() string {
+	return "atomic.Coalescer: the sales of one SKU waiting in one process sent as one statement and one commit (DecrementInOrder), each told its outcome in arrival order; the other operations one conditional statement each, as the alternative's without operation IDs"
+}
+func (inventoryCoalesced) Protection(engine.Params) engine.Protection { return engine.Protection{} }
+
+// SkipFault: a coalesced sale carries no operation ID to resend it with.
+func (inventoryCoalesced) SkipFault(f engine.Fault) string {
+	if f == engine.LostReply || f == engine.LostCommit {
+		return "its operations carry no operation ID: a lost answer leaves them uncertain (the alternative resends with IDs)"
+	}
+	return ""
+}
+
+func (inventoryCoalesced) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
+	s, err := atomic.NewPostgres(env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity",
+		MeterProvider: env.MeterProvider})
+	if err != nil {
+		return nil, err
+	}
+	v, err := env.Shared("inventory.coalescer", func() (any, error) {
+		sh := &coalescing{store: s}
+		c, err := atomic.NewCoalescer(sh, nil)
+		sh.sales = c
+		return sh, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sh := v.(*coalescing)
+	return coalescedClient{inventoryClient: newInventoryClient(env, inventoryCoalescedOps{inventoryAltOps: inventoryAltOps{env: env, store: s},
+		sales: sh.sales}), sh: sh}, nil
+}
+
+// coalescing is what a process's clients share: the Coalescer, and the
+// store under it, which counts its steps.
+type coalescing struct {
+	store *atomic.Postgres
+	sales *atomic.Coalescer
+	// steps counts the Coalescer's steps, merged the decrements sent in a
+	// step with others.
+	steps, merged stdatomic.Int64
+	reported      stdatomic.Bool
+}
+
+// DecrementInOrder is the store's, counted.
+func (c *coalescing) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]atomic.Result, error) {
+	c.steps.Add(1)
+	if len(amounts) > 1 {
+		c.merged.Add(int64(len(amounts)))
+	}
+	return c.store.DecrementInOrder(ctx, key, amounts)
+}
+
+// coalescedClient is a client of the store whose counts are its
+// process's: the first of the process's clients to be asked reports them.
+type coalescedClient struct {
+	*inventoryClient
+	sh *coalescing
+}
+
+// Counts: "steps" the statements the process's Coalescer sent, "merged"
+// the sales that shared one with others.
+func (c coalescedClient) Counts() map[string]int64 {
+	if !c.sh.reported.CompareAndSwap(false, true) {
+		return nil
+	}
+	return map[string]int64{"steps": c.sh.steps.Load(), "merged": c.sh.merged.Load()}
+}
+
+// inventoryCoalescedOps are the alternative's operations without IDs or
+// resends, the sales through the process's Coalescer.
+type inventoryCoalescedOps struct {
+	inventoryAltOps
+	sales *atomic.Coalescer
+}
+
+const inventoryCoalescedPoint = "harness.inventory.coalesced.before-write"
+
+func (o inventoryCoalescedOps) sell(ctx context.Context, sku string) (int64, error) {
+	o.env.BeforeWrite(ctx, inventoryCoalescedPoint)
+	return o.sales.Decrement(ctx, sku, 1)
+}
