@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -186,6 +187,9 @@ func FaultSkip(f Fault, def ApproachDef) string {
 				return why
 			}
 		}
+	}
+	if _, ok := def.(Handlers); ok && !slices.Contains(procFaults, f) {
+		return "its clients share processes, as a server's request handlers: it runs under the faults that hit a whole process (" + report.FaultList(procFaults) + ")"
 	}
 	for _, x := range []any{def, sc} {
 		if s, ok := x.(FaultSkipper); ok {

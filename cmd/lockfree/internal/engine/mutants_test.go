@@ -49,7 +49,9 @@ var (
 // approach under a fault it loses nothing under without a mutant (TestFaults,
 // and the fault-free runs of reachedSites), so that a violation is the
 // mutant's: the naive lock without faults, where nothing but the lock keeps
-// two clients apart (the cheapest run: no fault to wait out); the
+// two clients apart (the cheapest run: no fault to wait out), and the
+// coalescing alternative without faults (its clients sharing processes,
+// their sales one step); the
 // alternative and the fenced lock under a pause past the lease (it catches a
 // missing fence and, with the clients' contention, a missing condition), and
 // the lock and the epoch verified in the write's transaction (accounts'
@@ -69,6 +71,7 @@ var (
 // is in force (a member's Join).
 var mutantTrials = []mutantTrial{
 	{engine.NaiveLock, ""},
+	{engine.Coalesced, ""},
 	{engine.Alternative, engine.Pause},
 	{engine.FencedLock, engine.Pause},
 	{engine.VerifiedLock, engine.Pause},
@@ -966,14 +969,15 @@ var mutantHoles = map[string]string{
 	// No scenario elects a leader yet.
 	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
 
-	// No scenario's workload coalesces or decrements in order yet, and a
-	// refusal's re-check is a race inside one statement: atomic's TestGuards
-	// catches each (TestMutantsAreCaught).
+	// inventory's coalesced approach reaches these, but its sales are one
+	// unit each, it runs under no lost answer, and none of its callers
+	// gives up while its step runs; a refusal's re-check is a race inside
+	// one statement: atomic's TestGuards catches each
+	// (TestMutantsAreCaught).
 	"atomic.refusal.recheck":     "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-	"atomic.inorder.floor":       "no scenario decrements in order; atomic's TestGuards/atomic.inorder.floor catches it (TestMutantsAreCaught)",
-	"atomic.inorder.uncertain":   "no scenario decrements in order; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
-	"atomic.coalescer.order":     "no scenario coalesces; atomic's TestGuards/atomic.coalescer.order catches it (TestMutantsAreCaught)",
-	"atomic.coalescer.in-flight": "no scenario coalesces; atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain":   "inventory's coalesced approach runs under no lost answer (its operations carry no IDs); atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.order":     "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
+	"atomic.coalescer.in-flight": "no caller of inventory's coalesced approach gives up while its step runs (the operation timeout is seconds, a step milliseconds); atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
 
 	// Only inventory's alternative gives its operations IDs, each used once
 	// with one payload, never resolved, expired or purged within a run; no

@@ -84,6 +84,18 @@ type Sharing interface {
 	SharesProcesses()
 }
 
+// Handlers is an approach whose clients share what their process holds
+// (Env.Shared: a Coalescer), as a server's request handlers do: unless
+// Config.Procs already runs several clients per process, its clients run
+// Handlers() to a process (the most, up to that, that divides Clients and
+// leaves two processes at least),
+// and only the faults that hit a whole process (ProcFaults) take effect
+// in it. One client per process would leave it nothing to share.
+type Handlers interface {
+	ApproachDef
+	Handlers() int
+}
+
 // Tallier is a Scenario that sorts the operations that completed into
 // kinds worth counting apart (first executions and replays of a charge):
 // the report shows each kind's count among the measured operations.

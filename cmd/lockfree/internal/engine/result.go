@@ -19,6 +19,9 @@ import (
 // left, and fills in the approach's line of the report.
 func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result, error) {
 	res := report.Result{Approach: r.def.Approach(), Label: r.def.Label()}
+	if r.cfg.lanes() > 1 {
+		res.Procs = r.cfg.procs()
+	}
 	ops, err := r.fleet.history()
 	if err != nil {
 		return res, fmt.Errorf("reading the workers' history: %w", err)

@@ -270,6 +270,23 @@ func (c Config) clientsOf(workers []int) []int {
 	return out
 }
 
+// forApproach is c as def runs it: a Handlers approach's clients share
+// processes, unless c already has them share; two at least, so that a
+// fault that stops one has another to take its keys over.
+func (c Config) forApproach(def ApproachDef) Config {
+	h, ok := def.(Handlers)
+	if !ok || c.Procs < c.Clients {
+		return c
+	}
+	for l := min(h.Handlers(), c.Clients/2); l > 1; l-- { // two processes at least: a taker for a stopped one
+		if c.Clients%l == 0 {
+			c.Procs = c.Clients / l
+			return c
+		}
+	}
+	return c
+}
+
 // check refuses a run that cannot be made on infra, before anything runs.
 func (c Config) check(infra Infra) error {
 	if err := c.validate(); err != nil {
@@ -319,11 +336,12 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 		if cfg.Approaches != nil && !slices.Contains(cfg.Approaches, def.Approach()) {
 			continue
 		}
-		if why := skipReason(ctx, cfg, def, infra); why != "" {
+		acfg := cfg.forApproach(def)
+		if why := skipReason(ctx, acfg, def, infra); why != "" {
 			rep.Results = append(rep.Results, report.Result{Approach: def.Approach(), Label: def.Label(), Skipped: why})
 			continue
 		}
-		res, abort, err := runOne(ctx, sc, def, cfg, infra, &rep)
+		res, abort, err := runOne(ctx, sc, def, acfg, infra, &rep)
 		if abort {
 			return rep, err
 		}

@@ -80,12 +80,15 @@ type Stall struct {
 // Result is one approach's line of the report. The zero value is a result
 // whose invariants were not checked.
 type Result struct {
-	Approach  Approach `json:"approach"`
-	Label     string   `json:"label"`
-	Ops       int64    `json:"ops"`
-	OpsPerSec float64  `json:"ops_per_sec"`
-	P50ms     float64  `json:"p50_ms"`
-	P99ms     float64  `json:"p99_ms"`
+	Approach Approach `json:"approach"`
+	Label    string   `json:"label"`
+	// Procs is how many worker processes ran its clients, when fewer
+	// than the clients (they shared processes); 0: one each.
+	Procs     int     `json:"procs,omitempty"`
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
 	// LongestStallMs is the longest span of the measured part in which no
 	// operation completed, in milliseconds.
 	LongestStallMs float64 `json:"longest_stall_ms"`

@@ -129,6 +129,9 @@ func WriteTable(w io.Writer, rep Report) {
 // describeResult is the label, then the detail or why it was skipped.
 func describeResult(r Result) string {
 	s := r.Label
+	if r.Procs > 0 {
+		s += fmt.Sprintf(" (its clients in %s)", plural(r.Procs, "process", "processes"))
+	}
 	switch {
 	case !r.Ran():
 		s += " — " + r.why()

@@ -28,13 +28,9 @@ func (inventoryCoalesced) Label() string {
 }
 func (inventoryCoalesced) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
-// SkipFault: a coalesced sale carries no operation ID to resend it with.
-func (inventoryCoalesced) SkipFault(f engine.Fault) string {
-	if f == engine.LostReply || f == engine.LostCommit {
-		return "its operations carry no operation ID: a lost answer leaves them uncertain (the alternative resends with IDs)"
-	}
-	return ""
-}
+// Handlers: its clients run 4 to a process, sharing its Coalescer,
+// unless --procs says otherwise.
+func (inventoryCoalesced) Handlers() int { return 4 }
 
 func (inventoryCoalesced) NewClient(_ context.Context, env *engine.Env) (engine.Client, error) {
 	s, err := atomic.NewPostgres(env.DB, atomic.Table{Name: "inventory", Key: "sku", Value: "quantity",
