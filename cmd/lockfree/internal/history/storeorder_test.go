@@ -155,6 +155,32 @@ func TestStoreOrderUnfinished(t *testing.T) {
 	}
 }
 
+// TestStoreOrderWidth: an object whose operations of known outcome ran
+// more than MaxStoreWidth at once is not searched (its memory would grow
+// past any machine's), and the note says so; at MaxStoreWidth it is, and
+// operations of unknown outcome do not count.
+func TestStoreOrderWidth(t *testing.T) {
+	sells := func(n, unknown int) []Op {
+		b := newBuilder()
+		for c := range n {
+			b.add(c, "s", KindSell, 0, 10, OK, in("s"), StoreOutput{Refused: true})
+		}
+		for c := range unknown {
+			b.add(n+c, "s", KindSell, 0, -1, Unknown, in("s"), nil)
+		}
+		return b.ops
+	}
+	s := Store{Stock: 0, Capacity: 5, Price: 100}
+	requirePassed(t, checkStoreOrder(t, sells(MaxStoreWidth, 3), map[string]int64{"s": 0}, s))
+	rep := checkStoreOrder(t, sells(MaxStoreWidth+1, 0), map[string]int64{"s": 0}, s)
+	if rep.Checked() || rep.Figure() != "—" {
+		t.Fatalf("Checked() = %v, Figure() = %q, want false, —", rep.Checked(), rep.Figure())
+	}
+	if k := rep.Keys[0]; k.Status != NotChecked || !strings.Contains(k.Note, "21 operations ran at once") {
+		t.Errorf("key %s: %s (%s), want not checked for its width", k.Key, k.Status, k.Note)
+	}
+}
+
 func TestStoreOrderRefusesBadHistories(t *testing.T) {
 	split := testStore
 	split.Partition = func(row string) string { return row }
