@@ -213,80 +213,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-// procFaults are the faults a run with several clients per process
-// injects: they hit a whole process (stop it, stall it, cut or slow its
-// connections) or the whole server. The others act on one client's
-// identity (a crash's replacement, a member's heartbeats, a lease's
-// renewals) and run with one client per process.
-var procFaults = []Fault{Pause, Stall, Isolate, Delay, Restart}
-
-// ProcFaults are the faults a run with several clients per process
-// (Config.Procs) injects.
-func ProcFaults() []Fault { return slices.Clone(procFaults) }
-
-// SharesProcesses reports whether sc's clients may share a worker process
-// (Sharing).
-func SharesProcesses(sc Scenario) bool {
-	_, ok := sc.(Sharing)
-	return ok
-}
-
-// lanes is how many clients each worker process runs.
-func (c Config) lanes() int {
-	if c.Procs == 0 {
-		return 1
-	}
-	return c.Clients / c.Procs
-}
-
-// procs is how many worker processes run the clients.
-func (c Config) procs() int { return c.Clients / c.lanes() }
-
-// workerOf is the worker whose process runs history client client, by
-// the worker's number: its first client's (workerConfig.Client). With
-// several clients per process, client c runs in the worker of c - c%lanes;
-// a number from Clients on (the check's lane, a crashed worker's
-// replacement) is its own.
-func (c Config) workerOf(client int) int {
-	if client >= c.Clients {
-		return client
-	}
-	return client - client%c.lanes()
-}
-
-// clientsOf lists the history clients of workers, in order (workerOf's
-// inverse).
-func (c Config) clientsOf(workers []int) []int {
-	var out []int
-	for _, w := range workers {
-		if w >= c.Clients {
-			out = append(out, w)
-			continue
-		}
-		for i := range c.lanes() {
-			out = append(out, w+i)
-		}
-	}
-	return out
-}
-
-// forApproach is c as def runs it: a Handlers approach's clients share
-// processes, unless c already has them share; two at least, so that a
-// fault that stops one has another to take its keys over.
-func (c Config) forApproach(def ApproachDef) Config {
-	h, ok := def.(Handlers)
-	if !ok || c.Procs < c.Clients {
-		return c
-	}
-	for l := min(h.Handlers(), c.Clients/2); l > 1; l-- { // two processes at least: a taker for a stopped one
-		if c.Clients%l == 0 {
-			c.Procs = c.Clients / l
-			return c
-		}
-	}
-	return c
-}
-
 // check refuses a run that cannot be made on infra, before anything runs.
 func (c Config) check(infra Infra) error {
 	if err := c.validate(); err != nil {
@@ -322,7 +248,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	if err := cfg.check(infra); err != nil {
 		return rep, err
 	}
-	if _, ok := sc.(Sharing); !ok && cfg.Procs < cfg.Clients {
+	if !SharesProcesses(sc) && cfg.Procs < cfg.Clients {
 		return rep, fmt.Errorf("%w: scenario %s runs one client per process (%d clients in %d processes asked)", ErrInvalid, sc.Name(), cfg.Clients, cfg.Procs)
 	}
 	for _, f := range cfg.Faults {

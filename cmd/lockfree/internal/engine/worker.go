@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -397,33 +398,20 @@ func laneRand(seed uint64, client int) *rand.Rand {
 // returns the first error: the other clients stop at their next
 // operation.
 func lanes(clients []Client, done func() bool, op func(Client) error) error {
-	if len(clients) == 1 {
-		for !done() {
-			if err := op(clients[0]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var (
-		wg     sync.WaitGroup
-		failed atomic.Bool
-		once   sync.Once
-		first  error
-	)
+	var g errgroup.Group
+	var failed atomic.Bool
 	for _, c := range clients {
-		wg.Go(func() {
+		g.Go(func() error {
 			for !done() && !failed.Load() {
 				if err := op(c); err != nil {
-					once.Do(func() { first = err })
 					failed.Store(true)
-					return
+					return err
 				}
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }
 
 // measure runs the worker's clients, all at once: the warm-up, then
