@@ -181,15 +181,15 @@ func FaultApplies(f Fault, scenario string) bool {
 // the approach's and its scenario's (FaultSkipper).
 func FaultSkip(f Fault, def ApproachDef) string {
 	sc, _ := Lookup(def.Scenario())
+	if _, ok := def.(Handlers); ok && !slices.Contains(procFaults, f) {
+		return "its clients share processes, as a server's request handlers: it runs under the faults that hit a whole process (" + report.FaultList(procFaults) + ")"
+	}
 	if k, ok := faultByName(f); ok {
 		if s, ok := k.(skipping); ok {
 			if why := s.skip(sc, def); why != "" {
 				return why
 			}
 		}
-	}
-	if _, ok := def.(Handlers); ok && !slices.Contains(procFaults, f) {
-		return "its clients share processes, as a server's request handlers: it runs under the faults that hit a whole process (" + report.FaultList(procFaults) + ")"
 	}
 	for _, x := range []any{def, sc} {
 		if s, ok := x.(FaultSkipper); ok {

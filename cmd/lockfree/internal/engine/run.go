@@ -42,7 +42,7 @@ type Config struct {
 	// share its pool, its lock service and what Env.Shared gives them,
 	// and a pause stops them all). It must divide Clients, and below
 	// Clients it needs a scenario whose clients may share a process
-	// (Sharing) and faults that hit a process (procFaults). Defaults to
+	// (Sharing) and faults that hit a process (procFaults). 0 means
 	// Clients: one client per process.
 	Procs int
 	// Keys is how many distinct keys the clients work on. Defaults to 1.
@@ -142,9 +142,6 @@ func (c Config) withDefaults() Config {
 	if c.Clients == 0 {
 		c.Clients = 8
 	}
-	if c.Procs == 0 {
-		c.Procs = c.Clients
-	}
 	if c.Keys == 0 {
 		c.Keys = 1
 	}
@@ -170,7 +167,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Clients < 1 || c.Clients > 256:
 		return fmt.Errorf("%w: %d clients (want 1 to 256)", ErrInvalid, c.Clients)
-	case c.Procs < 1 || c.Procs > c.Clients || c.Clients%c.Procs != 0:
+	case c.Procs < 0 || c.Procs > c.Clients || c.Procs > 0 && c.Clients%c.Procs != 0:
 		return fmt.Errorf("%w: %d clients in %d processes (want a number of processes that divides the clients)", ErrInvalid, c.Clients, c.Procs)
 	case c.Keys < 1:
 		return fmt.Errorf("%w: %d keys", ErrInvalid, c.Keys)
@@ -189,7 +186,7 @@ func (c Config) validate() error {
 	if contains(c.Faults, Random) && len(c.Faults) > 1 {
 		return fmt.Errorf("%w: faults %s: random draws its faults, and goes alone", ErrInvalid, report.FaultList(c.Faults))
 	}
-	if c.Procs < c.Clients {
+	if c.lanes() > 1 {
 		for _, f := range c.Faults {
 			if !slices.Contains(procFaults, f) {
 				return fmt.Errorf("%w: fault %s with several clients per process: want one of %s", ErrInvalid, f, report.FaultList(procFaults))
@@ -242,13 +239,13 @@ func Run(ctx context.Context, sc Scenario, cfg Config, infra Infra) (report.Repo
 	cfg = cfg.withDefaults()
 	rep := report.Report{Scenario: sc.Name(), Backend: "postgres", Clients: cfg.Clients, Keys: cfg.Keys,
 		DurationS: cfg.Duration.Seconds(), Faults: append([]Fault{}, cfg.Faults...), FaultHow: map[Fault]string{}}
-	if cfg.Procs < cfg.Clients {
-		rep.Procs = cfg.Procs
+	if cfg.lanes() > 1 {
+		rep.Procs = cfg.procs()
 	}
 	if err := cfg.check(infra); err != nil {
 		return rep, err
 	}
-	if !SharesProcesses(sc) && cfg.Procs < cfg.Clients {
+	if !SharesProcesses(sc) && cfg.lanes() > 1 {
 		return rep, fmt.Errorf("%w: scenario %s runs one client per process (%d clients in %d processes asked)", ErrInvalid, sc.Name(), cfg.Clients, cfg.Procs)
 	}
 	for _, f := range cfg.Faults {

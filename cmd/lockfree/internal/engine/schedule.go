@@ -99,6 +99,9 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 // out: a restart breaks every run's connections on a server the harness
 // can restart, a failover needs a replication pair, and random is one.
 func schedulePool(def ApproachDef) []fault {
+	if _, ok := def.(Handlers); ok {
+		return nil // its clients share processes: random does not run on it (FaultSkip)
+	}
 	var out []fault
 	for _, k := range faultKinds {
 		if _, ok := k.(wholeRun); ok {

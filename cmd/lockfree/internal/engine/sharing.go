@@ -26,7 +26,7 @@ func SharesProcesses(sc Scenario) bool {
 
 // lanes is how many clients each worker process runs.
 func (c Config) lanes() int {
-	if c.Procs == 0 {
+	if c.Procs <= 0 || c.Procs > c.Clients {
 		return 1
 	}
 	return c.Clients / c.Procs
@@ -68,7 +68,7 @@ func (c Config) clientsOf(workers []int) []int {
 // fault that stops one has another to take its keys over.
 func (c Config) forApproach(def ApproachDef) Config {
 	h, ok := def.(Handlers)
-	if !ok || c.Procs < c.Clients {
+	if !ok || c.lanes() > 1 {
 		return c
 	}
 	for l := min(h.Handlers(), c.Clients/2); l > 1; l-- { // two processes at least: a taker for a stopped one
