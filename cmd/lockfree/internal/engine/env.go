@@ -170,6 +170,7 @@ type Invocation struct {
 	took   atomic.Bool  // its effect committed (Took)
 	token  atomic.Int64 // of the last lease it was granted
 	task   string       // the ID of a task's background work (Env.Task)
+	broken []string     // the promises it saw broken (Broke)
 	// fetched and produced are a stream consumer's task's marks
 	// (markFetched, markApplied).
 	fetched  atomic.Bool

@@ -546,7 +546,15 @@ func rate(t *testing.T, infra engine.Infra, base engine.Config, row *mutantRun) 
 			if row.fault == engine.Random {
 				b.Duration = row.random.duration
 			}
-			caught = tryMutant(t, infra, b, row.mutant, tg, row.fault, row.seed).caught()
+			run := tryMutant(t, infra, b, row.mutant, tg, row.fault, row.seed)
+			if !run.caught() && run.err != nil {
+				// A run that could not be made (its fault never took
+				// effect, its workers not ready in time on a loaded
+				// machine) tried nothing: it is made once more.
+				t.Logf("%s: run %d of %s/%s under %s could not be made (%v): once more", row.mutant, row.runs+1, row.scenario, row.approach, row.faultName(), run.err)
+				run = tryMutant(t, infra, b, row.mutant, tg, row.fault, row.seed)
+			}
+			caught = run.caught()
 		}
 		if caught {
 			row.catches++
@@ -577,7 +585,7 @@ const (
 
 // randomHunt plays random fault schedules, seeds 1, 2, … (-mutants-random,
 // defectSeeds for a defect), on the first approach that reaches row's
-// mutant (targets) and loses nothing under them without it, until one
+// mutant (targets), plays them and loses nothing under them without it, until one
 // catches it (with its twin: the same seed without the mutant), and keeps
 // what it found in row.random. A mutant the fixed trials missed becomes
 // that run's catch. The naive lock is not tried: it loses updates under
@@ -590,8 +598,10 @@ func randomHunt(t *testing.T, infra engine.Infra, base engine.Config, row *mutan
 	if _, defect := mutantDefects[row.mutant]; defect {
 		seeds, d = max(seeds, defectSeeds), max(d, defectDuration)
 	}
-	i := slices.IndexFunc(targets, func(r reach) bool { return r.approach != engine.NaiveLock && r.approach != engine.Raw })
-	if row.caught() && row.approach != engine.NaiveLock {
+	i := slices.IndexFunc(targets, func(r reach) bool {
+		return r.approach != engine.NaiveLock && r.approach != engine.Raw && playsRandom(r)
+	})
+	if row.caught() && row.approach != engine.NaiveLock && playsRandom(reach{scenario: row.scenario, approach: row.approach}) {
 		i = slices.IndexFunc(targets, func(r reach) bool { return r.scenario == row.scenario && r.approach == row.approach })
 	}
 	if i < 0 {
@@ -615,6 +625,17 @@ func randomHunt(t *testing.T, infra engine.Infra, base engine.Config, row *mutan
 		}
 		return
 	}
+}
+
+// playsRandom: tg's approach runs under random schedules (the coalescing
+// alternative, its clients sharing processes, does not: engine.FaultSkip).
+func playsRandom(tg reach) bool {
+	for _, d := range engine.Approaches(tg.scenario) {
+		if d.Approach() == tg.approach {
+			return engine.FaultSkip(engine.Random, d) == ""
+		}
+	}
+	return false
 }
 
 // randomCell is the table's "found by a random schedule" cell.
@@ -703,8 +724,8 @@ func mutantTrialsLine(base engine.Config) string {
 	return fmt.Sprintf("Each mutant is tried with %d workers, %d key, %s (under a fault: four of the approach's leases, when longer, and until the fault took effect twice), in these runs, in order, until one shows violations: %s. "+
 		"The %d mutants of mutantCatchers first try the run that caught them before. "+
 		"A catch counts only if the same run without the mutant (its twin) loses nothing. "+
-		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches, and one short of all is unsteady, a failure. "+
-		"Random schedules (`--faults random`, %v each) play seeds 1 to %d on the first approach that reaches the site (-mutants-random; %d of %v for the re-created defects: %s) until one catches it.",
+		"The run that caught a mutant runs %d times in all (-mutants-rate): \"caught in\" counts its catches (a run that could not be made is made once more), and one short of all is unsteady, a failure. "+
+		"Random schedules (`--faults random`, %v each) play seeds 1 to %d on the first approach that reaches the site and runs under them (-mutants-random; %d of %v for the re-created defects: %s) until one catches it.",
 		base.Clients, base.Keys, base.Duration, strings.Join(trials, ", "), len(mutantCatchers), *mutantsRate,
 		*mutantsRandomDuration, *mutantsRandom, max(*mutantsRandom, defectSeeds), max(*mutantsRandomDuration, defectDuration),
 		strings.Join(slices.Sorted(maps.Keys(mutantDefects)), ", "))
@@ -979,15 +1000,6 @@ var mutantHoles = map[string]string{
 	"atomic.coalescer.order":     "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
 	"atomic.coalescer.in-flight": "no caller of inventory's coalesced approach gives up while its step runs (the operation timeout is seconds, a step milliseconds); atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
 
-	// Only inventory's alternative gives its operations IDs, each used once
-	// with one payload, never resolved, expired or purged within a run; no
-	// scenario gives occ's: each package's TestGuards catches these.
-	"atomic.id.expired":      "no scenario's operation ID expires within a run; atomic's TestGuards/atomic.id.expired catches it (TestMutantsAreCaught)",
-	"atomic.id.fingerprint":  "no scenario reuses an operation ID with another payload; atomic's TestGuards/atomic.id.fingerprint catches it (TestMutantsAreCaught)",
-	"atomic.purge.expired":   "no scenario purges operation IDs; atomic's TestGuards/atomic.purge.expired catches it (TestMutantsAreCaught)",
-	"atomic.resolve.abandon": "no scenario resolves an operation ID; atomic's TestGuards/atomic.resolve.abandon catches it (TestMutantsAreCaught)",
-	"atomic.id.scope":        "no scenario shares an operations table between two stores; atomic's TestGuards/atomic.id.scope/postgres catches it (TestMutantsAreCaught)",
-	"occ.id.scope":           "no scenario shares an operations table between two stores; occ's TestGuards/occ.id.scope/postgres catches it (TestMutantsAreCaught)",
 	// orders reaches these sites, but no trial drives their path: every
 	// request it sends is keyed; its one relay in worker 0 is never paused
 	// or cut mid-publish, so no publish is uncertain, no other relay holds
@@ -997,9 +1009,4 @@ var mutantHoles = map[string]string{
 	"outbox.mark.epoch":                 "orders runs one relay: no other holds a newer epoch; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.event-id": "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
-	"occ.id.expired":                    "no scenario gives its operations IDs; occ's TestGuards/occ.id.expired catches it (TestMutantsAreCaught)",
-	"occ.id.fingerprint":                "no scenario gives its operations IDs; occ's TestGuards/occ.id.fingerprint catches it (TestMutantsAreCaught)",
-	"occ.id.replay":                     "no scenario gives its operations IDs; occ's TestGuards/occ.id.replay catches it (TestMutantsAreCaught)",
-	"occ.purge.expired":                 "no scenario gives its operations IDs; occ's TestGuards/occ.purge.expired catches it (TestMutantsAreCaught)",
-	"occ.resolve.abandon":               "no scenario gives its operations IDs; occ's TestGuards/occ.resolve.abandon catches it (TestMutantsAreCaught)",
 }

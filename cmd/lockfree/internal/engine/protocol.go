@@ -224,6 +224,9 @@ type workerStats struct {
 	Statements   int64 `json:"statements"`
 	OpRoundTrips int64 `json:"op_round_trips"`
 	OpStatements int64 `json:"op_statements"`
+	// OpRiders counts the operations' statements that rode in a batch
+	// behind its first: they cost no round trip of their own.
+	OpRiders int64 `json:"op_riders"`
 	// Connects counts the connections the pool opened, warm-up included.
 	Connects int64 `json:"connects"`
 	// Hits counts, per failpoint site, how often it was reached.

@@ -32,6 +32,7 @@ func (r *run) result(ctx context.Context, sch *schema, w window) (report.Result,
 		return res, err
 	}
 	r.checkTenures(rep)
+	checkPromises(rep, ops)
 	r.checkLiveness(&res, rep, ops, w)
 	res.Violations, res.Checked = int64(rep.Violations()), rep.Checked()
 	res.Detail = detail(rep)
@@ -156,6 +157,7 @@ func (w *workerStats) add(s *workerStats) {
 	w.Statements += s.Statements
 	w.OpRoundTrips += s.OpRoundTrips
 	w.OpStatements += s.OpStatements
+	w.OpRiders += s.OpRiders
 	w.Connects += s.Connects
 	w.Hits = addCounts(w.Hits, s.Hits)
 	w.Extra = addCounts(w.Extra, s.Extra)

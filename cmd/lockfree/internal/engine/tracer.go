@@ -40,6 +40,7 @@ var (
 type Counts struct {
 	RoundTrips, Statements     int64 // everything
 	OpRoundTrips, OpStatements int64 // on behalf of operations
+	OpRiders                   int64 // of OpStatements, those behind a batch's first
 	Connects                   int64
 }
 
@@ -48,6 +49,7 @@ func (t *Tracer) Counts() Counts {
 	c := Counts{Connects: t.connects.Load()}
 	c.RoundTrips, c.Statements = t.all.totals()
 	c.OpRoundTrips, c.OpStatements = t.op.totals()
+	c.OpRiders = t.op.batched.Load() - t.op.batches.Load()
 	return c
 }
 

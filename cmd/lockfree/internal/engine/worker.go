@@ -454,6 +454,7 @@ func (w *worker) measure(ctx context.Context, clients []Client, tr *Tracer, mete
 	}
 	st := &workerStats{Metrics: metrics, Ops: ops, RoundTrips: end.RoundTrips - start.RoundTrips, Statements: end.Statements - start.Statements,
 		OpRoundTrips: end.OpRoundTrips - start.OpRoundTrips, OpStatements: end.OpStatements - start.OpStatements,
+		OpRiders: end.OpRiders - start.OpRiders,
 		Connects: end.Connects, Hits: hits(), Extra: extraSince(extra)}
 	for _, client := range clients {
 		if c, ok := client.(Counter); ok {

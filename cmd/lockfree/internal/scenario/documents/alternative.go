@@ -44,12 +44,17 @@ func (documentsAlternative) NewClient(_ context.Context, env *engine.Env) (engin
 	if err != nil {
 		return nil, err
 	}
-	return &documentsAltClient{env: env, store: s}, nil
+	probe, err := newIDProber(env, s)
+	if err != nil {
+		return nil, err
+	}
+	return &documentsAltClient{env: env, store: s, probe: probe}, nil
 }
 
 type documentsAltClient struct {
 	env   *engine.Env
 	store *occ.Postgres[string, document]
+	probe *idProber
 	n     int
 }
 
@@ -73,10 +78,15 @@ func (c *documentsAltClient) Op(ctx context.Context) error {
 			retries++
 		}
 	} else {
-		_, err = occ.Update(ctx, c.store, op.Key(), func(d *document) error {
+		id := c.probe.id()
+		var version int64
+		version, err = occ.Update(ctx, c.store, op.Key(), func(d *document) error {
 			based = d.edit(name) // the last attempt's read is the one written on
 			return nil           // occ.update.before-write follows
-		}, occ.OnRetry(func(int, error) { retries++ }))
+		}, append(id, occ.OnRetry(func(int, error) { retries++ }))...)
+		if err == nil {
+			c.probe.afterEdit(ctx, op.Key(), id, version)
+		}
 		if errors.Is(err, occ.ErrNotFound) {
 			based, err = c.create(ctx, op.Key(), name)
 		}

@@ -128,7 +128,10 @@ func (documents) Description() string {
 func (documents) Harm() engine.Harm {
 	return engine.Harm{One: "anomaly", Many: "anomalies", Bad: "showed %s (an edit lost, or an order no sequential document allows)", None: "showed none"}
 }
-func (documents) Migrations() []migrate.Migration { return nil }
+
+// Migrations: the alternative's probed edits (idProber) record their
+// operation IDs in occ's operations table.
+func (documents) Migrations() []migrate.Migration { return occ.Migrations() }
 
 // FailoverVictim: the failover fault runs on documents, whose clients, on
 // one key, write the victim's row in every operation: any key will do.

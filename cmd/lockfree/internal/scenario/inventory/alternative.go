@@ -61,19 +61,26 @@ func newInventoryAltClient(env *engine.Env, ids bool) (engine.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newInventoryClient(env, inventoryAltOps{env: env, store: s, ids: ids, again: true}), nil
+	ops := inventoryAltOps{env: env, store: s, ids: ids, again: true}
+	if ids {
+		if ops.probe, err = newIDProber(env, s); err != nil {
+			return nil, err
+		}
+	}
+	return newInventoryClient(env, ops), nil
 }
 
 // inventoryAltOps are the store's operations on atomic.Postgres. Each
 // statement is the whole operation: the before-write point is before it.
 // With again, every statement is resent after a lost answer; with ids,
 // each write carries its operation's ID, and a resend returns the first
-// outcome.
+// outcome; probe, when set, misuses a sale's ID now and then (idProber).
 type inventoryAltOps struct {
 	env   *engine.Env
 	store *atomic.Postgres
 	ids   bool
 	again bool
+	probe *idProber
 }
 
 const inventoryAltPoint = "harness.inventory.alternative.before-write"
@@ -97,6 +104,7 @@ func (o inventoryAltOps) sell(ctx context.Context, sku string) (left int64, err 
 	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
 	err = o.send(ctx, func() (err error) { left, err = o.store.Decrement(ctx, sku, 1, id...); return err })
+	o.probe.afterSale(ctx, sku, id, left, err)
 	return left, err
 }
 

@@ -103,8 +103,10 @@ func (inventory) FailoverVictim() string { return "price-0" }
 func (inventory) BlindKeys() []string { return []string{"bid-"} }
 
 func (inventory) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
-	if _, err := db.Exec(ctx, sqlInventoryTable); err != nil {
-		return err
+	for _, sql := range []string{sqlInventoryTable, sqlInventoryProbeTable} {
+		if _, err := db.Exec(ctx, sql); err != nil {
+			return err
+		}
 	}
 	_, err := db.Exec(ctx, sqlInventorySeed, s.Keys, inventoryStock, inventoryPrice)
 	return err
