@@ -991,14 +991,12 @@ var mutantHoles = map[string]string{
 	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
 
 	// inventory's coalesced approach reaches these, but its sales are one
-	// unit each, it runs under no lost answer, and none of its callers
-	// gives up while its step runs; a refusal's re-check is a race inside
-	// one statement: atomic's TestGuards catches each
+	// unit each and it runs under no lost answer; a refusal's re-check is
+	// a race inside one statement: atomic's TestGuards catches each
 	// (TestMutantsAreCaught).
-	"atomic.refusal.recheck":     "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-	"atomic.inorder.uncertain":   "inventory's coalesced approach runs under no lost answer (its operations carry no IDs); atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
-	"atomic.coalescer.order":     "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
-	"atomic.coalescer.in-flight": "no caller of inventory's coalesced approach gives up while its step runs (the operation timeout is seconds, a step milliseconds); atomic's TestGuards/atomic.coalescer.in-flight catches it (TestMutantsAreCaught)",
+	"atomic.refusal.recheck":   "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain": "inventory's coalesced approach runs under no lost answer (its operations carry no IDs); atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	"atomic.coalescer.order":   "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
 
 	// orders reaches these sites, but no trial drives their path: every
 	// request it sends is keyed; its one relay in worker 0 is never paused

@@ -2,9 +2,12 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	stdatomic "sync/atomic"
+	"time"
 
 	"github.com/lockfree-go/lockfree/atomic"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 )
@@ -97,7 +100,28 @@ type inventoryCoalescedOps struct {
 
 const inventoryCoalescedPoint = "harness.inventory.coalesced.before-write"
 
+// One sale in impatientOdds comes from an impatient caller (a request
+// handler with a short deadline): it gives up within impatience, often
+// while its sale waits for a step, now and then while the step runs.
+const (
+	impatientOdds = 16
+	impatience    = 2 * time.Millisecond
+)
+
+// sell sells through the Coalescer. An error that is the context's alone,
+// not ErrUncertain, is the Coalescer's word that the sale did not apply:
+// recorded as such (history.NotSent), so that a sale that applied all the
+// same shows in the check.
 func (o inventoryCoalescedOps) sell(ctx context.Context, sku string) (int64, error) {
 	o.env.BeforeWrite(ctx, inventoryCoalescedPoint)
-	return o.sales.Decrement(ctx, sku, 1)
+	if o.env.Rand.IntN(impatientOdds) == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(o.env.Rand.Int64N(int64(impatience))))
+		defer cancel()
+	}
+	left, err := o.sales.Decrement(ctx, sku, 1)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, atomic.ErrUncertain) {
+		err = history.NotSent(err)
+	}
+	return left, err
 }
