@@ -987,8 +987,6 @@ var mutantHoles = map[string]string{
 	"fencedlock.acquireall.atomic":   "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.atomic catches it (TestMutantsAreCaught)",
 	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
 	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
-	// No scenario elects a leader yet.
-	"leader.term.context": "no scenario elects a leader; leader's TestGuards/leader.term.context catches it (TestMutantsAreCaught)",
 
 	// inventory's coalesced approach reaches these, but its sales are one
 	// unit each and it runs under no lost answer; a refusal's re-check is

@@ -93,10 +93,29 @@ func (c *leaderClient) Op(ctx context.Context) error {
 			}})
 	}
 	return c.run(ctx, op, steps{point: c.point,
-		read: func(ctx context.Context) (int64, error) { return c.fencedNext(ctx, op, token) },
+		read: func(ctx context.Context) (int64, error) {
+			p, err := c.fencedNext(ctx, op, token)
+			c.told(op, t, err)
+			return p, err
+		},
 		write: func(ctx context.Context, p int64) (bool, error) {
-			return true, c.fencedClose(ctx, op, p, token)
+			err := c.fencedClose(ctx, op, p, token)
+			c.told(op, t, err)
+			return true, err
 		}})
+}
+
+// told holds term t to leader's promise that its context ends before
+// another candidate can be elected: when the job refused t's read or write
+// for a newer term (ErrFenced), a term no longer held safely must have seen
+// its context end — its keepalive's timer fired while the refusal was on
+// its way. (A term still held safely by its own clock was superseded by a
+// lock service that lost it — a failover that lost WAL — which is no
+// promise of the term's.)
+func (c *leaderClient) told(op *engine.Invocation, t *leader.Term, err error) {
+	if errors.Is(err, fencedlock.ErrFenced) && t.Context().Err() == nil && !t.HeldSafely() {
+		op.Broke("term %d's read or write was refused for a newer term, past its lease, and its context (leader.Term.Context) had not ended", t.Token())
+	}
 }
 
 // choose picks the job of the next run, and how long to campaign for it
