@@ -94,7 +94,7 @@ func TestScheduleExplainsAWait(t *testing.T) {
 	if w, judged := s.unexplained(at(610), sent, lost); !judged || w != 280*time.Millisecond {
 		t.Fatalf("a 300 ms wait, 20 ms late ticks: %v unexplained (judged %v), want 280ms", w, judged)
 	}
-	if _, judged := s.unexplained(at(640), sent, lost); judged {
-		t.Fatal("judged with no tick for 35 ms: a pause may be under way")
+	if _, judged := s.unexplained(at(670), sent, lost); judged {
+		t.Fatal("judged with no tick for 60 ms: a pause may be under way")
 	}
 }
