@@ -39,6 +39,16 @@ func (e *Env) Broke(ctx context.Context, format string, args ...any) {
 	}
 }
 
+// Expect holds an answer to a promise: when err is the store's answer
+// (Answered, against errs) and does not match want, the operation of ctx
+// was given an answer the promise rules out (Broke). what says what was
+// asked.
+func (e *Env) Expect(ctx context.Context, err, want error, errs []error, what string) {
+	if Answered(err, errs...) && !errors.Is(err, want) {
+		e.Broke(ctx, "%s was answered %v, not %v", what, err, want)
+	}
+}
+
 // checkPromises adds to rep a violation for each operation given an
 // answer a promise rules out (MetaBroken).
 func checkPromises(rep *history.Findings, ops []history.Op) {

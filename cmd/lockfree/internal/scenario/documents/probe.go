@@ -2,7 +2,7 @@ package documents
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,31 +76,24 @@ func (p *idProber) afterEdit(ctx context.Context, key string, opts []occ.Option,
 			p.env.Broke(ctx, "the write of %s resent with its recorded ID %s after a purge was answered (version %d, %v), not version %d", key, id, again, err, version)
 		}
 	case 1:
-		if err := p.store.Delete(ctx, key, version, opts...); answered(err) && !errors.Is(err, occ.ErrIDReused) {
-			p.env.Broke(ctx, "the ID %s of an update of %s, sent with a delete of it, was answered %v, not ErrIDReused", id, key, err)
-		}
+		err := p.store.Delete(ctx, key, version, opts...)
+		p.env.Expect(ctx, err, occ.ErrIDReused, storeErrors, fmt.Sprintf("the ID %s of an update of %s, sent with a delete of it,", id, key))
 	case 2:
-		if out, err := p.other.Resolve(ctx, id); answered(err) && !errors.Is(err, occ.ErrIDReused) {
-			p.env.Broke(ctx, "the ID %s, recorded by the documents table's store, was resolved by documents_gone's as %+v, %v, not ErrIDReused", id, out, err)
-		}
+		_, err := p.other.Resolve(ctx, id)
+		p.env.Expect(ctx, err, occ.ErrIDReused, storeErrors, fmt.Sprintf("the ID %s, recorded by the documents table's store, resolved by documents_gone's,", id))
 	case 3:
 		old := opid.At(time.Now().Add(-opid.DefaultRetention - time.Hour))
-		if _, err := p.store.Update(ctx, stale, version-1, occ.WithID(old)); answered(err) && !errors.Is(err, occ.ErrExpired) {
-			p.env.Broke(ctx, "a write of %s with the ID %s, dated past the store's Retention, was answered %v, not ErrExpired", key, old, err)
-		}
+		_, err := p.store.Update(ctx, stale, version-1, occ.WithID(old))
+		p.env.Expect(ctx, err, occ.ErrExpired, storeErrors, fmt.Sprintf("a write of %s with the ID %s, dated past the store's Retention,", key, old))
 	case 4:
 		fresh := uuid.Must(uuid.NewV7())
 		out, err := p.store.Resolve(ctx, fresh)
 		if !answered(err) {
 			return
 		}
-		if !errors.Is(out.Err, occ.ErrAbandoned) {
-			p.env.Broke(ctx, "the fresh ID %s was resolved as %+v, %v, not abandoned", fresh, out, err)
-			return
-		}
-		if _, err := p.store.Update(ctx, stale, version-1, occ.WithID(fresh)); answered(err) && !errors.Is(err, occ.ErrAbandoned) {
-			p.env.Broke(ctx, "a write of %s with the ID %s, resolved as abandoned before, was answered %v, not ErrAbandoned", key, fresh, err)
-		}
+		p.env.Expect(ctx, out.Err, occ.ErrAbandoned, storeErrors, fmt.Sprintf("the resolve of the fresh ID %s", fresh))
+		_, err = p.store.Update(ctx, stale, version-1, occ.WithID(fresh))
+		p.env.Expect(ctx, err, occ.ErrAbandoned, storeErrors, fmt.Sprintf("a write of %s with the ID %s, resolved before,", key, fresh))
 	}
 }
 

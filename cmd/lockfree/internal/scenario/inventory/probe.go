@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,32 +66,24 @@ func (p *idProber) afterSale(ctx context.Context, sku string, opts []atomic.Opti
 			p.env.Broke(ctx, "the sale of %s resent with its recorded ID %s after a purge was answered (%d, %v), not as first (%d, %v)", sku, id, again, aerr, left, err)
 		}
 	case 1:
-		if _, ferr := p.store.Decrement(ctx, sku, 2, opts...); answered(ferr) && !errors.Is(ferr, atomic.ErrIDReused) {
-			p.env.Broke(ctx, "the ID %s of a sale of one unit of %s, sent with a sale of 2, was answered %v, not ErrIDReused", id, sku, ferr)
-		}
+		_, err := p.store.Decrement(ctx, sku, 2, opts...)
+		p.env.Expect(ctx, err, atomic.ErrIDReused, storeErrors, fmt.Sprintf("the ID %s of a sale of one unit of %s, sent with a sale of 2,", id, sku))
 	case 2:
-		if out, serr := p.other.Resolve(ctx, id); answered(serr) && !errors.Is(serr, atomic.ErrIDReused) {
-			p.env.Broke(ctx, "the ID %s, recorded by the inventory table's store, was resolved by inventory_probe's as %+v, %v, not ErrIDReused", id, out, serr)
-		}
+		_, err := p.other.Resolve(ctx, id)
+		p.env.Expect(ctx, err, atomic.ErrIDReused, storeErrors, fmt.Sprintf("the ID %s, recorded by the inventory table's store, resolved by inventory_probe's,", id))
 	case 3:
 		old := opid.At(time.Now().Add(-opid.DefaultRetention - time.Hour))
-		if _, xerr := p.store.Decrement(ctx, sku, 1, atomic.WithID(old)); answered(xerr) && !errors.Is(xerr, atomic.ErrExpired) {
-			p.env.Broke(ctx, "a sale of %s with the ID %s, dated past the store's Retention, was answered %v, not ErrExpired", sku, old, xerr)
-		}
+		_, err := p.store.Decrement(ctx, sku, 1, atomic.WithID(old))
+		p.env.Expect(ctx, err, atomic.ErrExpired, storeErrors, fmt.Sprintf("a sale of %s with the ID %s, dated past the store's Retention,", sku, old))
 	case 4:
-		fresh := atomic.WithID(uuid.Must(uuid.NewV7()))
-		fid, _ := atomic.OperationID(fresh)
-		out, rerr := p.store.Resolve(ctx, fid)
-		if !answered(rerr) {
+		fresh := uuid.Must(uuid.NewV7())
+		out, err := p.store.Resolve(ctx, fresh)
+		if !answered(err) {
 			return
 		}
-		if !errors.Is(out.Err, atomic.ErrAbandoned) {
-			p.env.Broke(ctx, "the fresh ID %s was resolved as %+v, %v, not abandoned", fid, out, rerr)
-			return
-		}
-		if _, lerr := p.store.Decrement(ctx, sku, 1, fresh); answered(lerr) && !errors.Is(lerr, atomic.ErrAbandoned) {
-			p.env.Broke(ctx, "a sale of %s with the ID %s, resolved as abandoned before, was answered %v, not ErrAbandoned", sku, fid, lerr)
-		}
+		p.env.Expect(ctx, out.Err, atomic.ErrAbandoned, storeErrors, fmt.Sprintf("the resolve of the fresh ID %s", fresh))
+		_, err = p.store.Decrement(ctx, sku, 1, atomic.WithID(fresh))
+		p.env.Expect(ctx, err, atomic.ErrAbandoned, storeErrors, fmt.Sprintf("a sale of %s with the ID %s, resolved before,", sku, fresh))
 	}
 }
 
