@@ -107,14 +107,19 @@ func (c *leaderClient) Op(ctx context.Context) error {
 
 // told holds term t to leader's promise that its context ends before
 // another candidate can be elected: when the job refused t's read or write
-// for a newer term (ErrFenced), a term no longer held safely must have seen
-// its context end — its keepalive's timer fired while the refusal was on
-// its way. (A term still held safely by its own clock was superseded by a
-// lock service that lost it — a failover that lost WAL — which is no
-// promise of the term's.)
+// for a newer term (ErrFenced), a term no longer held safely by its own
+// clock must see its context end — at once, or within a lease, the time a
+// loaded machine may take to run the keepalive's timer. (A term still held
+// safely was superseded by a lock service that lost it — a failover that
+// lost WAL — which is no promise of the term's.)
 func (c *leaderClient) told(op *engine.Invocation, t *leader.Term, err error) {
-	if errors.Is(err, fencedlock.ErrFenced) && t.Context().Err() == nil && !t.HeldSafely() {
-		op.Broke("term %d's read or write was refused for a newer term, past its lease, and its context (leader.Term.Context) had not ended", t.Token())
+	if !errors.Is(err, fencedlock.ErrFenced) || t.HeldSafely() {
+		return
+	}
+	select {
+	case <-t.Context().Done():
+	case <-time.After(c.env.LeaseTTL):
+		op.Broke("term %d's read or write was refused for a newer term, past its lease, and its context (leader.Term.Context) had not ended a lease later", t.Token())
 	}
 }
 
