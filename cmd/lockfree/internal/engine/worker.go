@@ -85,6 +85,9 @@ type worker struct {
 	// shared holds what the worker's clients share (Env.Shared).
 	sharedMu sync.Mutex
 	shared   map[string]any
+
+	// held is the time goroutines were held at inject points (Env.Held).
+	held Busy
 }
 
 // serve is WorkerMain on in and out.
@@ -304,8 +307,10 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 		failpoint.StopProcess()(ctx, ev.Name)
 		resumed()
 	case modeStall:
+		defer w.held.Start(time.Now())()
 		failpoint.Stall(a.For)(ctx, ev.Name)
 	case modeWait, modeHold, modePark:
+		defer w.held.Start(time.Now())()
 		// A taker held until the stale write has landed writes after it
 		// whatever its deadline, as a stopped victim does.
 		resumed := func() {}

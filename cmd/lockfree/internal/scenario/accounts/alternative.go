@@ -240,14 +240,12 @@ func (c *accountsAltClient) Op(ctx context.Context) error {
 	var sent history.Time // when the first write was sent
 	retries := 0
 	for {
-		err = c.probes.call(func(ran func() (end func())) error {
-			return c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
-				defer ran()()
-				approach.Acting(ctx, c.env, e)
-				var err error
-				seq, err = c.append(ctx, op, e, &sent)
-				return err
-			})
+		err = c.member.Do(ctx, key, func(_ context.Context, e partition.Epoch) error {
+			defer c.probes.ran(key)()
+			approach.Acting(ctx, c.env, e)
+			var err error
+			seq, err = c.append(ctx, op, e, &sent)
+			return err
 		})
 		// A partition on the move, or gone elsewhere meanwhile, runs
 		// nothing: the client asks again, as it would ask the new owner.

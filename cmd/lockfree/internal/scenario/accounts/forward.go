@@ -30,9 +30,9 @@ const (
 	bodyLimit    = 1 << 10
 	bodyDeadline = 300 * time.Millisecond
 	// queueBound is the longest a probe may wait for its partition's
-	// executor: it is queued behind no operation's call, and the
-	// executor runs nothing else, so a wait past it is a request holding
-	// the executor.
+	// executor beyond the time operations' calls ran on it or faults held
+	// them: the executor runs nothing else, so a wait past it is a
+	// request holding the executor.
 	queueBound = bodyDeadline / 3
 	// probeEvery is how often a member probes its executors.
 	probeEvery = 50 * time.Millisecond
@@ -74,7 +74,7 @@ func stalls(ctx context.Context, db *pgxpool.Pool, rep *history.Findings) error 
 	var ms int64
 	_, err = pgx.ForEachRow(rows, []any{&key, &member, &ms}, func() error {
 		rep.Add(history.Violation{Key: key, Anomaly: stalled,
-			Text: fmt.Sprintf("a call for %s on member %s waited %d ms for its partition's executor, queued behind no operation: a request held it", key, member, ms)})
+			Text: fmt.Sprintf("a call for %s on member %s waited %d ms for its partition's executor beyond the operations' calls that ran on it: a request held it", key, member, ms)})
 		return nil
 	})
 	return err
@@ -139,21 +139,23 @@ func (c *accountsAltClient) serveAppend(w http.ResponseWriter, r *http.Request, 
 }
 
 // prober probes a member's executors, every probeEvery: a call that does
-// nothing, on a key the member owns, queued behind no call of an operation.
-// One that waits past queueBound, beyond the time the worker was paused or
-// descheduled meanwhile (its ticker's late ticks), is a stall, written to
-// account_stalls for the check.
+// nothing, on a key the member owns. The executor is serial, so the probe's
+// wait is the time operations' calls ran on it, the time the worker was
+// paused or descheduled (its ticker's late ticks) or its faults held an
+// operation at an inject point (Env.Held), and what else held the
+// executor: past queueBound, that is a stall, written to account_stalls
+// for the check.
 type prober struct {
-	c *accountsAltClient
-	// queue: operations hold it for reading while they call the
-	// executor; a probe holds it until its call starts, so that no
-	// operation's call is ahead of it.
-	queue   sync.RWMutex
-	running atomic.Int32 // operations' calls still running (their Do returned early)
-	sched   schedule
-	rand    *rand.Rand
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	c     *accountsAltClient
+	sched schedule
+	rand  *rand.Rand
+	// busy is the time operations' calls ran on each partition's
+	// executor.
+	busyMu sync.Mutex
+	busy   map[int]*engine.Busy
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func startProber(ctx context.Context, c *accountsAltClient) *prober {
@@ -183,15 +185,31 @@ func startProber(ctx context.Context, c *accountsAltClient) *prober {
 	return p
 }
 
-// call runs an operation's call on the executor (do), never ahead of a
-// probe's.
-func (p *prober) call(do func(ran func() (end func())) error) error {
-	p.queue.RLock()
-	defer p.queue.RUnlock()
-	return do(func() func() {
-		p.running.Add(1)
-		return func() { p.running.Add(-1) }
-	})
+// ran marks an operation's call on key's partition as running on its
+// executor, until the returned func is called.
+func (p *prober) ran(key string) (end func()) {
+	return p.busyOn(p.c.member.Partition(key)).Start(time.Now())
+}
+
+// busyOn returns the Busy clock of partition part's executor.
+func (p *prober) busyOn(part int) *engine.Busy {
+	p.busyMu.Lock()
+	defer p.busyMu.Unlock()
+	if p.busy == nil {
+		p.busy = map[int]*engine.Busy{}
+	}
+	b := p.busy[part]
+	if b == nil {
+		b = &engine.Busy{}
+		p.busy[part] = b
+	}
+	return b
+}
+
+// explained returns the time, up to now, that operations' calls ran on
+// part's executor or the worker's faults held its goroutines.
+func (p *prober) explained(part int, now time.Time) time.Duration {
+	return p.busyOn(part).At(now) + p.c.env.Held(now)
 }
 
 // probe probes the executor of a key the member owns, once.
@@ -206,20 +224,17 @@ func (p *prober) probe(ctx context.Context) {
 		return
 	}
 	key := keys[p.rand.IntN(len(keys))]
-	p.queue.Lock()
-	var unlock sync.Once
-	defer unlock.Do(p.queue.Unlock)
-	if p.running.Load() > 0 {
-		return // an operation's call still holds the executor
-	}
+	part := p.c.member.Partition(key)
 	ctx, cancel := context.WithTimeout(ctx, 10*bodyDeadline)
 	defer cancel()
 	sent, lost := time.Now(), p.sched.lost.Load()
+	before := p.explained(part, sent)
 	var waited time.Duration
 	judged := false
 	err := p.c.member.Do(ctx, key, func(context.Context, partition.Epoch) error {
-		waited, judged = p.sched.unexplained(time.Now(), sent, lost)
-		unlock.Do(p.queue.Unlock)
+		now := time.Now()
+		waited, judged = p.sched.unexplained(now, sent, lost)
+		waited -= p.explained(part, now) - before
 		return nil
 	})
 	if err != nil || !judged || waited <= queueBound {
