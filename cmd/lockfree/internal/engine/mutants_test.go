@@ -989,11 +989,14 @@ var mutantHoles = map[string]string{
 	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
 
 	// inventory's coalesced approach reaches these, but its sales are one
-	// unit each and it runs under no lost answer; a refusal's re-check is
-	// a race inside one statement: atomic's TestGuards catches each
-	// (TestMutantsAreCaught).
+	// unit each, and under lost-reply (a trial of coalesced under it
+	// caught inorder.uncertain in 3 of 5 runs) the sales of unknown
+	// outcome — impatient callers', and those beside a lost answer to
+	// another statement — can explain a sale told "not applied" that
+	// applied; a refusal's re-check is a race inside one statement:
+	// atomic's TestGuards catches each (TestMutantsAreCaught).
 	"atomic.refusal.recheck":   "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-	"atomic.inorder.uncertain": "inventory's coalesced approach runs under no lost answer (its operations carry no IDs); atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 3 of 5 runs: its sales of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
 	"atomic.coalescer.order":   "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
 
 	// orders reaches these sites, but no trial drives their path: every

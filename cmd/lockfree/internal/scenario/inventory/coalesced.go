@@ -24,6 +24,16 @@ type inventoryCoalesced struct{}
 
 func init() { engine.RegisterApproach(inventoryCoalesced{}) }
 
+// AimPoint: every other lost-reply loses the answer to a sale's step, the
+// Coalescer's one statement for the sales waiting beside it: each of them
+// must be told its sale may have applied (ErrUncertain).
+func (inventoryCoalesced) AimPoint(f engine.Fault) string {
+	if f == engine.LostReply {
+		return inventoryCoalescedPoint
+	}
+	return ""
+}
+
 func (inventoryCoalesced) Scenario() string          { return "inventory" }
 func (inventoryCoalesced) Approach() engine.Approach { return engine.Coalesced }
 func (inventoryCoalesced) Label() string {
@@ -108,10 +118,11 @@ const (
 	impatience    = 2 * time.Millisecond
 )
 
-// sell sells through the Coalescer. An error that is the context's alone,
-// not ErrUncertain, is the Coalescer's word that the sale did not apply:
-// recorded as such (history.NotSent), so that a sale that applied all the
-// same shows in the check.
+// sell sells through the Coalescer. An error that is not ErrUncertain — an
+// impatient caller's context, a step's lost answer alike — is the
+// Coalescer's word that the sale did not apply: recorded as such
+// (history.NotSent), so that a sale that applied all the same shows in the
+// check.
 func (o inventoryCoalescedOps) sell(ctx context.Context, sku string) (int64, error) {
 	o.env.BeforeWrite(ctx, inventoryCoalescedPoint)
 	if o.env.Rand.IntN(impatientOdds) == 0 {
@@ -120,7 +131,7 @@ func (o inventoryCoalescedOps) sell(ctx context.Context, sku string) (int64, err
 		defer cancel()
 	}
 	left, err := o.sales.Decrement(ctx, sku, 1)
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, atomic.ErrUncertain) {
+	if err != nil && !errors.Is(err, atomic.ErrUncertain) {
 		err = history.NotSent(err)
 	}
 	return left, err
