@@ -30,7 +30,7 @@ func (random) wholeRun()  {}
 func (random) networked() {}
 
 func (random) skip(_ Scenario, def ApproachDef) string {
-	if len(schedulePool(def)) == 0 {
+	if _, shared := def.(Handlers); len(schedulePool(def, shared)) == 0 {
 		return "no fault that hits one worker at a time takes effect in it"
 	}
 	return ""
@@ -118,7 +118,7 @@ func (s *randomRun) play(ctx context.Context, i int, t0 time.Time) {
 // what lets the next one in; nil when ctx ended first.
 func (s *randomRun) victim(ctx context.Context, w int) (*proc, func()) {
 	for ctx.Err() == nil {
-		i := w
+		i := w / s.r.cfg.lanes() // the index of w's process
 		v, _ := s.r.fleet.victim(&i, s.r.mon)
 		if v == nil {
 			Sleep(ctx, 10*time.Millisecond)

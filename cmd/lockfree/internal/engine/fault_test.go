@@ -210,7 +210,8 @@ func logResult(t *testing.T, r report.Result) {
 // f: those f can take effect in, the foils (naive, Redis) only under a
 // fault that bites, the only one whose outcome on them the test checks,
 // or, for the naive lock, under lost-reply, whose lock service it shares,
-// and the foil of f (Foil).
+// the coalesced sales under lost-reply (a lost step is uncertain for each
+// of its callers), and the foil of f (Foil).
 func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
 	var out []engine.Approach
 	checked := []engine.Approach{engine.Alternative, engine.VerifiedAlternative, engine.FencedLock, engine.VerifiedLock}
@@ -218,7 +219,7 @@ func faultApproaches(scenario string, f engine.Fault) []engine.Approach {
 	case engine.Bites(f):
 		checked = append(checked, engine.NaiveLock, engine.RedisLock, engine.RedsyncLock)
 	case f == engine.LostReply:
-		checked = append(checked, engine.NaiveLock)
+		checked = append(checked, engine.NaiveLock, engine.Coalesced)
 	}
 	for _, a := range checked {
 		for _, d := range engine.Approaches(scenario) {

@@ -54,9 +54,11 @@ func kept(s []report.Injection, keep []int) []report.Injection {
 // of a fault of schedulePool, against a worker drawn among cfg.Clients,
 // for a length drawn within the fault's span when it has one (lasting), at
 // a before-write or an in-transaction point when the fault stops its
-// worker at one and def has both (Transactor).
+// worker at one and def has both (Transactor). With several clients per
+// process, a worker is a process, named by its first client.
 func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Injection {
-	pool := schedulePool(def)
+	cfg = cfg.forApproach(def)
+	pool := schedulePool(def, cfg.lanes() > 1)
 	if len(pool) == 0 {
 		return nil
 	}
@@ -75,7 +77,7 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 			}
 			k := pool[rng.IntN(len(pool))]
 			at := start + time.Duration(rng.Int64N(int64(burstWithin)))
-			in := report.Injection{Fault: k.Name(), AtS: seconds(at), Worker: rng.IntN(cfg.Clients)}
+			in := report.Injection{Fault: k.Name(), AtS: seconds(at), Worker: rng.IntN(cfg.procs()) * cfg.lanes()}
 			if l, ok := k.(lasting); ok {
 				lo, hi := l.span(lease)
 				in.ForS = seconds(lo + time.Duration(rng.Int64N(int64(hi-lo)+1)))
@@ -95,16 +97,18 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 
 // schedulePool lists, in the registry's order, the faults a random
 // schedule draws from for def: those that take effect in its runs
-// (FaultSkip) and hit one worker at a time. The whole-run faults are left
-// out: a restart breaks every run's connections on a server the harness
-// can restart, a failover needs a replication pair, and random is one.
-func schedulePool(def ApproachDef) []fault {
-	if _, ok := def.(Handlers); ok {
-		return nil // its clients share processes: random does not run on it (FaultSkip)
-	}
+// (FaultSkip) and hit one worker at a time — when its clients share
+// processes (shared), one whole process (procFaults). The whole-run faults
+// are left out: a restart breaks every run's connections on a server the
+// harness can restart, a failover needs a replication pair, and random is
+// one.
+func schedulePool(def ApproachDef, shared bool) []fault {
 	var out []fault
 	for _, k := range faultKinds {
 		if _, ok := k.(wholeRun); ok {
+			continue
+		}
+		if shared && !slices.Contains(procFaults, k.Name()) {
 			continue
 		}
 		if FaultSkip(k.Name(), def) == "" {

@@ -8,10 +8,11 @@ import "slices"
 
 // procFaults are the faults a run with several clients per process
 // injects: they hit a whole process (stop it, stall it, cut or slow its
-// connections, lose an answer on its way to it) or the whole server. The
-// others act on one client's identity (a crash's replacement, a member's
-// heartbeats, a lease's renewals) and run with one client per process.
-var procFaults = []Fault{Pause, Stall, Isolate, Delay, LostCommit, LostReply, Restart}
+// connections, lose an answer on its way to it) or the whole server, and
+// random schedules of the first kind. The others act on one client's
+// identity (a crash's replacement, a member's heartbeats, a lease's
+// renewals) and run with one client per process.
+var procFaults = []Fault{Pause, Stall, Isolate, Delay, LostCommit, LostReply, Restart, Random}
 
 // ProcFaults are the faults a run with several clients per process
 // (Config.Procs) injects.
