@@ -24,16 +24,6 @@ type inventoryCoalesced struct{}
 
 func init() { engine.RegisterApproach(inventoryCoalesced{}) }
 
-// AimPoint: every other lost-reply loses the answer to a sale's step, the
-// Coalescer's one statement for the sales waiting beside it: each of them
-// must be told its sale may have applied (ErrUncertain).
-func (inventoryCoalesced) AimPoint(f engine.Fault) string {
-	if f == engine.LostReply {
-		return inventoryCoalescedPoint
-	}
-	return ""
-}
-
 func (inventoryCoalesced) Scenario() string          { return "inventory" }
 func (inventoryCoalesced) Approach() engine.Approach { return engine.Coalesced }
 func (inventoryCoalesced) Label() string {
