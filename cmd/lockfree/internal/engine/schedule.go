@@ -26,9 +26,9 @@ const (
 // Schedule draws the random schedule of def's run under cfg: the faults
 // the fault random injects into it (fault_random.go). It depends on
 // cfg.Seed (0: a seed of its own), the scenario's and approach's names,
-// cfg.Duration, cfg.Clients and the lease that protects def, and on
-// nothing else: the same seed and options draw the same schedule, for
-// every approach apart. It is nil when no fault can be drawn for def.
+// cfg.Duration, cfg.Clients, cfg.Procs and the lease that protects def,
+// and on nothing else: the same seed and options draw the same schedule,
+// for every approach apart. It is nil when no fault can be drawn for def.
 func Schedule(cfg Config, def ApproachDef) []report.Injection {
 	cfg = cfg.withDefaults()
 	params := Params{Sizes: Sizes{Keys: cfg.Keys, Clients: cfg.Clients}, LeaseTTL: cfg.LeaseTTL, OpTimeout: cfg.OpTimeout}
@@ -51,7 +51,7 @@ func kept(s []report.Injection, keep []int) []report.Injection {
 
 // drawSchedule is Schedule for a run protected by lease: bursts of
 // overlapping injections, due in the first 70% of the measured part, each
-// of a fault of schedulePool, against a worker drawn among cfg.Clients,
+// of a fault of schedulePool, against a worker drawn among the run's,
 // for a length drawn within the fault's span when it has one (lasting), at
 // a before-write or an in-transaction point when the fault stops its
 // worker at one and def has both (Transactor). With several clients per
