@@ -16,8 +16,11 @@ type Busy struct {
 	n     int           // spans under way
 }
 
-// Start starts a span at now; end ends it.
-func (b *Busy) Start(now time.Time) (end func()) {
+// Start starts a span now; end ends it (a second call does nothing).
+func (b *Busy) Start() (end func()) { return b.startAt(time.Now()) }
+
+// startAt starts a span at now.
+func (b *Busy) startAt(now time.Time) (end func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.n == 0 {

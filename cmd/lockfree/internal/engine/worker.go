@@ -307,10 +307,10 @@ func (w *worker) fire(ctx context.Context, ev event, a *arm) {
 		failpoint.StopProcess()(ctx, ev.Name)
 		resumed()
 	case modeStall:
-		defer w.held.Start(time.Now())()
+		defer w.held.Start()()
 		failpoint.Stall(a.For)(ctx, ev.Name)
 	case modeWait, modeHold, modePark:
-		defer w.held.Start(time.Now())()
+		defer w.held.Start()()
 		// A taker held until the stale write has landed writes after it
 		// whatever its deadline, as a stopped victim does.
 		resumed := func() {}

@@ -188,7 +188,7 @@ func startProber(ctx context.Context, c *accountsAltClient) *prober {
 // ran marks an operation's call on key's partition as running on its
 // executor, until the returned func is called.
 func (p *prober) ran(key string) (end func()) {
-	return p.busyOn(p.c.member.Partition(key)).Start(time.Now())
+	return p.busyOn(p.c.member.Partition(key)).Start()
 }
 
 // busyOn returns the Busy clock of partition part's executor.
