@@ -17,11 +17,12 @@ import (
 type Committer interface{ CommitsTransactions() }
 
 // Aimer is an ApproachDef whose workers pass a registered failpoint after
-// which one request decides an outcome that a fault losing answers seldom
-// meets at random: a failed batch's retry, the COMMIT that stores a key's
-// record. Every other injection of such a fault (the first among them)
-// holds a worker at AimPoint(f) and loses the next answer; "" for a fault
-// it does not aim.
+// which one request decides an outcome that a fault seldom meets at random:
+// a failed batch's retry, the COMMIT that stores a key's record, a relay's
+// delete of the events it published. Every other injection of such a fault
+// (the first among them) holds a worker at AimPoint(f), then loses the next
+// answer (lost-commit, lost-reply) or kills the worker there (crash); ""
+// for a fault it does not aim.
 type Aimer interface{ AimPoint(f Fault) string }
 
 // Transactor is an ApproachDef whose operations pass an in-transaction

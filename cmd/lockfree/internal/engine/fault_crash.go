@@ -40,6 +40,7 @@ func (crash) pointArmed()           {}
 type crashRun struct {
 	r        *run
 	replaced int
+	n        int // injections, aimed or not (armAimed)
 }
 
 // inject kills v with SIGKILL at its next before-write point and starts
@@ -56,7 +57,7 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 		r.log.note("crash: spawning the replacement of worker %d: %v", v.client, err)
 		return
 	}
-	at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait})
+	at, ok := c.armAimed(ctx, v)
 	if !ok {
 		spare.kill()
 		<-spare.done
@@ -86,8 +87,27 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 	c.replaced++
 	r.log.lane(lane, identity)
 	r.log.count(Crash)
-	r.log.span(v.client, report.SpanCrash, at.T, killed, fmt.Sprintf("SIGKILL on %s; restarted as lane %d", at.Key, lane))
+	where := "on " + at.Key
+	if at.Key == "" {
+		where = "at " + at.Name
+	}
+	r.log.span(v.client, report.SpanCrash, at.T, killed, fmt.Sprintf("SIGKILL %s; restarted as lane %d", where, lane))
 	c.restarted(ctx, spare, identity)
+}
+
+// armAimed holds v at its next before-write point; on an Aimer, every
+// other injection (the first among them) at its aim point instead — a
+// relay between its publish and its delete, say — or, not held there in
+// time, at its next before-write point.
+func (c *crashRun) armAimed(ctx context.Context, v *proc) (event, bool) {
+	r := c.r
+	c.n++
+	if a, ok := r.def.(Aimer); ok && a.AimPoint(Crash) != "" && c.n%2 == 1 {
+		if at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait, Point: a.AimPoint(Crash)}); ok {
+			return at, true
+		}
+	}
+	return r.armPoint(ctx, Crash, v, arm{Mode: modeWait})
 }
 
 // restarted waits until the replacement p of worker identity is ready, and

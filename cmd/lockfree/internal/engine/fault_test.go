@@ -63,7 +63,7 @@ func faultTests() []struct {
 // onlyWithAll are the scenarios the default set leaves out, each because a
 // test of its own runs it under the faults that bite it, in less time.
 var onlyWithAll = map[string]bool{
-	// TestOrdersChain: pause and lost-reply, its three Kafka runs each
+	// TestOrdersChain: lost-reply, pause and crash, its Kafka runs each
 	// one after another, where the default set would add pause and delay
 	// runs of every approach.
 	"orders": true,

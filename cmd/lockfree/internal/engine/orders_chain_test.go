@@ -10,11 +10,13 @@ import (
 )
 
 // The orders chain — Idempotency-Key, a write and an outbox row in one
-// transaction, a relay, Kafka, a deduping inbox, a read model — loses and
-// repeats nothing under a lost COMMIT answer (the client resends) and under
-// a pause past the lease, with or without the fenced lock; the naive twin
+// transaction, relays, Kafka, deduping inboxes, a read model — loses and
+// repeats nothing under a lost COMMIT answer (the client resends), a pause
+// past the lease, and a crash (every other one of a relay between its
+// publish and its delete), with or without the fenced lock; the naive twin
 // (lock, write, publish after commit, no dedupe) mis-applies lines under
-// both, which shows that each fault bit and that the check sees it.
+// each (a crash between its commit and its publish loses a line), which
+// shows that each fault bit and that the check sees it.
 func TestOrdersChain(t *testing.T) {
 	t.Parallel() // beside the other kinds of run; one Kafka run at a time (kafkaRuns)
 	brokers := kafkaBrokers(t)
@@ -22,7 +24,7 @@ func TestOrdersChain(t *testing.T) {
 		t.Skip("no Kafka brokers (TEST_KAFKA_BROKERS)")
 	}
 	sc, _ := engine.Lookup("orders")
-	for _, f := range []engine.Fault{engine.LostReply, engine.Pause} {
+	for _, f := range []engine.Fault{engine.LostReply, engine.Pause, engine.Crash} {
 		t.Run(string(f), func(t *testing.T) {
 			approaches := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock}
 			cfg := engine.Config{Clients: 4, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{f}, Approaches: approaches}

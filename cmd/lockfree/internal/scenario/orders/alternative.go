@@ -37,12 +37,13 @@ func init() { engine.RegisterApproach(ordersAlternative{}) }
 
 // AimPoint: a lost-reply also loses the answer to the batch that stores a
 // request's key record with its COMMIT, which decides whether the request
-// applied.
+// applied; a crash also kills a relay between its publish and its delete
+// (relayAim).
 func (ordersAlternative) AimPoint(f engine.Fault) string {
 	if f == engine.LostReply {
 		return "idempotency.postgres.before-write"
 	}
-	return ""
+	return relayAim{}.AimPoint(f)
 }
 
 func (ordersAlternative) Scenario() string          { return "orders" }

@@ -56,7 +56,10 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 type sendsKey struct{}
 
 // pipeline is what moves the lines from the database to the read model:
-// a relay and a consumer, or a consumer alone. Worker 0 runs it.
+// a relay and a consumer, or a consumer alone. Every worker runs one, as
+// every instance of a service would: the relays split the outbox's
+// partitions, the consumers the topic's, and a worker killed or stopped
+// past its lease has its share taken over.
 type pipeline interface {
 	// drained reports whether the pipeline has applied every line written
 	// so far.
@@ -71,12 +74,12 @@ type pipeline interface {
 type orderClient struct {
 	env     *engine.Env
 	http    *http.Client
-	pipe    pipeline // worker 0's, or nil
+	pipe    pipeline
 	closing func() error
 }
 
-// newOrderClient makes a worker's client of service. newPipe starts the
-// pipeline; only worker 0 calls it.
+// newOrderClient makes a worker's client of service, and starts the
+// worker's pipeline with newPipe.
 func newOrderClient(ctx context.Context, env *engine.Env, service http.Handler, newPipe func(context.Context) (pipeline, error)) (*orderClient, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{order}/lines", service)
@@ -85,10 +88,8 @@ func newOrderClient(ctx context.Context, env *engine.Env, service http.Handler, 
 		return nil, err
 	}
 	c := &orderClient{env: env, http: &http.Client{Transport: tr}}
-	if env.Client == 0 {
-		if c.pipe, err = newPipe(ctx); err != nil {
-			return nil, err
-		}
+	if c.pipe, err = newPipe(ctx); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -148,42 +149,32 @@ func (c *orderClient) send(ctx context.Context, order, opID, body string) (int64
 	return out.N, nil
 }
 
-// Drain records that the worker's operations have ended; worker 0 then
-// waits until every worker's have and its pipeline has applied every line.
+// Drain waits until the pipelines have applied every line written so far.
+// Every worker waits, after its own last operation: together they cover
+// every line, whichever worker wrote it last, and whether or not a crashed
+// worker's replacement started. The pipelines run on meanwhile: the engine
+// keeps a Drainer's worker until every worker has drained.
 func (c *orderClient) Drain(ctx context.Context) error {
-	if _, err := c.env.DB.Exec(ctx, `INSERT INTO orders_drained (client) VALUES ($1) ON CONFLICT DO NOTHING`, c.env.Client); err != nil {
-		return err
-	}
-	if c.pipe == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := until(ctx, "every worker's operations have ended", func(ctx context.Context) (bool, error) {
-		var n int
-		err := c.env.DB.QueryRow(ctx, `SELECT count(*) FROM orders_drained`).Scan(&n)
-		return n >= c.env.Clients, err
-	}); err != nil {
-		return err
-	}
 	return until(ctx, "the read model has every line", c.pipe.drained)
 }
 
 func (c *orderClient) Close() error {
-	var errs []error
-	if c.pipe != nil {
-		errs = append(errs, c.pipe.close())
-	}
+	errs := []error{c.pipe.close()}
 	if c.closing != nil {
 		errs = append(errs, c.closing())
 	}
 	return errors.Join(errs...)
 }
 
-// until waits until cond holds, asking every 50ms.
+// until waits until cond holds, asking every 50ms, each ask bounded by 2 s:
+// a broker or a connection that does not answer is asked again.
 func until(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
 	for {
-		ok, err := cond(ctx)
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, err := cond(actx)
+		cancel()
 		if ok {
 			return nil
 		}

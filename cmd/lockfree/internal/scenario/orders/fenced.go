@@ -33,6 +33,11 @@ var ordersFence = fencedlock.Fence{Table: "orders", Key: "id"}
 // writes the next, the key's record and the event's outbox row in one
 // transaction whose write the fence refuses to an older token. The relay and the deduping inbox are the
 // alternative's.
+//
+// It aims no crash at its relay, unlike the alternative: a worker killed
+// there may be in the midst of a lock's release that the server applied and
+// the history never saw, and the exclusivity check would count the next
+// grant as an overlap. Its relay is the alternative's.
 type ordersFenced struct {
 	kafkaTopic
 	commits

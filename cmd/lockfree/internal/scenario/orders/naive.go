@@ -45,6 +45,15 @@ func (ordersNaive) Protection(p engine.Params) engine.Protection {
 	return ordersFenced{}.Protection(p)
 }
 
+// AimPoint: every other crash kills a worker between a line's commit and
+// its publish, the gap of "publish after commit" an outbox closes.
+func (ordersNaive) AimPoint(f engine.Fault) string {
+	if f == engine.Crash {
+		return "harness.orders.naive.after-commit"
+	}
+	return ""
+}
+
 func (ordersNaive) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
 	l, err := orderLocker(env)
 	if err != nil {
@@ -94,6 +103,9 @@ func addLineNaive(env *engine.Env, l *fencedlock.Locker, pub *kafka.Writer, f *s
 			if err != nil {
 				return err
 			}
+			// Committed, not yet published: a crash here loses the line's
+			// event (AimPoint).
+			env.BeforeWrite(ctx, "harness.orders.naive.after-commit")
 			for {
 				err := pub.WriteMessages(ctx, kafka.Message{Key: []byte(ln.Order), Value: ln.payload()})
 				if err == nil || !engine.Sleep(ctx, 10*time.Millisecond) {

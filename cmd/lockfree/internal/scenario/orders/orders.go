@@ -28,8 +28,7 @@ const kindAdd = "add-line"
 // records, for the fenced twin, the line each request key wrote;
 // order_view is the read model the consumer builds, one row per event
 // applied, in the order applied, without a unique constraint on purpose: a
-// copy must reach the check. orders_drained lists the workers whose
-// operations have ended (Drain).
+// copy must reach the check.
 const (
 	sqlOrdersTables = `CREATE TABLE orders (
 	id            text   PRIMARY KEY,
@@ -46,8 +45,7 @@ CREATE TABLE order_view (
 	order_id text NOT NULL,
 	n        int  NOT NULL,
 	by       text NOT NULL
-);
-CREATE TABLE orders_drained (client int PRIMARY KEY)`
+)`
 	sqlOrdersSeed = `INSERT INTO orders (id) SELECT 'order-' || k FROM generate_series(0, $1 - 1) AS k`
 )
 
@@ -83,8 +81,6 @@ func (orders) Migrations() []migrate.Migration {
 // SkipFault: the faults the scenario does not run under.
 func (orders) SkipFault(f engine.Fault) string {
 	switch f {
-	case engine.Crash:
-		return "its relay and consumer run in worker 0: a replacement would start them again, on a relay fleet and a consumer group whose leases outlast the run"
 	case engine.Restart:
 		return "not run on it yet: its relay and consumer must come back from the server's restart before the drain ends, which no test has shown"
 	}

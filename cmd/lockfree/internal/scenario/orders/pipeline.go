@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +18,36 @@ import (
 
 // sqlOrdersApply applies a line to the read model.
 const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
+
+// The consumer group's timing, for a run of clients members (one a worker):
+// 2 s sessions and rebalances, heartbeats every 100 ms up to 8 members, and
+// as much again for every 8 more — short, so that a member killed or
+// stopped past its session has its partitions taken over within a run,
+// and long enough for every member to rejoin on a loaded machine. The
+// broker must allow the session (group.min.session.timeout.ms ≤ 2000;
+// scripts/kafka.sh sets 1000).
+func groupTiming(clients int) (session, rebalance, heartbeat time.Duration) {
+	f := time.Duration(max(1, (clients+7)/8))
+	return f * 2 * time.Second, f * 2 * time.Second, f * 100 * time.Millisecond
+}
+
+// relayTTL is a relay's lease on its outbox partitions: a relay killed or
+// stopped past it has them taken over by the others.
+const relayTTL = 3 * time.Second
+
+// relayAim is embedded by the approaches whose events go through a relay:
+// every other crash kills a worker at its relay's point between a batch's
+// publish and its delete, which leaves the batch, in Kafka already, to be
+// published again by the relay that takes the partition over.
+type relayAim struct{}
+
+// AimPoint: see relayAim.
+func (relayAim) AimPoint(f engine.Fault) string {
+	if f == engine.Crash {
+		return "outbox.relay.before-mark"
+	}
+	return ""
+}
 
 // runTopic returns the topic of env's run, named after its schema.
 func runTopic(ctx context.Context, env *engine.Env) (string, error) {
@@ -39,9 +68,14 @@ func apply(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
 	return err
 }
 
+// kafkaClient is a client of the run's brokers, through the worker's proxy
+// of them.
+func kafkaClient(env *engine.Env) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(env.Kafka...), Transport: &kafka.Transport{Dial: env.KafkaDial}}
+}
+
 // endOffsets returns the next offset of each partition of topic.
-func endOffsets(ctx context.Context, env *engine.Env, topic string) (map[int]int64, error) {
-	c := &kafka.Client{Addr: kafka.TCP(env.Kafka...), Transport: &kafka.Transport{Dial: env.KafkaDial}}
+func endOffsets(ctx context.Context, c *kafka.Client, topic string) (map[int]int64, error) {
 	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, err
@@ -72,6 +106,7 @@ func endOffsets(ctx context.Context, env *engine.Env, topic string) (map[int]int
 // its inbox's deduplication by event (Dedupe) or by offset alone.
 type outboxPipe struct {
 	env      *engine.Env
+	kafka    *kafka.Client
 	topic    string
 	events   *outbox.Postgres
 	relay    *outbox.Relay
@@ -79,27 +114,30 @@ type outboxPipe struct {
 	inbox    *kafkawriter.Inbox
 }
 
-// startOutbox starts worker 0's relay and consumer of events.
+// startOutbox starts the worker's relay, a member of the run's relay fleet
+// named after the worker, and its consumer of events, a member of the
+// run's consumer group.
 func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, dedupe bool) (pipeline, error) {
 	topic, err := runTopic(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	p := &outboxPipe{env: env, topic: topic, events: events}
+	p := &outboxPipe{env: env, kafka: kafkaClient(env), topic: topic, events: events}
 	if p.inbox, err = kafkawriter.NewInbox(env.DB, nil); err != nil {
 		return nil, err
 	}
 	p.relay, err = outbox.NewRelay(events, env.Kafka, topic, &outbox.RelayConfig{
-		Member:       &partition.Config{Name: "relay-0", TTL: 3 * time.Second, Interval: 300 * time.Millisecond, Margin: time.Second},
+		Member:       &partition.Config{Name: fmt.Sprintf("relay-%d", env.Client), TTL: relayTTL, Interval: 300 * time.Millisecond, Margin: time.Second},
 		PollInterval: 20 * time.Millisecond, RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
 		Transport: &kafka.Transport{Dial: env.KafkaDial}, MeterProvider: env.MeterProvider,
 	})
 	if err != nil {
 		return nil, err
 	}
+	session, rebalance, heartbeat := groupTiming(env.Clients)
 	p.consumer, err = kafkawriter.NewConsumer(env.DB, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic},
-		apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial},
-			MeterProvider: env.MeterProvider})
+		apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: kafkaDialer(env),
+			SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat, MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +159,7 @@ func (p *outboxPipe) drained(ctx context.Context) (bool, error) {
 	if err := p.env.DB.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM lockfree_outbox_events)`).Scan(&empty); err != nil || !empty {
 		return false, err
 	}
-	ends, err := endOffsets(ctx, p.env, p.topic)
+	ends, err := endOffsets(ctx, p.kafka, p.topic)
 	if err != nil {
 		return false, err
 	}
@@ -145,17 +183,16 @@ func (p *outboxPipe) close() error {
 	return errors.Join(p.consumer.Stop(ctx), p.relay.Stop(ctx))
 }
 
-// readerPipe is the naive twin's consumer: a kafka-go Reader in a group,
-// which applies each message in a transaction, retried until it commits,
-// then commits its offset to Kafka. It dedupes nothing.
+// readerPipe is the naive twin's consumer: a kafka-go Reader in the run's
+// group, which applies each message in a transaction, retried until it
+// commits, then commits its offset to Kafka. It dedupes nothing.
 type readerPipe struct {
 	env    *engine.Env
+	kafka  *kafka.Client
 	topic  string
 	r      *kafka.Reader
 	cancel context.CancelFunc
 	done   chan error
-	mu     sync.Mutex
-	next   map[int]int64 // by partition: the offset after the last applied
 }
 
 func startReader(ctx context.Context, env *engine.Env) (pipeline, error) {
@@ -163,9 +200,10 @@ func startReader(ctx context.Context, env *engine.Env) (pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &readerPipe{env: env, topic: topic, done: make(chan error, 1), next: map[int]int64{}}
+	session, rebalance, heartbeat := groupTiming(env.Clients)
+	p := &readerPipe{env: env, kafka: kafkaClient(env), topic: topic, done: make(chan error, 1)}
 	p.r = kafka.NewReader(kafka.ReaderConfig{Brokers: env.Kafka, Topic: topic, GroupID: topic, MaxWait: 100 * time.Millisecond,
-		Dialer: &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial}})
+		SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat, Dialer: kafkaDialer(env)})
 	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go func() { p.done <- p.run(ctx) }()
 	return p, nil
@@ -188,26 +226,41 @@ func (p *readerPipe) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		// A commit that fails (a rebalance) leaves the message to be
-		// fetched and applied again: the naive consumer's duplicate.
+		// A commit that fails (a rebalance), or a worker killed before
+		// it, leaves the message to be fetched and applied again: the
+		// naive consumer's duplicate.
 		_ = p.r.CommitMessages(ctx, msg)
-		p.mu.Lock()
-		p.next[msg.Partition] = msg.Offset + 1
-		p.mu.Unlock()
 	}
 }
 
-// drained: the reader has applied every partition to its end.
+// drained: the group has committed every partition to its end.
 func (p *readerPipe) drained(ctx context.Context) (bool, error) {
-	ends, err := endOffsets(ctx, p.env, p.topic)
+	ends, err := endOffsets(ctx, p.kafka, p.topic)
 	if err != nil {
 		return false, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	parts := make([]int, 0, len(ends))
+	for part := range ends {
+		parts = append(parts, part)
+	}
+	res, err := p.kafka.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: p.topic, Topics: map[string][]int{p.topic: parts}})
+	if err != nil {
+		return false, err
+	}
+	if res.Error != nil {
+		return false, res.Error
+	}
+	committed := map[int]int64{}
+	for _, part := range res.Topics[p.topic] {
+		if part.Error != nil {
+			return false, part.Error
+		}
+		committed[part.Partition] = part.CommittedOffset
+	}
 	for part, end := range ends {
-		if p.next[part] < end {
-			return false, nil
+		// A partition the group has committed nothing of reads -1.
+		if max(committed[part], 0) < end {
+			return false, fmt.Errorf("partition %d: the group committed offset %d of %d", part, committed[part], end)
 		}
 	}
 	return true, nil
@@ -217,4 +270,9 @@ func (p *readerPipe) close() error {
 	p.cancel()
 	<-p.done
 	return p.r.Close()
+}
+
+// kafkaDialer dials the brokers through the worker's proxy of them.
+func kafkaDialer(env *engine.Env) *kafka.Dialer {
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: env.KafkaDial}
 }

@@ -18,6 +18,7 @@ import (
 type ordersRaw struct {
 	kafkaTopic
 	commits
+	relayAim
 }
 
 func init() { engine.RegisterApproach(ordersRaw{}) }
