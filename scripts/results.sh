@@ -190,19 +190,21 @@ fi
 
 # faults_of prints the faults a scenario's sections are made under: none (the cost), then, in the
 # registry's order, each fault a stale holder's write lands under ("bites") on every scenario it
-# applies to, and each other fault on the first scenario it applies to — so every fault shows once,
-# on a scenario whose approaches it takes effect in. A fault that bites the whole run at once
-# (failover) has a section of its own; random, which plays the others, has none yet.
+# applies to, each fault the scenario's "shows" line names, and each other fault on the first
+# scenario it applies to — so every fault shows at least once, on a scenario whose approaches it
+# takes effect in. A fault that bites the whole run at once (failover) has a section of its own;
+# random, which plays the others, has none yet.
 faults_of() { # scenario
 	awk -v sc="$1" '
 		$1 == "fault" { order[++n] = $2; for (i = 3; i <= NF; i++) trait[$2, $i] = 1 }
+		$1 == "shows" && $2 == sc { for (i = 3; i <= NF; i++) shown[$i] = 1 }
 		$1 == "applies" { for (i = 3; i <= NF; i++) { if (!($i in first)) first[$i] = $2; if ($2 == sc) here[$i] = 1 } }
 		END {
 			printf "none"
 			for (i = 1; i <= n; i++) {
 				f = order[i]
 				if (!(f in here) || (trait[f, "bites"] && trait[f, "whole-run"]) || f == "random") continue
-				if (trait[f, "bites"] || first[f] == sc) printf " %s", f
+				if (trait[f, "bites"] || first[f] == sc || shown[f]) printf " %s", f
 			}
 			print ""
 		}' <<<"$list"

@@ -454,12 +454,10 @@ func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline t
 	return reports, missed, nil
 }
 
-// writeList prints the registry, for scripts: "scenario NAME APPROACH…" per
-// scenario in report order, then "faults FAULT…".
 // writeList writes what scripts/results.sh reads, one line each: every
-// scenario with its approaches, the folder of its package and its cost
-// runs (engine.Coster), the faults that take effect in it, and every fault
-// with its traits.
+// scenario with its approaches, the folder of its package, its cost runs
+// (engine.Coster), the faults its results show (engine.Shower), the faults
+// that take effect in it, and every fault with its traits.
 func writeList(w io.Writer) {
 	for _, sc := range engine.Scenarios() {
 		fmt.Fprintf(w, "scenario %s", sc.Name())
@@ -472,6 +470,13 @@ func writeList(w io.Writer) {
 			for _, run := range c.CostRuns() {
 				fmt.Fprintf(w, "cost %s %d %s\n", sc.Name(), run.Keys, run.What)
 			}
+		}
+		if sh, ok := sc.(engine.Shower); ok {
+			fmt.Fprintf(w, "shows %s", sc.Name())
+			for _, f := range sh.Shows() {
+				fmt.Fprintf(w, " %s", f)
+			}
+			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "applies %s", sc.Name())
 		for _, f := range engine.FaultNames() {

@@ -102,6 +102,11 @@ type CostRun struct {
 	What string
 }
 
+// Shower is a Scenario whose sections in docs/results.md show, beyond the
+// cost and the faults a stale write lands under, the faults it was made to
+// prove itself under (scripts/results.sh reads them from --list).
+type Shower interface{ Shows() []Fault }
+
 // StaleBlind is a Scenario some of whose keys no stale write can show a
 // violation on, whatever the approach: the faults a stale write lands under
 // (Bites) do not stop or cut a worker off at them, so that each one they

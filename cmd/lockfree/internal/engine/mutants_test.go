@@ -68,7 +68,8 @@ var (
 // lease's expiry while no other worker could take the key (late-renewal),
 // which the lock service must refuse; then the alternative under a crash,
 // whose replacement starts under the crashed worker's names while its lease
-// is in force (a member's Join).
+// is in force (a member's Join); last under a cut worker, whose relay's
+// publish may fail with its outcome unknown while Kafka never had it.
 var mutantTrials = []mutantTrial{
 	{engine.NaiveLock, ""},
 	{engine.Coalesced, ""},
@@ -85,6 +86,7 @@ var mutantTrials = []mutantTrial{
 	{engine.FencedLock, engine.Overtake},
 	{engine.FencedLock, engine.LateRenewal},
 	{engine.Alternative, engine.Crash},
+	{engine.Alternative, engine.Isolate},
 }
 
 // mutantTrial is an approach under a fault ("" for none).
@@ -109,6 +111,59 @@ var mutantCatchers = map[string]mutantCatcher{
 	"kafkawriter.inbox.advance.offset":             {"events", engine.Alternative, engine.LostCommit},
 	"atomic.id.replay":                             {"inventory", engine.Alternative, engine.LostReply},
 	"kafkawriter.consumer.batch-retry.lost-commit": {"events", engine.Alternative, engine.LostCommit},
+	"outbox.relay.uncertain":                       {"orders", engine.Alternative, engine.Isolate},
+}
+
+// mutantLayers are layered checks: mutant sites each of which the others
+// mask, so that no run catches one alone (each is in mutantHoles, saying
+// so). Each layer is hunted as one row, its sites all on in every worker
+// ($LOCKFREE_MUTANTS naming them, comma-separated), on its catcher's run,
+// and must be caught in all its runs: together the checks matter.
+var mutantLayers = []mutantLayer{
+	{
+		sites:   []string{"kafkawriter.inbox.dedupe.event-id", "kafkawriter.inbox.dedupe.seq"},
+		doc:     "Inbox.Dedupe keeps every copy: neither its event ID check nor its sequence check (both layers of the inbox's dedupe off)",
+		catcher: mutantCatcher{"orders", engine.Alternative, engine.Crash},
+	},
+}
+
+// mutantLayer is one entry of mutantLayers.
+type mutantLayer struct {
+	sites   []string
+	doc     string
+	catcher mutantCatcher
+}
+
+// name is the layer's $LOCKFREE_MUTANTS, its row's mutant.
+func (l mutantLayer) name() string { return strings.Join(l.sites, ",") }
+
+// layerHits is how often the workers reached mutant's sites: the fewest
+// of them, for a layer.
+func layerHits(hits map[string]int64, mutant string) int64 {
+	n := int64(-1)
+	for _, site := range strings.Split(mutant, ",") {
+		if n < 0 || hits[site] < n {
+			n = hits[site]
+		}
+	}
+	return max(n, 0)
+}
+
+// huntLayer runs l on its catcher's run, on an approach that reached every
+// one of its sites (reached), and rates the catch.
+func huntLayer(t *testing.T, infra engine.Infra, base engine.Config, l mutantLayer, reached map[string][]reach) mutantRun {
+	c := l.catcher
+	row := mutantRun{mutant: l.name(), doc: l.doc, scenario: c.scenario, approach: c.approach, fault: c.fault}
+	for _, site := range l.sites {
+		if !slices.ContainsFunc(reached[site], func(r reach) bool { return r.scenario == c.scenario && r.approach == c.approach }) {
+			t.Errorf("layer %s: %s/%s does not reach %s", l.name(), c.scenario, c.approach, site)
+			return row
+		}
+	}
+	row = tryMutant(t, infra, base, l.name(), reach{scenario: c.scenario, approach: c.approach}, c.fault, 0)
+	row.doc = l.doc
+	rate(t, infra, base, &row)
+	return row
 }
 
 // mutantCatcher is one run of the hunt: a scenario's approach under a
@@ -126,6 +181,16 @@ func checkCatchers(t *testing.T) {
 	for name := range mutantDefects {
 		if !slices.ContainsFunc(failpoint.Registered(), func(p failpoint.Point) bool { return p.Name == name && p.Kind == failpoint.MutantSite }) {
 			t.Errorf("mutantDefects names %s, no mutant site", name)
+		}
+	}
+	for _, l := range mutantLayers {
+		for _, site := range l.sites {
+			if _, hole := mutantHoles[site]; !hole {
+				t.Errorf("mutantLayers names %s, which is not in mutantHoles: a layer's sites are caught together only", site)
+			}
+		}
+		if !slices.Contains(mutantTrials, mutantTrial{l.catcher.approach, l.catcher.fault}) {
+			t.Errorf("mutantLayers' %s: %s under %s is not a run of mutantTrials", l.name(), l.catcher.approach, l.catcher.fault)
 		}
 	}
 	for name, c := range mutantCatchers {
@@ -228,8 +293,25 @@ func TestMutants(t *testing.T) {
 	// catch counts only if its twin without the mutant loses nothing
 	// (tryMutant), so that neither a loaded machine's late worker nor a
 	// defect of the approach itself is taken for the mutant's doing.
-	rows := make([]mutantRun, len(hunted))
+	var layers []mutantLayer
+	for _, l := range mutantLayers {
+		if slices.ContainsFunc(l.sites, only.MatchString) {
+			layers = append(layers, l)
+		}
+	}
+	if len(layers) > 0 && reached == nil {
+		reached = reachedSites(t, infra, base, &notes)
+	}
+	rows := make([]mutantRun, len(hunted)+len(layers))
 	t.Run("hunt", func(t *testing.T) {
+		for i, l := range layers {
+			t.Run(l.name(), func(t *testing.T) {
+				t.Parallel()
+				row := huntLayer(t, infra, base, l, reached)
+				t.Logf("%s: %s", row.mutant, row.verdict())
+				rows[len(hunted)+i] = row
+			})
+		}
 		for i, p := range hunted {
 			t.Run(p.Name, func(t *testing.T) {
 				t.Parallel()
@@ -269,7 +351,13 @@ func TestMutants(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, r := range rows {
+	for _, r := range rows[len(hunted):] {
+		if !r.caught() || !r.steady() {
+			t.Errorf("layer %s: caught in %d of %d runs of %s/%s under %s: its checks together do not show that they matter (%s)",
+				r.mutant, r.catches, r.runs, r.scenario, r.approach, r.faultName(), r.verdict())
+		}
+	}
+	for _, r := range rows[:len(hunted)] {
 		_, known := mutantHoles[r.mutant]
 		_, unsteady := mutantUnsteady[r.mutant]
 		switch {
@@ -461,7 +549,7 @@ func runMutant(t *testing.T, infra engine.Infra, base engine.Config, mutant stri
 		cfg.MinFaults = 2
 	}
 	run := mutantRun{mutant: mutant, scenario: tg.scenario, approach: tg.approach, fault: f, seed: seed}
-	cfg.Hits = func(_ engine.Approach, hits map[string]int64) { run.hits = hits[mutant] }
+	cfg.Hits = func(_ engine.Approach, hits map[string]int64) { run.hits = layerHits(hits, mutant) }
 	rep, err := engine.Run(context.Background(), sc, cfg, infra)
 	run.err = err
 	if err != nil {
@@ -698,6 +786,8 @@ func (m mutantRun) verdict() string {
 		return "caught by its package test, not by a scenario (" + string(m.test.why) + ")"
 	case m.scenario == "":
 		return "HOLE: no approach of mutantTrials reaches its site"
+	case m.caught() && strings.Contains(m.mutant, ","):
+		return "caught with every layer off (mutantLayers)"
 	case m.caught() && m.fault == engine.Random:
 		return "caught by a random schedule only"
 	case m.caught():
@@ -999,13 +1089,14 @@ var mutantHoles = map[string]string{
 	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 3 of 5 runs: its sales of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
 	"atomic.coalescer.order":   "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
 
-	// orders reaches these sites, but no trial drives their path: every
-	// request it sends is keyed; its one relay in worker 0 is never paused
-	// or cut mid-publish, so no publish is uncertain, no other relay holds
-	// a newer epoch and no event reaches the inbox twice.
+	// orders reaches these sites, and its crashes make relays publish
+	// batches again, but: every request it sends is keyed; a relay
+	// deletes only what Kafka acknowledged, so a late delete without its
+	// epoch loses nothing; and the inbox drops a copy by its event ID and
+	// by its entity's sequence, each enough alone: mutantLayers hunts the
+	// two together.
 	"idempotency.client.unkeyed":        "orders keys every request; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
-	"outbox.relay.uncertain":            "orders' one relay never loses a publish's answer; outbox's TestUncertainPublishIsResent catches it (TestMutantsAreCaught)",
-	"outbox.mark.epoch":                 "orders runs one relay: no other holds a newer epoch; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
-	"kafkawriter.inbox.dedupe.event-id": "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
-	"kafkawriter.inbox.dedupe.seq":      "orders' relay never publishes an event twice; kafkawriter's TestInboxDedupe catches it (TestMutantsAreCaught)",
+	"outbox.mark.epoch":                 "a relay deletes only events Kafka acknowledged: a late delete without its epoch loses and repeats nothing; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
+	"kafkawriter.inbox.dedupe.seq":      "layered with dedupe.event-id, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 }

@@ -78,6 +78,11 @@ func (orders) Migrations() []migrate.Migration {
 	return append(ms, kafkawriter.Migrations()...)
 }
 
+// Shows: the chain's results show a lost answer (the client resends) and a
+// crash (a relay killed mid-batch, a naive service between commit and
+// publish), beside the pause and delay every scenario shows.
+func (orders) Shows() []engine.Fault { return []engine.Fault{engine.LostReply, engine.Crash} }
+
 // SkipFault: the faults the scenario does not run under.
 func (orders) SkipFault(f engine.Fault) string {
 	switch f {
