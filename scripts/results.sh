@@ -55,14 +55,15 @@ sync_pages() {
 # splice LEVEL NEW: replaces, in docs/results.md, each section of NEW (headings of LEVEL, "##" or
 # "###") with the new one, up to the next heading of that level or above or a generated block's
 # marker; a section results.md does not have yet goes after the last replaced one of its group
-# (the words before " — ": its scenario).
+# (the words before " — ": its scenario), or, for a scenario results.md has no section of yet, after
+# the scenarios' sections (before "## Coming from Redis" or the first generated block).
 splice() { # LEVEL NEW [BEGIN END: only between these marker lines]
 	local level=$1 new=$2 begin=${3:-} end=${4:-} spliced
 	spliced=$(mktemp)
 	awk -v f="$new" -v lv="$level " -v b="$begin" -v e="$end" '
 		function group(h) { sub(/ — .*/, "", h); return h }
 		function flush(g,   i) {
-			for (i = 1; i <= n; i++) if (!(order[i] in used) && group(order[i]) == g) { printf "%s", text[order[i]]; used[order[i]] = 1 }
+			for (i = 1; i <= n; i++) if (!(order[i] in used) && (g == "" || group(order[i]) == g)) { printf "%s", text[order[i]]; used[order[i]] = 1 }
 		}
 		BEGIN {
 			while ((getline l < f) > 0) {
@@ -76,6 +77,8 @@ splice() { # LEVEL NEW [BEGIN END: only between these marker lines]
 		{ heading = index($0, lv) == 1 || /^## / || /^# / || /^<!-- / }
 		# Leaving a group (a scenario): its new sections go after its last.
 		heading && cur != "" && (index($0, lv) != 1 || group($0) != cur) { flush(cur); cur = "" }
+		# Past the scenarios: the sections of a scenario new to results.md.
+		b == "" && lv == "## " && !past && (/^## Coming from Redis/ || /^<!-- /) { flush(""); past = 1 }
 		heading { skip = 0 }
 		index($0, lv) == 1 { cur = group($0) }
 		index($0, lv) == 1 && ($0 in text) { printf "%s", text[$0]; used[$0] = 1; skip = 1; next }

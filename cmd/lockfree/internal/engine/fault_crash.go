@@ -12,8 +12,8 @@ import (
 
 // The crash fault: a supervisor restarting a crashed pod.
 const (
-	// Crash kills a worker with SIGKILL at its next before-write point and
-	// at once starts a replacement process with the same identity — the
+	// Crash kills a worker with SIGKILL at its next before-write point (on
+	// an Aimer, every other time at its aim point) and at once starts a replacement process with the same identity — the
 	// same client, member and holder names — whose old lease is still in
 	// force: the replacement must wait until it lapses (a partition
 	// member's Join, a lock's acquire under the same holder). The killed
@@ -28,7 +28,7 @@ type crash struct{}
 
 func (crash) Name() Fault { return Crash }
 func (crash) How() string {
-	return "SIGKILLs at a before-write point, each followed at once by a replacement with the same identity (client number, member and holder names, proxies) and no warm-up, while the killed lease is in force"
+	return "SIGKILLs at a before-write point (every other one at the approach's aim point, if it has one), each followed at once by a replacement with the same identity (client number, member and holder names, proxies) and no warm-up, while the killed lease is in force"
 }
 func (crash) counts() string {
 	return "the worker was killed; a replacement that exits or is not ready in time also counts as `crash-restart-failed`"
