@@ -83,15 +83,6 @@ func (orders) Migrations() []migrate.Migration {
 // publish), beside the pause and delay every scenario shows.
 func (orders) Shows() []engine.Fault { return []engine.Fault{engine.LostReply, engine.Crash} }
 
-// SkipFault: the faults the scenario does not run under.
-func (orders) SkipFault(f engine.Fault) string {
-	switch f {
-	case engine.Restart:
-		return "not run on it yet: its relay and consumer must come back from the server's restart before the drain ends, which no test has shown"
-	}
-	return ""
-}
-
 func (orders) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
 	if _, err := db.Exec(ctx, sqlOrdersTables); err != nil {
 		return err
