@@ -14,6 +14,31 @@ import (
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
+// KafkaGroupTiming is the timing of a Kafka consumer group whose members
+// are a run's workers, clients of them, one member each: 2 s sessions and
+// rebalances and heartbeats every 100 ms up to 8 members — short, so that a
+// member killed or stopped past its session is evicted and its partitions
+// taken over within a run — and as much again for every 8 members more.
+// Every member must heartbeat within its session and rejoin within a
+// rebalance, and the more worker processes share the cores, the longer one
+// may wait for them: 64 members on 2 s rebalanced without end on a loaded
+// machine (one evicted, the others too late to rejoin and evicted in turn,
+// the group empty), and applied next to nothing. The broker must allow the
+// session: group.min.session.timeout.ms ≤ 2000 (scripts/kafka.sh sets 1000;
+// Kafka's own default, 6000, refuses the join).
+func KafkaGroupTiming(clients int) GroupTiming {
+	f := time.Duration(max(1, (clients+7)/8))
+	return GroupTiming{Session: f * 2 * time.Second, Rebalance: f * 2 * time.Second, Heartbeat: f * 100 * time.Millisecond}
+}
+
+// GroupTiming is a consumer group's session timeout, rebalance timeout and
+// heartbeat interval.
+type GroupTiming struct{ Session, Rebalance, Heartbeat time.Duration }
+
+// Lease is how long after a member stops another may take its partitions:
+// its session runs out, then the group rebalances.
+func (g GroupTiming) Lease() time.Duration { return g.Session + g.Rebalance }
+
 // kafkaSkip says why an approach that needs Kafka cannot run on infra, or "".
 func kafkaSkip(ctx context.Context, infra Infra) string {
 	if len(infra.Kafka) == 0 {

@@ -51,7 +51,7 @@ func (eventsAlternative) Label() string {
 // partitions once the broker has evicted it (the session timeout) and the
 // group has rebalanced (at most the rebalance timeout).
 func (eventsAlternative) Protection(p engine.Params) engine.Protection {
-	return engine.Protection{Lease: kafkaTiming(p.Clients).lease(), What: "the consumer session timeout plus the rebalance"}
+	return engine.Protection{Lease: engine.KafkaGroupTiming(p.Clients).Lease(), What: "the consumer session timeout plus the rebalance"}
 }
 
 func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
@@ -65,10 +65,10 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 		return nil, err
 	}
 	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{}),
-		timing: kafkaTiming(env.Clients)}
+		timing: engine.KafkaGroupTiming(env.Clients)}
 	c.cfg = kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
 		MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
-		SessionTimeout: c.timing.session, RebalanceTimeout: c.timing.rebalance, HeartbeatInterval: c.timing.heartbeat, Dialer: kafkaDialer(env),
+		SessionTimeout: c.timing.Session, RebalanceTimeout: c.timing.Rebalance, HeartbeatInterval: c.timing.Heartbeat, Dialer: kafkaDialer(env),
 		MeterProvider: env.MeterProvider}
 	if c.inbox, err = kafkawriter.NewInbox(env.DB, nil); err != nil {
 		p.Close()
@@ -105,7 +105,7 @@ type eventsAltClient struct {
 	inbox   *kafkawriter.Inbox
 	stop    chan struct{}
 	watched sync.WaitGroup
-	timing  groupTiming
+	timing  engine.GroupTiming
 	faults  handlerFaults
 
 	mu       sync.Mutex
@@ -181,7 +181,7 @@ func (c *eventsAltClient) watch() {
 		now := cons.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
-				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.session})
+				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.Session})
 			}
 		}
 		for p, epoch := range held {

@@ -219,14 +219,14 @@ func TestDrainPollsTheEntitiesSentTo(t *testing.T) {
 func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
 	for _, tc := range []struct {
 		clients int
-		want    groupTiming
+		want    engine.GroupTiming
 	}{
-		{1, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
-		{8, groupTiming{2 * time.Second, 2 * time.Second, 100 * time.Millisecond}},
-		{9, groupTiming{4 * time.Second, 4 * time.Second, 200 * time.Millisecond}},
-		{64, groupTiming{16 * time.Second, 16 * time.Second, 800 * time.Millisecond}},
+		{1, engine.GroupTiming{Session: 2 * time.Second, Rebalance: 2 * time.Second, Heartbeat: 100 * time.Millisecond}},
+		{8, engine.GroupTiming{Session: 2 * time.Second, Rebalance: 2 * time.Second, Heartbeat: 100 * time.Millisecond}},
+		{9, engine.GroupTiming{Session: 4 * time.Second, Rebalance: 4 * time.Second, Heartbeat: 200 * time.Millisecond}},
+		{64, engine.GroupTiming{Session: 16 * time.Second, Rebalance: 16 * time.Second, Heartbeat: 800 * time.Millisecond}},
 	} {
-		if got := kafkaTiming(tc.clients); got != tc.want {
+		if got := engine.KafkaGroupTiming(tc.clients); got != tc.want {
 			t.Errorf("%d clients: %+v, want %+v", tc.clients, got, tc.want)
 		}
 		for _, d := range engine.Approaches(events{}.Name()) {
@@ -234,7 +234,7 @@ func TestGroupTimingGrowsWithTheFleet(t *testing.T) {
 				continue
 			}
 			lease := d.Protection(engine.Params{Sizes: engine.Sizes{Clients: tc.clients, Keys: 1}}).Lease
-			if lease < tc.want.session+tc.want.rebalance {
+			if lease < tc.want.Lease() {
 				t.Errorf("%d clients: %s is protected for %v, less than its group's session and rebalance", tc.clients, d.Approach(), lease)
 			}
 		}

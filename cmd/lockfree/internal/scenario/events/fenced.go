@@ -48,7 +48,7 @@ func (eventsFenced) Label() string {
 // reads a partition before its member is evicted and the group rebalanced,
 // long after the entity lock's lease has run out.
 func (eventsFenced) Protection(p engine.Params) engine.Protection {
-	return engine.Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+	return engine.Protection{Lease: max(p.LeaseTTL, engine.KafkaGroupTiming(p.Clients).Lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
 func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {
@@ -71,13 +71,13 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 	}
 	c := &eventsFencedClient{kafkaProducer: p, holder: holder, topic: topic, stop: make(chan struct{}),
 		locks: entityLocks{env.Recording(store), env}}
-	timing := kafkaTiming(env.Clients)
+	timing := engine.KafkaGroupTiming(env.Clients)
 	c.cfg = kafkawriter.FencedConsumerConfig{
 		LockerConfig: fencedlock.LockerConfig{TTL: env.LeaseTTL, Holder: holder, LockPrefix: "events/",
 			Wait:          approach.LockWait(),
 			MeterProvider: env.MeterProvider},
 		Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
-		SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat, Dialer: kafkaDialer(env),
+		SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat, Dialer: kafkaDialer(env),
 	}
 	if c.fenced, err = kafkawriter.NewFenced(taskDB{env.DB}, c.locks, &kafkawriter.FencedConfig{LockerConfig: c.cfg.LockerConfig}); err != nil {
 		p.Close()

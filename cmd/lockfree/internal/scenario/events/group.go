@@ -63,10 +63,10 @@ func startGroup(ctx context.Context, env *engine.Env, topic, holder, point strin
 	if err != nil {
 		return nil, err
 	}
-	timing := kafkaTiming(env.Clients)
+	timing := engine.KafkaGroupTiming(env.Clients)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: env.Kafka, GroupID: topic, Topic: topic, Dialer: kafkaDialer(env),
-		SessionTimeout: timing.session, RebalanceTimeout: timing.rebalance, HeartbeatInterval: timing.heartbeat,
+		SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat,
 		JoinGroupBackoff: 500 * time.Millisecond, MaxWait: 500 * time.Millisecond, StartOffset: kafka.FirstOffset,
 	})
 	rctx, cancel := context.WithCancel(context.Background())

@@ -19,31 +19,6 @@ import (
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 )
 
-// kafkaTiming is the consumer-group timing of the events approaches that
-// consume from Kafka, for a run of clients workers, one member each: 2 s
-// sessions and rebalances and heartbeats every 100 ms up to 8 members —
-// short, so that a member stopped past its session is evicted and its
-// partitions taken over within a run — and as much again for every 8
-// members more. Every member must heartbeat within its session and rejoin
-// within a rebalance, and the more worker processes share the cores, the
-// longer one may wait for them: 64 members on 2 s rebalanced without end on
-// a loaded machine (one evicted, the others too late to rejoin and evicted
-// in turn, the group empty), and applied next to nothing. The broker must
-// allow the session: group.min.session.timeout.ms ≤ 2000 (scripts/kafka.sh
-// sets 1000; Kafka's own default, 6000, refuses the join).
-func kafkaTiming(clients int) groupTiming {
-	f := time.Duration(max(1, (clients+7)/8))
-	return groupTiming{session: f * 2 * time.Second, rebalance: f * 2 * time.Second, heartbeat: f * 100 * time.Millisecond}
-}
-
-// groupTiming is a consumer group's session timeout, rebalance timeout and
-// heartbeat interval.
-type groupTiming struct{ session, rebalance, heartbeat time.Duration }
-
-// lease is how long after a member stops another may take its partitions:
-// its session runs out, then the group rebalances.
-func (g groupTiming) lease() time.Duration { return g.session + g.rebalance }
-
 // kafkaBacklog is how many events of one entity may be acknowledged and not
 // yet applied before its producer waits: the backpressure that makes a run
 // measure what the consumers apply, not what Kafka takes in.
@@ -280,7 +255,9 @@ func (p *kafkaProducer) Drain(ctx context.Context) error {
 // drainStall is how long Drain waits for an entity whose consumers apply
 // nothing of it: twice the lease that protects a stopped consumer of a run
 // of clients workers (a takeover may need one), plus 10 s.
-func drainStall(clients int) time.Duration { return 2*kafkaTiming(clients).lease() + 10*time.Second }
+func drainStall(clients int) time.Duration {
+	return 2*engine.KafkaGroupTiming(clients).Lease() + 10*time.Second
+}
 
 func (p *kafkaProducer) Close() error {
 	err := p.kp.Close()

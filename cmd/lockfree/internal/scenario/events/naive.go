@@ -34,7 +34,7 @@ func (eventsNaive) Label() string {
 // reads a partition before its member is evicted and the group rebalanced,
 // long after the entity lock's lease has run out.
 func (eventsNaive) Protection(p engine.Params) engine.Protection {
-	return engine.Protection{Lease: max(p.LeaseTTL, kafkaTiming(p.Clients).lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
+	return engine.Protection{Lease: max(p.LeaseTTL, engine.KafkaGroupTiming(p.Clients).Lease()), What: "the consumer session timeout plus the rebalance (the lock TTL runs out before)"}
 }
 
 func (eventsNaive) NewClient(ctx context.Context, env *engine.Env) (engine.Client, error) {

@@ -35,7 +35,7 @@ func (d eventsRedis) Label() string {
 // a partition before its member is evicted and the group rebalanced, long
 // after the lock's TTL has run out.
 func (eventsRedis) Protection(p engine.Params) engine.Protection {
-	return engine.Protection{Lease: max(approach.RedisProtection(p).Lease, kafkaTiming(p.Clients).lease()),
+	return engine.Protection{Lease: max(approach.RedisProtection(p).Lease, engine.KafkaGroupTiming(p.Clients).Lease()),
 		What: "the consumer session timeout plus the rebalance (the lock's TTL in Redis runs out before)"}
 }
 

@@ -19,18 +19,6 @@ import (
 // sqlOrdersApply applies a line to the read model.
 const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
 
-// The consumer group's timing, for a run of clients members (one a worker):
-// 2 s sessions and rebalances, heartbeats every 100 ms up to 8 members, and
-// as much again for every 8 more — short, so that a member killed or
-// stopped past its session has its partitions taken over within a run,
-// and long enough for every member to rejoin on a loaded machine. The
-// broker must allow the session (group.min.session.timeout.ms ≤ 2000;
-// scripts/kafka.sh sets 1000).
-func groupTiming(clients int) (session, rebalance, heartbeat time.Duration) {
-	f := time.Duration(max(1, (clients+7)/8))
-	return f * 2 * time.Second, f * 2 * time.Second, f * 100 * time.Millisecond
-}
-
 // relayTTL is a relay's lease on its outbox partitions: a relay killed or
 // stopped past it has them taken over by the others.
 const relayTTL = 3 * time.Second
@@ -72,6 +60,13 @@ func apply(ctx context.Context, tx pgx.Tx, msg kafka.Message) error {
 // of them.
 func kafkaClient(env *engine.Env) *kafka.Client {
 	return &kafka.Client{Addr: kafka.TCP(env.Kafka...), Transport: &kafka.Transport{Dial: env.KafkaDial}}
+}
+
+// closeClient closes the connections c keeps.
+func closeClient(c *kafka.Client) {
+	if t, ok := c.Transport.(*kafka.Transport); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // endOffsets returns the next offset of each partition of topic.
@@ -134,10 +129,10 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 	if err != nil {
 		return nil, err
 	}
-	session, rebalance, heartbeat := groupTiming(env.Clients)
+	timing := engine.KafkaGroupTiming(env.Clients)
 	p.consumer, err = kafkawriter.NewConsumer(env.DB, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic},
 		apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: kafkaDialer(env),
-			SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat, MeterProvider: env.MeterProvider})
+			SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat, MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +175,7 @@ func (p *outboxPipe) drained(ctx context.Context) (bool, error) {
 func (p *outboxPipe) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
 	defer cancel()
+	defer closeClient(p.kafka)
 	return errors.Join(p.consumer.Stop(ctx), p.relay.Stop(ctx))
 }
 
@@ -200,10 +196,10 @@ func startReader(ctx context.Context, env *engine.Env) (pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	session, rebalance, heartbeat := groupTiming(env.Clients)
+	timing := engine.KafkaGroupTiming(env.Clients)
 	p := &readerPipe{env: env, kafka: kafkaClient(env), topic: topic, done: make(chan error, 1)}
 	p.r = kafka.NewReader(kafka.ReaderConfig{Brokers: env.Kafka, Topic: topic, GroupID: topic, MaxWait: 100 * time.Millisecond,
-		SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: heartbeat, Dialer: kafkaDialer(env)})
+		SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat, Dialer: kafkaDialer(env)})
 	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go func() { p.done <- p.run(ctx) }()
 	return p, nil
@@ -269,6 +265,7 @@ func (p *readerPipe) drained(ctx context.Context) (bool, error) {
 func (p *readerPipe) close() error {
 	p.cancel()
 	<-p.done
+	closeClient(p.kafka)
 	return p.r.Close()
 }
 
