@@ -112,6 +112,11 @@ var mutantCatchers = map[string]mutantCatcher{
 	"atomic.id.replay":                             {"inventory", engine.Alternative, engine.LostReply},
 	"kafkawriter.consumer.batch-retry.lost-commit": {"events", engine.Alternative, engine.LostCommit},
 	"outbox.relay.uncertain":                       {"orders", engine.Alternative, engine.Isolate},
+	"partition.release.epoch":                      {"accounts", engine.Alternative, engine.HandoffPause},
+	"idempotency.leased.release.token":             {"payments-leased", engine.Alternative, engine.Pause},
+	"leader.term.context":                          {"singleton", engine.Alternative, engine.Pause},
+	"fencedlock.release.tenure":                    {"payments", engine.FencedLock, engine.Pause},
+	"kafkawriter.inbox.claim.epoch":                {"events", engine.Alternative, engine.Pause},
 }
 
 // mutantLayers are layered checks: mutant sites each of which the others
