@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -13,9 +14,9 @@ import (
 // The crash fault: a supervisor restarting a crashed pod.
 const (
 	// Crash kills a worker with SIGKILL at its next before-write point (on
-	// an Aimer, every other time at its aim point) and at once starts a replacement process with the same identity — the
-	// same client, member and holder names — whose old lease is still in
-	// force: the replacement must wait until it lapses (a partition
+	// an Aimer, every other time at its aim point) and at once starts a
+	// replacement process with the same identity — the same client, member
+	// and holder names — whose old lease is still in force: the replacement must wait until it lapses (a partition
 	// member's Join, a lock's acquire under the same holder). The killed
 	// operation's outcome is unknown.
 	Crash Fault = "crash"
@@ -40,7 +41,7 @@ func (crash) pointArmed()           {}
 type crashRun struct {
 	r        *run
 	replaced int
-	n        int // injections, aimed or not (armAimed)
+	n        atomic.Int64 // aimed injections and those that could be (aimAt)
 }
 
 // inject kills v with SIGKILL at its next before-write point and starts
@@ -101,9 +102,8 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 // time, at its next before-write point.
 func (c *crashRun) armAimed(ctx context.Context, v *proc) (event, bool) {
 	r := c.r
-	c.n++
-	if a, ok := r.def.(Aimer); ok && a.AimPoint(Crash) != "" && c.n%2 == 1 {
-		if at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait, Point: a.AimPoint(Crash)}); ok {
+	if point := aimAt(r, Crash, &c.n); point != "" {
+		if at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait, Point: point}); ok {
 			return at, true
 		}
 	}

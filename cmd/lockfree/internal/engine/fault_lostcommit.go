@@ -62,14 +62,24 @@ func (l *lostCommitRun) inject(ctx context.Context, v *proc) {
 // holds v at the aim point, arms the proxy, then lets v go on. Held at no
 // aim point in time, it loses the next answer all the same.
 func loseAimed(ctx context.Context, r *run, v *proc, f Fault, n *atomic.Int64, req []byte, what string) {
-	if a, ok := r.def.(Aimer); ok && a.AimPoint(f) != "" && n.Add(1)%2 == 1 {
-		point := a.AimPoint(f)
+	if point := aimAt(r, f, n); point != "" {
 		if _, ok := r.armPoint(ctx, f, v, arm{Mode: modeWait, Point: point}); ok {
 			loseAnswer(ctx, r, v, f, req, what+" after "+point, func() { v.command(command{Cmd: cmdClear}) })
 			return
 		}
 	}
 	loseAnswer(ctx, r, v, f, req, what, nil)
+}
+
+// aimAt returns the point where this injection of f is aimed: on an Aimer
+// that aims f, every other injection (n counts them, the first among them)
+// is aimed at its AimPoint; "" for one that is not.
+func aimAt(r *run, f Fault, n *atomic.Int64) string {
+	a, ok := r.def.(Aimer)
+	if !ok || a.AimPoint(f) == "" || n.Add(1)%2 == 0 {
+		return ""
+	}
+	return a.AimPoint(f)
 }
 
 // loseAnswer loses the answer to v's next request that contains req (what
