@@ -2,12 +2,15 @@ package comparefailover_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 	"github.com/lockfree-go/lockfree/internal/replpair"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 )
@@ -20,8 +23,9 @@ import (
 // lose nothing; the naive lock and the foil — the same fenced lock, its
 // tokens a plain nextval — let the stopped client's write through, in every
 // run. The run fails (engine.ErrNotInjected) when no WAL was lost or when
-// the foil's tokens did not go back, and the test when the lock service's
-// own check (history.Ascending) missed the foil's token going back.
+// the foil's tokens did not go back (the foil then runs again, foilTries in
+// all), and the test when the lock service's own check (history.Ascending)
+// missed the foil's token going back.
 //
 // The foil bites only when the taker is granted the stopped client's very
 // token on the stopped client's row: the stopped client's fenced read
@@ -55,12 +59,25 @@ func TestCompareFailover(t *testing.T) {
 // and one at least for the naive lock and the foil.
 func compareFailover(t *testing.T, pair *replpair.Pair, name string, approaches []engine.Approach) {
 	sc, _ := engine.Lookup(name)
-	rep, err := engine.Run(context.Background(), sc, engine.Config{
-		Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []engine.Fault{engine.Failover},
-		Approaches: approaches,
-	}, engine.Infra{URL: testdb.URL(t), Failover: pair})
-	for _, n := range rep.Notes {
-		t.Log(n)
+	run := func(approaches []engine.Approach) (report.Report, error) {
+		rep, err := engine.Run(context.Background(), sc, engine.Config{
+			Clients: 2, Keys: 1, Duration: 10 * time.Second, Faults: []engine.Fault{engine.Failover},
+			Approaches: approaches,
+		}, engine.Infra{URL: testdb.URL(t), Failover: pair})
+		for _, n := range rep.Notes {
+			t.Log(n)
+		}
+		return rep, err
+	}
+	rep, err := run(approaches)
+	for try := 2; err != nil && errors.Is(err, engine.ErrNotInjected) && onlyFoilMissed(rep) && try <= foilTries; try++ {
+		t.Logf("the foil's tokens did not go back as far as its taker's write (see its note): its run again, %d of %d", try, foilTries)
+		var again report.Report
+		again, err = run([]engine.Approach{engine.PlainTokenLock})
+		if len(again.Results) == 1 {
+			i := slices.IndexFunc(rep.Results, func(r report.Result) bool { return r.Approach == engine.PlainTokenLock })
+			rep.Results[i] = again.Results[0]
+		}
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -90,4 +107,31 @@ func compareFailover(t *testing.T, pair *replpair.Pair, name string, approaches 
 	if len(rep.Results) != len(approaches) {
 		t.Errorf("%d results, want %d", len(rep.Results), len(approaches))
 	}
+}
+
+// foilTries bounds the runs of the foil in one test. Its fault bites only
+// when the taker is granted the stopped client's very token; a lease the
+// taker is granted elsewhere between the coordinator's draw of the
+// sequence and its write spends that token, and the run is not counted
+// (engine.ErrNotInjected, its note listing the taker's grants). The one
+// way seen so far, a directed operation that failed on a connection the
+// killed primary left and a next one sent elsewhere, is closed
+// (command.Stay, 10 of 10 runs on a loaded machine): a second run is the
+// net for one not seen yet, its check unchanged.
+const foilTries = 2
+
+// onlyFoilMissed reports whether the foil is the one approach of rep whose
+// failover took effect not once.
+func onlyFoilMissed(rep report.Report) bool {
+	foil := false
+	for _, r := range rep.Results {
+		missed := r.Skipped == "" && r.Failed == "" && r.FaultsInjected[engine.Failover] == 0
+		switch {
+		case missed && r.Approach == engine.PlainTokenLock:
+			foil = true
+		case missed || r.Failed != "":
+			return false
+		}
+	}
+	return foil
 }

@@ -253,7 +253,7 @@ func (fr *failoverRun) inject(ctx context.Context, _ *proc) {
 	case lost <= 0:
 		r.log.note("failover: the promoted standby had received all the WAL; not counted")
 	case foil && !wentBack:
-		r.log.note("failover: the plain tokens did not go back as far as the taker's write (no lease on %s after the promotion at or below the stopped client's token %d, or the taker wrote above it); not counted", f.at.Key, f.at.Token)
+		r.log.note("failover: the plain tokens did not go back as far as the taker's write (no lease on %s after the promotion at or below the stopped client's token %d, or the taker wrote above it; the others' lease events since the promotion: %s); not counted", f.at.Key, f.at.Token, f.grantsSincePromoted())
 	case taken:
 		r.log.count(Failover)
 	}
@@ -463,8 +463,9 @@ func (f *failoverStep) promote(ctx context.Context) (int64, error) {
 // other client, the taker, runs alone (every other client stays stopped),
 // one operation at a time: each is parked at its start (modePark), which
 // reports its key, and let go by the coordinator; the operation it was in
-// when it was stopped runs on first, and its next one is sent to the
-// stopped client's key (cmdDirect). Once the taker parks at
+// when it was stopped runs on first, and the next ones are sent to the
+// stopped client's key (cmdDirect, until one holds at its write). Once the
+// taker parks at
 // the start of an operation on the stopped client's key, the coordinator
 // draws the token sequence on the promoted node up to just below the
 // stopped client's token (mint), as other locks' leases would on a busy
@@ -487,7 +488,13 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	}
 	taker := procs[i]
 	deadline := time.Now().Add(f.r.takeoverBound() + time.Minute) // it reconnects first
-	taker.command(command{Cmd: cmdDirect, Key: key})
+	// The direction stays until the taker holds at its write: a directed
+	// operation that fails before it (its acquire sent on a connection the
+	// killed primary left in its pool) mints nothing on the promoted node,
+	// and the next one goes to the key again, armed as it was, instead of
+	// elsewhere with the stopped client's token.
+	taker.command(command{Cmd: cmdDirect, Key: key, Stay: true})
+	defer taker.command(command{Cmd: cmdDirect})
 	taker.command(command{Cmd: cmdStep})
 	_ = taker.signal(sigCont)
 	since := f.promoted
@@ -526,6 +533,7 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 		}
 		return false, false
 	}
+	taker.command(command{Cmd: cmdDirect})
 	if rowChange(held.ev.Name) {
 		// The taker deletes: first, it would leave the stopped client's
 		// edit no row to write, whatever its token. The stopped client
@@ -553,6 +561,32 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 		}
 	}
 	return taken, wentBack
+}
+
+// grantsSincePromoted lists the lease events of every client but the
+// stopped one since the promotion: what the taker was granted, or maybe
+// granted (a request whose answer never came), on its way to the key.
+func (f *failoverStep) grantsSincePromoted() string {
+	m := f.r.mon
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for client, evs := range m.tenures {
+		for _, ev := range evs {
+			if client == f.v.client || ev.T <= f.promoted {
+				continue
+			}
+			s := fmt.Sprintf("client %d %s %s token %d at t=%v", client, ev.Ev, ev.Name, ev.Token, ev.T)
+			if ev.Uncertain {
+				s += " (uncertain)"
+			}
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 // mint draws the promoted node's token sequence up to just below the

@@ -79,6 +79,11 @@ type command struct {
 	Arm *arm   `json:"arm,omitempty"`
 	// Key is the key of cmdDirect.
 	Key string `json:"key,omitempty"`
+	// Stay keeps cmdDirect's direction for every operation after the
+	// next, until a cmdDirect without it or cmdClear: a taker whose
+	// directed operation failed before its write (a connection the
+	// failover killed) sends its next one to the key again.
+	Stay bool `json:"stay,omitempty"`
 }
 
 // The commands.

@@ -63,8 +63,9 @@ type worker struct {
 	armed   *arm
 	release chan struct{} // closed by cmdClear: an operation blocked at a point goes on
 	// directed is the key of the worker's next operation (cmdDirect), or
-	// "".
+	// "", and of every one after it while stay is set.
 	directed string
+	stay     bool
 
 	goCh, haltCh chan struct{}
 	goOnce       sync.Once
@@ -138,7 +139,7 @@ func (w *worker) control(sc *bufio.Scanner) {
 			w.step(c.Arm)
 		case cmdDirect:
 			w.mu.Lock()
-			w.directed = c.Key
+			w.directed, w.stay = c.Key, c.Stay
 			w.mu.Unlock()
 		case cmdDisarm:
 			w.mu.Lock()
@@ -193,7 +194,7 @@ func (w *worker) clear() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.armed = nil
-	w.directed = ""
+	w.directed, w.stay = "", false
 	if w.release != nil {
 		close(w.release)
 		w.release = nil
@@ -204,12 +205,14 @@ func (w *worker) clear() {
 }
 
 // direction returns the key the worker's next operation was sent to
-// (cmdDirect), once, or "".
+// (cmdDirect), once — or while it stays (command.Stay) — or "".
 func (w *worker) direction() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	key := w.directed
-	w.directed = ""
+	if !w.stay {
+		w.directed = ""
+	}
 	return key
 }
 
