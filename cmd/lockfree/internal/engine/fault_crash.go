@@ -106,6 +106,7 @@ func (c *crashRun) armAimed(ctx context.Context, v *proc) (event, bool) {
 		if at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait, Point: point}); ok {
 			return at, true
 		}
+		missedAim(&c.n)
 	}
 	return r.armPoint(ctx, Crash, v, arm{Mode: modeWait})
 }

@@ -17,4 +17,4 @@ func (delay) counts() string {
 func (delay) networked()            {}
 func (delay) bites()                {}
 func (delay) pointArmed()           {}
-func (delay) start(r *run) injector { return cutRun{r: r, f: Delay, deliver: true} }
+func (delay) start(r *run) injector { return &cutRun{r: r, f: Delay, deliver: true} }

@@ -67,13 +67,16 @@ func loseAimed(ctx context.Context, r *run, v *proc, f Fault, n *atomic.Int64, r
 			loseAnswer(ctx, r, v, f, req, what+" after "+point, func() { v.command(command{Cmd: cmdClear}) })
 			return
 		}
+		missedAim(n)
 	}
 	loseAnswer(ctx, r, v, f, req, what, nil)
 }
 
 // aimAt returns the point where this injection of f is aimed: on an Aimer
 // that aims f, every other injection (n counts them, the first among them)
-// is aimed at its AimPoint; "" for one that is not.
+// is aimed at its AimPoint; "" for one that is not. An aimed injection
+// whose worker did not reach the point (missedAim) leaves the aim to the
+// next one: a relay with nothing to publish never gets there.
 func aimAt(r *run, f Fault, n *atomic.Int64) string {
 	a, ok := r.def.(Aimer)
 	if !ok || a.AimPoint(f) == "" || n.Add(1)%2 == 0 {
@@ -81,6 +84,10 @@ func aimAt(r *run, f Fault, n *atomic.Int64) string {
 	}
 	return a.AimPoint(f)
 }
+
+// missedAim gives the aim of an injection whose worker did not reach its
+// aim point to the next injection (aimAt).
+func missedAim(n *atomic.Int64) { n.Add(1) }
 
 // loseAnswer loses the answer to v's next request that contains req (what
 // names it), and counts it as f once its proxy lost one: the server acted

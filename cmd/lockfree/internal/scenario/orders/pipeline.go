@@ -26,13 +26,18 @@ const relayTTL = 3 * time.Second
 // relayAim is embedded by the approaches whose events go through a relay:
 // every other crash kills a worker at its relay's point between a batch's
 // publish and its delete, which leaves the batch, in Kafka already, to be
-// published again by the relay that takes the partition over.
+// published again by the relay that takes the partition over; every other
+// isolate cuts a relay off as it publishes, which leaves it not knowing
+// whether Kafka has the batch.
 type relayAim struct{}
 
 // AimPoint: see relayAim.
 func (relayAim) AimPoint(f engine.Fault) string {
-	if f == engine.Crash {
+	switch f {
+	case engine.Crash:
 		return "outbox.relay.before-mark"
+	case engine.Isolate:
+		return "outbox.relay.before-publish"
 	}
 	return ""
 }
