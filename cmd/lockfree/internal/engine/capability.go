@@ -19,10 +19,12 @@ type Committer interface{ CommitsTransactions() }
 // Aimer is an ApproachDef whose workers pass a registered failpoint after
 // which one request decides an outcome that a fault seldom meets at random:
 // a failed batch's retry, the COMMIT that stores a key's record, a relay's
-// delete of the events it published. Every other injection of such a fault
-// (the first among them) holds a worker at AimPoint(f), then loses the next
-// answer (lost-commit, lost-reply) or kills the worker there (crash); ""
-// for a fault it does not aim.
+// publish or its delete of the events it published. Every other injection
+// of such a fault (the first among them) holds a worker at AimPoint(f),
+// then loses the next answer (lost-commit, lost-reply), kills the worker
+// there (crash), stops it (pause) or cuts it off (isolate); "" for a fault
+// it does not aim. A worker that does not reach the point in time leaves
+// the aim to the next injection.
 type Aimer interface{ AimPoint(f Fault) string }
 
 // Transactor is an ApproachDef whose operations pass an in-transaction

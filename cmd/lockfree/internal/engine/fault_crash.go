@@ -58,7 +58,7 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 		r.log.note("crash: spawning the replacement of worker %d: %v", v.client, err)
 		return
 	}
-	at, ok := c.armAimed(ctx, v)
+	at, ok := r.armAimed(ctx, Crash, v, &c.n, modeWait, arm{Mode: modeWait})
 	if !ok {
 		spare.kill()
 		<-spare.done
@@ -94,21 +94,6 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 	}
 	r.log.span(v.client, report.SpanCrash, at.T, killed, fmt.Sprintf("SIGKILL %s; restarted as lane %d", where, lane))
 	c.restarted(ctx, spare, identity)
-}
-
-// armAimed holds v at its next before-write point; on an Aimer, every
-// other injection (the first among them) at its aim point instead — a
-// relay between its publish and its delete, say — or, not held there in
-// time, at its next before-write point.
-func (c *crashRun) armAimed(ctx context.Context, v *proc) (event, bool) {
-	r := c.r
-	if point := aimAt(r, Crash, &c.n); point != "" {
-		if at, ok := r.armPoint(ctx, Crash, v, arm{Mode: modeWait, Point: point}); ok {
-			return at, true
-		}
-		missedAim(&c.n)
-	}
-	return r.armPoint(ctx, Crash, v, arm{Mode: modeWait})
 }
 
 // restarted waits until the replacement p of worker identity is ready, and

@@ -54,19 +54,9 @@ func (c *cutRun) inject(ctx context.Context, v *proc) {
 	if c.deliver {
 		a.Skip = r.blind()
 	}
-	var (
-		at event
-		ok bool
-	)
-	if point := aimAt(r, f, &c.n); point != "" {
-		if at, ok = r.armPoint(ctx, f, v, arm{Mode: modeWait, Point: point}); !ok {
-			missedAim(&c.n)
-		}
-	}
+	at, ok := r.armAimed(ctx, f, v, &c.n, modeWait, a)
 	if !ok {
-		if at, ok = r.armPoint(ctx, f, v, a); !ok {
-			return
-		}
+		return
 	}
 	before := v.held()
 	v.cut(faultproxy.Hold, false)

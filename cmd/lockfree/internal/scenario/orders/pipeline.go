@@ -20,7 +20,9 @@ import (
 const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
 
 // relayTTL is a relay's lease on its outbox partitions: a relay killed or
-// stopped past it has them taken over by the others.
+// stopped past it has them taken over by the others. It is below the
+// engine's takeover bound (5 s and the lease), the pause of a relay at its
+// aim point (relayAim).
 const relayTTL = 3 * time.Second
 
 // relayAim is embedded by the approaches whose events go through a relay:
@@ -28,7 +30,9 @@ const relayTTL = 3 * time.Second
 // publish and its delete, which leaves the batch, in Kafka already, to be
 // published again by the relay that takes the partition over; every other
 // isolate cuts a relay off as it publishes, which leaves it not knowing
-// whether Kafka has the batch.
+// whether Kafka has the batch; every other pause stops a relay with a batch
+// read, past its lease: another relay publishes the batch, and the stopped
+// one, resumed, publishes it again, late.
 type relayAim struct{}
 
 // AimPoint: see relayAim.
@@ -36,7 +40,7 @@ func (relayAim) AimPoint(f engine.Fault) string {
 	switch f {
 	case engine.Crash:
 		return "outbox.relay.before-mark"
-	case engine.Isolate:
+	case engine.Isolate, engine.Pause:
 		return "outbox.relay.before-publish"
 	}
 	return ""
