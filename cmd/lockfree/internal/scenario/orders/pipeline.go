@@ -20,9 +20,7 @@ import (
 const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
 
 // relayTTL is a relay's lease on its outbox partitions: a relay killed or
-// stopped past it has them taken over by the others. It is below the
-// engine's takeover bound (5 s and the lease), the pause of a relay at its
-// aim point (relayAim).
+// stopped past it has them taken over by the others.
 const relayTTL = 3 * time.Second
 
 // relayAim is embedded by the approaches whose events go through a relay:
@@ -30,9 +28,7 @@ const relayTTL = 3 * time.Second
 // publish and its delete, which leaves the batch, in Kafka already, to be
 // published again by the relay that takes the partition over; every other
 // isolate cuts a relay off as it publishes, which leaves it not knowing
-// whether Kafka has the batch; every other pause stops a relay with a batch
-// read, past its lease: another relay publishes the batch, and the stopped
-// one, resumed, publishes it again, late.
+// whether Kafka has the batch.
 type relayAim struct{}
 
 // AimPoint: see relayAim.
@@ -40,7 +36,7 @@ func (relayAim) AimPoint(f engine.Fault) string {
 	switch f {
 	case engine.Crash:
 		return "outbox.relay.before-mark"
-	case engine.Isolate, engine.Pause:
+	case engine.Isolate:
 		return "outbox.relay.before-publish"
 	}
 	return ""
