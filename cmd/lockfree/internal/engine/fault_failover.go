@@ -497,24 +497,9 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 	defer taker.command(command{Cmd: cmdDirect})
 	taker.command(command{Cmd: cmdStep})
 	_ = taker.signal(sigCont)
-	since := f.promoted
-	for {
-		var parked event
-		if !m.wait(ctx, time.Until(deadline), func() bool {
-			var ok bool
-			parked, ok = m.pointLocked(taker.client, evPoint, modePark, since)
-			return ok
-		}) {
-			if ctx.Err() == nil {
-				f.r.log.note("failover: client %d began no operation on %s within a minute and %v of the promotion", taker.client, key, f.r.takeoverBound())
-			}
-			return false, false
-		}
-		since = parked.T + 1
-		if parked.Key == key {
-			break
-		}
-		taker.command(command{Cmd: cmdStep})
+	since, ok := f.parkOnKey(ctx, taker, deadline)
+	if !ok {
+		return false, false
 	}
 	f.mint(ctx)
 	taker.command(command{Cmd: cmdStep, Arm: &arm{Mode: modeHold, Key: key}})
@@ -587,6 +572,32 @@ func (f *failoverStep) grantsSincePromoted() string {
 		return "none"
 	}
 	return strings.Join(out, "; ")
+}
+
+// parkOnKey lets the taker's operations go one at a time, each parked at
+// its start, until one parks on the stopped client's key; it returns when
+// that one parked, and false if none did by deadline.
+func (f *failoverStep) parkOnKey(ctx context.Context, taker *proc, deadline time.Time) (history.Time, bool) {
+	m, key := f.r.mon, f.at.Key
+	since := f.promoted
+	for {
+		var parked event
+		if !m.wait(ctx, time.Until(deadline), func() bool {
+			var ok bool
+			parked, ok = m.pointLocked(taker.client, evPoint, modePark, since)
+			return ok
+		}) {
+			if ctx.Err() == nil {
+				f.r.log.note("failover: client %d began no operation on %s within a minute and %v of the promotion", taker.client, key, f.r.takeoverBound())
+			}
+			return 0, false
+		}
+		since = parked.T + 1
+		if parked.Key == key {
+			return since, true
+		}
+		taker.command(command{Cmd: cmdStep})
+	}
 }
 
 // mint draws the promoted node's token sequence up to just below the
