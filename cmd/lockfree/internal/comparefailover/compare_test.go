@@ -70,7 +70,7 @@ func compareFailover(t *testing.T, pair *replpair.Pair, name string, approaches 
 		return rep, err
 	}
 	rep, err := run(approaches)
-	for try := 2; err != nil && errors.Is(err, engine.ErrNotInjected) && onlyFoilMissed(rep) && try <= foilTries; try++ {
+	for try := 2; errors.Is(err, engine.ErrNotInjected) && onlyFoilMissed(rep) && try <= foilTries; try++ {
 		t.Logf("the foil's tokens did not go back as far as its taker's write (see its note): its run again, %d of %d", try, foilTries)
 		var again report.Report
 		again, err = run([]engine.Approach{engine.PlainTokenLock})

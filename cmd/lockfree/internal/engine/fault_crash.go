@@ -16,9 +16,9 @@ const (
 	// Crash kills a worker with SIGKILL at its next before-write point (on
 	// an Aimer, every other time at its aim point) and at once starts a
 	// replacement process with the same identity — the same client, member
-	// and holder names — whose old lease is still in force: the replacement must wait until it lapses (a partition
-	// member's Join, a lock's acquire under the same holder). The killed
-	// operation's outcome is unknown.
+	// and holder names — whose old lease is still in force: the replacement
+	// must wait until it lapses (a partition member's Join, a lock's acquire
+	// under the same holder). The killed operation's outcome is unknown.
 	Crash Fault = "crash"
 	// CrashRestartFailed counts, in a report, the replacements of crashed
 	// workers that never became ready; it is not a fault to ask for.
@@ -88,11 +88,7 @@ func (c *crashRun) inject(ctx context.Context, v *proc) {
 	c.replaced++
 	r.log.lane(lane, identity)
 	r.log.count(Crash)
-	where := "on " + at.Key
-	if at.Key == "" {
-		where = "at " + at.Name
-	}
-	r.log.span(v.client, report.SpanCrash, at.T, killed, fmt.Sprintf("SIGKILL %s; restarted as lane %d", where, lane))
+	r.log.span(v.client, report.SpanCrash, at.T, killed, fmt.Sprintf("SIGKILL %s; restarted as lane %d", at.where(), lane))
 	c.restarted(ctx, spare, identity)
 }
 

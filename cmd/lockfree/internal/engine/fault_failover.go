@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -549,27 +550,34 @@ func (f *failoverStep) takeover(ctx context.Context) (taken, wentBack bool) {
 }
 
 // grantsSincePromoted lists the lease events of every client but the
-// stopped one since the promotion: what the taker was granted, or maybe
+// stopped one since the promotion, in time order: what the taker was granted, or maybe
 // granted (a request whose answer never came), on its way to the key.
 func (f *failoverStep) grantsSincePromoted() string {
 	m := f.r.mon
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []string
-	for client, evs := range m.tenures {
-		for _, ev := range evs {
-			if client == f.v.client || ev.T <= f.promoted {
-				continue
+	type seen struct {
+		client int
+		ev     event
+	}
+	var evs []seen
+	for client, es := range m.tenures {
+		for _, ev := range es {
+			if client != f.v.client && ev.T > f.promoted {
+				evs = append(evs, seen{client, ev})
 			}
-			s := fmt.Sprintf("client %d %s %s token %d at t=%v", client, ev.Ev, ev.Name, ev.Token, ev.T)
-			if ev.Uncertain {
-				s += " (uncertain)"
-			}
-			out = append(out, s)
 		}
 	}
-	if len(out) == 0 {
+	if len(evs) == 0 {
 		return "none"
+	}
+	slices.SortFunc(evs, func(a, b seen) int { return cmp.Compare(a.ev.T, b.ev.T) })
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = fmt.Sprintf("client %d %s %s token %d at t=%v", e.client, e.ev.Ev, e.ev.Name, e.ev.Token, e.ev.T)
+		if e.ev.Uncertain {
+			out[i] += " (uncertain)"
+		}
 	}
 	return strings.Join(out, "; ")
 }

@@ -83,11 +83,7 @@ func (c *cutRun) inject(ctx context.Context, v *proc) {
 	v.cut(faultproxy.Pass, c.deliver)
 	end := history.Now()
 	if caught && n > 0 {
-		where := "on " + at.Key
-		if at.Key == "" {
-			where = "at " + at.Name
-		}
-		r.log.span(v.client, report.SpanIsolate, at.T, end, fmt.Sprintf("%s %s: %d bytes held", f, where, n))
+		r.log.span(v.client, report.SpanIsolate, at.T, end, fmt.Sprintf("%s %s: %d bytes held", f, at.where(), n))
 	}
 	r.finish(ctx, v, at, true, f)
 	switch {
