@@ -80,8 +80,9 @@
 // workers report each lease their lock service grants, renews and releases,
 // and a partition member its memberships, claims, releases and calls, each
 // with the time its request was sent, and two grants in force at once by
-// the service's own rules, a lease renewed after it expired, or a call
-// after its ownership lapsed count as violations (tenures.go): a fence
+// the service's own rules, a lease renewed after it expired, a release
+// answered as done after a later grant of the name, or a call after its
+// ownership lapsed count as violations (tenures.go): a fence
 // refuses a stale holder's write whoever holds the lock, so only this sees
 // a lock whose exclusivity broke. The report counts the faults injected
 // per approach, the

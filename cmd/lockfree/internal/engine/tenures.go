@@ -142,6 +142,21 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 	return tenures, renewals
 }
 
+// leaseReleases are the releases the lock service answered as done (the
+// idempotency leases' completions too), each at the time its request was
+// sent: one whose answer never came may not have been made.
+func leaseReleases(byClient map[int][]event) []history.Act {
+	var out []history.Act
+	for _, c := range slices.Sorted(maps.Keys(byClient)) {
+		for _, ev := range byClient[c] {
+			if ev.Ev == evRelease && !ev.Uncertain && ev.Sent != 0 {
+				out = append(out, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.Sent})
+			}
+		}
+	}
+	return out
+}
+
 // ownerEvidence is what a partition member's events say, by the store's
 // rules: the tenures of its membership leases (named by the member) and of
 // its ownerships (named "partition/N", their Token the epoch), the renewals
@@ -267,6 +282,9 @@ func (r *run) checkTenures(rep *history.Findings) {
 	var vs []history.Violation
 	for _, found := range [][]history.Violation{
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
+		// A lease released (or completed) as done frees only its own
+		// tenure: none after a later grant of the name returned.
+		history.StaleReleases(tenures, leaseReleases(leases), rep.Base),
 		history.Exclusive(own.members, rep.Base), history.Revivals(own.renewals, rep.Base),
 		history.Exclusive(own.owners, rep.Base),
 		// Tokens, epochs and incarnations only grow, failovers included:

@@ -349,3 +349,33 @@ func TestUncertainLeaseEvents(t *testing.T) {
 		})
 	}
 }
+
+// A lease released (or an idempotency attempt completed) as done after a
+// later grant of its name returned freed another holder's grant: a stale
+// release. One sent before that grant returned, one whose answer never
+// came, and one without a send time (a Redis lock's) are not judged.
+func TestLeaseStaleRelease(t *testing.T) {
+	ttl := time.Second
+	evs := map[int][]event{
+		1: {
+			{Ev: evLease, Name: "a", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+			{Ev: evRelease, Name: "a", Token: 1, Sent: 1300 * ms, T: 1310 * ms}, // stale
+			{Ev: evLease, Name: "b", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+			{Ev: evRelease, Name: "b", Token: 1, Sent: 1300 * ms, T: 1310 * ms, Uncertain: true},
+			{Ev: evLease, Name: "c", Token: 1, TTL: ttl, Sent: 1 * ms, T: 5 * ms},
+			{Ev: evRelease, Name: "c", Token: 1, Sent: 1100 * ms, T: 1310 * ms}, // sent before 2 returned
+			{Ev: evRelease, Name: "d", Token: 1, T: 1310 * ms},
+		},
+		2: {
+			{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 1100 * ms, T: 1200 * ms},
+			{Ev: evLease, Name: "b", Token: 2, TTL: ttl, Sent: 1100 * ms, T: 1200 * ms},
+			{Ev: evLease, Name: "c", Token: 2, TTL: ttl, Sent: 1100 * ms, T: 1200 * ms},
+			{Ev: evLease, Name: "d", Token: 2, TTL: ttl, Sent: 1100 * ms, T: 1200 * ms},
+		},
+	}
+	tenures, _ := leaseSpans(evs, nil, nil)
+	vs := history.StaleReleases(tenures, leaseReleases(evs), 0)
+	if len(vs) != 1 || vs[0].Key != "a" || vs[0].Anomaly != history.StaleRelease {
+		t.Errorf("stale releases %+v, want client 1's release of a", vs)
+	}
+}
