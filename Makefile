@@ -20,7 +20,7 @@ SERVICES_ENV = eval "$$(scripts/postgres.sh env)" && eval "$$(scripts/kafka.sh e
 # Every package of the three modules; LIB_PKGS the library's alone.
 ALL_PKGS = $(GO) list ./... ./cmd/lockfree/... ./examples/...
 LIB_PKGS = $(GO) list ./...
-SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover)$$'
+SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover|comparecluster)$$'
 
 .PHONY: docs-check test test-lib test-scale test-failover test-mutants test-kafka-cluster mutants soak services services-down browser lint tidy bench compare screenshot
 
@@ -62,7 +62,9 @@ test-failover: services
 
 # The fault tests of the Kafka consumer on a three-broker cluster
 # (internal/kafkacluster): they kill, stop and isolate brokers, so they run
-# alone, one at a time, then the zombie's foil in the mutant build. The
+# alone, one at a time, then the zombie's foil in the mutant build, then
+# `lockfree compare --faults broker-kill` through the harness
+# (cmd/lockfree/internal/comparecluster). The
 # cluster (KAFKA_BROKERS=3 scripts/kafka.sh, 512 MiB of heap per broker) is
 # stopped afterwards, to give its memory back. scripts/kafka-faults.sh runs
 # the same tests for the table of docs/singlewriter.md.
@@ -72,7 +74,8 @@ test-kafka-cluster: services
 	@KAFKA_BROKERS=3 scripts/kafka.sh up
 	@status=0; $(SERVICES_ENV) && $(CLUSTER_ENV) && \
 		$(GO) test $(GOTESTFLAGS) ./internal/kafkacluster/ && \
-		$(GO) test $(GOTESTFLAGS) -tags lockfree_mutants -run '^TestZombieConsumerFoil$$' ./internal/kafkacluster/ \
+		$(GO) test $(GOTESTFLAGS) -tags lockfree_mutants -run '^TestZombieConsumerFoil$$' ./internal/kafkacluster/ && \
+		$(GO) test $(GOTESTFLAGS) ./cmd/lockfree/internal/comparecluster/ \
 		|| status=$$?; KAFKA_BROKERS=3 scripts/kafka.sh down; exit $$status
 
 # The pages' budgets (internal/docscheck): README length, sentence and

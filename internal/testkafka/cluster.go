@@ -119,6 +119,10 @@ func kafkaScript() (string, error) {
 	}
 }
 
+// Ctl is the shell command that kills, stops and starts the cluster's nodes
+// when given "kill ID", "stop ID" or "start ID".
+func (c *Cluster) Ctl() string { return c.ctl }
+
 // Kill crashes node id (SIGKILL).
 func (c *Cluster) Kill(t testing.TB, id int) { c.run(t, "kill", id) }
 

@@ -57,7 +57,7 @@ type compareFlags struct {
 	duration          time.Duration
 	faults            []engine.Fault
 	pgURL, restartCmd string
-	kafka             string
+	kafka, kafkaCtl   string
 	redis, etcd       string
 	asJSON, list      bool
 	metrics           bool
@@ -102,6 +102,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
 	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("redis")), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the approaches that consume from a topic ("+kafkaHelp()+"); without brokers that answer, those are reported as skipped")
+	fs.StringVar(&f.kafkaCtl, "kafka-ctl", os.Getenv("LOCKFREE_KAFKA_CTL"), "shell command that kills and starts --kafka's nodes when given \"kill ID\" or \"start ID\" (e.g. KAFKA_BROKERS=3 scripts/kafka.sh), for --faults broker-kill")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches, the faults and where each applies, one line each, and exit")
 	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
@@ -390,6 +391,9 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if f.kafka != "" {
 		infra.Kafka = strings.Split(f.kafka, ",")
+	}
+	if f.kafkaCtl != "" {
+		infra.Brokers = engine.ShellBrokers(f.kafkaCtl)
 	}
 	if wants(f.approaches, "redis") {
 		addr, stop := localredis.Resolve(ctx, f.redis, stderr)

@@ -66,7 +66,8 @@
 // consumer's background work that a fault may stop is a task (Env.Task):
 // the coordinator waits for its transaction to end before the worker held
 // behind it goes on. Restart restarts the
-// server. A run in which a requested fault never took effect fails with
+// server; broker-kill kills the Kafka broker that leads the run's topic
+// and starts it again (Infra.Brokers). A run in which a requested fault never took effect fails with
 // ErrNotInjected. An approach whose run could not be made (its workers did
 // not get ready in time) is reported as failed, with why, and the run goes
 // on with the next approach; the run's error then matches

@@ -27,6 +27,7 @@ var faultKinds = []fault{
 	overtake{},
 	crash{},
 	restart{},
+	brokerKill{},
 	failover{},
 	lateHeartbeat{},
 	handoffPause{},

@@ -123,6 +123,9 @@ type Infra struct {
 	Restart func(ctx context.Context) error
 	// Kafka brokers, when there are.
 	Kafka []string
+	// Brokers kills and starts Kafka's nodes (the broker-kill fault); nil
+	// when they cannot be controlled from here.
+	Brokers Brokers
 	// Redis is the address of the Redis server the redis-lock approaches
 	// take their locks in: host:port, or redis://:password@host:port (see
 	// localredis.Options); without one they are skipped.
@@ -344,6 +347,8 @@ type run struct {
 	// run's database sessions (sessionName), for blockedBy.
 	admin *pgxpool.Pool
 	tag   string
+	// topic is a KafkaUser's topic for the run.
+	topic string
 }
 
 // newRun readies def's run: its settings, its empty fleet, its injectors.
@@ -409,7 +414,8 @@ func (r *run) prepare(ctx context.Context, schema string) (func(), error) {
 		}
 	}
 	if k, ok := r.def.(KafkaUser); ok {
-		u, err := prepareTopic(ctx, r.infra, k.KafkaTopic(schema), r.cfg.Clients)
+		r.topic = k.KafkaTopic(schema)
+		u, err := prepareTopic(ctx, r.infra, r.topic, r.cfg.Clients)
 		if err != nil {
 			return undo, err
 		}

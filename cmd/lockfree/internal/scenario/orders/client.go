@@ -64,6 +64,8 @@ type pipeline interface {
 	// drained reports whether the pipeline has applied every line written
 	// so far.
 	drained(ctx context.Context) (bool, error)
+	// counts are what the pipeline did besides applying lines (Counts).
+	counts() map[string]int64
 	close() error
 }
 
@@ -159,6 +161,11 @@ func (c *orderClient) Drain(ctx context.Context) error {
 	defer cancel()
 	return until(ctx, "the read model has every line", c.pipe.drained)
 }
+
+// Counts implements engine.Counter: copiesDropped, the events the
+// worker's inbox found applied by event ID and dropped (a relay's or
+// producer's copy), when it dedupes by event.
+func (c *orderClient) Counts() map[string]int64 { return c.pipe.counts() }
 
 func (c *orderClient) Close() error {
 	errs := []error{c.pipe.close()}

@@ -112,6 +112,7 @@ type outboxPipe struct {
 	relay    *outbox.Relay
 	consumer *kafkawriter.Consumer
 	inbox    *kafkawriter.Inbox
+	dedupe   bool // by event ID, besides the offset
 }
 
 // startOutbox starts the worker's relay, a member of the run's relay fleet
@@ -122,7 +123,7 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 	if err != nil {
 		return nil, err
 	}
-	p := &outboxPipe{env: env, kafka: kafkaClient(env), topic: topic, events: events}
+	p := &outboxPipe{env: env, kafka: kafkaClient(env), topic: topic, events: events, dedupe: dedupe}
 	if p.inbox, err = kafkawriter.NewInbox(env.DB, nil); err != nil {
 		return nil, err
 	}
@@ -175,6 +176,17 @@ func (p *outboxPipe) drained(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// copiesDropped names, in a report's counts, the events an inbox that
+// dedupes by event ID found applied and dropped.
+const copiesDropped = "copies-dropped"
+
+func (p *outboxPipe) counts() map[string]int64 {
+	if !p.dedupe {
+		return nil
+	}
+	return map[string]int64{copiesDropped: p.consumer.Stats().Duplicates}
 }
 
 func (p *outboxPipe) close() error {
@@ -266,6 +278,8 @@ func (p *readerPipe) drained(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+func (p *readerPipe) counts() map[string]int64 { return nil }
 
 func (p *readerPipe) close() error {
 	p.cancel()
