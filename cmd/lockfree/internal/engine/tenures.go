@@ -157,6 +157,21 @@ func leaseReleases(byClient map[int][]event) []history.Act {
 	return out
 }
 
+// staleReleases is history.StaleReleases of the lock service's releases,
+// each judged against the grants a failover that lost WAL (forgot) did not
+// take back before it was sent: a grant the promoted server never saw
+// supersedes nothing there.
+func staleReleases(ts []history.Tenure, releases []history.Act, forgot []history.Time, base history.Time) []history.Violation {
+	var out []history.Violation
+	for _, a := range releases {
+		kept := slices.DeleteFunc(slices.Clone(ts), func(t history.Tenure) bool {
+			return slices.ContainsFunc(forgot, func(f history.Time) bool { return t.From < f && f < a.At })
+		})
+		out = append(out, history.StaleReleases(kept, []history.Act{a}, base)...)
+	}
+	return out
+}
+
 // ownerEvidence is what a partition member's events say, by the store's
 // rules: the tenures of its membership leases (named by the member) and of
 // its ownerships (named "partition/N", their Token the epoch), the renewals
@@ -284,7 +299,7 @@ func (r *run) checkTenures(rep *history.Findings) {
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
 		// A lease released (or completed) as done frees only its own
 		// tenure: none after a later grant of the name returned.
-		history.StaleReleases(tenures, leaseReleases(leases), rep.Base),
+		staleReleases(tenures, leaseReleases(leases), forgot, rep.Base),
 		history.Exclusive(own.members, rep.Base), history.Revivals(own.renewals, rep.Base),
 		history.Exclusive(own.owners, rep.Base),
 		// Tokens, epochs and incarnations only grow, failovers included:

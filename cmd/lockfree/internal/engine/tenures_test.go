@@ -353,7 +353,8 @@ func TestUncertainLeaseEvents(t *testing.T) {
 // A lease released (or an idempotency attempt completed) as done after a
 // later grant of its name returned freed another holder's grant: a stale
 // release. One sent before that grant returned, one whose answer never
-// came, and one without a send time (a Redis lock's) are not judged.
+// came, and one without a send time (a Redis lock's) are not judged, nor
+// against a grant a failover forgot before the release.
 func TestLeaseStaleRelease(t *testing.T) {
 	ttl := time.Second
 	evs := map[int][]event{
@@ -374,8 +375,13 @@ func TestLeaseStaleRelease(t *testing.T) {
 		},
 	}
 	tenures, _ := leaseSpans(evs, nil, nil)
-	vs := history.StaleReleases(tenures, leaseReleases(evs), 0)
+	vs := staleReleases(tenures, leaseReleases(evs), nil, 0)
 	if len(vs) != 1 || vs[0].Key != "a" || vs[0].Anomaly != history.StaleRelease {
 		t.Errorf("stale releases %+v, want client 1's release of a", vs)
+	}
+	// A failover that lost the WAL of 2's grant, between the grant and
+	// the release: the promoted server released 1, its current tenure.
+	if vs := staleReleases(tenures, leaseReleases(evs), []history.Time{1250 * ms}, 0); len(vs) != 0 {
+		t.Errorf("after a failover that forgot the later grant: %+v, want none", vs)
 	}
 }
