@@ -102,7 +102,7 @@ func parseCompare(args []string, stderr io.Writer) (compareFlags, error) {
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints (comma-separated URLs) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("etcd")), ",", " and ")+"; empty: a throwaway etcd server inside this process")
 	fs.StringVar(&f.redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address (host:port, or redis://:password@host:port) for "+strings.ReplaceAll(approachList(engine.ApproachesNeeding("redis")), ",", " and ")+"; empty: a throwaway redis-server when one is installed, else those approaches are reported as skipped")
 	fs.StringVar(&f.kafka, "kafka", os.Getenv("KAFKA_BROKERS"), "Kafka brokers (comma-separated) for the approaches that consume from a topic ("+kafkaHelp()+"); without brokers that answer, those are reported as skipped")
-	fs.StringVar(&f.kafkaCtl, "kafka-ctl", os.Getenv("LOCKFREE_KAFKA_CTL"), "shell command that kills and starts --kafka's nodes when given \"kill ID\" or \"start ID\" (e.g. KAFKA_BROKERS=3 scripts/kafka.sh), for --faults broker-kill")
+	fs.StringVar(&f.kafkaCtl, "kafka-ctl", os.Getenv("LOCKFREE_KAFKA_CTL"), "shell command that kills and starts --kafka's nodes when given \"kill ID\" or \"start ID\" (e.g. KAFKA_BROKERS=3 scripts/kafka.sh), for --faults broker-kill; with it, --faults random draws a broker kill into the schedule of each approach that uses Kafka")
 	fs.BoolVar(&f.list, "list", false, "list the registered scenarios, their approaches, the faults and where each applies, one line each, and exit")
 	fs.BoolVar(&f.metrics, "metrics", false, "also report the metrics each approach's lockfree components recorded (OpenTelemetry, as a MeterProvider would receive them in production), summed over its workers")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object per scenario (and sweep point) instead of tables")
@@ -349,6 +349,9 @@ func (f compareFlags) command() string {
 	if f.at == engine.AtInTx {
 		s += " --at " + f.at
 	}
+	if f.kafkaCtl != "" {
+		s += fmt.Sprintf(" --kafka-ctl %q", f.kafkaCtl) // the random schedules depend on it
+	}
 	if f.soak != 0 {
 		s += fmt.Sprintf(" --soak %s", f.soak)
 	}
@@ -439,7 +442,7 @@ func runPass(ctx context.Context, f compareFlags, infra engine.Infra, deadline t
 					return reports, missed, nil
 				}
 				cfg := engine.Config{Clients: c, Procs: f.procs, Keys: k, Duration: f.duration, Faults: f.faults, Approaches: f.approaches,
-					Metrics: f.metrics, Seed: f.seed, Keep: f.keep, At: f.at}
+					Metrics: f.metrics, Seed: f.seed, Keep: f.keep, At: f.at, KillBrokers: f.kafkaCtl != ""}
 				rep, err := runPoint(ctx, s, cfg, infra, f.rounds, stderr)
 				if err != nil && !partial(err) {
 					return reports, missed, err

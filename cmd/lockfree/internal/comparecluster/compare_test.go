@@ -2,8 +2,11 @@ package comparecluster_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
 	"github.com/lockfree-go/lockfree/internal/testdb"
@@ -48,5 +51,35 @@ func TestCompareBrokerKill(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A random schedule on a cluster it can kill brokers of (Config.KillBrokers)
+// draws one broker-kill among the faults the approach admits, plays it at
+// its time, and the alternative loses nothing.
+func TestRandomKillsBroker(t *testing.T) {
+	cluster := testkafka.NewCluster(t)
+	sc, _ := engine.Lookup("orders")
+	rep, err := engine.Run(context.Background(), sc, engine.Config{
+		Clients: 4, Keys: 1, Duration: 12 * time.Second, Faults: []engine.Fault{engine.Random}, Seed: 3, KillBrokers: true,
+		Approaches: []engine.Approach{engine.Alternative},
+	}, engine.Infra{URL: testdb.URL(t), Kafka: cluster.Brokers, Brokers: engine.ShellBrokers(cluster.Ctl())})
+	for _, n := range rep.Notes {
+		t.Log(n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	t.Logf("schedule: %s; faults=%v counts=%v violations=%d %s", r.ScheduleText(), r.FaultsInjected, r.Extra, r.Violations, r.Detail)
+	i := slices.IndexFunc(r.Schedule, func(in report.Injection) bool { return in.Fault == engine.BrokerKill })
+	switch {
+	case i < 0:
+		t.Errorf("the schedule drew no broker-kill: %s", r.ScheduleText())
+	case r.Schedule[i].Outcome == nil || !r.Schedule[i].Outcome.Effect || r.FaultsInjected[engine.BrokerKill] != 1:
+		t.Errorf("the broker-kill was not made: %s, %v", r.ScheduleText(), r.FaultsInjected)
+	}
+	if r.Violations != 0 {
+		t.Errorf("%d violations: %s", r.Violations, r.Detail)
 	}
 }

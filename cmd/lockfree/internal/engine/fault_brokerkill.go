@@ -97,14 +97,23 @@ func (brokerKill) done(count func(Fault) int64) bool {
 
 type brokerKillRun struct{ r *run }
 
+// killer is an injector that hits no worker in particular: a random
+// schedule plays it with kill, when it is due.
+type killer interface{ kill(ctx context.Context) }
+
 // inject kills, a third of the way into the run, the broker that leads the
-// first partition of the run's topic, waits on a cluster until another
-// broker leads that partition, and starts the killed one again.
+// first partition of the run's topic (kill).
 func (b brokerKillRun) inject(ctx context.Context, _ *proc) {
-	r := b.r
-	if !Sleep(ctx, r.cfg.Duration/3) {
-		return
+	if Sleep(ctx, b.r.cfg.Duration/3) {
+		b.kill(ctx)
 	}
+}
+
+// kill kills the broker that leads the first partition of the run's topic,
+// waits on a cluster until another broker leads that partition, starts the
+// killed one again, and counts the fault once it answers.
+func (b brokerKillRun) kill(ctx context.Context) {
+	r := b.r
 	ctx = context.WithoutCancel(ctx) // a killed broker is started again whatever the run does
 	from := history.Now()
 	id, err := b.killLeader(ctx)

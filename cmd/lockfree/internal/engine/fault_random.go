@@ -21,7 +21,7 @@ type random struct{}
 
 func (random) Name() Fault { return Random }
 func (random) How() string {
-	return "injections of a schedule drawn from the seed (--seed): the faults the approach admits but the whole-run ones, in overlapping bursts, each at its time, against its worker, a stall for its length"
+	return "injections of a schedule drawn from the seed (--seed): the faults the approach admits but the whole-run ones, in overlapping bursts, each at its time, against its worker, a stall for its length (and one broker-kill with --kafka-ctl)"
 }
 func (random) counts() string {
 	return "an injection took effect, counted under its own fault too"
@@ -34,6 +34,14 @@ func (random) skip(_ Scenario, def ApproachDef) string {
 		return "no fault that hits one worker at a time takes effect in it"
 	}
 	return ""
+}
+
+// check refuses a run whose schedules may kill a broker it cannot kill.
+func (random) check(cfg Config, infra Infra) error {
+	if cfg.KillBrokers {
+		return brokerKill{}.check(cfg, infra)
+	}
+	return nil
 }
 
 func (random) start(r *run) injector {
@@ -89,23 +97,33 @@ func (s *randomRun) play(ctx context.Context, i int, t0 time.Time) {
 	kind := s.kinds[in.Fault]
 	kind.Lock()
 	defer kind.Unlock()
+	if k, ok := s.runs[in.Fault].(killer); ok {
+		s.played(i, in.Fault, &report.Outcome{Worker: in.Worker, StartS: seconds(time.Since(t0))}, func() { k.kill(ctx) })
+		return
+	}
 	v, unlock := s.victim(ctx, in.Worker)
 	if v == nil {
 		return
 	}
 	defer unlock()
-	r := s.r
-	o := &report.Outcome{Worker: v.client, StartS: seconds(time.Since(t0))}
-	before := r.log.injectedOf(in.Fault)
 	inj := s.runs[in.Fault]
 	ctx = withAt(ctx, in.At)
-	if l, ok := inj.(lastingInjector); ok && in.ForS > 0 {
-		l.injectFor(ctx, v, duration(in.ForS))
-	} else {
-		inj.inject(ctx, v)
-	}
-	if o.Effect = r.log.injectedOf(in.Fault) > before; o.Effect {
-		r.log.count(Random)
+	s.played(i, in.Fault, &report.Outcome{Worker: v.client, StartS: seconds(time.Since(t0))}, func() {
+		if l, ok := inj.(lastingInjector); ok && in.ForS > 0 {
+			l.injectFor(ctx, v, duration(in.ForS))
+		} else {
+			inj.inject(ctx, v)
+		}
+	})
+}
+
+// played runs injection i of fault f with play and records its outcome o:
+// it took effect if play counted f.
+func (s *randomRun) played(i int, f Fault, o *report.Outcome, play func()) {
+	before := s.r.log.injectedOf(f)
+	play()
+	if o.Effect = s.r.log.injectedOf(f) > before; o.Effect {
+		s.r.log.count(Random)
 	}
 	s.mu.Lock()
 	s.plan[i].Outcome = o

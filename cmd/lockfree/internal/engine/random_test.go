@@ -216,3 +216,42 @@ func transactor(def engine.ApproachDef) bool {
 	_, ok := def.(engine.Transactor)
 	return ok
 }
+
+// With KillBrokers, the schedule of an approach that uses Kafka is the one
+// drawn without it plus one broker-kill, meant for no worker, due within
+// the run; an approach without Kafka draws the same schedule either way.
+func TestScheduleKillsBrokers(t *testing.T) {
+	t.Parallel()
+	cfg := engine.Config{Clients: 4, Duration: 20 * time.Second, Seed: 7}
+	kill := cfg
+	kill.KillBrokers = true
+	for _, sc := range []string{"orders", "inventory"} {
+		def := engine.Approaches(sc)[0]
+		without, with := engine.Schedule(cfg, def), engine.Schedule(kill, def)
+		var kills []report.Injection
+		var rest []report.Injection
+		for _, in := range with {
+			if in.Fault == engine.BrokerKill {
+				kills = append(kills, in)
+				continue
+			}
+			in.N = 0
+			rest = append(rest, in)
+		}
+		for i := range without {
+			without[i].N = 0
+		}
+		want := 0
+		if sc == "orders" {
+			want = 1
+		}
+		if len(kills) != want || !reflect.DeepEqual(rest, without) {
+			t.Errorf("%s: with broker kills %v, without %v: want the same and %d broker-kill", sc, with, without, want)
+		}
+		for _, k := range kills {
+			if k.Worker != -1 || k.AtS < 0 || k.AtS > cfg.Duration.Seconds()*0.7 {
+				t.Errorf("%s: %v: want one meant for no worker, due within the first 70%% of the run", sc, k)
+			}
+		}
+	}
+}

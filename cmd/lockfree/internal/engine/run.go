@@ -81,6 +81,10 @@ type Config struct {
 	// (Transactor; the others are skipped). Random draws it per injection
 	// instead. Defaults to AtBeforeWrite.
 	At string
+	// KillBrokers lets the random schedules of the approaches that use
+	// Kafka (KafkaUser) draw one broker-kill each, at a time drawn; the
+	// run needs Infra.Brokers. Without it no schedule kills a broker.
+	KillBrokers bool
 	// Keep, under the fault random, plays only these injections of each
 	// drawn schedule, by their number in the draw (report.Injection.N);
 	// nil plays them all. Numbers past a draw's end keep nothing.

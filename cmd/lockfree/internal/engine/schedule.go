@@ -26,8 +26,8 @@ const (
 // Schedule draws the random schedule of def's run under cfg: the faults
 // the fault random injects into it (fault_random.go). It depends on
 // cfg.Seed (0: a seed of its own), the scenario's and approach's names,
-// cfg.Duration, cfg.Clients, cfg.Procs and the lease that protects def,
-// and on nothing else: the same seed and options draw the same schedule,
+// cfg.Duration, cfg.Clients, cfg.Procs, cfg.KillBrokers and the lease that
+// protects def, and on nothing else: the same seed and options draw the same schedule,
 // for every approach apart. It is nil when no fault can be drawn for def.
 func Schedule(cfg Config, def ApproachDef) []report.Injection {
 	cfg = cfg.withDefaults()
@@ -55,7 +55,8 @@ func kept(s []report.Injection, keep []int) []report.Injection {
 // for a length drawn within the fault's span when it has one (lasting), at
 // a before-write or an in-transaction point when the fault stops its
 // worker at one and def has both (Transactor). With several clients per
-// process, a worker is a process, named by its first client.
+// process, a worker is a process, named by its first client. With
+// cfg.KillBrokers, an approach that uses Kafka also gets one broker-kill.
 func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Injection {
 	cfg = cfg.forApproach(def)
 	pool := schedulePool(def, cfg.lanes() > 1)
@@ -88,6 +89,10 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 			out = append(out, in)
 		}
 	}
+	if _, ok := def.(KafkaUser); ok && cfg.KillBrokers {
+		// Drawn last: the rest of the schedule is the one drawn without it.
+		out = append(out, report.Injection{Fault: BrokerKill, AtS: seconds(time.Duration(rng.Int64N(int64(horizon) + 1))), Worker: -1})
+	}
 	slices.SortStableFunc(out, func(a, b report.Injection) int { return cmp.Compare(a.AtS, b.AtS) })
 	for i := range out {
 		out[i].N = i
@@ -100,8 +105,9 @@ func drawSchedule(cfg Config, def ApproachDef, lease time.Duration) []report.Inj
 // (FaultSkip) and hit one worker at a time — when its clients share
 // processes (shared), one whole process (procFaults). The whole-run faults
 // are left out: a restart breaks every run's connections on a server the
-// harness can restart, a failover needs a replication pair, and random is
-// one.
+// harness can restart, a failover needs a replication pair, a broker's
+// kill a cluster (drawSchedule adds one when the run can kill brokers),
+// and random is one.
 func schedulePool(def ApproachDef, shared bool) []fault {
 	var out []fault
 	for _, k := range faultKinds {

@@ -19,7 +19,8 @@ type Injection struct {
 	// AtS is when it is due, in seconds into the measured part.
 	AtS float64 `json:"at_s"`
 	// Worker is the worker it is meant for; when that one has completed
-	// no operation in the last second, the next active one takes it.
+	// no operation in the last second, the next active one takes it. -1
+	// for a fault that hits no worker in particular (a broker's kill).
 	Worker int `json:"worker"`
 	// ForS is how long it lasts, in seconds, for a fault whose length a
 	// schedule chooses (a stall); 0 for the others, whose fault decides.
@@ -57,12 +58,16 @@ func Drawn(s []Injection) []Injection {
 }
 
 // String is "1.24s stall w3 for 0.45s" (with " in-tx" when it stops its
-// worker in a transaction), then what playing it did: "✓" for
+// worker in a transaction; "3.10s broker-kill" for one meant for no
+// worker), then what playing it did: "✓" for
 // an injection that took effect, "✗" for one that did not, "(w4 at 2.10s)"
 // when it hit another worker or began late, "not played" when the run
 // ended first.
 func (in Injection) String() string {
-	s := fmt.Sprintf("%.2fs %s w%d", in.AtS, in.Fault, in.Worker)
+	s := fmt.Sprintf("%.2fs %s", in.AtS, in.Fault)
+	if in.Worker >= 0 {
+		s += fmt.Sprintf(" w%d", in.Worker)
+	}
 	if in.ForS > 0 {
 		s += fmt.Sprintf(" for %.2fs", in.ForS)
 	}
@@ -73,8 +78,11 @@ func (in Injection) String() string {
 	if o == nil {
 		return s + " not played"
 	}
-	if o.Worker != in.Worker || o.StartS-in.AtS >= 0.05 {
+	switch {
+	case o.Worker != in.Worker:
 		s += fmt.Sprintf(" (w%d at %.2fs)", o.Worker, o.StartS)
+	case o.StartS-in.AtS >= 0.05:
+		s += fmt.Sprintf(" (at %.2fs)", o.StartS)
 	}
 	if o.Effect {
 		return s + " ✓"
