@@ -272,16 +272,21 @@ failover_section() { # prints the section
 	done
 	echo "$failover_end"
 }
-if [ "${1:-}" = failover ]; then
+# replace_section BEGIN END NAME FUNCTION: runs FUNCTION and puts what it prints in place of
+# docs/results.md's section between the marker lines BEGIN and END (at its end when it has none).
+replace_section() {
+	local section
 	failed=0
 	section=$(mktemp)
-	failover_section >"$section"
-	# Everything of docs/results.md but its old failover section, then the new one.
-	awk -v b="$failover_begin" -v e="$failover_end" '$0 == b {skip = 1} !skip {print} $0 == e {skip = 0}' "$out" >"$tmp"
+	"$4" >"$section"
+	awk -v b="$1" -v e="$2" '$0 == b {skip = 1} !skip {print} $0 == e {skip = 0}' "$out" >"$tmp"
 	cat "$section" >>"$tmp"
 	rm -f "$section"
 	mv "$tmp" "$out"
-	echo "results.sh: wrote the failover section of $out" >&2
+	echo "results.sh: wrote the $3 section of $out" >&2
+}
+if [ "${1:-}" = failover ]; then
+	replace_section "$failover_begin" "$failover_end" failover failover_section
 	sync_pages
 	exit $failed
 fi
@@ -325,14 +330,7 @@ brokerkill_section() { # prints the section
 	echo "$brokerkill_end"
 }
 if [ "${1:-}" = broker-kill ]; then
-	failed=0
-	section=$(mktemp)
-	brokerkill_section >"$section"
-	awk -v b="$brokerkill_begin" -v e="$brokerkill_end" '$0 == b {skip = 1} !skip {print} $0 == e {skip = 0}' "$out" >"$tmp"
-	cat "$section" >>"$tmp"
-	rm -f "$section"
-	mv "$tmp" "$out"
-	echo "results.sh: wrote the broker-kill section of $out" >&2
+	replace_section "$brokerkill_begin" "$brokerkill_end" broker-kill brokerkill_section
 	exit $failed
 fi
 # --- end of broker kill ---------------------------------------------------------------------
