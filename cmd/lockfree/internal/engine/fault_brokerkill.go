@@ -52,10 +52,11 @@ func (s ShellBrokers) run(ctx context.Context, verb string, id int) error {
 	return nil
 }
 
-// brokerOutage bounds how long a cluster has to move the killed broker's
+// brokerFailover bounds how long a cluster has to move the killed broker's
 // leadership to another (a KRaft controller notices a dead broker within
-// its session timeout, 9 s by default) and how long a killed node has to
-// answer again: a JVM restarting on a loaded 2-core machine takes minutes.
+// its session timeout, 9 s by default), brokerRestart how long a killed
+// node has to answer again: a JVM restarting on a loaded 2-core machine
+// takes minutes.
 const (
 	brokerFailover = time.Minute
 	brokerRestart  = 5 * time.Minute

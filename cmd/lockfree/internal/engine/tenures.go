@@ -162,6 +162,9 @@ func leaseReleases(byClient map[int][]event) []history.Act {
 // take back before it was sent: a grant the promoted server never saw
 // supersedes nothing there.
 func staleReleases(ts []history.Tenure, releases []history.Act, forgot []history.Time, base history.Time) []history.Violation {
+	if len(forgot) == 0 {
+		return history.StaleReleases(ts, releases, base)
+	}
 	var out []history.Violation
 	for _, a := range releases {
 		kept := slices.DeleteFunc(slices.Clone(ts), func(t history.Tenure) bool {
