@@ -48,6 +48,25 @@ func Inject(ctx context.Context, name string) {
 	(*h)(ctx, name)
 }
 
+// UserPrefix and UserSuffix frame the name of a point in a user's code
+// (lockfreetest.Point): the handler sees "lockfreetest/<name>/before-write",
+// a before-write point by its suffix.
+const (
+	UserPrefix = "lockfreetest/"
+	UserSuffix = "/before-write"
+)
+
+// InjectUser is Inject at a point a user's code names at run time
+// (lockfreetest.Point): not in the registry, not counted. With no handler
+// installed it returns after one atomic load and builds no name.
+func InjectUser(ctx context.Context, name string) {
+	h := handler.Load()
+	if h == nil {
+		return
+	}
+	(*h)(ctx, UserPrefix+name+UserSuffix)
+}
+
 // Handle installs h for every inject point of the process, replacing the
 // handler installed before, and returns a function that reinstalls that one.
 // A nil h removes the handler. Hits of inject points are counted while a
