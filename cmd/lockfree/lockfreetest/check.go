@@ -79,7 +79,9 @@ type typed[I, O any] struct {
 
 func (r *typed[I, O]) keyNames(n int) []string { return keyNames(n) }
 
-func (r *typed[I, O]) label() string { return r.test.name() + ": your operation, checked by your invariants" }
+func (r *typed[I, O]) label() string {
+	return r.test.name() + ": your operation, checked by your invariants"
+}
 
 func (r *typed[I, O]) lease() engine.Protection {
 	if r.test.Lease == 0 {

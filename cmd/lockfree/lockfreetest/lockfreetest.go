@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,6 +131,9 @@ func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	if err := test.validate(); err != nil {
 		t.Fatal(err)
 	}
+	if _, twice := ran.LoadOrStore(t, true); twice {
+		t.Fatalf("%v: Run called twice in %s: its workers re-run the test up to Run, so give each Run a test (t.Run) of its own", ErrInvalid, t.Name())
+	}
 	c, r := register(t.Name(), &test)
 	if engine.IsWorker() {
 		os.Exit(engine.WorkerMain())
@@ -163,6 +167,9 @@ func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	return out
 }
 
+// ran holds the tests that called Run.
+var ran sync.Map
+
 // ErrInvalid is matched by the error of a Test that cannot run.
 var ErrInvalid = errors.New("lockfreetest: invalid test")
 
@@ -187,9 +194,9 @@ func (t *Test[I, O]) validate() error {
 
 var allowed = map[Fault]bool{Pause: true, Stall: true, Isolate: true, Delay: true, Crash: true, LostReply: true, Random: true}
 
-func (t *Test[I, O]) workers() int  { return cmpOr(t.Workers, 4) }
-func (t *Test[I, O]) keys() int     { return cmpOr(t.Keys, 1) }
-func (t *Test[I, O]) name() string  { return cmpOr(t.Name, "code") }
+func (t *Test[I, O]) workers() int { return cmpOr(t.Workers, 4) }
+func (t *Test[I, O]) keys() int    { return cmpOr(t.Keys, 1) }
+func (t *Test[I, O]) name() string { return cmpOr(t.Name, "code") }
 func (t *Test[I, O]) faults() []Fault {
 	if t.Faults == nil {
 		return []Fault{Pause}

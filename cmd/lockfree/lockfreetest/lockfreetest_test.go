@@ -1,87 +1,151 @@
 package lockfreetest_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/anishathalye/porcupine"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/lockfreetest"
-	"github.com/lockfree-go/lockfree/cmd/lockfree/lockfreetest/internal/counter"
-	"github.com/lockfree-go/lockfree/fencedlock"
 )
 
-type adder func(ctx context.Context, db *pgxpool.Pool, id string) (int64, error)
-
-// counterTest puts add under test: 4 workers on one counter.
-func counterTest(add adder, faults ...lockfreetest.Fault) lockfreetest.Test[struct{}, int64] {
-	return lockfreetest.Test[struct{}, int64]{
-		Workers: 4, Lease: counter.TTL, Duration: 2 * time.Second, Faults: faults,
-		Init: counter.Seed,
-		Op: func(ctx context.Context, w *lockfreetest.Worker, key string, _ struct{}) (int64, error) {
-			return add(ctx, w.DB, key)
-		},
-		Refusals: []error{fencedlock.ErrFenced},
-		Check:    checkCounters,
-	}
+// short is counterTest for 2 s: each run proves its claim in that time.
+func short(fenced bool, faults ...lockfreetest.Fault) lockfreetest.Test[struct{}, int64] {
+	test := counterTest(fenced, faults...)
+	test.Duration = 2 * time.Second
+	return test
 }
 
-// checkCounters holds each counter to its adds: no two told the same value
-// (one overwrote the other), and a final value no lower than the adds told,
-// no higher than those that may have applied.
-func checkCounters(ctx context.Context, db *pgxpool.Pool, h lockfreetest.History[struct{}, int64]) error {
-	var errs []error
-	rows, err := db.Query(ctx, `SELECT id, n FROM counters`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
-			return err
-		}
-		ok, unknown := h.Count(lockfreetest.OK, id), h.Count(lockfreetest.Unknown, id)
-		if n < int64(ok) || n > int64(ok+unknown) {
-			errs = append(errs, fmt.Errorf("counter %s is %d after %d adds told and %d uncertain", id, n, ok, unknown))
-		}
-	}
-	told := map[string]string{}
-	for _, op := range h {
-		if op.Outcome != lockfreetest.OK {
-			continue
-		}
-		k := fmt.Sprintf("%s=%d", op.Key, op.Output)
-		if first, dup := told[k]; dup {
-			errs = append(errs, fmt.Errorf("%s and %s were both told %s", first, op.ID, k))
-		}
-		told[k] = op.ID
-	}
-	return errors.Join(append(errs, rows.Err())...)
-}
-
-// The foil: a naive lease lock loses adds when its holder is paused past the
-// lease between its read and its write.
-func TestNaiveLockLosesAdds(t *testing.T) {
-	rep := lockfreetest.Run(t, counterTest(counter.AddNaive, lockfreetest.Pause))
+// The foil: a naive lease lock loses increments when its holder is paused
+// past the lease between its read and its write.
+func TestNaiveLockLosesIncrements(t *testing.T) {
+	rep := lockfreetest.Run(t, short(false, lockfreetest.Pause))
 	if rep.Faults[lockfreetest.Pause] == 0 || len(rep.Violations) == 0 {
-		t.Fatalf("naive lock under pause: %s; want a lost add", rep.Summary())
+		t.Fatalf("naive lock under pause: %s; want a lost increment", rep.Summary())
 	}
 	t.Log(rep.Violations[0])
 }
 
-// The same counter with the lease's fencing token keeps every add, under
-// each fault that reaches it.
-func TestFencedLockKeepsAdds(t *testing.T) {
-	for _, f := range []lockfreetest.Fault{lockfreetest.Pause, lockfreetest.Crash, lockfreetest.LostReply} {
+// The same counter with the lease's fencing token keeps every increment,
+// under the faults that stop a worker, cut it off, kill it and lose its
+// answers (stall and delay: TestRandomReplaysItsSchedule's schedule).
+func TestFencedLockKeepsIncrements(t *testing.T) {
+	for _, f := range []lockfreetest.Fault{lockfreetest.Pause, lockfreetest.Isolate, lockfreetest.Crash, lockfreetest.LostReply} {
 		t.Run(string(f), func(t *testing.T) {
-			rep := lockfreetest.Run(t, counterTest(counter.AddFenced, f))
+			rep := lockfreetest.Run(t, short(true, f))
 			if rep.Faults[f] == 0 || len(rep.Violations) > 0 || !rep.Checked {
 				t.Fatalf("fenced lock under %s: %s %q", f, rep.Summary(), rep.Violations)
+			}
+		})
+	}
+}
+
+// counterModel is the counter's sequential specification: an increment
+// answers the value it made; one whose answer was lost may or may not
+// have applied.
+var counterModel = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{int64(0)} },
+	Step: func(state, _, output any) []any {
+		n, out := state.(int64), output.(lockfreetest.Result[int64])
+		switch {
+		case out.Unknown:
+			return []any{n, n + 1}
+		case out.Value == n+1:
+			return []any{n + 1}
+		}
+		return nil
+	},
+}).ToModel()
+
+// A Model instead of a Check: the naive lock's history is not
+// linearizable, the fenced lock's is.
+func TestModelChecksEachKey(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			test := short(fenced, lockfreetest.Pause)
+			test.Check, test.Model, test.Keys = nil, &counterModel, 2
+			rep := lockfreetest.Run(t, test)
+			switch {
+			case !rep.Checked:
+				t.Fatalf("not checked: %s", rep.Summary())
+			case fenced && len(rep.Violations) > 0:
+				t.Fatalf("fenced: %q", rep.Violations)
+			case !fenced && !slices.ContainsFunc(rep.Violations, func(v string) bool { return strings.Contains(v, "no order") }):
+				t.Fatalf("naive: %q, want a key whose operations no order fits", rep.Violations)
+			}
+		})
+	}
+}
+
+// replayEnv marks the process TestRandomReplaysItsSchedule starts to run
+// itself again.
+const replayEnv = "LOCKFREETEST_REPLAY"
+
+// The same test with the same seed draws the same schedule, in a process of
+// its own; the fenced counter survives it.
+func TestRandomReplaysItsSchedule(t *testing.T) {
+	test := short(true, lockfreetest.Random)
+	test.Seed = 7
+	rep := lockfreetest.Run(t, test)
+	var drawn []string
+	for _, in := range rep.Schedule {
+		drawn = append(drawn, in.String())
+	}
+	t.Logf("schedule: %s", strings.Join(drawn, ", "))
+	if len(rep.Violations) > 0 || len(rep.Schedule) == 0 || rep.Seed != 7 {
+		t.Fatalf("%s: %q", rep.Summary(), rep.Violations)
+	}
+	if os.Getenv(replayEnv) != "" {
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
+	cmd.Env = append(os.Environ(), replayEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the replay failed: %v\n%s", err, out)
+	}
+	want := "schedule: " + strings.Join(drawn, ", ") + "\n"
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("the replay of seed 7 did not draw %q:\n%s", want, out)
+	}
+}
+
+// fatal records what a Run reports as fatal, in place of a test.
+type fatal struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatal) Helper()                      {}
+func (f *fatal) Fatal(args ...any)            { f.msg = fmt.Sprint(args...); runtime.Goexit() }
+func (f *fatal) Fatalf(s string, args ...any) { f.msg = fmt.Sprintf(s, args...); runtime.Goexit() }
+
+// A Test that cannot run is refused with ErrInvalid before anything runs.
+func TestRunRefusesBadTests(t *testing.T) {
+	valid := short(true)
+	cases := map[string]func(*lockfreetest.Test[struct{}, int64]){
+		"no op":          func(c *lockfreetest.Test[struct{}, int64]) { c.Op = nil },
+		"no check":       func(c *lockfreetest.Test[struct{}, int64]) { c.Check = nil },
+		"negative lease": func(c *lockfreetest.Test[struct{}, int64]) { c.Lease = -time.Second },
+		"one worker":     func(c *lockfreetest.Test[struct{}, int64]) { c.Workers = 1 },
+		"unknown fault":  func(c *lockfreetest.Test[struct{}, int64]) { c.Faults = []lockfreetest.Fault{"failover"} },
+	}
+	for name, spoil := range cases {
+		t.Run(name, func(t *testing.T) {
+			test := valid
+			spoil(&test)
+			f := &fatal{TB: t}
+			done := make(chan struct{})
+			go func() { defer close(done); lockfreetest.Run(f, test) }()
+			<-done
+			if !strings.Contains(f.msg, lockfreetest.ErrInvalid.Error()) {
+				t.Fatalf("Run said %q, want %v", f.msg, lockfreetest.ErrInvalid)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
 )
@@ -27,8 +28,8 @@ type Report[I, O any] struct {
 	// Seed is the run's seed: Test.Seed, or the one drawn. A Random run's
 	// schedule is replayed by setting Test.Seed to it.
 	Seed uint64
-	// Schedule is the faults a Random run played, one line each.
-	Schedule []string
+	// Schedule is what a Random run drew and played, in the order drawn.
+	Schedule []Injection
 	// Failed, when set, says why the run could not be made.
 	Failed string
 
@@ -58,14 +59,35 @@ func newReport[I, O any](r *typed[I, O], rep report.Report, seed uint64) *Report
 		out.Violations = append(out.Violations, fmt.Sprintf("%d more found by the run's own checks: %s", n-len(out.Violations), res.Detail))
 	}
 	for _, in := range res.Schedule {
-		line := fmt.Sprintf("%.2fs %s on worker %d", in.AtS, in.Fault, in.Worker)
-		if in.Outcome != nil && in.Outcome.Effect {
-			line += " (took effect)"
-		}
-		out.Schedule = append(out.Schedule, line)
+		out.Schedule = append(out.Schedule, Injection{Fault: in.Fault, Worker: in.Worker,
+			At: seconds(in.AtS), For: seconds(in.ForS), Played: in.Outcome != nil, Took: in.Outcome != nil && in.Outcome.Effect})
 	}
 	return out
 }
+
+// Injection is one fault of a Random run's schedule.
+type Injection struct {
+	Fault Fault
+	// At is when it was due, into the measured part; For how long it
+	// lasted, for a fault whose length the schedule draws (a stall).
+	At, For time.Duration
+	// Worker is the worker it was meant for.
+	Worker int
+	// Played is set when the run got to it, Took when it took effect.
+	Played, Took bool
+}
+
+// String is the injection as drawn: "1.24s stall w3 for 0.45s". The same
+// Test with the same Seed draws the same strings.
+func (in Injection) String() string {
+	s := fmt.Sprintf("%.2fs %s w%d", in.At.Seconds(), in.Fault, in.Worker)
+	if in.For > 0 {
+		s += fmt.Sprintf(" for %.2fs", in.For.Seconds())
+	}
+	return s
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Summary says in one line what the run found.
 func (r *Report[I, O]) Summary() string {

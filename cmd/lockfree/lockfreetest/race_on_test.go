@@ -1,0 +1,5 @@
+//go:build race
+
+package lockfreetest_test
+
+const raceEnabled = true
