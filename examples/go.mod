@@ -6,8 +6,22 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lockfree-go/lockfree v0.0.0-00010101000000-000000000000
+	github.com/lockfree-go/lockfree/cmd/lockfree v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
+)
+
+require (
+	github.com/VividCortex/ewma v1.2.0 // indirect
+	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
+	github.com/mattn/go-runewidth v0.0.30 // indirect
+	github.com/vbauerster/cupwriter v0.0.5 // indirect
+	github.com/vbauerster/mpb/v8 v8.16.2 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
 )
 
 require (
