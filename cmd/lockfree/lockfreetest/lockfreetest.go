@@ -74,7 +74,8 @@ type Test[I, O any] struct {
 	// Zero when nothing is leased. Your code sets its own TTL; this only
 	// tells the run.
 	Lease time.Duration
-	// Faults are injected while the workers run. Defaults to Pause.
+	// Faults are injected while the workers run. nil means Pause; an
+	// empty slice, none.
 	Faults []Fault
 	// Seed seeds the workers' random sources and Random's schedule; the
 	// same seed replays the same schedule. Defaults to a random seed,
@@ -124,8 +125,10 @@ type Worker struct {
 // Run runs test: its workers as processes of this test binary, which
 // re-runs the calling test up to Run and then serves as a worker (so keep
 // what comes before Run cheap and free of side effects), its faults, and
-// its checks. It fails t when the run could not be made or a fault never
-// took effect; the violations it found are in the report, for t to judge.
+// its checks. It fails t when the run could not be made, a fault never
+// took effect, or the history could not be checked to the end (a Model's
+// search that ran out of time): no verdict is ever a pass. The violations
+// it found are in the report, for t to judge.
 func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	t.Helper()
 	if err := test.validate(); err != nil {
@@ -147,7 +150,7 @@ func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
-	rep, err := engine.Run(context.Background(), engine.Scenario(c), cfg, engine.Infra{URL: url})
+	rep, err := engine.Run(t.Context(), engine.Scenario(c), cfg, engine.Infra{URL: url})
 	for _, n := range rep.Notes {
 		t.Log(n)
 	}
@@ -162,6 +165,9 @@ func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	}
 	if out.Failed != "" {
 		t.Fatalf("lockfreetest: %s", out.Failed)
+	}
+	if !out.Checked {
+		t.Fatalf("lockfreetest: the history could not be checked to the end (%s): no verdict", out.rep.Results[0].Detail)
 	}
 	t.Logf("lockfreetest: %s", out.Summary())
 	return out

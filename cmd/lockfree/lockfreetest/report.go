@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ type Report[I, O any] struct {
 	// workers waited on too long (a stall: served by no one for longer
 	// than Test.Lease plus an operation's time).
 	Violations []string
-	// Checked is set once the history was checked to the end.
+	// Checked is set once the history was checked to the end (Run fails
+	// its test otherwise).
 	Checked bool
 	// History is every operation of the run, warm-up included.
 	History History[I, O]
@@ -95,6 +97,7 @@ func (r *Report[I, O]) Summary() string {
 	for f, n := range r.Faults {
 		faults = append(faults, fmt.Sprintf("%d %s", n, f))
 	}
+	slices.Sort(faults)
 	verdict := fmt.Sprintf("%d violations", len(r.Violations))
 	if !r.Checked {
 		verdict = "not checked to the end"
