@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -24,12 +25,18 @@ func short(fenced bool, faults ...lockfreetest.Fault) lockfreetest.Test[struct{}
 
 // The foil: a naive lease lock loses increments when its holder is paused
 // past the lease between its read and its write.
+// Its report's HTML page draws the workers' timeline.
 func TestNaiveLockLosesIncrements(t *testing.T) {
-	rep := lockfreetest.Run(t, short(false, lockfreetest.Pause))
+	test := short(false, lockfreetest.Pause)
+	test.HTML = filepath.Join(t.TempDir(), "report.html")
+	rep := lockfreetest.Run(t, test)
 	if rep.Faults[lockfreetest.Pause] == 0 || len(rep.Violations) == 0 {
 		t.Fatalf("naive lock under pause: %s; want a lost increment", rep.Summary())
 	}
 	t.Log(rep.Violations[0])
+	if page := readFile(t, test.HTML); !strings.Contains(page, `<figure class="timeline" data-approach="code">`) {
+		t.Fatalf("%s has no timeline of the code under test", test.HTML)
+	}
 }
 
 // The same counter with the lease's fencing token keeps every increment,
