@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/lockfreetest"
+	"github.com/lockfree-go/lockfree/examples/internal/exampletest"
 	"github.com/lockfree-go/lockfree/fencedlock"
 	point "github.com/lockfree-go/lockfree/lockfreetest"
 	"github.com/lockfree-go/lockfree/occ"
@@ -119,21 +120,7 @@ func TestDocumentsUnderPause(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep := lockfreetest.Run(t, documentsTest(c.name, c.edit))
-			switch {
-			case rep.Faults[lockfreetest.Pause] == 0 || !rep.Checked:
-				t.Fatalf("%s: no pause took effect, or not checked: %s", c.name, rep.Summary())
-			case c.wrong && len(rep.Violations) == 0:
-				t.Fatalf("%s: %s; want a lost edit", c.name, rep.Summary())
-			case !c.wrong && len(rep.Violations) > 0:
-				t.Fatalf("%s: %s: %q", c.name, rep.Summary(), rep.Violations)
-			}
-			if c.wrong {
-				t.Log(rep.Violations[0])
-			}
-			if refused := rep.History.Count(lockfreetest.Fail, ""); c.name == "fenced" && refused == 0 {
-				t.Fatalf("fenced: %s; no write refused: the fence never acted", rep.Summary())
-			}
+			exampletest.Judge(t, c.name, c.wrong, lockfreetest.Run(t, documentsTest(c.name, c.edit)))
 		})
 	}
 }
