@@ -2,6 +2,9 @@ package lockfreetest_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
@@ -39,5 +42,23 @@ func BenchmarkPoint(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		lockfreetest.Point(ctx, "before-write")
+	}
+}
+
+// What production code gets by marking a Point: the standard library (not
+// testing) and the failpoint site, nothing of the lab or of any module.
+func TestPointImportsNothingElse(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", ".")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	own := map[string]bool{"github.com/lockfree-go/lockfree/lockfreetest": true, "github.com/lockfree-go/lockfree/internal/failpoint": true}
+	for _, pkg := range strings.Fields(string(out)) {
+		first, _, _ := strings.Cut(pkg, "/")
+		if pkg == "testing" || strings.Contains(first, ".") && !own[pkg] {
+			t.Errorf("lockfreetest imports %s", pkg)
+		}
 	}
 }
