@@ -4,13 +4,15 @@
 #
 # `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
-# (scripts/chromium.sh), and runs every test against them: the scale and
-# failover tests last (`make test-scale`, `make test-failover`), then the
-# harness's hunt of every mutant (`make mutants`), and the mutant builds
-# (`make test-mutants`) beside the Kafka cluster's fault tests
-# (`make test-kafka-cluster`), each one's output printed whole when it ends:
-# the cluster's tests spend their minutes waiting for brokers to stop, fail
-# over and come back; the package tests are short, one process each.
+# (scripts/chromium.sh), and runs every test against them: the scale tests
+# after the others (`make test-scale`), then the harness's hunt of every
+# mutant (`make mutants`), then three at once, each one's output printed
+# whole when it ends: the failover tests (`make test-failover`), the
+# mutant builds (`make test-mutants`) and the Kafka cluster's fault tests
+# (`make test-kafka-cluster`). The failover and cluster tests spend their
+# minutes waiting for a standby to be promoted, or brokers to stop, fail
+# over and come back, each on servers of its own; the package tests are
+# short, one process each.
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
@@ -26,7 +28,8 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover|compare
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
-# them. They run after the other tests, so as not to share the CPU with them.
+# them. They run after the other tests and the mutant hunt, beside the
+# cluster's tests, whose brokers are as idle between faults.
 # cmd/lockfree/internal/comparefailover runs `lockfree compare --faults
 # failover` through the harness (documents and inventory, 4 approaches;
 # singleton's two leaders; 10 s each: about two minutes).
@@ -41,9 +44,8 @@ test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) -skip $(SCALE_TESTS) \
 		$$($(ALL_PKGS) | grep -E $(LONG_PKGS)) $$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS)'|'$(LONG_PKGS))
 	@$(MAKE) --no-print-directory test-scale
-	@$(MAKE) --no-print-directory test-failover
 	@$(MAKE) --no-print-directory mutants
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-mutants test-kafka-cluster
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-failover test-mutants test-kafka-cluster
 
 # The scale tests: 64 worker processes in one Kafka consumer group, whose
 # heartbeats a machine busy with other packages' tests answers too late

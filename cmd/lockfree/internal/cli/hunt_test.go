@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/engine"
@@ -31,26 +32,59 @@ func TestRandomHunt(t *testing.T) {
 			names = append(names, sc.Name())
 		}
 	}
-	code, out, errs := run(t, "compare", "--postgres", db.URL, "--kafka", brokers, "--scenario", strings.Join(names, ","),
+	// Each scenario's hunt on its own, two at a time (go test's -parallel):
+	// a schedule depends on the seed, the scenario and the approach alone.
+	var mu sync.Mutex
+	var naive int64
+	scenarios := map[string]bool{}
+	t.Run("scenario", func(t *testing.T) {
+		for _, name := range names {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				reps := hunt(t, db.URL, brokers, name)
+				mu.Lock()
+				defer mu.Unlock()
+				for _, rep := range reps {
+					scenarios[rep.Scenario] = true
+					for _, r := range rep.Results {
+						if r.Approach == engine.NaiveLock {
+							naive += r.Violations
+						}
+					}
+				}
+			})
+		}
+	})
+	if len(scenarios) != len(names) || len(names) < 8 {
+		t.Errorf("reports of %d scenarios, want the %d of %v", len(scenarios), len(names), names)
+	}
+	if naive == 0 {
+		t.Errorf("the naive lock showed no violation in any scenario under seed %s: the schedules did not bite", huntSeed)
+	}
+}
+
+// hunt runs scenario's random hunt and fails t on a violation of the
+// alternative or the fenced lock, or one not checked; it returns the
+// reports.
+func hunt(t *testing.T, url, brokers, scenario string) []report.Report {
+	code, out, errs := run(t, "compare", "--postgres", url, "--kafka", brokers, "--scenario", scenario,
 		"--approaches", "alternative,fenced-lock,naive-lock", "--clients", "6", "--duration", "3s",
 		"--faults", "random", "--seed", huntSeed, "--shrink", "alternative,fenced-lock", "--json")
 	// A schedule none of whose injections took effect in some run (a
 	// loaded machine) exits 1 and is no failure: the naive lock's
-	// violations below show that the schedules bit.
+	// violations (TestRandomHunt) show that the schedules bit.
 	t.Logf("exit %d:\n%s", code, errs)
-	var naive int64
-	scenarios := map[string]bool{}
+	var reps []report.Report
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var rep report.Report
 		if err := json.Unmarshal([]byte(line), &rep); err != nil {
 			t.Fatalf("not a JSON report: %v\n%s", err, line)
 		}
-		scenarios[rep.Scenario] = true
+		reps = append(reps, rep)
 		for _, r := range rep.Results {
 			t.Logf("%s/%s: %d violations, %d ops; %s", rep.Scenario, r.Approach, r.Violations, r.Ops, r.ScheduleText())
 			switch {
 			case r.Approach == engine.NaiveLock:
-				naive += r.Violations
 			case !r.Checked:
 				t.Errorf("%s/%s: not checked: %s%s", rep.Scenario, r.Approach, r.Skipped, r.Failed)
 			case r.Violations > 0:
@@ -58,10 +92,5 @@ func TestRandomHunt(t *testing.T) {
 			}
 		}
 	}
-	if len(scenarios) != len(names) || len(names) < 8 {
-		t.Errorf("reports of %d scenarios, want the %d of %v", len(scenarios), len(names), names)
-	}
-	if naive == 0 {
-		t.Errorf("the naive lock showed no violation in any scenario under seed %s: the schedules did not bite", huntSeed)
-	}
+	return reps
 }
