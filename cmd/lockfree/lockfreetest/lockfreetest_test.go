@@ -27,6 +27,7 @@ func short(fenced bool, faults ...lockfreetest.Fault) lockfreetest.Test[struct{}
 // past the lease between its read and its write.
 // Its report's HTML page draws the workers' timeline.
 func TestNaiveLockLosesIncrements(t *testing.T) {
+	t.Parallel()
 	test := short(false, lockfreetest.Pause)
 	test.HTML = filepath.Join(t.TempDir(), "report.html")
 	rep := lockfreetest.Run(t, test)
@@ -43,8 +44,10 @@ func TestNaiveLockLosesIncrements(t *testing.T) {
 // under the faults that stop a worker, cut it off, kill it and lose its
 // answers (stall and delay: TestRandomReplaysItsSchedule's schedule).
 func TestFencedLockKeepsIncrements(t *testing.T) {
+	t.Parallel()
 	for _, f := range []lockfreetest.Fault{lockfreetest.Pause, lockfreetest.Isolate, lockfreetest.Crash, lockfreetest.LostReply} {
 		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
 			rep := lockfreetest.Run(t, short(true, f))
 			if rep.Faults[f] == 0 || len(rep.Violations) > 0 || !rep.Checked {
 				t.Fatalf("fenced lock under %s: %s %q", f, rep.Summary(), rep.Violations)
@@ -73,8 +76,10 @@ var counterModel = (&porcupine.NondeterministicModel{
 // A Model instead of a Check: the naive lock's history is not
 // linearizable, the fenced lock's is.
 func TestModelChecksEachKey(t *testing.T) {
+	t.Parallel()
 	for _, fenced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			t.Parallel()
 			test := short(fenced, lockfreetest.Pause)
 			test.Check, test.Model, test.Keys = nil, &counterModel, 2
 			rep := lockfreetest.Run(t, test)
@@ -97,6 +102,7 @@ const replayEnv = "LOCKFREETEST_REPLAY"
 // The same test with the same seed draws the same schedule, in a process of
 // its own; the fenced counter survives it.
 func TestRandomReplaysItsSchedule(t *testing.T) {
+	t.Parallel()
 	test := short(true, lockfreetest.Random)
 	test.Seed = 7
 	rep := lockfreetest.Run(t, test)

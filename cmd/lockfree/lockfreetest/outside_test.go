@@ -13,6 +13,7 @@ import (
 // testdata/outside is copied into a temporary folder with a go.mod of its
 // own, whose replace directives point at this repository's two modules.
 func TestModuleOutsideTheRepository(t *testing.T) {
+	t.Parallel()
 	lab, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
