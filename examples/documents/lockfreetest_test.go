@@ -120,6 +120,7 @@ func TestDocumentsUnderPause(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			exampletest.Judge(t, c.name, c.wrong, lockfreetest.Run(t, documentsTest(c.name, c.edit)))
 		})
 	}

@@ -113,6 +113,7 @@ func TestInventoryUnderPause(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			exampletest.Judge(t, c.name, c.wrong, lockfreetest.Run(t, inventoryTest(c.name, c.buy)))
 		})
 	}
