@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,7 +78,13 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(to, b, fi.Mode().Perm()); err != nil {
+	// No fork while the file is open for writing: a child forked by a
+	// parallel test would hold the descriptor until its exec, and this
+	// test's exec of the file would fail with "text file busy" (ETXTBSY).
+	syscall.ForkLock.RLock()
+	err = os.WriteFile(to, b, fi.Mode().Perm())
+	syscall.ForkLock.RUnlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 }
