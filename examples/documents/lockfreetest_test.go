@@ -92,9 +92,9 @@ func checkEdits(ctx context.Context, db *pgxpool.Pool, h lockfreetest.History[st
 // version moved, load again and edit again.
 func TestDocumentsUnderPause(t *testing.T) {
 	cases := []struct {
-		name  string
-		edit  editor
-		wrong bool // the code is wrong: the run must find a violation
+		name string
+		edit editor
+		want exampletest.Want
 	}{
 		{"naive", func(ctx context.Context, w *lockfreetest.Worker, holder, line string, paused func()) error {
 			locks, err := fencedlock.NewPostgres(w.DB, nil)
@@ -102,26 +102,26 @@ func TestDocumentsUnderPause(t *testing.T) {
 				return err
 			}
 			return editNaive(ctx, locks, pgPages{w.DB}, holder, line, paused)
-		}, true},
+		}, exampletest.Violates},
 		{"fenced", func(ctx context.Context, w *lockfreetest.Worker, holder, line string, paused func()) error {
 			locks, err := fencedlock.NewPostgres(w.DB, nil)
 			if err != nil {
 				return err
 			}
 			return editFenced(ctx, locks, pgPages{w.DB}, holder, line, paused)
-		}, false},
+		}, exampletest.Refuses},
 		{"occ", func(ctx context.Context, w *lockfreetest.Worker, _, line string, paused func()) error {
 			docs, err := newStore(w.DB)
 			if err != nil {
 				return err
 			}
 			return editOCC(ctx, docs, line, paused, func() {})
-		}, false},
+		}, exampletest.Holds},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			exampletest.Judge(t, c.name, c.wrong, lockfreetest.Run(t, documentsTest(c.name, c.edit)))
+			exampletest.Judge(t, c.name, c.want, lockfreetest.Run(t, documentsTest(c.name, c.edit)))
 		})
 	}
 }

@@ -88,9 +88,9 @@ func checkStock(ctx context.Context, db *pgxpool.Pool, h lockfreetest.History[st
 // gap to pause in.
 func TestInventoryUnderPause(t *testing.T) {
 	cases := []struct {
-		name  string
-		buy   buyer
-		wrong bool // the code is wrong: the run must find a violation
+		name string
+		buy  buyer
+		want exampletest.Want
 	}{
 		{"naive", func(ctx context.Context, w *lockfreetest.Worker, holder string, paused func()) (bool, error) {
 			locks, err := fencedlock.NewPostgres(w.DB, nil)
@@ -98,23 +98,23 @@ func TestInventoryUnderPause(t *testing.T) {
 				return false, err
 			}
 			return buyNaive(ctx, locks, pgShelf{w.DB}, holder, paused)
-		}, true},
+		}, exampletest.Violates},
 		{"fenced", func(ctx context.Context, w *lockfreetest.Worker, holder string, paused func()) (bool, error) {
 			locks, err := fencedlock.NewPostgres(w.DB, nil)
 			if err != nil {
 				return false, err
 			}
 			return buyFenced(ctx, locks, pgShelf{w.DB}, holder, paused)
-		}, false},
+		}, exampletest.Refuses},
 		{"atomic", func(ctx context.Context, w *lockfreetest.Worker, _ string, paused func()) (bool, error) {
 			inv, _ := newAtomicSetup(w.DB)
 			return buyAtomic(ctx, inv, paused)
-		}, false},
+		}, exampletest.Holds},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			exampletest.Judge(t, c.name, c.wrong, lockfreetest.Run(t, inventoryTest(c.name, c.buy)))
+			exampletest.Judge(t, c.name, c.want, lockfreetest.Run(t, inventoryTest(c.name, c.buy)))
 		})
 	}
 }

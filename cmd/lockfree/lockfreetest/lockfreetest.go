@@ -1,6 +1,7 @@
 package lockfreetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,8 +67,8 @@ type Test[I, O any] struct {
 	// at random. Defaults to 1: every worker on the same key.
 	Keys int
 	// Duration is how long the workers run Op once warmed up; a run goes
-	// on past it (20 s at most) until each fault took effect. Defaults to
-	// 3 s.
+	// on past it, for at most the longer of Duration and 20 s, until each
+	// fault took effect. Defaults to 3 s.
 	Duration time.Duration
 	// Lease is the lease your code relies on (its lock's TTL): Pause and
 	// Stall hold a worker past it before another worker goes for the key.
@@ -137,7 +138,10 @@ func Run[I, O any](t testing.TB, test Test[I, O]) *Report[I, O] {
 	if _, twice := ran.LoadOrStore(t, true); twice {
 		t.Fatalf("%v: Run called twice in %s: its workers re-run the test up to Run, so give each Run a test (t.Run) of its own", ErrInvalid, t.Name())
 	}
-	c, r := register(t.Name(), &test)
+	c, r, err := register(t.Name(), &test)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if engine.IsWorker() {
 		os.Exit(engine.WorkerMain())
 	}
@@ -200,9 +204,9 @@ func (t *Test[I, O]) validate() error {
 
 var allowed = map[Fault]bool{Pause: true, Stall: true, Isolate: true, Delay: true, Crash: true, LostReply: true, Random: true}
 
-func (t *Test[I, O]) workers() int { return cmpOr(t.Workers, 4) }
-func (t *Test[I, O]) keys() int    { return cmpOr(t.Keys, 1) }
-func (t *Test[I, O]) name() string { return cmpOr(t.Name, "code") }
+func (t *Test[I, O]) workers() int { return cmp.Or(t.Workers, 4) }
+func (t *Test[I, O]) keys() int    { return cmp.Or(t.Keys, 1) }
+func (t *Test[I, O]) name() string { return cmp.Or(t.Name, "code") }
 func (t *Test[I, O]) faults() []Fault {
 	if t.Faults == nil {
 		return []Fault{Pause}
@@ -210,15 +214,7 @@ func (t *Test[I, O]) faults() []Fault {
 	return t.Faults
 }
 
-func (t *Test[I, O]) duration() time.Duration { return cmpOr(t.Duration, 3*time.Second) }
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
+func (t *Test[I, O]) duration() time.Duration { return cmp.Or(t.Duration, 3*time.Second) }
 
 // runPattern is the -test.run pattern that selects the test named name
 // (t.Name(): "TestX/sub") and nothing else.

@@ -42,21 +42,29 @@ type scenario struct {
 var tests = struct {
 	sync.Mutex
 	byName map[string]runner
-}{byName: map[string]runner{}}
+	// testOf is the test each scenario name was made from.
+	testOf map[string]string
+}{byName: map[string]runner{}, testOf: map[string]string{}}
 
 // register makes test the one the scenario of the test named testName runs.
-func register[I, O any](testName string, test *Test[I, O]) (scenario, *typed[I, O]) {
+// Two tests whose names make the same scenario name (TestA_b, TestA/b)
+// would run each other's Test: the second is refused.
+func register[I, O any](testName string, test *Test[I, O]) (scenario, *typed[I, O], error) {
 	name := scenarioName(testName)
 	c, r := scenario{name: name, approach: engine.Approach(test.name())}, &typed[I, O]{test: test}
 	tests.Lock()
-	_, known := tests.byName[name]
-	tests.byName[name] = r
+	first, known := tests.testOf[name]
+	if known && first != testName {
+		tests.Unlock()
+		return c, nil, fmt.Errorf("%w: tests %s and %s both make the scenario name %s: rename one", ErrInvalid, first, testName, name)
+	}
+	tests.byName[name], tests.testOf[name] = r, testName
 	tests.Unlock()
 	if !known {
 		engine.Register(c)
 		engine.RegisterApproach(approachDef{c})
 	}
-	return c, r
+	return c, r, nil
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
