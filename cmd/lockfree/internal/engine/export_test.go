@@ -140,6 +140,6 @@ func (r *Reports) Count(kind EvidenceKind) int {
 // exclusivity check, as a run does (checkTenures): no lease renewed after
 // it certainly expired, no two of one name in force at once.
 func (r *Reports) MemberViolations() []history.Violation {
-	own := ownerSpans(map[int][]event{0: r.events()}, nil)
+	own := ownerSpans(map[int][]event{0: r.events()}, nil, nil)
 	return append(history.Revivals(own.renewals, 0), history.Exclusive(own.members, 0)...)
 }

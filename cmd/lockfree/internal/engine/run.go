@@ -395,10 +395,13 @@ func runApproach(ctx context.Context, sc Scenario, def ApproachDef, cfg Config, 
 		return r, report.Result{}, err
 	}
 	defer r.fleet.cleanup()
+	unwatch := r.log.watchWall()
+	defer unwatch()
 	if err := r.start(ctx, sch.url); err != nil {
 		return r, report.Result{}, err
 	}
 	window, err := r.measure(ctx)
+	unwatch()
 	if err != nil {
 		return r, report.Result{}, err
 	}

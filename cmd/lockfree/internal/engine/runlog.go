@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/report"
@@ -34,6 +35,8 @@ type runLog struct {
 	// cuts lists, by client, when a network fault held the worker's
 	// traffic: what it sent then reached no server before.
 	cuts map[int][]cut
+	// steps lists the wall clock's steps (watchWall).
+	steps []wallStep
 	// lanes maps the lane of each worker started in place of a crashed
 	// one to the client it runs as.
 	lanes map[int]int
@@ -157,11 +160,20 @@ func (l *runLog) lane(lane, identity int) {
 	l.lanes[lane] = identity
 }
 
-// evidence returns what the faults noted for the exclusivity check: when
-// the lock service forgot its leases, and when each client's traffic was
-// held.
-func (l *runLog) evidence() ([]history.Time, map[int][]cut) {
+// step records a step of the wall clock, and notes it for the report.
+func (l *runLog) step(s wallStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.forgot), maps.Clone(l.cuts)
+	l.steps = append(l.steps, s)
+	l.notes = append(l.notes, fmt.Sprintf("the wall clock stepped %+v at %.3fs (against CLOCK_MONOTONIC): "+
+		"the lease checks take the lock service's clock to have stepped with it", s.by.Round(100*time.Microsecond), l.seconds(s.at)))
+}
+
+// evidence returns what the faults noted for the exclusivity check: when
+// the lock service forgot its leases, when each client's traffic was
+// held, and when the wall clock stepped.
+func (l *runLog) evidence() ([]history.Time, map[int][]cut, []wallStep) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.forgot), maps.Clone(l.cuts), slices.Clone(l.steps)
 }

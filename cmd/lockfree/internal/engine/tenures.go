@@ -53,9 +53,10 @@ type tenureState struct {
 }
 
 // expiry is the latest moment the lease may expire, by its grant and
-// renewals: those that may have been made included.
-func (s *tenureState) expiry() history.Time {
-	return max(s.last, s.maybe) + history.Time(s.ttl) + tenureMargin(s.ttl)
+// renewals (those that may have been made included) and the wall clock's
+// steps.
+func (s *tenureState) expiry(steps []wallStep) history.Time {
+	return leaseExpiry(steps, max(s.last, s.maybe), s.ttl)
 }
 
 // arrival is the earliest a request sent at sent can have reached the
@@ -76,8 +77,9 @@ func arrival(cuts []cut, sent history.Time) history.Time {
 // grant whose answer never came starts no tenure, a renewal whose answer
 // never came extends none and is judged as no revival (but a later
 // renewal may come before the expiry it may have set), and a release whose
-// answer never came ends the tenure's certain span when it was sent.
-func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]cut) ([]history.Tenure, []history.Renewal) {
+// answer never came ends the tenure's certain span when it was sent. The
+// wall clock's steps count as wallclock.go says.
+func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]cut, steps []wallStep) ([]history.Tenure, []history.Renewal) {
 	var order []tenureKey
 	open := map[tenureKey]*tenureState{}
 	var renewals []history.Renewal
@@ -95,13 +97,13 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 				// certain ones, are followed as any other.
 			case ev.Ev == evLease:
 				open[k] = &tenureState{t: history.Tenure{Name: ev.Name, Client: c, Token: ev.Token, From: ev.T, Sent: ev.Sent,
-					To: arrival(cuts[c], ev.Sent) + history.Time(ev.TTL) - tenureMargin(ev.TTL)}, last: ev.T, ttl: ev.TTL}
+					To: leaseEnd(steps, arrival(cuts[c], ev.Sent), ev.TTL)}, last: ev.T, ttl: ev.TTL}
 				order = append(order, k)
 			case s == nil:
 			case ev.Ev == evRenew && ev.Uncertain:
 				// It may have renewed the lease if it arrived before
 				// the lease expired, at the latest when its error came.
-				if arrival(cuts[c], ev.Sent) <= s.expiry() {
+				if arrival(cuts[c], ev.Sent) <= s.expiry(steps) {
 					s.maybe = max(s.maybe, ev.T)
 				}
 			case ev.Ev == evRenew:
@@ -110,12 +112,12 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 				// lease's expiry revived it, whenever it was sent.
 				at := arrival(cuts[c], ev.Sent)
 				renewals = append(renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
-					Sent: ev.Sent, Arrived: at, Expiry: s.expiry()})
+					Sent: ev.Sent, Arrived: at, Expiry: s.expiry(steps)})
 				if !s.released {
 					// A renewal whose answer came after the release's
 					// (one held by a fault and delivered late) ran
 					// before it: the service renews no released lease.
-					s.t.To = max(s.t.To, at+history.Time(ev.TTL)-tenureMargin(ev.TTL))
+					s.t.To = max(s.t.To, leaseEnd(steps, at, ev.TTL))
 				}
 				s.last, s.ttl = ev.T, ev.TTL
 			case ev.Ev == evRelease && ev.Uncertain:
@@ -189,11 +191,12 @@ type ownerEvidence struct {
 }
 
 // ownerSpans turns the partition members' events into their evidence, its
-// calls excused when faulted names their operation. An ownership lasts, by
+// calls excused when faulted names their operation, the wall clock's steps
+// counted as leaseSpans counts them. An ownership lasts, by
 // the store's rules, until the member releases the partition, claims it
 // again, or its membership lease expires: no other member can claim it
 // before.
-func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence {
+func ownerSpans(byClient map[int][]event, faulted map[string]bool, steps []wallStep) ownerEvidence {
 	type membership struct {
 		client int
 		inc    int64
@@ -215,10 +218,10 @@ func ownerSpans(byClient map[int][]event, faulted map[string]bool) ownerEvidence
 			case evMember:
 				out.ttl = max(out.ttl, ev.TTL)
 				k := membership{c, ev.Token}
-				to := ev.Sent + history.Time(ev.TTL) - tenureMargin(ev.TTL)
+				to := leaseEnd(steps, ev.Sent, ev.TTL)
 				if m := ms[k]; m != nil {
 					out.renewals = append(out.renewals, history.Renewal{Name: ev.Name, Client: c, Token: ev.Token,
-						Sent: ev.Sent, Expiry: m.last + history.Time(m.ttl) + tenureMargin(m.ttl)})
+						Sent: ev.Sent, Expiry: leaseExpiry(steps, m.last, m.ttl)})
 					m.t.To, m.last, m.ttl = max(m.t.To, to), ev.T, ev.TTL
 					continue
 				}
@@ -293,10 +296,10 @@ func (r *run) checkTenures(rep *history.Findings) {
 		}
 	}
 	r.mon.mu.Unlock()
-	forgot, cuts := r.log.evidence()
+	forgot, cuts, steps := r.log.evidence()
 
-	tenures, renewals := leaseSpans(leases, forgot, cuts)
-	own := ownerSpans(owned, faulted)
+	tenures, renewals := leaseSpans(leases, forgot, cuts, steps)
+	own := ownerSpans(owned, faulted, steps)
 	var vs []history.Violation
 	for _, found := range [][]history.Violation{
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),

@@ -30,7 +30,7 @@ func TestLeaseSpans(t *testing.T) {
 			{Ev: evLease, Name: "b", Token: -1, TTL: ttl, T: 1}, // no send time: not checked
 		},
 	}
-	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms}, nil)
+	tenures, renewals := leaseSpans(evs, []history.Time{1000 * ms}, nil, nil)
 	want := []history.Tenure{
 		{Name: "a", Client: 1, Token: 1, From: 5 * ms, To: 200 * ms, Sent: 1 * ms},
 		{Name: "a", Client: 1, Token: 3, From: 305 * ms, To: 700*ms + history.Time(ttl) - m, Sent: 300 * ms},
@@ -59,19 +59,19 @@ func TestLeaseSpans(t *testing.T) {
 	// standby that lost the WAL of 3 hands out what it never saw.
 	again := map[int][]event{1: evs[1], 2: append(slices.Clone(evs[2]),
 		event{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 900 * ms, T: 905 * ms})}
-	regrants, _ := leaseSpans(again, nil, nil)
+	regrants, _ := leaseSpans(again, nil, nil, nil)
 	if vs := history.Ascending(regrants, 0); len(vs) != 1 || vs[0].Anomaly != history.Regressed {
 		t.Errorf("tokens went back: %+v, want token 2 granted again after 3", vs)
 	}
 
-	capped, _ := leaseSpans(evs, []history.Time{300 * ms}, nil)
+	capped, _ := leaseSpans(evs, []history.Time{300 * ms}, nil, nil)
 	if capped[2].To != 300*ms || capped[1].To != want[1].To {
 		t.Errorf("spans with a failover at 300 ms: %+v", capped)
 	}
 
 	// A renewal of 1 sent at 100 ms, while a cut held the worker's traffic
 	// until 400 ms, reached the service after 1's grant had expired.
-	held, renewed := leaseSpans(evs, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	held, renewed := leaseSpans(evs, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}}, nil)
 	if vs := history.Revivals(renewed, 0); len(vs) != 2 {
 		t.Errorf("revivals with a cut %+v, want the held renewal of token 1 and the renewal of token 3", vs)
 	}
@@ -86,9 +86,44 @@ func TestLeaseSpans(t *testing.T) {
 		{Ev: evRelease, Name: "a", Token: 1, Sent: 120 * ms, T: 410 * ms},
 		{Ev: evRenew, Name: "a", Token: 1, TTL: ttl, Sent: 100 * ms, T: 420 * ms},
 	}}
-	spans, _ := leaseSpans(late, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}})
+	spans, _ := leaseSpans(late, nil, map[int][]cut{1: {{from: 90 * ms, to: 400 * ms}}}, nil)
 	if spans[0].To != 120*ms {
 		t.Errorf("a late renewal outlasted the release: %+v", spans[0])
+	}
+}
+
+// A step of the wall clock (the lock service's clock) excuses the service
+// only: one forward ends the leases it falls in early, one backward lets a
+// renewal come later; a step outside a lease, or the other way, changes
+// nothing.
+func TestLeaseSpansWallSteps(t *testing.T) {
+	ttl := 250 * time.Millisecond
+	evs := map[int][]event{
+		1: {
+			{Ev: evLease, Name: "a", Token: 3, TTL: ttl, Sent: 300 * ms, T: 305 * ms},
+			{Ev: evRenew, Name: "a", Token: 3, TTL: ttl, Sent: 700 * ms, T: 705 * ms},
+		},
+		2: {{Ev: evLease, Name: "a", Token: 2, TTL: ttl, Sent: 210 * ms, T: 220 * ms}},
+	}
+	for _, c := range []struct {
+		name               string
+		steps              []wallStep
+		overlaps, revivals int
+	}{
+		{"none", nil, 1, 1},
+		{"forward in 2's lease", []wallStep{{at: 230 * ms, by: 200 * time.Millisecond}}, 0, 1},
+		{"forward before 2's lease", []wallStep{{at: 200 * ms, by: 200 * time.Millisecond}}, 1, 1},
+		{"backward in 3's lease", []wallStep{{at: 400 * ms, by: -500 * time.Millisecond}}, 1, 0},
+		{"backward in 2's lease", []wallStep{{at: 230 * ms, by: -200 * time.Millisecond}}, 1, 1},
+		{"forward in 3's lease", []wallStep{{at: 450 * ms, by: 500 * time.Millisecond}}, 1, 1},
+	} {
+		tenures, renewals := leaseSpans(evs, nil, nil, c.steps)
+		if vs := history.Exclusive(tenures, 0); len(vs) != c.overlaps {
+			t.Errorf("%s: overlaps %+v, want %d", c.name, vs, c.overlaps)
+		}
+		if vs := history.Revivals(renewals, 0); len(vs) != c.revivals {
+			t.Errorf("%s: revivals %+v, want %d", c.name, vs, c.revivals)
+		}
 	}
 }
 
@@ -112,7 +147,7 @@ func TestOwnerSpans(t *testing.T) {
 			{Ev: evRefuse, Name: "partition/1", Token: 200, T: 500 * ms, Op: "1/6"},
 		},
 	}
-	own := ownerSpans(evs, map[string]bool{"1/7": true})
+	own := ownerSpans(evs, map[string]bool{"1/7": true}, nil)
 	members, owners, acts, gotTTL := own.members, own.owners, own.acts, own.ttl
 	end := 100*ms + history.Time(ttl) - m
 	if gotTTL != ttl || len(members) != 1 || members[0].To != end {
@@ -172,7 +207,7 @@ func TestReplacementJoin(t *testing.T) {
 				3:  crashed,
 				11: {{Ev: evMember, Name: "worker-3", Token: 11, TTL: ttl, Sent: tc.joined - 5*ms, T: tc.joined}},
 			}
-			own := ownerSpans(evs, nil)
+			own := ownerSpans(evs, nil, nil)
 			if vs := history.Exclusive(own.members, 0); len(vs) != tc.want {
 				t.Errorf("violations %+v, want %d", vs, tc.want)
 			}
@@ -200,10 +235,10 @@ func TestUncertainRelease(t *testing.T) {
 			},
 		}
 	}
-	if vs := history.Exclusive(ownerSpans(evs(), nil).owners, 0); len(vs) != 1 {
+	if vs := history.Exclusive(ownerSpans(evs(), nil, nil).owners, 0); len(vs) != 1 {
 		t.Errorf("without evidence of the release: %+v, want one overlap", vs)
 	}
-	own := ownerSpans(evs(event{Ev: evDisown, Name: "partition/2", Token: 300, Sent: 600 * ms, T: 1500 * ms, Uncertain: true}), nil)
+	own := ownerSpans(evs(event{Ev: evDisown, Name: "partition/2", Token: 300, Sent: 600 * ms, T: 1500 * ms, Uncertain: true}), nil, nil)
 	if vs := history.Exclusive(own.owners, 0); len(vs) != 0 {
 		t.Errorf("after an uncertain release: %+v, want no overlap", vs)
 	}
@@ -231,7 +266,7 @@ func TestLeaveBoundsLateHeartbeat(t *testing.T) {
 			{Ev: evClaim, Name: "partition/5", Token: 301, Incarnation: 20, Sent: 445 * ms, T: 470 * ms},
 		},
 	}
-	own := ownerSpans(evs, nil)
+	own := ownerSpans(evs, nil, nil)
 	if vs := history.Exclusive(own.owners, 0); len(vs) != 0 {
 		t.Errorf("a claim after the owner's leave: %+v, want no overlap", vs)
 	}
@@ -337,7 +372,7 @@ func TestUncertainLeaseEvents(t *testing.T) {
 				{"answered", []event{tc.marked}, tc.certain},
 				{"unanswered", []event{unanswered}, tc.uncertain},
 			} {
-				tenures, renewals := leaseSpans(tc.evs(c.marked), nil, nil)
+				tenures, renewals := leaseSpans(tc.evs(c.marked), nil, nil, nil)
 				var vs []history.Violation
 				vs = append(vs, history.Exclusive(tenures, 0)...)
 				vs = append(vs, history.Revivals(renewals, 0)...)
@@ -374,7 +409,7 @@ func TestLeaseStaleRelease(t *testing.T) {
 			{Ev: evLease, Name: "d", Token: 2, TTL: ttl, Sent: 1100 * ms, T: 1200 * ms},
 		},
 	}
-	tenures, _ := leaseSpans(evs, nil, nil)
+	tenures, _ := leaseSpans(evs, nil, nil, nil)
 	vs := staleReleases(tenures, leaseReleases(evs), nil, 0)
 	if len(vs) != 1 || vs[0].Key != "a" || vs[0].Anomaly != history.StaleRelease {
 		t.Errorf("stale releases %+v, want client 1's release of a", vs)
