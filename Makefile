@@ -5,14 +5,14 @@
 # `make test` starts PostgreSQL, Kafka and Redis (scripts/), makes
 # sure headless Chromium is there for the HTML report's browser test
 # (scripts/chromium.sh), and runs every test against them: the scale tests
-# after the others (`make test-scale`), then the harness's hunt of every
-# mutant (`make mutants`), then three at once, each one's output printed
-# whole when it ends: the failover tests (`make test-failover`), the
-# mutant builds (`make test-mutants`) and the Kafka cluster's fault tests
+# after the others (`make test-scale`), then four at once, each one's
+# output printed whole when it ends: the harness's hunt of every mutant
+# (`make mutants`), the failover tests (`make test-failover`), the mutant
+# builds (`make test-mutants`) and the Kafka cluster's fault tests
 # (`make test-kafka-cluster`). The failover and cluster tests spend their
 # minutes waiting for a standby to be promoted, or brokers to stop, fail
 # over and come back, each on servers of its own; the package tests are
-# short, one process each.
+# short, one process each; the hunt's runs mostly wait out leases.
 SHELL := /bin/bash
 GO ?= go
 GOTESTFLAGS ?= -race -count=1 -timeout 30m
@@ -28,7 +28,7 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover|compare
 
 # The failover tests: each test binary makes a PostgreSQL primary and standby
 # of its own (scripts/pg-replication.sh) and kills, isolates and promotes
-# them. They run after the other tests and the mutant hunt, beside the
+# them. They run after the other tests, beside the mutant hunt and the
 # cluster's tests, whose brokers are as idle between faults.
 # cmd/lockfree/internal/comparefailover runs `lockfree compare --faults
 # failover` through the harness (documents and inventory, 4 approaches;
@@ -44,8 +44,7 @@ test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) -skip $(SCALE_TESTS) \
 		$$($(ALL_PKGS) | grep -E $(LONG_PKGS)) $$($(ALL_PKGS) | grep -v -E $(SERIAL_PKGS)'|'$(LONG_PKGS))
 	@$(MAKE) --no-print-directory test-scale
-	@$(MAKE) --no-print-directory mutants
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-failover test-mutants test-kafka-cluster
+	@$(MAKE) --no-print-directory -j4 --output-sync=target mutants test-failover test-mutants test-kafka-cluster
 
 # The scale tests: 64 worker processes in one Kafka consumer group, whose
 # heartbeats a machine busy with other packages' tests answers too late
@@ -112,7 +111,7 @@ test-mutants: services
 # MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
 # docs/results.md). No
 # -race: the hunt's short runs need the workers' speed, and the harness's
-# tests run under the race detector in `make test`. About 5 minutes.
+# tests run under the race detector in `make test`. About 7 minutes.
 # MUTANTS_RATE=5 runs each catching run 5 times in all and fails on a
 # mutant caught in fewer (scripts/results.sh does, for docs/results.md).
 # MUTANTS_RANDOM=3 also plays random fault schedules, seeds 1 to 3, on each
