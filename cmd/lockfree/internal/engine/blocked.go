@@ -67,3 +67,56 @@ func (r *run) waitUnblocked(ctx context.Context, d time.Duration, v *proc, cond 
 		}
 	}
 }
+
+// idleTimeout is how long a stopped worker's transaction may keep another
+// worker waiting on its locks while a fault holds it outside any operation
+// of its own (endIdleBlockers): as a server's
+// idle_in_transaction_session_timeout would, at a second.
+const idleTimeout = time.Second
+
+// sqlEndIdleBlockers ends the sessions of the victim ($2) that are idle
+// inside a transaction and hold a lock another session of the run ($1, a
+// LIKE pattern) waits on, and counts them.
+const sqlEndIdleBlockers = `SELECT count(pg_terminate_backend(b.pid)) FROM pg_stat_activity b
+	WHERE b.application_name = $2 AND b.state LIKE 'idle in transaction%'
+	AND EXISTS (SELECT 1 FROM pg_stat_activity w
+		WHERE w.application_name LIKE $1 AND w.application_name <> $2 AND b.pid = ANY (pg_blocking_pids(w.pid)))`
+
+// holdEndingIdle waits d while v is held stopped, and ends, as the server's
+// idle_in_transaction_session_timeout would, each of v's idle transactions
+// that has kept another worker waiting on its locks for idleTimeout: a
+// fault aimed at v's background work (a relay's) stops the whole process,
+// its request in flight too, whose row lock would otherwise hold up every
+// worker for the whole stop. It returns how many it ended.
+func (r *run) holdEndingIdle(ctx context.Context, v *proc, d time.Duration) int64 {
+	deadline := time.Now().Add(d)
+	var since time.Time // when v was first seen blocking another
+	var ended int64
+	for Sleep(ctx, min(250*time.Millisecond, max(0, time.Until(deadline)))) && time.Now().Before(deadline) {
+		switch {
+		case !r.blockedBy(ctx, v):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= idleTimeout:
+			ended += r.endIdleBlockers(ctx, v)
+			since = time.Time{}
+		}
+	}
+	return ended
+}
+
+// endIdleBlockers ends v's idle transactions that another worker waits on
+// (sqlEndIdleBlockers), and returns how many it ended.
+func (r *run) endIdleBlockers(ctx context.Context, v *proc) int64 {
+	if r.admin == nil || r.tag == "" {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var n int64
+	if err := r.admin.QueryRow(ctx, sqlEndIdleBlockers, sessionsOf(r.tag), sessionName(r.tag, v.client)).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}

@@ -22,9 +22,9 @@ type Committer interface{ CommitsTransactions() }
 // publish or its delete of the events it published. Every other injection
 // of such a fault (the first among them) holds a worker at AimPoint(f),
 // then loses the next answer (lost-commit, lost-reply), kills the worker
-// there (crash) or cuts it off (isolate); "" for a fault it does not aim.
-// A worker that does not reach the point in time leaves the aim to the
-// next injection (aim.go).
+// there (crash), stops it (pause) or cuts it off (isolate); "" for a fault
+// it does not aim. A worker that does not reach the point in time leaves
+// the aim to the next injection (aim.go).
 type Aimer interface{ AimPoint(f Fault) string }
 
 // Transactor is an ApproachDef whose operations pass an in-transaction

@@ -37,7 +37,7 @@ func init() { engine.RegisterApproach(ordersAlternative{}) }
 
 // AimPoint: a lost-reply also loses the answer to the batch that stores a
 // request's key record with its COMMIT, which decides whether the request
-// applied; a crash and an isolate also hit a relay (relayAim).
+// applied; a crash, a pause and an isolate also hit a relay (relayAim).
 func (ordersAlternative) AimPoint(f engine.Fault) string {
 	if f == engine.LostReply {
 		return "idempotency.postgres.before-write"

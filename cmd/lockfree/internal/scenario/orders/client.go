@@ -164,7 +164,8 @@ func (c *orderClient) Drain(ctx context.Context) error {
 
 // Counts implements engine.Counter: copiesDropped, the events the
 // worker's inbox found applied by event ID and dropped (a relay's or
-// producer's copy), when it dedupes by event.
+// producer's copy), when it dedupes by event; consumerFenced, its
+// consumer's transactions the inbox refused for a newer epoch.
 func (c *orderClient) Counts() map[string]int64 { return c.pipe.counts() }
 
 func (c *orderClient) Close() error {

@@ -20,7 +20,9 @@ import (
 const sqlOrdersApply = `INSERT INTO order_view (order_id, n, by) VALUES ($1, $2, $3)`
 
 // relayTTL is a relay's lease on its outbox partitions: a relay killed or
-// stopped past it has them taken over by the others.
+// stopped past it has them taken over by the others. It is below the
+// engine's takeover bound (5 s and the lease), the pause of a relay at its
+// aim point (relayAim), as is the consumer group's lease.
 const relayTTL = 3 * time.Second
 
 // relayAim is embedded by the approaches whose events go through a relay:
@@ -28,7 +30,12 @@ const relayTTL = 3 * time.Second
 // publish and its delete, which leaves the batch, in Kafka already, to be
 // published again by the relay that takes the partition over; every other
 // isolate cuts a relay off as it publishes, which leaves it not knowing
-// whether Kafka has the batch.
+// whether Kafka has the batch; every other pause stops a relay with a batch
+// read, past its lease: another relay publishes the batch, and the stopped
+// one, resumed, publishes it again, late. Its process's consumer is
+// stopped with it past the group's lease: another consumer takes its
+// partitions, and a transaction of the stopped one must be refused by the
+// inbox's epoch.
 type relayAim struct{}
 
 // AimPoint: see relayAim.
@@ -36,7 +43,7 @@ func (relayAim) AimPoint(f engine.Fault) string {
 	switch f {
 	case engine.Crash:
 		return "outbox.relay.before-mark"
-	case engine.Isolate:
+	case engine.Isolate, engine.Pause:
 		return "outbox.relay.before-publish"
 	}
 	return ""
@@ -178,15 +185,22 @@ func (p *outboxPipe) drained(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// copiesDropped names, in a report's counts, the events an inbox that
-// dedupes by event ID found applied and dropped.
-const copiesDropped = "copies-dropped"
+// The names, in a report's counts, of the events an inbox that dedupes by
+// event ID found applied and dropped, and of the consumer transactions the
+// inbox's epoch refused (a consumer resumed after another claimed its
+// partition).
+const (
+	copiesDropped  = "copies-dropped"
+	consumerFenced = "consumer-fenced"
+)
 
 func (p *outboxPipe) counts() map[string]int64 {
-	if !p.dedupe {
-		return nil
+	st := p.consumer.Stats()
+	c := map[string]int64{consumerFenced: st.Fenced}
+	if p.dedupe {
+		c[copiesDropped] = st.Duplicates
 	}
-	return map[string]int64{copiesDropped: p.consumer.Stats().Duplicates}
+	return c
 }
 
 func (p *outboxPipe) close() error {
