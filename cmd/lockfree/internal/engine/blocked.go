@@ -69,8 +69,8 @@ func (r *run) waitUnblocked(ctx context.Context, d time.Duration, v *proc, cond 
 }
 
 // idleTimeout is how long a stopped worker's transaction may keep another
-// worker waiting on its locks while a fault holds it outside any operation
-// of its own (endIdleBlockers): as a server's
+// worker waiting on its locks while a fault holds it for work of its own
+// that no taker is sent to (waitEndingIdle): as a server's
 // idle_in_transaction_session_timeout would, at a second.
 const idleTimeout = time.Second
 
@@ -82,17 +82,28 @@ const sqlEndIdleBlockers = `SELECT count(pg_terminate_backend(b.pid)) FROM pg_st
 	AND EXISTS (SELECT 1 FROM pg_stat_activity w
 		WHERE w.application_name LIKE $1 AND w.application_name <> $2 AND b.pid = ANY (pg_blocking_pids(w.pid)))`
 
-// holdEndingIdle waits d while v is held stopped, and ends, as the server's
-// idle_in_transaction_session_timeout would, each of v's idle transactions
-// that has kept another worker waiting on its locks for idleTimeout: a
-// fault aimed at v's background work (a relay's) stops the whole process,
-// its request in flight too, whose row lock would otherwise hold up every
-// worker for the whole stop. It returns how many it ended.
-func (r *run) holdEndingIdle(ctx context.Context, v *proc, d time.Duration) int64 {
+// waitEndingIdle waits up to d, while v is held stopped, until cond holds
+// (a condition on the monitor, as monitor.wait; nil for none: the whole
+// of d), and ends, as the server's idle_in_transaction_session_timeout
+// would, each of v's idle transactions that has kept another worker
+// waiting on its locks for idleTimeout: the stopped process's request in
+// flight, or its consumer's batch, would otherwise hold up every worker
+// that needs those rows for the whole stop. It reports whether cond held,
+// and how many transactions it ended.
+func (r *run) waitEndingIdle(ctx context.Context, v *proc, d time.Duration, cond func() bool) (held bool, ended int64) {
 	deadline := time.Now().Add(d)
 	var since time.Time // when v was first seen blocking another
-	var ended int64
-	for Sleep(ctx, min(250*time.Millisecond, max(0, time.Until(deadline)))) && time.Now().Before(deadline) {
+	for {
+		step := min(250*time.Millisecond, max(0, time.Until(deadline)))
+		switch {
+		case cond != nil && r.mon.wait(ctx, step, cond):
+			return true, ended
+		case cond == nil && !Sleep(ctx, step):
+			return false, ended
+		}
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			return false, ended
+		}
 		switch {
 		case !r.blockedBy(ctx, v):
 			since = time.Time{}
@@ -103,7 +114,15 @@ func (r *run) holdEndingIdle(ctx context.Context, v *proc, d time.Duration) int6
 			since = time.Time{}
 		}
 	}
-	return ended
+}
+
+// noteEnded notes the idle transactions of v that f ended, stopped at
+// where (waitEndingIdle), if any.
+func (r *run) noteEnded(f Fault, v *proc, where string, n int64) {
+	if n > 0 {
+		r.log.note("%s: worker %d, stopped %s, kept another worker waiting on its idle transaction's locks for %v: "+
+			"%d such transactions ended, as idle_in_transaction_session_timeout would", f, v.client, where, idleTimeout, n)
+	}
 }
 
 // endIdleBlockers ends v's idle transactions that another worker waits on

@@ -10,14 +10,17 @@ import (
 )
 
 // Overtake stops a stream consumer with SIGSTOP while it holds a batch of
-// events it fetched and has written nothing of — no transaction of it has
-// taken a row lock — and resumes it with SIGCONT only once its session ran
-// out, its partition moved, and the worker that got it applied an event
-// sent after the stop: everything the stopped one holds is applied, and
-// its key has moved past it. The stopped consumer then goes on with its
-// batch: it must find it applied and skip it, not apply it again nor move
-// the key's recorded progress back. The pause fault instead holds the
-// worker that took over at its own before-write point, so that a stale
+// events it fetched and has written nothing of — its handler has taken no
+// row lock — and resumes it with SIGCONT only once its session ran out,
+// its partition moved, and the worker that got it applied an event sent
+// after the stop: everything the stopped one holds is applied, and its
+// key has moved past it. The stopped consumer then goes on with its batch:
+// it must find it applied and skip it, not apply it again nor move the
+// key's recorded progress back. A stopped batch whose transaction holds
+// row locks another worker waits on (an inbox's deduplication runs before
+// the handler) is ended after idleTimeout, as
+// idle_in_transaction_session_timeout would. The pause fault instead holds
+// the worker that took over at its own before-write point, so that a stale
 // write lands between its read and its write; under it the taker's first
 // batch is the stopped one's events, seldom more.
 const Overtake Fault = "overtake"
@@ -66,10 +69,20 @@ func (o overtakeRun) inject(ctx context.Context, v *proc) {
 	// partition moved: that is the condition waited for, within the lease
 	// and the takeover's bound.
 	since := history.Now()
-	bound := time.Duration(at.T-since) + r.prot.Lease + r.margin() + r.takeoverBound()
-	overtaken := r.mon.wait(ctx, bound, func() bool {
+	lease := r.prot.Lease
+	if _, ok := r.def.(KafkaUser); ok {
+		// A consumer's partition moves once the group's lease ran out,
+		// whatever lease protects the approach's other work.
+		lease = max(lease, KafkaGroupTiming(r.cfg.Clients).Lease())
+	}
+	bound := time.Duration(at.T-since) + lease + leaseMargin(lease) + r.takeoverBound()
+	// A stopped batch that holds row locks (an inbox's deduplication
+	// writes before the handler runs) is ended as the server would end an
+	// idle transaction, so that the taker can apply past it.
+	overtaken, n := r.waitEndingIdle(ctx, v, bound, func() bool {
 		return r.mon.overtakenLocked(v.client, at.Key, since)
 	})
+	r.noteEnded(Overtake, v, "on "+at.Key+" holding fetched events", n)
 	_ = v.signal(sigCont)
 	r.log.span(v.client, report.SpanPause, at.T, history.Now(), fmt.Sprintf("SIGSTOP on %s holding fetched events", at.Key))
 	r.finish(ctx, v, at, true, Overtake)
@@ -89,11 +102,16 @@ func (o overtakeRun) inject(ctx context.Context, v *proc) {
 // its own, never reaches one.
 const fetchedBound = 3 * time.Second
 
-// armFetched arms v to stop at its next point that holds fetched events,
-// and waits until it fires; false when v reaches none in fetchedBound.
+// armFetched arms v to stop at its next point that holds fetched events
+// (on an Aimer that aims the overtake, its aim point), and waits until it
+// fires; false when v reaches none in fetchedBound.
 func armFetched(ctx context.Context, r *run, v *proc) (event, bool) {
 	t0 := history.Now()
-	v.command(command{Cmd: cmdArm, Arm: &arm{Mode: modeStop, Fetched: true}})
+	a := arm{Mode: modeStop, Fetched: true}
+	if d, ok := r.def.(Aimer); ok {
+		a.Point = d.AimPoint(Overtake)
+	}
+	v.command(command{Cmd: cmdArm, Arm: &a})
 	var pt event
 	fired := func() bool {
 		var ok bool

@@ -61,10 +61,8 @@ func (p *pauseRun) inject(ctx context.Context, v *proc) {
 		// background work (a relay's on its partitions), which others
 		// take over and do. Its request in flight, stopped with it, has
 		// its idle transaction ended once it holds up another worker.
-		if n := r.holdEndingIdle(ctx, v, r.takeoverBound()); n > 0 {
-			r.log.note("pause: worker %d, stopped at %s, kept another worker waiting on its idle transaction's locks for %v: "+
-				"%d such transactions ended, as idle_in_transaction_session_timeout would", v.client, at.Name, idleTimeout, n)
-		}
+		_, n := r.waitEndingIdle(ctx, v, r.takeoverBound(), nil)
+		r.noteEnded(Pause, v, "at "+at.Name, n)
 		_ = v.signal(sigCont)
 		r.log.span(v.client, report.SpanPause, at.T, history.Now(), "SIGSTOP at "+at.Name)
 		r.finish(ctx, v, at, true, Pause)

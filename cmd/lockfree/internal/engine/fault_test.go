@@ -66,9 +66,9 @@ func faultTests() []struct {
 // onlyWithAll are the scenarios the default set leaves out, each because a
 // test of its own runs it under the faults that bite it, in less time.
 var onlyWithAll = map[string]bool{
-	// TestOrdersChain: lost-reply, pause and crash, its Kafka runs each
-	// one after another, where the default set would add pause and delay
-	// runs of every approach.
+	// TestOrdersChain: lost-reply, pause, crash and overtake, its Kafka
+	// runs each one after another, where the default set would add pause
+	// and delay runs of every approach.
 	"orders": true,
 }
 

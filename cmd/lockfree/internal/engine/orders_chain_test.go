@@ -22,7 +22,12 @@ import (
 // alternative's copies-dropped, not required: a relay resumed after its
 // partitions' context ended publishes nothing (raw, which dedupes by
 // offset alone, applies a late publish twice: outbox's
-// TestLatePublishOfAPausedRelay shows it every time).
+// TestLatePublishOfAPausedRelay shows it every time). Under overtake, a
+// consumer stopped holding a batch it fetched, past the group's lease,
+// until another took its partition and applied a later event, must have
+// its transaction refused by the inbox's epoch (alternative, fenced-lock,
+// raw); the naive twin's reader, which commits its offset to Kafka after
+// the apply, applies the batch again.
 func TestOrdersChain(t *testing.T) {
 	t.Parallel() // beside the other kinds of run; one Kafka run at a time (kafkaRuns)
 	brokers := kafkaBrokers(t)
@@ -30,7 +35,7 @@ func TestOrdersChain(t *testing.T) {
 		t.Skip("no Kafka brokers (TEST_KAFKA_BROKERS)")
 	}
 	sc, _ := engine.Lookup("orders")
-	for _, f := range []engine.Fault{engine.LostReply, engine.Pause, engine.Crash} {
+	for _, f := range []engine.Fault{engine.LostReply, engine.Pause, engine.Crash, engine.Overtake} {
 		t.Run(string(f), func(t *testing.T) {
 			approaches := []engine.Approach{engine.Alternative, engine.FencedLock, engine.NaiveLock}
 			if f == engine.Crash {
@@ -40,10 +45,16 @@ func TestOrdersChain(t *testing.T) {
 				approaches = []engine.Approach{engine.Alternative, engine.NaiveLock}
 			}
 			cfg := engine.Config{Clients: 4, Keys: 1, Duration: 3 * time.Second, Faults: []engine.Fault{f}, Approaches: approaches}
-			if f == engine.Pause {
+			switch f {
+			case engine.Pause:
 				// A relay stopped and a request, at least; a key per
 				// client, so that most relays have events to publish.
 				cfg.MinFaults, cfg.Keys = 2, 4
+			case engine.Overtake:
+				// A key per client, so that most consumers have events
+				// to hold; raw's inbox fences a stopped consumer as the
+				// alternative's does.
+				cfg.Keys, cfg.Approaches = 4, append(approaches, engine.Raw)
 			}
 			rep := func() report.Report {
 				kafkaRuns.Lock()

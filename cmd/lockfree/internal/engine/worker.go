@@ -248,11 +248,12 @@ func (w *worker) park(ctx context.Context, key string) {
 
 // point is the handler of every point of the process: a fault's agent
 // takes the points it holds; an arm that names a point (arm.Point) fires
-// there only; at an operation's point, before-write or in-transaction
-// (pointKind), it marks the operation as having reached its write and,
-// when the worker is armed for that kind of point (arm.At), fires the arm
-// once. An operation's point reached with no operation (a Kafka
-// consumer's own point, on the library's context, after the engine's
+// there only (for Fetched, only in a task that holds fetched events, with
+// the task's key); at an operation's point, before-write or
+// in-transaction (pointKind), it marks the operation as having reached its
+// write and, when the worker is armed for that kind of point (arm.At),
+// fires the arm once. An operation's point reached with no operation (a
+// Kafka consumer's own point, on the library's context, after the engine's
 // handler reached its point) fires nothing: the coordinator could not name
 // the key the worker stopped on, so it could neither send a taker there
 // nor see one take it over.
@@ -264,12 +265,17 @@ func (w *worker) point(ctx context.Context, name string) {
 	}
 	kind := pointKind(name)
 	if kind == "" {
+		op := opFrom(ctx)
 		w.mu.Lock()
-		if a := w.armed; a == nil || a.Point != name {
+		if a := w.armed; a == nil || a.Point != name || a.Fetched && (op == nil || !op.fetched.Load()) {
 			w.mu.Unlock()
 			return
 		}
-		w.fire(ctx, event{Ev: evPoint, Name: name}, w.armed)
+		ev := event{Ev: evPoint, Name: name}
+		if a := w.armed; a.Fetched {
+			ev.Key, ev.Op, ev.Token = op.key, op.ID(), op.Token()
+		}
+		w.fire(ctx, ev, w.armed)
 		return
 	}
 	op := opFrom(ctx)

@@ -87,7 +87,7 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 
 // start starts a member of the run's group.
 func (c *eventsAltClient) start(ctx context.Context) (*kafkawriter.Consumer, error) {
-	cons, err := kafkawriter.NewBatchConsumer(taskDB{c.env.DB}, kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.group, GroupID: c.group}, c.apply, &c.cfg)
+	cons, err := kafkawriter.NewBatchConsumer(engine.TaskDB{Pool: c.env.DB}, kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.group, GroupID: c.group}, c.apply, &c.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Mes
 	}
 	last := evs[len(evs)-1]
 	tctx, done := c.env.Task(ctx, partitionKey(p), c.current().Assigned()[p])
-	if onTask(tx, tctx, done) && c.othersProduceTo(p) {
+	if engine.OnTask(tx, tctx, done) && c.othersProduceTo(p) {
 		engine.MarkFetched(tctx)
 	}
 	engine.MarkApplied(tctx, last.by)

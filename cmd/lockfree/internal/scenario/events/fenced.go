@@ -79,7 +79,7 @@ func (eventsFenced) NewClient(ctx context.Context, env *engine.Env) (engine.Clie
 		Stream: topic, BatchSize: 100, MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
 		SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat, Dialer: kafkaDialer(env),
 	}
-	if c.fenced, err = kafkawriter.NewFenced(taskDB{env.DB}, c.locks, &kafkawriter.FencedConfig{LockerConfig: c.cfg.LockerConfig}); err != nil {
+	if c.fenced, err = kafkawriter.NewFenced(engine.TaskDB{Pool: env.DB}, c.locks, &kafkawriter.FencedConfig{LockerConfig: c.cfg.LockerConfig}); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -112,7 +112,7 @@ type eventsFencedClient struct {
 
 // start starts a member of the run's group.
 func (c *eventsFencedClient) start(ctx context.Context) (*kafkawriter.FencedConsumer, error) {
-	cons, err := kafkawriter.NewFencedBatchConsumer(taskDB{c.env.DB}, c.locks,
+	cons, err := kafkawriter.NewFencedBatchConsumer(engine.TaskDB{Pool: c.env.DB}, c.locks,
 		kafkawriter.Source{Brokers: c.env.Kafka, Topic: c.topic, GroupID: c.topic}, c.apply, &c.cfg)
 	if err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func (c *eventsFencedClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.
 	}
 	last := evs[len(evs)-1]
 	tctx, done := c.env.Task(ctx, last.entity, 0)
-	if onTask(tx, tctx, done) && !c.produces(last.entity) {
+	if engine.OnTask(tx, tctx, done) && !c.produces(last.entity) {
 		engine.MarkFetched(tctx)
 	}
 	engine.MarkApplied(tctx, last.by)

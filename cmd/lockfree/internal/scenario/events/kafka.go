@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
@@ -33,7 +31,7 @@ type kafkaEvents struct{}
 func (kafkaEvents) KafkaTopic(run string) string { return eventsTopic(run) }
 
 // CommitsTransactions: each worker applies a batch and records its progress
-// in one transaction of its own (taskDB), whose COMMIT the lost-commit fault
+// in one transaction of its own (engine.TaskDB), whose COMMIT the lost-commit fault
 // can take the answer of.
 func (kafkaEvents) CommitsTransactions() {}
 
@@ -332,96 +330,4 @@ func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, gr
 		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
 	}
 	return tx.SendBatch(ctx, b).Close()
-}
-
-// taskDB is a worker's pool whose transactions tell the fault injector when
-// they end: the background work the harness's handler runs in one is a
-// task (Env.Task), and the injector waits for a stopped task's transaction
-// to commit or be refused before it lets the worker that took over go on.
-type taskDB struct{ *pgxpool.Pool }
-
-func (d taskDB) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := d.Pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &taskTx{Tx: tx}, nil
-}
-
-// taskTx is a transaction of taskDB: the tasks of the handler that runs in
-// it (onEnd, onTask) end once it has committed or rolled back.
-type taskTx struct {
-	pgx.Tx
-	mu    sync.Mutex
-	done  []func()
-	tasks []context.Context // the tasks whose positions it applies (onTask)
-}
-
-// onEnd adds a function called when tx ends, when tx is a taskTx.
-func onEnd(tx pgx.Tx, done func()) {
-	if t, ok := taskTxOf(tx); ok {
-		t.mu.Lock()
-		t.done = append(t.done, done)
-		t.mu.Unlock()
-	}
-}
-
-// onTask is onEnd for the task of tctx, which marks the event it applies
-// (markApplied): a task whose transaction does not commit applied nothing,
-// and its mark is cleared. It reports whether the
-// task is tx's first, before which tx wrote nothing of the handler's.
-func onTask(tx pgx.Tx, tctx context.Context, done func()) (first bool) {
-	t, ok := taskTxOf(tx)
-	if !ok {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	first = len(t.done) == 0
-	t.done = append(t.done, done)
-	t.tasks = append(t.tasks, tctx)
-	return first
-}
-
-// taskTxOf returns the taskTx that tx is or wraps (kafkawriter's fenced
-// twin hands its handler the transaction wrapped, so that the handler's
-// batch carries the fenced write).
-func taskTxOf(tx pgx.Tx) (*taskTx, bool) {
-	for {
-		if t, ok := tx.(*taskTx); ok {
-			return t, true
-		}
-		w, ok := tx.(interface{ Unwrap() pgx.Tx })
-		if !ok {
-			return nil, false
-		}
-		tx = w.Unwrap()
-	}
-}
-
-func (t *taskTx) end(committed bool) {
-	t.mu.Lock()
-	done, tasks := t.done, t.tasks
-	t.done, t.tasks = nil, nil
-	t.mu.Unlock()
-	for _, ctx := range tasks {
-		if !committed {
-			engine.MarkApplied(ctx, "")
-		}
-	}
-	for _, d := range done {
-		d()
-	}
-}
-
-func (t *taskTx) Commit(ctx context.Context) error {
-	err := t.Tx.Commit(ctx)
-	t.end(err == nil)
-	return err
-}
-
-func (t *taskTx) Rollback(ctx context.Context) error {
-	err := t.Tx.Rollback(ctx)
-	t.end(false)
-	return err
 }

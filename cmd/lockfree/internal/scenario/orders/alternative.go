@@ -31,7 +31,10 @@ const sqlOrdersAdd = `UPDATE orders SET lines = lines + 1 WHERE id = $1 RETURNIN
 // with the key's record (idempotency.Postgres), which a lone COMMIT's match
 // never sees. The lost-reply fault loses the answer to any of its
 // statements instead, that batch's included; lost-commit skips it.
-type ordersAlternative struct{ kafkaTopic }
+type ordersAlternative struct {
+	kafkaTopic
+	consumes
+}
 
 func init() { engine.RegisterApproach(ordersAlternative{}) }
 

@@ -37,10 +37,20 @@ var ordersFence = fencedlock.Fence{Table: "orders", Key: "id"}
 // It aims no crash at its relay, unlike the alternative: a worker killed
 // there may be in the midst of a lock's release that the server applied and
 // the history never saw, and the exclusivity check would count the next
-// grant as an overlap. Its relay is the alternative's.
+// grant as an overlap. Its relay is the alternative's. It aims the
+// overtake at its consumer (consumerPoint), as every orders approach does.
 type ordersFenced struct {
 	kafkaTopic
 	commits
+	consumes
+}
+
+// AimPoint: the overtake alone (ordersFenced).
+func (ordersFenced) AimPoint(f engine.Fault) string {
+	if f == engine.Overtake {
+		return consumerPoint
+	}
+	return ""
 }
 
 func init() { engine.RegisterApproach(ordersFenced{}) }

@@ -30,6 +30,7 @@ const (
 type ordersNaive struct {
 	kafkaTopic
 	commits
+	consumes
 }
 
 func init() { engine.RegisterApproach(ordersNaive{}) }
@@ -46,10 +47,14 @@ func (ordersNaive) Protection(p engine.Params) engine.Protection {
 }
 
 // AimPoint: every other crash kills a worker between a line's commit and
-// its publish, the gap of "publish after commit" an outbox closes.
+// its publish, the gap of "publish after commit" an outbox closes; the
+// overtake stops its reader holding a message it fetched (consumerPoint).
 func (ordersNaive) AimPoint(f engine.Fault) string {
-	if f == engine.Crash {
+	switch f {
+	case engine.Crash:
 		return "harness.orders.naive.after-commit"
+	case engine.Overtake:
+		return consumerPoint
 	}
 	return ""
 }

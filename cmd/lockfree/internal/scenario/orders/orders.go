@@ -78,10 +78,13 @@ func (orders) Migrations() []migrate.Migration {
 	return append(ms, kafkawriter.Migrations()...)
 }
 
-// Shows: the chain's results show a lost answer (the client resends) and a
+// Shows: the chain's results show a lost answer (the client resends), a
 // crash (a relay killed mid-batch, a naive service between commit and
-// publish), beside the pause and delay every scenario shows.
-func (orders) Shows() []engine.Fault { return []engine.Fault{engine.LostReply, engine.Crash} }
+// publish) and an overtake (a consumer stopped holding a batch), beside the
+// pause and delay every scenario shows.
+func (orders) Shows() []engine.Fault {
+	return []engine.Fault{engine.LostReply, engine.Crash, engine.Overtake}
+}
 
 func (orders) Setup(ctx context.Context, db *pgxpool.Pool, s engine.Sizes) error {
 	if _, err := db.Exec(ctx, sqlOrdersTables); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +36,7 @@ const relayTTL = 3 * time.Second
 // one, resumed, publishes it again, late. Its process's consumer is
 // stopped with it past the group's lease: another consumer takes its
 // partitions, and a transaction of the stopped one must be refused by the
-// inbox's epoch.
+// inbox's epoch. The overtake stops a consumer at consumerPoint.
 type relayAim struct{}
 
 // AimPoint: see relayAim.
@@ -45,8 +46,40 @@ func (relayAim) AimPoint(f engine.Fault) string {
 		return "outbox.relay.before-mark"
 	case engine.Isolate, engine.Pause:
 		return "outbox.relay.before-publish"
+	case engine.Overtake:
+		return consumerPoint
 	}
 	return ""
+}
+
+// consumes is embedded by every orders approach: its consumers mark the
+// batch they hold at consumerPoint for the overtake fault.
+type consumes struct{}
+
+// MarksFetched: see consumes.
+func (consumes) MarksFetched() {}
+
+// consumerPoint is where a consumer holds a batch it fetched and has
+// written nothing of (engine.MarkFetched): the overtake fault's aim, where
+// it stops the worker until another consumer took the partition over and
+// applied an event sent after the stop.
+const consumerPoint = "harness.orders.consumer.fetched"
+
+// partitionKey is the key of a consumer's work on partition p: what the
+// overtake fault stops and another worker takes over.
+func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
+
+// fetched marks the task of tctx, which holds msgs, as the application of
+// the last one's line (engine.MarkApplied), and, if first (nothing of it
+// is written yet), as holding fetched events (engine.MarkFetched).
+func fetched(tctx context.Context, msgs []kafka.Message, first bool) {
+	if first {
+		engine.MarkFetched(tctx)
+	}
+	var l line
+	if json.Unmarshal(msgs[len(msgs)-1].Value, &l) == nil {
+		engine.MarkApplied(tctx, l.By)
+	}
 }
 
 // runTopic returns the topic of env's run, named after its schema.
@@ -143,8 +176,8 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 		return nil, err
 	}
 	timing := engine.KafkaGroupTiming(env.Clients)
-	p.consumer, err = kafkawriter.NewConsumer(env.DB, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic},
-		apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: kafkaDialer(env),
+	p.consumer, err = kafkawriter.NewBatchConsumer(engine.TaskDB{Pool: env.DB}, kafkawriter.Source{Brokers: env.Kafka, Topic: topic, GroupID: topic},
+		p.apply, &kafkawriter.ConsumerConfig{Dedupe: dedupe, BatchSize: 50, Dialer: kafkaDialer(env),
 			SessionTimeout: timing.Session, RebalanceTimeout: timing.Rebalance, HeartbeatInterval: timing.Heartbeat, MeterProvider: env.MeterProvider})
 	if err != nil {
 		return nil, err
@@ -158,6 +191,22 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 		return nil, errors.Join(err, p.relay.Stop(context.WithoutCancel(ctx)))
 	}
 	return p, nil
+}
+
+// apply is the consumer's handler: a batch of one partition, in the
+// transaction that advances the inbox past it. The batch is a task on its
+// partition, held first at consumerPoint, before any write (fetched).
+func (p *outboxPipe) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
+	part := msgs[0].Partition
+	tctx, done := p.env.Task(ctx, partitionKey(part), p.consumer.Assigned()[part])
+	fetched(tctx, msgs, engine.OnTask(tx, tctx, done))
+	p.env.BeforeWrite(tctx, consumerPoint)
+	for _, m := range msgs {
+		if err := apply(ctx, tx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // drained: the outbox is empty and the inbox's offsets are at the end of
@@ -248,11 +297,19 @@ func (p *readerPipe) run(ctx context.Context) error {
 			}
 			continue
 		}
+		// Held at consumerPoint, the message fetched and not yet
+		// applied, past the group's session, it is another reader's.
+		tctx, done := p.env.Task(ctx, partitionKey(msg.Partition), 0)
+		fetched(tctx, []kafka.Message{msg}, true)
+		p.env.BeforeWrite(tctx, consumerPoint)
 		for pgx.BeginFunc(ctx, p.env.DB, func(tx pgx.Tx) error { return apply(ctx, tx, msg) }) != nil {
 			if !engine.Sleep(ctx, 10*time.Millisecond) {
+				engine.MarkApplied(tctx, "")
+				done()
 				return ctx.Err()
 			}
 		}
+		done()
 		// A commit that fails (a rebalance), or a worker killed before
 		// it, leaves the message to be fetched and applied again: the
 		// naive consumer's duplicate.

@@ -19,6 +19,7 @@ type ordersRaw struct {
 	kafkaTopic
 	commits
 	relayAim
+	consumes
 }
 
 func init() { engine.RegisterApproach(ordersRaw{}) }
