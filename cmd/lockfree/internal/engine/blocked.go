@@ -84,35 +84,30 @@ const sqlEndIdleBlockers = `SELECT count(pg_terminate_backend(b.pid)) FROM pg_st
 
 // waitEndingIdle waits up to d, while v is held stopped, until cond holds
 // (a condition on the monitor, as monitor.wait; nil for none: the whole
-// of d), and ends, as the server's idle_in_transaction_session_timeout
-// would, each of v's idle transactions that has kept another worker
-// waiting on its locks for idleTimeout: the stopped process's request in
-// flight, or its consumer's batch, would otherwise hold up every worker
+// of d). Each time v keeps another worker waiting on its locks
+// (waitUnblocked), it gives it idleTimeout more, then ends v's idle
+// transactions that still do, as the server's
+// idle_in_transaction_session_timeout would: the stopped process's request
+// in flight, or its consumer's batch, would otherwise hold up every worker
 // that needs those rows for the whole stop. It reports whether cond held,
 // and how many transactions it ended.
 func (r *run) waitEndingIdle(ctx context.Context, v *proc, d time.Duration, cond func() bool) (held bool, ended int64) {
+	if cond == nil {
+		cond = func() bool { return false }
+	}
 	deadline := time.Now().Add(d)
-	var since time.Time // when v was first seen blocking another
 	for {
-		step := min(250*time.Millisecond, max(0, time.Until(deadline)))
-		switch {
-		case cond != nil && r.mon.wait(ctx, step, cond):
+		held, blocked := r.waitUnblocked(ctx, time.Until(deadline), v, cond)
+		if !blocked {
+			return held, ended
+		}
+		if r.mon.wait(ctx, min(idleTimeout, max(0, time.Until(deadline))), cond) {
 			return true, ended
-		case cond == nil && !Sleep(ctx, step):
-			return false, ended
 		}
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			return false, ended
 		}
-		switch {
-		case !r.blockedBy(ctx, v):
-			since = time.Time{}
-		case since.IsZero():
-			since = time.Now()
-		case time.Since(since) >= idleTimeout:
-			ended += r.endIdleBlockers(ctx, v)
-			since = time.Time{}
-		}
+		ended += r.endIdleBlockers(ctx, v)
 	}
 }
 

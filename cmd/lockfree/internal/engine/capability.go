@@ -24,8 +24,8 @@ type Committer interface{ CommitsTransactions() }
 // then loses the next answer (lost-commit, lost-reply), kills the worker
 // there (crash), stops it (pause) or cuts it off (isolate); "" for a fault
 // it does not aim. A worker that does not reach the point in time leaves
-// the aim to the next injection (aim.go). The overtake stops every
-// consumer it stops at AimPoint(Overtake), when there is one, once a task
+// the aim to the next injection (aim.go). The overtake, if
+// AimPoint(Overtake) is not "", stops every consumer there, once a task
 // that holds fetched events reaches it (Fetcher).
 type Aimer interface{ AimPoint(f Fault) string }
 

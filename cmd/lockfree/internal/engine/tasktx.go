@@ -2,11 +2,16 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// PartitionKey is the key of a consumer's work on partition p (Env.Task):
+// what a fault is injected into and another member takes over.
+func PartitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
 
 // TaskDB is a worker's pool whose transactions tell the fault injector when
 // they end: the background work a consumer's handler runs in one is a task

@@ -37,30 +37,33 @@ type wallStep struct {
 
 // watchWall records the wall clock's steps in l until the returned stop
 // is called; stop may be called more than once.
-func (l *runLog) watchWall() (stop func()) {
+func (l *runLog) watchWall() (stop func()) { return l.watchWallWith(history.WallOffset) }
+
+// watchWallWith is watchWall with the clocks read by read
+// (history.WallOffset): every wallEvery, a reading that is good (ok) and
+// moved by wallStepMin or more since the last good one is a step. A
+// platform whose clocks cannot be read together gives none.
+func (l *runLog) watchWallWith(read func() (time.Duration, history.Time, bool)) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	go func() {
 		defer close(exited)
-		last, _, ok := history.WallOffset()
-		for ; !ok; last, _, ok = history.WallOffset() {
-		}
 		tick := time.NewTicker(wallEvery)
 		defer tick.Stop()
+		var last time.Duration
+		seen := false // a good reading came before
 		for {
+			if off, at, ok := read(); ok {
+				if d := off - last; seen && (d >= wallStepMin || d <= -wallStepMin) {
+					l.step(wallStep{at: at, by: d})
+				}
+				last, seen = off, true
+			}
 			select {
 			case <-done:
 				return
 			case <-tick.C:
 			}
-			off, at, ok := history.WallOffset()
-			if !ok {
-				continue
-			}
-			if d := off - last; d >= wallStepMin || d <= -wallStepMin {
-				l.step(wallStep{at: at, by: d})
-			}
-			last = off
 		}
 	}()
 	return func() {

@@ -267,15 +267,16 @@ func (w *worker) point(ctx context.Context, name string) {
 	if kind == "" {
 		op := opFrom(ctx)
 		w.mu.Lock()
-		if a := w.armed; a == nil || a.Point != name || a.Fetched && (op == nil || !op.fetched.Load()) {
+		a := w.armed
+		if a == nil || a.Point != name || a.Fetched && (op == nil || !op.fetched.Load()) {
 			w.mu.Unlock()
 			return
 		}
 		ev := event{Ev: evPoint, Name: name}
-		if a := w.armed; a.Fetched {
+		if a.Fetched {
 			ev.Key, ev.Op, ev.Token = op.key, op.ID(), op.Token()
 		}
-		w.fire(ctx, ev, w.armed)
+		w.fire(ctx, ev, a)
 		return
 	}
 	op := opFrom(ctx)

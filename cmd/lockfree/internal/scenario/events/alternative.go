@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -120,10 +119,6 @@ func (c *eventsAltClient) current() *kafkawriter.Consumer {
 	return c.consumer
 }
 
-// partitionKey is the key of partition p's work: what a fault is injected
-// into and another member takes over.
-func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
-
 // apply is the consumer's handler: a batch of one partition, in the
 // transaction that advances the inbox past it. Its before-write point comes
 // first, before any write: a member stopped there holds the batch and no
@@ -141,7 +136,7 @@ func (c *eventsAltClient) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Mes
 		return err
 	}
 	last := evs[len(evs)-1]
-	tctx, done := c.env.Task(ctx, partitionKey(p), c.current().Assigned()[p])
+	tctx, done := c.env.Task(ctx, engine.PartitionKey(p), c.current().Assigned()[p])
 	if engine.OnTask(tx, tctx, done) && c.othersProduceTo(p) {
 		engine.MarkFetched(tctx)
 	}
@@ -181,12 +176,12 @@ func (c *eventsAltClient) watch() {
 		now := cons.Assigned()
 		for p, epoch := range now {
 			if held[p] != epoch {
-				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch, TTL: c.timing.Session})
+				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Granted, Key: engine.PartitionKey(p), Name: "inbox/" + engine.PartitionKey(p), Token: epoch, TTL: c.timing.Session})
 			}
 		}
 		for p, epoch := range held {
 			if now[p] != epoch {
-				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Released, Key: partitionKey(p), Name: "inbox/" + partitionKey(p), Token: epoch})
+				c.env.Report(context.Background(), engine.Evidence{Kind: engine.Released, Key: engine.PartitionKey(p), Name: "inbox/" + engine.PartitionKey(p), Token: epoch})
 			}
 		}
 		held = now

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,10 +63,6 @@ func (consumes) MarksFetched() {}
 // it stops the worker until another consumer took the partition over and
 // applied an event sent after the stop.
 const consumerPoint = "harness.orders.consumer.fetched"
-
-// partitionKey is the key of a consumer's work on partition p: what the
-// overtake fault stops and another worker takes over.
-func partitionKey(p int) string { return "partition-" + strconv.Itoa(p) }
 
 // fetched marks the task of tctx, which holds msgs, as the application of
 // the last one's line (engine.MarkApplied), and, if first (nothing of it
@@ -198,7 +193,7 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 // partition, held first at consumerPoint, before any write (fetched).
 func (p *outboxPipe) apply(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
 	part := msgs[0].Partition
-	tctx, done := p.env.Task(ctx, partitionKey(part), p.consumer.Assigned()[part])
+	tctx, done := p.env.Task(ctx, engine.PartitionKey(part), p.consumer.Assigned()[part])
 	fetched(tctx, msgs, engine.OnTask(tx, tctx, done))
 	p.env.BeforeWrite(tctx, consumerPoint)
 	for _, m := range msgs {
@@ -299,7 +294,7 @@ func (p *readerPipe) run(ctx context.Context) error {
 		}
 		// Held at consumerPoint, the message fetched and not yet
 		// applied, past the group's session, it is another reader's.
-		tctx, done := p.env.Task(ctx, partitionKey(msg.Partition), 0)
+		tctx, done := p.env.Task(ctx, engine.PartitionKey(msg.Partition), 0)
 		fetched(tctx, []kafka.Message{msg}, true)
 		p.env.BeforeWrite(tctx, consumerPoint)
 		for pgx.BeginFunc(ctx, p.env.DB, func(tx pgx.Tx) error { return apply(ctx, tx, msg) }) != nil {
