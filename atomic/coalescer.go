@@ -2,87 +2,19 @@ package atomic
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/lockfree-go/lockfree/internal/failpoint"
-	"github.com/lockfree-go/lockfree/internal/short"
 )
-
-// ErrUncertain reports an operation whose outcome is unknown: it was sent,
-// and the answer did not come back (a lost connection, or the caller's
-// context ended while it ran). It may have applied. Ask the store
-// (Value), or give the operation an ID on a Store that records them.
-var ErrUncertain = errors.New("atomic: outcome unknown")
-
-// MaxInOrder is the most decrements one DecrementInOrder step takes.
-const MaxInOrder = 1000
-
-// Result is the outcome of one decrement of a DecrementInOrder step.
-type Result struct {
-	// Value is the key's value after this decrement when it applied, or
-	// the value it was refused on.
-	Value int64
-	// Err is nil when the decrement applied; otherwise an
-	// *InsufficientError (ErrInsufficient), ErrNotFound, or ErrInvalid for
-	// an amount that is not positive or overflows with the floor.
-	Err error
-}
-
-// InOrder is a store that applies several decrements of one key in one
-// atomic step, as Postgres (one statement) and Memory (one critical
-// section) do.
-type InOrder interface {
-	// DecrementInOrder applies amounts to key's value in their order, each
-	// as Decrement would in a serial execution: an amount whose result
-	// stays at or above the floor is taken, any other is refused with the
-	// value it met, and the next amount meets what the last one left. It
-	// returns one Result per amount, in order. All the step's decrements
-	// commit together, or none does: an error says so, and matches
-	// ErrUncertain when the step may have applied all the same. A bad key,
-	// no amounts or more than MaxInOrder are ErrInvalid before anything is
-	// written; a bad amount is refused alone, in its Result.
-	DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error)
-}
-
-// inOrder is a validated DecrementInOrder request: the amounts that can be
-// sent, with their thresholds, and the results of those that cannot.
-type inOrder struct {
-	results    []Result
-	sent       []int // indexes of the amounts sent, in order
-	amounts    []int64
-	thresholds []int64
-}
-
-func newInOrder(key string, amounts []int64, floor int64) (inOrder, error) {
-	if err := validKey(key); err != nil {
-		return inOrder{}, err
-	}
-	if len(amounts) == 0 || len(amounts) > MaxInOrder {
-		return inOrder{}, fmt.Errorf("%w: %d amounts for %s, want 1 to %d", ErrInvalid, len(amounts), short.Quote(key), MaxInOrder)
-	}
-	r := inOrder{results: make([]Result, len(amounts))}
-	for i, a := range amounts {
-		th, err := decrementThreshold(key, a, floor)
-		if err != nil {
-			r.results[i].Err = err
-			continue
-		}
-		r.sent = append(r.sent, i)
-		r.amounts = append(r.amounts, a)
-		r.thresholds = append(r.thresholds, th)
-	}
-	return r, nil
-}
 
 // CoalescerConfig configures a Coalescer. A nil *CoalescerConfig means the
 // defaults.
 type CoalescerConfig struct {
-	// MaxBatch is the most decrements of one key one step carries, at
-	// most MaxInOrder. Defaults to 128.
+	// MaxBatch is the most keys one step changes or reads, counted as
+	// MaxInOrder counts them; at most MaxInOrder. Defaults to 128.
 	MaxBatch int
 	// Timeout bounds each step the Coalescer sends. It runs apart from
 	// its callers' contexts, so that a caller that gives up does not fail
@@ -114,39 +46,39 @@ func (c CoalescerConfig) validate() error {
 	return nil
 }
 
-// Coalescer turns concurrent decrements of one key in this process into
-// one step of its store: one statement and one commit on Postgres. While a
-// step of a key runs, the decrements of that key that arrive wait; when it
-// ends, all of them (up to MaxBatch) go in the next step, in their order of
+// Coalescer turns concurrent operations in this process into steps of its
+// store: one statement and one commit on Postgres. One step runs at a
+// time; the operations that arrive meanwhile wait, and when it ends all of
+// them (up to MaxBatch keys) go in the next step, in their order of
 // arrival. Each caller gets the outcome a serial execution in arrival order
-// gives it: a batch that cannot be fully served serves what fits and
-// refuses the rest. Keys do not wait for each other.
+// gives it: of decrements that cannot all be served, those that fit are
+// served and the rest refused; a compare-and-set meets the value the
+// operation before it left. On a hot key, N operations cost one commit
+// instead of N. Keys share the steps, so an operation waits for the step
+// before it whatever its key: give a Coalescer to the keys that are hot
+// together (a product's stock, its price and its bids), not to a whole
+// table.
 //
-// Cancellation: a caller whose context ends before its decrement was sent
-// gets the context's error, and its decrement is never sent. One whose
+// Cancellation: a caller whose context ends before its operation was sent
+// gets the context's error, and its operation is never sent. One whose
 // context ends while its step runs gets an error matching ErrUncertain
 // (and the context's error), unless the step's outcome is already there.
 // The others of its step are not affected. It is safe for concurrent use;
-// it starts a goroutine per key while that key has decrements waiting or
-// running, and none when idle.
+// it runs a goroutine while operations wait or run, and none when idle.
 type Coalescer struct {
 	store InOrder
 	cfg   CoalescerConfig
 
-	mu   sync.Mutex
-	keys map[string]*keyQueue
-}
-
-// keyQueue is one key's decrements that wait for a step.
-type keyQueue struct {
+	mu      sync.Mutex
 	waiting []*waiter
+	running bool // a goroutine sends the steps
 }
 
-// waiter is one caller's decrement.
+// waiter is one caller's operation.
 type waiter struct {
-	amount int64
-	sent   bool        // in a step: guarded by Coalescer.mu
-	done   chan Result // buffered: the step never blocks on a caller
+	op   Op
+	sent bool        // in a step: guarded by Coalescer.mu
+	done chan Result // buffered: the step never blocks on a caller
 }
 
 // NewCoalescer returns a Coalescer over store. A nil store or an invalid
@@ -159,92 +91,131 @@ func NewCoalescer(store InOrder, cfg *CoalescerConfig) (*Coalescer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Coalescer{store: store, cfg: c, keys: map[string]*keyQueue{}}, nil
+	return &Coalescer{store: store, cfg: c}, nil
 }
 
 // Decrement subtracts amount (> 0) from key's value if the result stays at
-// or above the store's floor, as Store.Decrement does, in one step with the
-// other decrements of key waiting beside it. It returns the new value, or
-// an *InsufficientError with the value it was refused on, ErrNotFound, or
-// ErrInvalid (before anything is sent). An error matching ErrUncertain
-// means the decrement may have applied; any other means it did not.
+// or above the store's floor, as Store.Decrement does, and returns the new
+// value.
 func (c *Coalescer) Decrement(ctx context.Context, key string, amount int64) (int64, error) {
-	if err := validKey(key); err != nil {
-		return 0, err
-	}
-	if err := validAmount(key, amount); err != nil {
-		return 0, err
+	r := c.Apply(ctx, DecrementOp(key, amount))
+	return r.Value, r.Err
+}
+
+// Increment adds amount (> 0) to key's value if the result stays at or
+// below limit, as Store.Increment does, and returns the new value.
+func (c *Coalescer) Increment(ctx context.Context, key string, amount, limit int64) (int64, error) {
+	r := c.Apply(ctx, IncrementOp(key, amount, limit))
+	return r.Value, r.Err
+}
+
+// CompareAndSet sets key's value to next if it is old, as
+// Store.CompareAndSet does.
+func (c *Coalescer) CompareAndSet(ctx context.Context, key string, old, next int64) error {
+	return c.Apply(ctx, CompareAndSetOp(key, old, next)).Err
+}
+
+// SetIfGreater sets key's value to value if that is greater, as
+// Store.SetIfGreater does.
+func (c *Coalescer) SetIfGreater(ctx context.Context, key string, value int64) error {
+	return c.Apply(ctx, SetIfGreaterOp(key, value)).Err
+}
+
+// DecrementMany subtracts each amount from its key, all or nothing, as
+// Store.DecrementMany does, and returns the keys' new values.
+func (c *Coalescer) DecrementMany(ctx context.Context, amounts map[string]int64) (map[string]int64, error) {
+	r := c.Apply(ctx, DecrementManyOp(amounts))
+	return r.Values, r.Err
+}
+
+// Value reads key's value at its place among the operations: after every
+// operation that returned before it was called.
+func (c *Coalescer) Value(ctx context.Context, key string) (int64, error) {
+	r := c.Apply(ctx, ReadOp(key))
+	return r.Value, r.Err
+}
+
+// Apply runs op in one step with the other operations waiting beside it.
+// Its Result is what the Store's method of the same name returns: the
+// value, or an *InsufficientError, *ConflictError or ErrNotFound with the
+// value it was refused on, or ErrInvalid (before anything is sent). An
+// error matching ErrUncertain means the operation may have applied; any
+// other means it did not.
+func (c *Coalescer) Apply(ctx context.Context, op Op) Result {
+	if err := op.validate(); err != nil {
+		return Result{Err: err}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return Result{Err: err}
 	}
-	w := &waiter{amount: amount, done: make(chan Result, 1)}
+	w := &waiter{op: op, done: make(chan Result, 1)}
 	c.mu.Lock()
-	q, running := c.keys[key]
-	if !running {
-		q = &keyQueue{}
-		c.keys[key] = q
-	}
-	q.waiting = append(q.waiting, w)
+	c.waiting = append(c.waiting, w)
+	start := !c.running
+	c.running = true
 	c.mu.Unlock()
-	if !running {
-		go c.run(key, q)
+	if start {
+		go c.run()
 	}
 	select {
 	case r := <-w.done:
-		return r.Value, r.Err
+		return r
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	sent := w.sent
 	if !sent || failpoint.Mutant("atomic.coalescer.in-flight") {
-		if i := slices.Index(q.waiting, w); i >= 0 {
-			q.waiting = slices.Delete(q.waiting, i, i+1)
+		if i := slices.Index(c.waiting, w); i >= 0 {
+			c.waiting = slices.Delete(c.waiting, i, i+1)
 		}
 	}
 	c.mu.Unlock()
 	if !sent || failpoint.Mutant("atomic.coalescer.in-flight") {
-		return 0, context.Cause(ctx)
+		return Result{Err: context.Cause(ctx)}
 	}
 	select {
 	case r := <-w.done: // the step ended meanwhile: its outcome is known
-		return r.Value, r.Err
+		return r
 	default:
-		return 0, fmt.Errorf("%w: decrement %s by %d: %w", ErrUncertain, short.Quote(key), amount, context.Cause(ctx))
+		return Result{Err: fmt.Errorf("%w: %s: %w", ErrUncertain, op, context.Cause(ctx))}
 	}
 }
 
-// run sends key's steps until no decrement of key waits, then forgets key.
-func (c *Coalescer) run(key string, q *keyQueue) {
+// run sends steps until no operation waits.
+func (c *Coalescer) run() {
 	for {
 		c.mu.Lock()
-		n := min(len(q.waiting), c.cfg.MaxBatch)
+		n, keys := 0, 0
+		for n < len(c.waiting) && (n == 0 || keys+c.waiting[n].op.size() <= c.cfg.MaxBatch) {
+			keys += c.waiting[n].op.size()
+			n++
+		}
 		if n == 0 {
-			delete(c.keys, key)
+			c.running = false
 			c.mu.Unlock()
 			return
 		}
-		batch := slices.Clone(q.waiting[:n])
-		q.waiting = slices.Delete(q.waiting, 0, n)
+		batch := slices.Clone(c.waiting[:n])
+		c.waiting = slices.Delete(c.waiting, 0, n)
 		for _, w := range batch {
 			w.sent = true
 		}
 		c.mu.Unlock()
-		c.step(key, batch)
+		c.step(batch)
 	}
 }
 
 // step sends one batch and gives each waiter its result, in order.
-func (c *Coalescer) step(key string, batch []*waiter) {
-	amounts := make([]int64, len(batch))
+func (c *Coalescer) step(batch []*waiter) {
+	ops := make([]Op, len(batch))
 	for i, w := range batch {
-		amounts[i] = w.amount
+		ops[i] = w.op
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	results, err := c.store.DecrementInOrder(ctx, key, amounts)
+	results, err := c.store.ApplyInOrder(ctx, ops)
 	if err == nil && len(results) != len(batch) {
-		err = fmt.Errorf("%w: decrement %s in order: %d results for %d amounts", ErrUncertain, short.Quote(key), len(results), len(batch))
+		err = fmt.Errorf("%w: a step of %d operations: %d results", ErrUncertain, len(batch), len(results))
 	}
 	if err != nil {
 		for _, w := range batch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -52,13 +53,13 @@ func newGate(s lfatomic.InOrder, after bool) *gate {
 	return &gate{InOrder: s, after: after, entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (g *gate) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]lfatomic.Result, error) {
+func (g *gate) ApplyInOrder(ctx context.Context, ops []lfatomic.Op) ([]lfatomic.Result, error) {
 	first := g.held.CompareAndSwap(false, true)
 	if first && !g.after {
 		close(g.entered)
 		<-g.release
 	}
-	r, err := g.InOrder.DecrementInOrder(ctx, key, amounts)
+	r, err := g.InOrder.ApplyInOrder(ctx, ops)
 	if first && g.after {
 		close(g.entered)
 		<-g.release
@@ -66,21 +67,28 @@ func (g *gate) DecrementInOrder(ctx context.Context, key string, amounts []int64
 	return r, err
 }
 
-// result is what one Coalescer.Decrement returned.
+// result is what one Coalescer call returned.
 type result struct {
-	value int64
-	err   error
+	value  int64
+	values map[string]int64
+	err    error
+}
+
+// apply runs c.Apply on its own goroutine and returns where its result
+// arrives.
+func apply(ctx context.Context, c *lfatomic.Coalescer, op lfatomic.Op) <-chan result {
+	out := make(chan result, 1)
+	go func() {
+		r := c.Apply(ctx, op)
+		out <- result{r.Value, r.Values, r.Err}
+	}()
+	return out
 }
 
 // decrement runs c.Decrement on its own goroutine and returns where its
 // result arrives.
 func decrement(ctx context.Context, c *lfatomic.Coalescer, key string, amount int64) <-chan result {
-	out := make(chan result, 1)
-	go func() {
-		v, err := c.Decrement(ctx, key, amount)
-		out <- result{v, err}
-	}()
-	return out
+	return apply(ctx, c, lfatomic.DecrementOp(key, amount))
 }
 
 // waitUntil polls cond until it holds, for at most 2 minutes.
@@ -95,80 +103,125 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// serial is what decrements of amounts from initial (floor 0) answer one
-// after another: the value after each that applies, or the value it was
-// refused on.
-func serial(initial int64, amounts []int64) (out []result, final int64) {
-	v := initial
-	for _, a := range amounts {
-		if v >= a {
-			v -= a
+// call is one caller's operation on an item and its case, as the oracle
+// knows it: what it does to their values (floor 0), and the Op the
+// Coalescer sends.
+type call struct {
+	name string
+	op   func(item, box string) lfatomic.Op
+	// apply returns the values after the call and whether it applied.
+	apply func(item, box int64) (int64, int64, bool)
+	// refusal is the error a refusal matches.
+	refusal error
+	many    bool // a DecrementManyOp: its result is both values
+}
+
+func decrementCall(a int64) call {
+	return call{name: fmt.Sprint("decrement ", a), op: func(k, _ string) lfatomic.Op { return lfatomic.DecrementOp(k, a) },
+		apply: func(v, b int64) (int64, int64, bool) { return v - a, b, v >= a }, refusal: lfatomic.ErrInsufficient}
+}
+
+// calls are operations whose conditions hold or fail depending on the order
+// they meet each other in, from 4 items and 1 case: each one's condition
+// fails in some order and holds in another; the basket is refused for want
+// of items with a case to take.
+var calls = []call{
+	decrementCall(3),
+	{"increment 4 cap 6", func(k, _ string) lfatomic.Op { return lfatomic.IncrementOp(k, 4, 6) },
+		func(v, b int64) (int64, int64, bool) { return v + 4, b, v+4 <= 6 }, lfatomic.ErrInsufficient, false},
+	{"compare-and-set 1 → 5", func(k, _ string) lfatomic.Op { return lfatomic.CompareAndSetOp(k, 1, 5) },
+		func(v, b int64) (int64, int64, bool) { return 5, b, v == 1 }, lfatomic.ErrConflict, false},
+	{"set-if-greater 3", func(k, _ string) lfatomic.Op { return lfatomic.SetIfGreaterOp(k, 3) },
+		func(v, b int64) (int64, int64, bool) { return 3, b, 3 > v }, lfatomic.ErrConflict, false},
+	{"basket of 2 items and a case", func(k, c string) lfatomic.Op { return lfatomic.DecrementManyOp(map[string]int64{k: 2, c: 1}) },
+		func(v, b int64) (int64, int64, bool) { return v - 2, b - 1, v >= 2 && b >= 1 }, lfatomic.ErrInsufficient, true},
+}
+
+// serial is what the calls answer one after another from (item, box): the
+// values after each that applies, or the value it was refused on.
+func serial(item, box string, v, b int64, cs []call) (out []result, finalItem, finalBox int64) {
+	for _, c := range cs {
+		nv, nb, ok := c.apply(v, b)
+		switch {
+		case ok && c.many:
+			v, b = nv, nb
+			out = append(out, result{values: map[string]int64{item: v, box: b}})
+		case ok:
+			v, b = nv, nb
 			out = append(out, result{value: v})
-			continue
+		case c.many:
+			out = append(out, result{err: c.refusal})
+		default:
+			out = append(out, result{value: v, err: c.refusal})
 		}
-		out = append(out, result{value: v, err: lfatomic.ErrInsufficient})
 	}
-	return out, v
+	return out, v, b
 }
 
 // same reports whether got is the serial answer want: applied with the
-// same value, or refused (an *InsufficientError) on the same value.
+// same values, or refused (the same error) on the same value.
 func same(got, want result) bool {
-	if want.err == nil {
-		return got.err == nil && got.value == want.value
+	if got.value != want.value || !maps.Equal(got.values, want.values) {
+		return false
 	}
-	var short *lfatomic.InsufficientError
-	return errors.As(got.err, &short) && short.Actual == want.value
+	if want.err == nil {
+		return got.err == nil
+	}
+	return errors.Is(got.err, want.err)
 }
 
-// permutations returns every distinct order of xs.
-func permutations(xs []int64) [][]int64 {
-	if len(xs) <= 1 {
-		return [][]int64{slices.Clone(xs)}
+// permutations returns every order of cs.
+func permutations(cs []call) [][]call {
+	if len(cs) <= 1 {
+		return [][]call{slices.Clone(cs)}
 	}
-	var out [][]int64
-	for i := range xs {
-		if slices.Contains(xs[:i], xs[i]) {
-			continue // the same amount first again: the same orders
-		}
-		rest := slices.Concat(xs[:i], xs[i+1:])
-		for _, p := range permutations(rest) {
-			out = append(out, append([]int64{xs[i]}, p...))
+	var out [][]call
+	for i := range cs {
+		for _, p := range permutations(slices.Concat(cs[:i], cs[i+1:])) {
+			out = append(out, append([]call{cs[i]}, p...))
 		}
 	}
 	return out
 }
 
-// checkCoalescerSerial guards the Coalescer's serial equivalence: for every
-// order of arrival of a few decrements of one key that cannot all be served,
-// each caller gets what a serial execution in arrival order gives it, and
-// the key ends where that execution leaves it. A first decrement holds its
-// step at a gate, so that the others queue behind it in a known order and
-// go in one step.
+// checkCoalescerSerial guards the Coalescer's serial equivalence and the
+// conditions of a step: for every order of arrival of a few operations of
+// an item and its case — decrements, an increment, a compare-and-set, a
+// set-if-greater, a basket of both — each caller gets what a serial
+// execution in arrival order gives it, and the keys end where that
+// execution leaves them. A first decrement holds its step at a gate, so
+// that the others queue behind it in a known order and go in one step.
 func checkCoalescerSerial(t *testing.T, s inOrderStore) error {
-	const initial = 5
-	for n, order := range permutations([]int64{3, 1, 2, 2}) {
-		key := fmt.Sprintf("serial-%d", n)
-		claim(t, s, key, initial)
+	const initial, box = 5, 1
+	for n, order := range permutations(calls) {
+		item, boxKey := fmt.Sprintf("serial-%d", n), fmt.Sprintf("serial-%d-case", n)
+		claim(t, s, item, initial)
+		claim(t, s, boxKey, box)
 		g := newGate(s, false)
 		c := newCoalescer(t, g)
-		amounts := append([]int64{1}, order...)
-		outs := []<-chan result{decrement(ctx, c, key, 1)}
+		all := append([]call{decrementCall(1)}, order...)
+		outs := []<-chan result{apply(ctx, c, all[0].op(item, boxKey))}
 		<-g.entered
-		for i, a := range order {
-			outs = append(outs, decrement(ctx, c, key, a))
-			waitUntil(t, "the decrement to queue", func() bool { return c.Waiting(key) == i+1 })
+		for i, o := range order {
+			outs = append(outs, apply(ctx, c, o.op(item, boxKey)))
+			waitUntil(t, "the operation to queue", func() bool { return c.Waiting() == i+1 })
 		}
 		close(g.release)
-		want, final := serial(initial, amounts)
+		want, finalItem, finalBox := serial(item, boxKey, initial, box, all)
+		names := make([]string, len(all))
+		for i, o := range all {
+			names[i] = o.name
+		}
 		for i, out := range outs {
 			if got := <-out; !same(got, want[i]) {
-				return fmt.Errorf("arrival order %v: decrement %d (of %d) got %d, %v; a serial execution in arrival order gives %d, %v",
-					amounts, i, amounts[i], got.value, got.err, want[i].value, want[i].err)
+				return fmt.Errorf("arrival order %q: %s got %d %v, %v; a serial execution in arrival order gives %d %v, %v",
+					names, names[i], got.value, got.values, got.err, want[i].value, want[i].values, want[i].err)
 			}
 		}
-		if v, err := s.Value(ctx, key); err != nil || v != final {
-			return fmt.Errorf("arrival order %v: value %d, %v; a serial execution leaves %d", amounts, v, err, final)
+		for k, final := range map[string]int64{item: finalItem, boxKey: finalBox} {
+			if v, err := s.Value(ctx, k); err != nil || v != final {
+				return fmt.Errorf("arrival order %q: %s %d, %v; a serial execution leaves %d", names, k, v, err, final)
+			}
 		}
 	}
 	return nil
@@ -190,11 +243,11 @@ func checkCoalescerInFlight(t *testing.T, s inOrderStore) error {
 	ra := <-a
 	bctx, bcancel := context.WithCancel(ctx)
 	b := decrement(bctx, c, key, 3)
-	waitUntil(t, "b to queue", func() bool { return c.Waiting(key) == 1 })
+	waitUntil(t, "b to queue", func() bool { return c.Waiting() == 1 })
 	bcancel()
 	rb := <-b
 	close(g.release)
-	waitUntil(t, "the key's steps to end", func() bool { return c.Waiting(key) == 0 })
+	waitUntil(t, "the key's steps to end", func() bool { return c.Waiting() == 0 })
 	v, err := s.Value(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +318,7 @@ func checkCoalescerLostReply(t *testing.T) error {
 	var outs []<-chan result
 	for i := range 4 {
 		outs = append(outs, decrement(ctx, c, key, int64(i+1)))
-		waitUntil(t, "the decrement to queue", func() bool { return c.Waiting(key) == i+1 })
+		waitUntil(t, "the decrement to queue", func() bool { return c.Waiting() == i+1 })
 	}
 	lost := proxy.Stats().LostReplies
 	proxy.LoseReply([]byte(key)) // the second step's Bind carries the key
@@ -343,7 +396,7 @@ func TestCoalescerStepTerminated(t *testing.T) {
 	})
 	for i := range 3 {
 		outs = append(outs, decrement(ctx, c, key, int64(i+1)))
-		waitUntil(t, "the decrement to queue", func() bool { return c.Waiting(key) == i+1 })
+		waitUntil(t, "the decrement to queue", func() bool { return c.Waiting() == i+1 })
 	}
 	terminateWaiter() // the first step
 	terminateWaiter() // the step of the three queued behind it

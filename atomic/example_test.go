@@ -101,26 +101,37 @@ func ExampleMemory_SetIfGreater() {
 }
 
 // Many buyers of one hot item in one process: a Coalescer sends the
-// decrements that wait together in one step (one statement and one commit
-// on PostgreSQL), and each buyer gets what selling one after another would
-// give it. DecrementInOrder is that step.
+// operations that wait together in one step (one statement and one commit
+// on PostgreSQL), and each buyer gets what running them one after another
+// would give it. ApplyInOrder is that step.
 func ExampleCoalescer() {
 	ctx := context.Background()
 	inv, _ := atomic.NewMemory(nil)
 	inv.Claim(ctx, "sku-1", 5)
-	sales, _ := atomic.NewCoalescer(inv, nil)
+	inv.Claim(ctx, "case-1", 1)
+	shelf, _ := atomic.NewCoalescer(inv, nil)
 
-	left, err := sales.Decrement(ctx, "sku-1", 2)
+	left, err := shelf.Decrement(ctx, "sku-1", 2)
 	fmt.Println(left, err)
 
-	// The step a Coalescer sends for three buyers who arrived together:
-	results, _ := inv.DecrementInOrder(ctx, "sku-1", []int64{2, 2, 1})
+	// The step a Coalescer sends for a buyer, a basket of an item and its
+	// case, a second buyer, a restock (cap 6) and a third buyer, who
+	// arrived together:
+	results, _ := inv.ApplyInOrder(ctx, []atomic.Op{
+		atomic.DecrementOp("sku-1", 2),
+		atomic.DecrementManyOp(map[string]int64{"sku-1": 1, "case-1": 1}),
+		atomic.DecrementOp("sku-1", 2),
+		atomic.IncrementOp("sku-1", 5, 6),
+		atomic.DecrementOp("sku-1", 1),
+	})
 	for _, r := range results {
-		fmt.Println(r.Value, errors.Is(r.Err, atomic.ErrInsufficient))
+		fmt.Println(r.Value, r.Values, r.Err)
 	}
 	// Output:
 	// 3 <nil>
-	// 1 false
-	// 1 true
-	// 0 false
+	// 1 map[] <nil>
+	// 0 map[case-1:0 sku-1:0] <nil>
+	// 0 map[] atomic: decrement "sku-1" by 2: insufficient value 0 (floor 0)
+	// 5 map[] <nil>
+	// 4 map[] <nil>
 }

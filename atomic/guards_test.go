@@ -77,7 +77,11 @@ func guards() []guard {
 	for _, kind := range []string{"memory", "postgres"} {
 		serial := func(t *testing.T) error { return checkCoalescerSerial(t, inOrderKinds[kind](t)) }
 		gs = append(gs,
-			guard{"atomic.inorder.floor/" + kind, serial},
+			guard{"atomic.decrement.floor/in-order-" + kind, serial},
+			guard{"atomic.increment.cap/in-order-" + kind, serial},
+			guard{"atomic.cas.compare/in-order-" + kind, serial},
+			guard{"atomic.setifgreater.compare/in-order-" + kind, serial},
+			guard{"atomic.decrementmany.all/in-order-" + kind, serial},
 			guard{"atomic.coalescer.order/" + kind, serial},
 			guard{"atomic.coalescer.in-flight/" + kind, func(t *testing.T) error { return checkCoalescerInFlight(t, inOrderKinds[kind](t)) }},
 		)

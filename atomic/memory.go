@@ -3,6 +3,7 @@ package atomic
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -211,11 +212,11 @@ func (m *Memory) Decrement(ctx context.Context, key string, amount int64, opts .
 	return m.update(ctx, key, d)
 }
 
-// DecrementInOrder implements InOrder under the store's mutex: the steps
-// are decided one after another on the value the last one left, and no
+// ApplyInOrder implements InOrder under the store's mutex: the operations
+// are decided one after another on the values the last one left, and no
 // other operation runs between them.
-func (m *Memory) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error) {
-	r, err := newInOrder(key, amounts, m.floor)
+func (m *Memory) ApplyInOrder(ctx context.Context, ops []Op) ([]Result, error) {
+	r, err := newInOrder(ops, m.floor)
 	if err != nil {
 		return nil, err
 	}
@@ -224,21 +225,16 @@ func (m *Memory) DecrementInOrder(ctx context.Context, key string, amounts []int
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v, ok := m.values[key]
-	for n, i := range r.sent {
-		switch {
-		case !ok:
-			r.results[i].Err = notFound(key)
-		case v >= r.thresholds[n] || failpoint.Mutant("atomic.inorder.floor"):
-			v -= amounts[i]
-			r.results[i].Value = v
-		default:
-			r.results[i] = Result{Value: v, Err: &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amounts[i], Bound: m.floor}}
+	values := make(map[string]int64, len(r.keys))
+	for _, k := range r.keys {
+		if v, ok := m.values[k]; ok {
+			values[k] = v
 		}
 	}
-	if ok {
-		m.values[key] = v
+	for n := range r.sent {
+		r.decide(n, values)
 	}
+	maps.Copy(m.values, values)
 	return r.results, nil
 }
 

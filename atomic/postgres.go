@@ -183,32 +183,80 @@ const (
 	LEFT JOIN u ON u.k = req.k`
 )
 
-// sqlDecrementInOrder locks the key's row (cur), folds the amounts over its
-// value in their order, as serial decrements would (fold: step i takes
-// amount i if the value it meets is at least threshold i, and leaves the
-// value unchanged otherwise), and writes the last value once, if any step
-// took. It returns, per step, whether it took and the value after it (or
-// the value it was refused on). The fold decides on the value the lock
-// returned, never on the row as the statement's snapshot saw it (see
-// sqlDecrementMany). $1 key, $2 amounts, $3 thresholds (floor + amount).
-const sqlDecrementInOrder = `WITH RECURSIVE cur AS MATERIALIZED (
-		SELECT {V} AS v FROM {T} WHERE {K} = $1 FOR NO KEY UPDATE
-	), fold (i, v, ok) AS (
-		SELECT 0, v, true FROM cur
+// sqlApplyInOrder locks the rows of the step's keys ($1, every key once)
+// in key order (cur), folds the operations over their values in order, as
+// serial calls would, and writes each key whose value changed once. The
+// fold's state is the keys' values (vals, by position in $1; NULL: no
+// row). Its step i decides operation i: ($2 kind, $3 key position, $4 x,
+// $5 y). Its condition (ok) and new value follow its kind on the value it
+// meets: 1 decrement (x amount, y floor + amount), 2 increment (x amount,
+// y cap - amount), 3 compare-and-set (x old, y next), 4 set-if-greater
+// (x value), 5 read, 6 decrement many: its members are x to y of ($6 key
+// position, $7 amount, $8 floor + amount), and it applies only if every
+// member has enough. A refused operation leaves vals. It returns, per
+// operation, whether it applied and the values after it. The fold decides
+// on the values the locks returned, never on the rows as the statement's
+// snapshot saw them (see sqlDecrementMany).
+const sqlApplyInOrder = `WITH RECURSIVE cur AS MATERIALIZED (
+		SELECT {K} AS k, {V} AS v FROM {T} WHERE {K} = ANY($1::text[]) ORDER BY {K} FOR NO KEY UPDATE
+	), fold (i, vals, ok) AS (
+		SELECT 0, ARRAY(SELECT cur.v FROM unnest($1::text[]) WITH ORDINALITY AS q(k, i) LEFT JOIN cur ON cur.k = q.k ORDER BY q.i), true
 		UNION ALL
-		SELECT f.i + 1,
-			CASE WHEN f.v >= ($3::bigint[])[f.i + 1] THEN f.v - ($2::bigint[])[f.i + 1] ELSE f.v END,
-			f.v >= ($3::bigint[])[f.i + 1]
-		FROM fold f WHERE f.i < cardinality($2::bigint[])
+		SELECT f.i + 1, CASE
+				WHEN o.op = 6 THEN ARRAY(
+					SELECT f.vals[j] - coalesce((SELECT m.a FROM unnest(($6::int4[])[o.x:o.y], ($7::bigint[])[o.x:o.y], ($8::bigint[])[o.x:o.y]) AS m(k, a, th)
+						WHERE m.k = j AND ` + inOrderAll + `), 0)
+					FROM generate_subscripts(f.vals, 1) AS j ORDER BY j)
+				WHEN o.ok THEN f.vals[:o.ki - 1] || CASE o.op WHEN 1 THEN f.vals[o.ki] - o.x WHEN 2 THEN f.vals[o.ki] + o.x
+					WHEN 3 THEN o.y WHEN 4 THEN o.x ELSE f.vals[o.ki] END || f.vals[o.ki + 1:]
+				ELSE f.vals END,
+			o.ok
+		FROM fold f, LATERAL (
+			SELECT p.*, coalesce(CASE p.op WHEN 1 THEN ` + inOrderFloor + ` WHEN 2 THEN ` + inOrderCap + `
+				WHEN 3 THEN ` + inOrderCompare + ` WHEN 4 THEN ` + inOrderGreater + ` WHEN 5 THEN f.vals[p.ki] IS NOT NULL
+				ELSE (SELECT bool_and(coalesce(f.vals[m.k] >= m.th, false))
+					FROM unnest(($6::int4[])[p.x:p.y], ($8::bigint[])[p.x:p.y]) AS m(k, th)) END, false) AS ok
+			FROM (SELECT ($2::int2[])[f.i + 1] AS op, ($3::int4[])[f.i + 1] AS ki, ($4::bigint[])[f.i + 1] AS x,
+				($5::bigint[])[f.i + 1] AS y) p
+		) o
+		WHERE f.i < cardinality($2::int2[])
 	), u AS (
-		UPDATE {T} SET {V} = (SELECT v FROM fold ORDER BY i DESC LIMIT 1)
-		WHERE {K} = $1 AND EXISTS (SELECT FROM fold WHERE i > 0 AND ok)
+		UPDATE {T} t SET {V} = fin.vals[q.i]
+		FROM (SELECT vals FROM fold ORDER BY i DESC LIMIT 1) fin, unnest($1::text[]) WITH ORDINALITY AS q(k, i), cur
+		WHERE t.{K} = q.k AND cur.k = q.k AND fin.vals[q.i] IS DISTINCT FROM cur.v
 	)
-	SELECT ok, v FROM fold WHERE i > 0 ORDER BY i`
+	SELECT ok, vals FROM fold WHERE i > 0 ORDER BY i`
 
-// mutantInOrderFloor is removed from sqlDecrementInOrder (both places):
-// every step takes its amount whatever the value it meets.
-const mutantInOrderFloor = `f.v >= ($3::bigint[])[f.i + 1]`
+// The conditions of sqlApplyInOrder. Each is a mutant site shared with the
+// Store's method of the same name (atomic.decrement.floor,
+// atomic.increment.cap, atomic.cas.compare, atomic.setifgreater.compare,
+// atomic.decrementmany.all): its mutant replaces it.
+const (
+	inOrderFloor   = `f.vals[p.ki] >= p.y`
+	inOrderCap     = `f.vals[p.ki] <= p.y`
+	inOrderCompare = `f.vals[p.ki] = p.x`
+	inOrderGreater = `p.x > f.vals[p.ki]`
+	// inOrderAll takes a batch member's amount only if the whole batch
+	// applies; its mutant, if the member's own key has enough.
+	inOrderAll = `o.ok`
+)
+
+// applyInOrderSQL is sql with the conditions whose mutants are on
+// replaced: dead code in default builds.
+func applyInOrderSQL(sql string) string {
+	for _, m := range []struct{ site, cond, unsafe string }{
+		{"atomic.decrement.floor", inOrderFloor, "f.vals[p.ki] IS NOT NULL"},
+		{"atomic.increment.cap", inOrderCap, "f.vals[p.ki] IS NOT NULL"},
+		{"atomic.cas.compare", inOrderCompare, "f.vals[p.ki] IS NOT NULL"},
+		{"atomic.setifgreater.compare", inOrderGreater, "f.vals[p.ki] IS NOT NULL"},
+		{"atomic.decrementmany.all", "AND " + inOrderAll + ")", "AND f.vals[j] >= m.th)"},
+	} {
+		if failpoint.Mutant(m.site) {
+			sql = strings.ReplaceAll(sql, m.cond, m.unsafe)
+		}
+	}
+	return sql
+}
 
 // Unsafe variants for the mutant sites (internal/failpoint): dead code in
 // default builds. Each drops one condition and keeps the parameters of the
@@ -256,7 +304,7 @@ func renderStatements(t Table) pgStatements {
 		decrement: t.render(sqlDecrement), increment: t.render(sqlIncrement),
 		cas: t.render(sqlCompareAndSet), setIfGreater: t.render(sqlSetIfGreater),
 		claim: t.render(sqlClaim), value: t.render(sqlValue), many: t.render(sqlDecrementMany),
-		inOrder: t.render(sqlDecrementInOrder),
+		inOrder: t.render(sqlApplyInOrder),
 	}
 }
 
@@ -591,71 +639,90 @@ func (p *Postgres) DecrementMany(ctx context.Context, amounts map[string]int64, 
 	return nil, fmt.Errorf("atomic: %s: batch refused although every key had enough", OpDecrementMany)
 }
 
-// DecrementInOrder implements InOrder in one statement, which locks key's
-// row, decides every amount in order on the value the lock returned, and
-// writes the result once. An error after the statement was sent, other than
-// one the server returned (the statement then rolled back), matches
-// ErrUncertain: the reply was lost, and the step may have committed.
-func (p *Postgres) DecrementInOrder(ctx context.Context, key string, amounts []int64) ([]Result, error) {
-	r, err := newInOrder(key, amounts, p.table.Floor)
+// ApplyInOrder implements InOrder in one statement, which locks the rows
+// of the step's keys in key order, decides every operation in order on the
+// values the locks returned, and writes each changed key once. An error
+// after the statement was sent, other than one the server returned (the
+// statement then rolled back), matches ErrUncertain: the reply was lost,
+// and the step may have committed.
+func (p *Postgres) ApplyInOrder(ctx context.Context, ops []Op) ([]Result, error) {
+	r, err := newInOrder(ops, p.table.Floor)
 	if err != nil {
 		return nil, err
 	}
 	if len(r.sent) == 0 {
 		return r.results, nil
 	}
-	sql := p.sql.inOrder
-	if failpoint.Mutant("atomic.inorder.floor") {
-		sql = strings.ReplaceAll(sql, mutantInOrderFloor, `$3::bigint[] IS NOT NULL`)
+	pos := make(map[string]int32, len(r.keys))
+	for i, k := range r.keys {
+		pos[k] = int32(i + 1)
 	}
-	rows, err := p.db.Query(ctx, sql, key, r.amounts, r.thresholds)
+	var kinds []int16
+	var kis, mkis []int32
+	var xs, ys, mxs, mys []int64
+	for n, ms := range r.members {
+		if r.ops[r.sent[n]].kind != stepDecrementMany {
+			m := ms[0]
+			kinds, kis, xs, ys = append(kinds, int16(m.kind)), append(kis, pos[m.key]), append(xs, m.x), append(ys, m.y)
+			continue
+		}
+		kinds, kis = append(kinds, int16(stepDecrementMany)), append(kis, 0)
+		xs, ys = append(xs, int64(len(mkis)+1)), append(ys, int64(len(mkis)+len(ms)))
+		for _, m := range ms {
+			mkis, mxs, mys = append(mkis, pos[m.key]), append(mxs, m.x), append(mys, m.y)
+		}
+	}
+	rows, err := p.db.Query(ctx, applyInOrderSQL(p.sql.inOrder), r.keys, kinds, kis, xs, ys, mkis, mxs, mys)
 	if err != nil {
-		return nil, p.inOrderError(key, err)
+		return nil, p.inOrderError(err)
 	}
+	defer rows.Close()
 	n := 0
 	for rows.Next() {
 		var ok bool
-		var v int64
-		if err := rows.Scan(&ok, &v); err != nil {
-			rows.Close()
-			return nil, p.inOrderError(key, err)
+		var vals []*int64
+		if err := rows.Scan(&ok, &vals); err != nil {
+			return nil, p.inOrderError(err)
 		}
-		if n == len(r.sent) {
-			rows.Close()
-			return nil, fmt.Errorf("%w: decrement %s in order: more results than amounts", ErrUncertain, short.Quote(key))
+		if n == len(r.sent) || len(vals) != len(r.keys) {
+			return nil, fmt.Errorf("%w: a step of %d operations: more results than sent", ErrUncertain, len(ops))
 		}
-		i := r.sent[n]
-		r.results[i].Value = v
+		values := map[string]int64{}
+		for _, m := range r.members[n] {
+			if v := vals[pos[m.key]-1]; v != nil {
+				values[m.key] = *v
+			}
+		}
 		if !ok {
-			r.results[i].Err = &InsufficientError{Op: OpDecrement, Key: key, Actual: v, Amount: amounts[i], Bound: p.table.Floor}
+			err := r.refusal(n, values)
+			if err == nil {
+				err = fmt.Errorf("atomic: %s refused although its condition holds", ops[r.sent[n]])
+			}
+			r.refuse(n, values, err)
+		} else {
+			r.applied(n, values)
 		}
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, p.inOrderError(key, err)
+		return nil, p.inOrderError(err)
 	}
-	switch n {
-	case len(r.sent):
-		return r.results, nil
-	case 0: // no row for the key
-		for _, i := range r.sent {
-			r.results[i].Err = notFound(key)
-		}
-		return r.results, nil
+	if n != len(r.sent) {
+		return nil, fmt.Errorf("%w: a step of %d operations: %d results", ErrUncertain, len(ops), n)
 	}
-	return nil, fmt.Errorf("%w: decrement %s in order: %d results for %d amounts", ErrUncertain, short.Quote(key), n, len(r.sent))
+	return r.results, nil
 }
 
-// inOrderError wraps the error of a DecrementInOrder statement: one the
+// inOrderError wraps the error of an ApplyInOrder statement: one the
 // server returned, or one before anything was sent, means the statement
 // did not apply; any other leaves it unknown (ErrUncertain).
-func (p *Postgres) inOrderError(key string, err error) error {
+func (p *Postgres) inOrderError(err error) error {
 	var pgErr *pgconn.PgError
 	known := errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 	if known || failpoint.Mutant("atomic.inorder.uncertain") {
-		return fmt.Errorf("atomic: decrement %s in order: %w", short.Quote(key), err)
+		return fmt.Errorf("atomic: apply in order: %w", err)
 	}
-	return fmt.Errorf("%w: decrement %s in order: %w", ErrUncertain, short.Quote(key), err)
+	return fmt.Errorf("%w: apply in order: %w", ErrUncertain, err)
 }
 
 // Value implements Store.

@@ -3,6 +3,8 @@ package atomictest
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -22,109 +24,209 @@ var inOrderTests = []struct {
 	{"CoalescerIsSerial", testCoalescerSerial},
 }
 
-// serialResults is what Decrement answers for amounts from initial, one
-// after another, with floor.
-func serialResults(initial, floor int64, amounts []int64) (out []atomic.Result, final int64) {
-	v := initial
-	for _, a := range amounts {
-		if v-a >= floor {
-			v -= a
-			out = append(out, atomic.Result{Value: v})
-			continue
-		}
-		out = append(out, atomic.Result{Value: v, Err: atomic.ErrInsufficient})
-	}
-	return out, v
+// step is one operation of a step, and the same operation as a call of
+// the Store's method: the reference a step is held to. Each runs on two
+// keys, the item and its case, given as k and c.
+type step struct {
+	name string
+	op   func(k, c string) atomic.Op
+	call func(s atomic.Store, k, c string) atomic.Result
 }
 
-// sameResult reports whether got is want: applied with the same value, or
-// refused with an *InsufficientError on the same value.
+// steps are operations whose conditions each hold or fail depending on the
+// order they meet each other in, from floor + 7 (the item) and floor + 1
+// (its case).
+func steps(floor int64) []step {
+	result := func(v int64, err error) atomic.Result {
+		var short *atomic.InsufficientError
+		var conflict *atomic.ConflictError
+		switch {
+		case errors.As(err, &short):
+			v = short.Actual
+		case errors.As(err, &conflict):
+			v = conflict.Actual
+		}
+		return atomic.Result{Value: v, Err: err}
+	}
+	valueAfter := func(err error, s atomic.Store, k string) atomic.Result {
+		if err != nil {
+			return result(0, err)
+		}
+		return result(s.Value(ctx, k))
+	}
+	return []step{
+		{"decrement 4", func(k, _ string) atomic.Op { return atomic.DecrementOp(k, 4) },
+			func(s atomic.Store, k, _ string) atomic.Result { return result(s.Decrement(ctx, k, 4)) }},
+		{"increment 3 cap+9", func(k, _ string) atomic.Op { return atomic.IncrementOp(k, 3, floor+9) },
+			func(s atomic.Store, k, _ string) atomic.Result { return result(s.Increment(ctx, k, 3, floor+9)) }},
+		{"compare-and-set +3 → +8", func(k, _ string) atomic.Op { return atomic.CompareAndSetOp(k, floor+3, floor+8) },
+			func(s atomic.Store, k, _ string) atomic.Result {
+				return valueAfter(s.CompareAndSet(ctx, k, floor+3, floor+8), s, k)
+			}},
+		{"set-if-greater +6", func(k, _ string) atomic.Op { return atomic.SetIfGreaterOp(k, floor+6) },
+			func(s atomic.Store, k, _ string) atomic.Result {
+				return valueAfter(s.SetIfGreater(ctx, k, floor+6), s, k)
+			}},
+		{"basket of 2 and 1", func(k, c string) atomic.Op { return atomic.DecrementManyOp(map[string]int64{k: 2, c: 1}) },
+			func(s atomic.Store, k, c string) atomic.Result {
+				vs, err := s.DecrementMany(ctx, map[string]int64{k: 2, c: 1})
+				return atomic.Result{Values: vs, Err: err}
+			}},
+		{"read", func(k, _ string) atomic.Op { return atomic.ReadOp(k) },
+			func(s atomic.Store, k, _ string) atomic.Result { return result(s.Value(ctx, k)) }},
+	}
+}
+
+// sameResult reports whether got is want: applied with the same values,
+// or refused with the same kind of error on the same value.
 func sameResult(got, want atomic.Result) bool {
-	if want.Err == nil {
-		return got.Err == nil && got.Value == want.Value
+	if got.Value != want.Value || !maps.Equal(got.Values, want.Values) {
+		return false
 	}
-	var short *atomic.InsufficientError
-	return errors.As(got.Err, &short) && short.Actual == want.Value && got.Value == want.Value
+	if want.Err == nil {
+		return got.Err == nil
+	}
+	var short, gotShort *atomic.InsufficientError
+	var conflict, gotConflict *atomic.ConflictError
+	switch {
+	case errors.As(want.Err, &short):
+		return errors.As(got.Err, &gotShort) && *gotShort == *short
+	case errors.As(want.Err, &conflict):
+		return errors.As(got.Err, &gotConflict) && *gotConflict == *conflict
+	}
+	return false
 }
 
-// orders returns every distinct order of xs.
-func orders(xs []int64) [][]int64 {
-	if len(xs) <= 1 {
-		return [][]int64{slices.Clone(xs)}
+// orders returns every order of n things, as index lists.
+func orders(n int) [][]int {
+	if n == 0 {
+		return [][]int{nil}
 	}
-	var out [][]int64
-	for i := range xs {
-		if slices.Contains(xs[:i], xs[i]) {
-			continue
-		}
-		for _, p := range orders(slices.Concat(xs[:i], xs[i+1:])) {
-			out = append(out, append([]int64{xs[i]}, p...))
+	var out [][]int
+	for _, p := range orders(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			out = append(out, slices.Insert(slices.Clone(p), i, n-1))
 		}
 	}
 	return out
 }
 
-// Every order of a few amounts that cannot all be served, in one step,
-// answers what serial decrements in that order answer, and leaves the value
-// they leave.
+// One step of operations in each of many orders answers what the Store's
+// methods called one after another in that order answer, and leaves the
+// values they leave: every sixth of the 720 orders of steps.
 func testInOrderSerial(t *testing.T, h Harness, s atomic.InOrder) {
-	for n, amounts := range orders([]int64{4, 1, 3, 2, 2}) {
-		k := key(t, fmt.Sprint(n))
-		claim(t, h.Store, k, h.Floor+7)
-		got, err := s.DecrementInOrder(ctx, k, amounts)
-		if err != nil {
-			t.Fatalf("%v: %v", amounts, err)
+	all := steps(h.Floor)
+	for n, order := range orders(len(all)) {
+		if n%6 != 0 {
+			continue
 		}
-		want, final := serialResults(h.Floor+7, h.Floor, amounts)
-		for i := range want {
-			if !sameResult(got[i], want[i]) {
-				t.Fatalf("%v from %d: step %d got %+v, serial decrements give %+v", amounts, h.Floor+7, i, got[i], want[i])
+		// The reference keys sort as the step's do: the refusal of a
+		// basket names its first short key in key order.
+		k, c := key(t, fmt.Sprint(n, "/a")), key(t, fmt.Sprint(n, "/b"))
+		rk, rc := key(t, fmt.Sprint(n, "/serial/a")), key(t, fmt.Sprint(n, "/serial/b"))
+		for _, kv := range []struct {
+			k string
+			v int64
+		}{{k, 7}, {c, 1}, {rk, 7}, {rc, 1}} {
+			claim(t, h.Store, kv.k, h.Floor+kv.v)
+		}
+		ops := make([]atomic.Op, len(order))
+		names := make([]string, len(order))
+		for i, j := range order {
+			ops[i], names[i] = all[j].op(k, c), all[j].name
+		}
+		got, err := s.ApplyInOrder(ctx, ops)
+		if err != nil {
+			t.Fatalf("%v: %v", names, err)
+		}
+		for i, j := range order {
+			want := all[j].call(h.Store, rk, rc)
+			if want.Err != nil && !errors.Is(want.Err, atomic.ErrInsufficient) && !errors.Is(want.Err, atomic.ErrConflict) {
+				t.Fatalf("%s on %s: %v", names[i], rk, want.Err)
+			}
+			renamed := map[string]string{rk: k, rc: c}
+			if want.Values != nil {
+				want.Values = map[string]int64{k: want.Values[rk], c: want.Values[rc]}
+			}
+			if want.Err != nil {
+				want.Err = renameKey(want.Err, renamed)
+			}
+			if !sameResult(got[i], want) {
+				t.Fatalf("%v from %d and %d: %s got %+v, serial calls give %+v", names, h.Floor+7, h.Floor+1, names[i], got[i], want)
 			}
 		}
-		expectValue(t, h.Store, k, final)
+		for ref, k := range map[string]string{rk: k, rc: c} {
+			final, err := h.Store.Value(ctx, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			expectValue(t, h.Store, k, final)
+		}
 	}
 }
 
-// A bad key, no amounts or too many are refused whole; a bad amount alone,
-// in its result; a key without a row refuses every amount.
+// renameKey returns err with the key it names replaced by its name in
+// names.
+func renameKey(err error, names map[string]string) error {
+	var short *atomic.InsufficientError
+	var conflict *atomic.ConflictError
+	switch {
+	case errors.As(err, &short):
+		e := *short
+		e.Key = names[e.Key]
+		return &e
+	case errors.As(err, &conflict):
+		e := *conflict
+		e.Key = names[e.Key]
+		return &e
+	}
+	return err
+}
+
+// No operations or too many keys are refused whole; a bad operation alone,
+// in its result; a key without a row refuses every operation on it, and a
+// batch with it.
 func testInOrderBadInput(t *testing.T, h Harness, s atomic.InOrder) {
 	for _, c := range []struct {
-		what    string
-		key     string
-		amounts []int64
+		what string
+		ops  []atomic.Op
 	}{
-		{"empty key", "", []int64{1}},
-		{"no amounts", key(t, "k"), nil},
-		{"too many amounts", key(t, "k"), make([]int64, atomic.MaxInOrder+1)},
+		{"no operations", nil},
+		{"too many operations", slices.Repeat([]atomic.Op{atomic.ReadOp(key(t, "k"))}, atomic.MaxInOrder+1)},
+		{"too many keys", []atomic.Op{atomic.ReadOp(key(t, "k")), atomic.DecrementManyOp(manyKeys(t, atomic.MaxInOrder))}},
 	} {
-		if _, err := s.DecrementInOrder(ctx, c.key, c.amounts); !errors.Is(err, atomic.ErrInvalid) {
+		if _, err := s.ApplyInOrder(ctx, c.ops); !errors.Is(err, atomic.ErrInvalid) {
 			t.Fatalf("%s: %v, want ErrInvalid", c.what, err)
 		}
 	}
 	k := key(t, "k")
 	claim(t, h.Store, k, h.Floor+5)
-	got, err := s.DecrementInOrder(ctx, k, []int64{2, 0, -1, 2, 2})
+	got, err := s.ApplyInOrder(ctx, []atomic.Op{atomic.DecrementOp(k, 2), atomic.DecrementOp(k, 0), atomic.IncrementOp(k, -1, 100),
+		{}, atomic.DecrementOp(k, 2), atomic.DecrementOp(k, 2), atomic.IncrementOp(k, 1, math.MinInt64), atomic.ReadOp(""),
+		atomic.DecrementManyOp(map[string]int64{k: 1, "": 1}), atomic.DecrementManyOp(nil), atomic.DecrementManyOp(map[string]int64{k: -1})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range []int{1, 2} {
+	for _, i := range []int{1, 2, 3, 6, 7, 8, 9, 10} {
 		if !errors.Is(got[i].Err, atomic.ErrInvalid) {
-			t.Fatalf("amount %d: %+v, want ErrInvalid", i, got[i])
+			t.Fatalf("operation %d: %+v, want ErrInvalid", i, got[i])
 		}
 	}
-	for i, v := range map[int]int64{0: 3, 3: 1} {
+	for i, v := range map[int]int64{0: 3, 4: 1} {
 		if got[i].Err != nil || got[i].Value != h.Floor+v {
-			t.Fatalf("amount %d: %+v, want applied leaving %d", i, got[i], h.Floor+v)
+			t.Fatalf("operation %d: %+v, want applied leaving %d", i, got[i], h.Floor+v)
 		}
 	}
-	expectInsufficient(t, "the last amount", got[4].Err, k, h.Floor+1)
+	expectInsufficient(t, "the last decrement", got[5].Err, k, h.Floor+1)
 	expectValue(t, h.Store, k, h.Floor+1)
-	got, err = s.DecrementInOrder(ctx, key(t, "missing"), []int64{1, 1})
+	missing := key(t, "missing")
+	got, err = s.ApplyInOrder(ctx, []atomic.Op{atomic.DecrementOp(missing, 1), atomic.ReadOp(missing), atomic.SetIfGreaterOp(missing, 3),
+		atomic.DecrementManyOp(map[string]int64{k: 1, missing: 1})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range got {
-		expectNotFound(t, fmt.Sprint("missing key, amount ", i), got[i].Err)
+		expectNotFound(t, fmt.Sprint("missing key, operation ", i), got[i].Err)
 	}
 }
 
@@ -196,4 +298,13 @@ func testCoalescerSerial(t *testing.T, h Harness, s atomic.InOrder) {
 		}
 	}
 	expectValue(t, h.Store, k, v)
+}
+
+// manyKeys returns a batch of n keys of one unit each.
+func manyKeys(t *testing.T, n int) map[string]int64 {
+	m := make(map[string]int64, n)
+	for i := range n {
+		m[key(t, fmt.Sprint("many-", i))] = 1
+	}
+	return m
 }

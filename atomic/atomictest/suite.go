@@ -31,8 +31,8 @@ type Harness struct {
 // them all. A store that is an atomic.Recorder also runs the tests of
 // operation IDs (WithID, Resolve, Purge; a PostgreSQL store needs
 // atomic.Migrations applied); another must refuse an ID with ErrInvalid. A
-// store that is an atomic.InOrder also runs the tests of DecrementInOrder
-// and of an atomic.Coalescer on it.
+// store that is an atomic.InOrder also runs the tests of ApplyInOrder and
+// of an atomic.Coalescer on it.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	tests := []struct {
 		name string
@@ -70,7 +70,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 			h := harness(t, newHarness)
 			s, ok := h.Store.(atomic.InOrder)
 			if !ok {
-				t.Skipf("%T has no DecrementInOrder", h.Store)
+				t.Skipf("%T has no ApplyInOrder", h.Store)
 			}
 			tt.fn(t, h, s)
 		})

@@ -60,8 +60,8 @@ import (
 //	  etcd-fenced  fenced-lock's statements without acquire and release    1–8
 //
 // blind-retry is not counted: it runs only under the lost-reply fault.
-// coalesced sends a sale in its Coalescer's step, on the step's own
-// context, not the operation's: 0 (its other operations as raw's, 1–2).
+// coalesced sends all but holds in its Coalescer's steps, on the step's own
+// context, not the operation's: 0 (a hold as raw's, 1).
 //
 // and so are their round trips where the pool keeps its connection. The
 // lock service's wake-ups take a pooled connection to LISTEN on whenever an
