@@ -1083,16 +1083,15 @@ var mutantHoles = map[string]string{
 	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
 	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
 
-	// inventory's coalesced approach reaches these, but its sales are one
-	// unit each, and under lost-reply (a trial of coalesced under it
-	// caught inorder.uncertain in 3 of 5 runs) the sales of unknown
-	// outcome — impatient callers', and those beside a lost answer to
-	// another statement — can explain a sale told "not applied" that
-	// applied; a refusal's re-check is a race inside one statement:
-	// atomic's TestGuards catches each (TestMutantsAreCaught).
+	// inventory's coalesced approach reaches these, but under lost-reply
+	// (a trial of coalesced under it caught inorder.uncertain in 8 of 10
+	// runs) the operations of unknown outcome — impatient callers', and
+	// those beside a lost answer to another statement — can explain one
+	// told "not applied" that applied; a refusal's re-check is a race
+	// inside one statement: atomic's TestGuards catches each
+	// (TestMutantsAreCaught).
 	"atomic.refusal.recheck":   "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 3 of 5 runs: its sales of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
-	"atomic.coalescer.order":   "inventory's coalesced sales are one unit each: a step's outcomes reversed are those of its serial execution in reverse arrival order, which its overlapping calls allow; atomic's TestGuards/atomic.coalescer.order catches it with unequal amounts (TestMutantsAreCaught)",
+	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 8 of 10 runs: its operations of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
 
 	// orders reaches these sites, and its crashes make relays publish
 	// batches again, but: every request it sends is keyed; a relay

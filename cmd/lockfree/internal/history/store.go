@@ -113,8 +113,14 @@ func CheckStore(ops []Op, final map[string]int64, s Store) (*Findings, error) {
 			rep.Base = op.Call
 		}
 		in, out, err := parseStoreOp(op)
+		op, unsaidRow, err := unsaid(op, err)
 		if err != nil {
 			return nil, err
+		}
+		if unsaidRow != "" {
+			row(unsaidRow).add(Violation{Anomaly: NotLinearizable, Marks: []Mark{{*op, Culprit}},
+				Text: fmt.Sprintf("%s %s of client %d was told it applied, without what it left in %s: no serial execution answers so",
+					op.Kind, op.ID(), op.Client, quote(unsaidRow))})
 		}
 		if op.Kind == KindBasket {
 			baskets = append(baskets, op)

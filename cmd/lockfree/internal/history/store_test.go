@@ -85,6 +85,9 @@ func TestStoreViolations(t *testing.T) {
 			b.add(2, "s", KindBasket, 20, -1, Unknown, in("c", "s"), nil)
 			final["c"] = 0 // taken from c only
 		}, Phantom, []Role{Witness}},
+		{"a basket told it applied, without what it left in one row", func(b *builder, final map[string]int64) {
+			b.add(2, "s", KindBasket, 20, 21, OK, in("c", "s"), left("s", 1))
+		}, NotLinearizable, []Role{Culprit}},
 		{"two reprices from one price", func(b *builder, final map[string]int64) {
 			b.add(2, "s", KindReprice, 20, 21, OK, in("p"), StoreOutput{Old: 100, Next: 101})
 		}, LostUpdate, []Role{Witness}},
@@ -114,7 +117,6 @@ func TestStoreRefusesBadHistories(t *testing.T) {
 		"no rows":        func(b *builder) { b.add(0, "s", KindSell, 0, 1, OK, in(), left()) },
 		"unknown kind":   func(b *builder) { b.add(0, "s", "steal", 0, 1, OK, in("s"), nil) },
 		"sale of two":    func(b *builder) { b.add(0, "s", KindSell, 0, 1, OK, in("s", "c"), left("s", 1, "c", 1)) },
-		"left unsaid":    func(b *builder) { b.add(0, "s", KindBasket, 0, 1, OK, in("c", "s"), left("s", 1)) },
 		"bad output":     func(b *builder) { b.add(0, "s", KindSell, 0, 1, OK, in("s"), "x") },
 		"return < call:": func(b *builder) { b.add(0, "s", KindSell, 2, 1, OK, in("s"), left("s", 1)) },
 	} {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -75,6 +76,7 @@ func CheckStoreOrder(ctx context.Context, ops []Op, final map[string]int64, s St
 		}
 		client = max(client, op.Client+1)
 		in, out, err := parseStoreOp(op)
+		op, _, err = unsaid(op, err)
 		if err != nil {
 			return nil, err
 		}
@@ -164,11 +166,33 @@ func parseStoreOp(op *Op) (StoreInput, StoreOutput, error) {
 	if op.Outcome == OK && !out.Refused && (op.Kind == KindSell || op.Kind == KindBasket || op.Kind == KindRestock) {
 		for _, k := range in.Rows {
 			if _, ok := out.Left[k]; !ok {
-				return in, out, fmt.Errorf("%w: store: %s %s does not say what it left in %s", ErrInvalid, op.Kind, op.ID(), quote(k))
+				return in, out, &unsaidError{row: k}
 			}
 		}
 	}
 	return in, out, nil
+}
+
+// unsaidError is parseStoreOp's answer for an applied stock operation that
+// does not say what it left in row: an answer no serial execution gives
+// (the store's client handed it another operation's answer). The checkers
+// take the operation as of unknown outcome; CheckStore reports it.
+type unsaidError struct{ row string }
+
+func (e *unsaidError) Error() string {
+	return "store: an applied operation does not say what it left in " + quote(e.row)
+}
+
+// unsaid returns op as of unknown outcome when err is an unsaidError, and
+// the row it names; otherwise op and err as they are.
+func unsaid(op *Op, err error) (*Op, string, error) {
+	var u *unsaidError
+	if !errors.As(err, &u) {
+		return op, "", err
+	}
+	o := *op
+	o.Outcome = Unknown
+	return &o, u.row, nil
 }
 
 // storeOp is an operation of a partition, decoded.
