@@ -2,7 +2,6 @@ package kafkawriter_test
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 	"os"
 	"strconv"
@@ -203,10 +202,10 @@ func ratioHandler(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 // round-trips/event the consumer's statements and batches per event.
 //
 // Two figures say what a faster design could gain. parallel-ratio-to-raw
-// is the raw applier with parallelLanes key lanes per partition (each
-// lane's share of a batch in a transaction of its own, all at once) and
-// the next batch gathered while the current one commits, over the plain
-// raw applier: the ceiling of both changes, with no inbox to keep. cpu-busy
+// is the raw applier with parallelLanes key lanes per partition (each lane
+// applying its keys' share of the batches in transactions of its own) and
+// the next batch gathered while the lanes apply, over the plain raw
+// applier: the ceiling of both changes, with no inbox to keep. cpu-busy
 // is the share of the machine's CPU time busy while the consumer applied
 // (Linux only): near 1, more concurrency has no idle core to use.
 func BenchmarkConsumerVsBareReader(b *testing.B) {
@@ -283,10 +282,10 @@ const parallelLanes = 4
 // limit of applying these events on PostgreSQL (the work alone), and
 // returns the time from its first application to its last.
 //
-// With lanes > 1, each partition gathers its next batch while the current
-// one is applied, and splits each batch by key (FNV-1a modulo lanes) into
-// lanes applied at once, each in its own transaction: each key's events
-// stay in order, in one lane.
+// With lanes > 1, each partition splits its batches by key (FNV-1a modulo
+// lanes) among that many lanes, each applying its share in transactions
+// of its own, independently of the others; the partition gathers its next
+// batch while they apply. Each key's events stay in order, in one lane.
 func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter.BatchHandler, lanes int) time.Duration {
 	var (
 		mu          sync.Mutex
@@ -297,6 +296,30 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 	)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// apply applies msgs in one transaction and counts them; it reports
+	// whether the run goes on.
+	apply := func(msgs []kafka.Message) bool {
+		if err := pgx.BeginFunc(rctx, pool, func(tx pgx.Tx) error { return h(rctx, tx, msgs) }); err != nil {
+			mu.Lock()
+			if rctx.Err() == nil {
+				failed = err
+				cancel()
+			}
+			mu.Unlock()
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		total += len(msgs)
+		if total >= ratioEvents && last.IsZero() {
+			last = time.Now()
+			cancel()
+		}
+		return rctx.Err() == nil
+	}
 	for p := range e.partitions {
 		wg.Add(1)
 		go func() {
@@ -304,45 +327,15 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 			r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.topic, Partition: p,
 				MaxWait: 500 * time.Millisecond, QueueCapacity: max(100, batch), ReadLagInterval: -1})
 			defer r.Close()
-			next := func() ([]kafka.Message, error) { return fetchUpTo(rctx, r, batch) }
 			if lanes > 1 {
-				batches := prefetch(rctx, r, batch)
-				defer func() {
-					for range batches { // until the gathering ends, before the reader closes
-					}
-				}()
-				next = func() ([]kafka.Message, error) {
-					msgs, ok := <-batches
-					if !ok {
-						return nil, rctx.Err()
-					}
-					return msgs, nil
-				}
+				applyInLanes(rctx, r, batch, lanes, apply)
+				return
 			}
-			for rctx.Err() == nil {
-				msgs, err := next()
-				if err != nil {
+			for {
+				msgs, err := fetchUpTo(rctx, r, batch)
+				if err != nil || !apply(msgs) {
 					return // the run is over
 				}
-				if err := applyLanes(rctx, pool, h, msgs, lanes); err != nil {
-					if rctx.Err() == nil {
-						mu.Lock()
-						failed = err
-						mu.Unlock()
-						cancel()
-					}
-					return
-				}
-				mu.Lock()
-				if first.IsZero() {
-					first = time.Now()
-				}
-				total += len(msgs)
-				if total >= ratioEvents {
-					last = time.Now()
-					cancel()
-				}
-				mu.Unlock()
 			}
 		}()
 	}
@@ -356,53 +349,51 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 	return last.Sub(first)
 }
 
-// prefetch gathers r's batches on a goroutine of its own, one ahead of the
-// caller, until ctx ends; then it closes the channel.
-func prefetch(ctx context.Context, r *kafka.Reader, n int) <-chan []kafka.Message {
-	batches := make(chan []kafka.Message, 1)
-	go func() {
-		defer close(batches)
-		for {
-			msgs, err := fetchUpTo(ctx, r, n)
-			if err != nil {
-				return
+// applyInLanes gathers r's batches and hands each key's share to its lane,
+// a goroutine that applies its shares in turn, until ctx ends or apply
+// reports the run over.
+func applyInLanes(ctx context.Context, r *kafka.Reader, batch, lanes int, apply func([]kafka.Message) bool) {
+	shares := make([]chan []kafka.Message, lanes)
+	var wg sync.WaitGroup
+	for l := range shares {
+		shares[l] = make(chan []kafka.Message, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msgs := range shares[l] {
+				if !apply(msgs) {
+					return // ctx has ended: the sender stops
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	for _, ch := range shares {
+		defer close(ch)
+	}
+	for {
+		msgs, err := fetchUpTo(ctx, r, batch)
+		if err != nil {
+			return
+		}
+		split := make([][]kafka.Message, lanes)
+		for _, m := range msgs {
+			f := fnv.New32a()
+			f.Write(m.Key)
+			l := f.Sum32() % uint32(lanes)
+			split[l] = append(split[l], m)
+		}
+		for l, share := range split {
+			if len(share) == 0 {
+				continue
 			}
 			select {
-			case batches <- msgs:
+			case shares[l] <- share:
 			case <-ctx.Done():
 				return
 			}
 		}
-	}()
-	return batches
-}
-
-// applyLanes applies msgs with h: in one transaction, or split by key into
-// that many lanes, each in a transaction of its own, all at once.
-func applyLanes(ctx context.Context, pool *pgxpool.Pool, h kafkawriter.BatchHandler, msgs []kafka.Message, lanes int) error {
-	if lanes <= 1 {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return h(ctx, tx, msgs) })
 	}
-	parts := make([][]kafka.Message, lanes)
-	for _, m := range msgs {
-		f := fnv.New32a()
-		f.Write(m.Key)
-		l := f.Sum32() % uint32(lanes)
-		parts[l] = append(parts[l], m)
-	}
-	errs := make([]error, lanes)
-	var wg sync.WaitGroup
-	for l, part := range parts {
-		if len(part) > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[l] = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return h(ctx, tx, part) })
-			}()
-		}
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // fetchUpTo returns the next messages of r as the consumer gathers a batch:
