@@ -2,6 +2,8 @@ package kafkawriter_test
 
 import (
 	"context"
+	"hash/fnv"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,6 +200,14 @@ func ratioHandler(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 // last, so joining the group is left out (rebalances are measured by
 // BenchmarkRebalance); ratio is the consumer's rate over the reader's, and
 // round-trips/event the consumer's statements and batches per event.
+//
+// Two figures say what a faster design could gain. parallel-ratio-to-raw
+// is the raw applier with parallelLanes key lanes per partition (each lane
+// applying its keys' share of the batches in transactions of its own) and
+// the next batch gathered while the lanes apply, over the plain raw
+// applier: the ceiling of both changes, with no inbox to keep. cpu-busy
+// is the share of the machine's CPU time busy while the consumer applied
+// (Linux only): near 1, more concurrency has no idle core to use.
 func BenchmarkConsumerVsBareReader(b *testing.B) {
 	brokers := testkafka.Brokers(b)
 	db := testdb.New(b, kafkawriter.Migrations()...)
@@ -221,7 +231,8 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 			var st stages
 			pool := stagedPool(b, db, &st)
 			var rawPool *pgxpool.Pool
-			var bare, raw, applied time.Duration
+			var bare, raw, parallel, applied time.Duration
+			var cpu cpuTicks
 			for i := 0; i < b.N; i++ {
 				// A group of its own for every run, -count's too: a group
 				// whose inbox already holds the topic's end applies nothing.
@@ -234,9 +245,10 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 				if rawPool == nil {
 					rawPool = stagedPool(b, db, &stages{})
 				}
-				raw += rawApply(b, e, rawPool, c.batch, c.handler)
+				raw += rawApply(b, e, rawPool, c.batch, c.handler, 1)
+				parallel += rawApply(b, e, rawPool, c.batch, c.handler, parallelLanes)
 				st.reset()
-				applied += consumerApply(b, e, pool, group, c.batch, c.handler)
+				applied += consumerApply(b, e, pool, group, c.batch, c.handler, &cpu)
 			}
 			events := float64(ratioEvents * b.N)
 			bareRate, rawRate, rate := bareReads*events/bare.Seconds(), events/raw.Seconds(), events/applied.Seconds()
@@ -245,6 +257,10 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 			b.ReportMetric(rate, "events/s")
 			b.ReportMetric(rate/bareRate, "ratio")
 			b.ReportMetric(rate/rawRate, "ratio-to-raw")
+			b.ReportMetric(events/parallel.Seconds()/rawRate, "parallel-ratio-to-raw")
+			if cpu.total > 0 {
+				b.ReportMetric(float64(cpu.busy)/float64(cpu.total), "cpu-busy")
+			}
 			n, spent := st.reset()
 			b.ReportMetric(float64(n)/events, "round-trips/event")
 			for i, name := range stageNames {
@@ -254,6 +270,10 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 	}
 }
 
+// parallelLanes is the number of key lanes per partition of the raw
+// applier that measures the ceiling of per-key parallelism.
+const parallelLanes = 4
+
 // rawApply applies the whole topic the way the consumer does, minus the
 // delivery guarantee: a reader per partition shaped as the consumer's
 // (kafkawriter's reader settings: MaxWait 500ms, a queue of a whole batch,
@@ -261,7 +281,12 @@ func BenchmarkConsumerVsBareReader(b *testing.B) {
 // — and no inbox, no offsets stored anywhere, no group. It is the true
 // limit of applying these events on PostgreSQL (the work alone), and
 // returns the time from its first application to its last.
-func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter.BatchHandler) time.Duration {
+//
+// With lanes > 1, each partition splits its batches by key (FNV-1a modulo
+// lanes) among that many lanes, each applying its share in transactions
+// of its own, independently of the others; the partition gathers its next
+// batch while they apply. Each key's events stay in order, in one lane.
+func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter.BatchHandler, lanes int) time.Duration {
 	var (
 		mu          sync.Mutex
 		total       int
@@ -271,6 +296,30 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 	)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// apply applies msgs in one transaction and counts them; it reports
+	// whether the run goes on.
+	apply := func(msgs []kafka.Message) bool {
+		if err := pgx.BeginFunc(rctx, pool, func(tx pgx.Tx) error { return h(rctx, tx, msgs) }); err != nil {
+			mu.Lock()
+			if rctx.Err() == nil {
+				failed = err
+				cancel()
+			}
+			mu.Unlock()
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = time.Now()
+		}
+		total += len(msgs)
+		if total >= ratioEvents && last.IsZero() {
+			last = time.Now()
+			cancel()
+		}
+		return rctx.Err() == nil
+	}
 	for p := range e.partitions {
 		wg.Add(1)
 		go func() {
@@ -278,30 +327,15 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 			r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: e.topic, Partition: p,
 				MaxWait: 500 * time.Millisecond, QueueCapacity: max(100, batch), ReadLagInterval: -1})
 			defer r.Close()
-			for rctx.Err() == nil {
+			if lanes > 1 {
+				applyInLanes(rctx, r, batch, lanes, apply)
+				return
+			}
+			for {
 				msgs, err := fetchUpTo(rctx, r, batch)
-				if err != nil {
+				if err != nil || !apply(msgs) {
 					return // the run is over
 				}
-				if err := pgx.BeginFunc(rctx, pool, func(tx pgx.Tx) error { return h(rctx, tx, msgs) }); err != nil {
-					if rctx.Err() == nil {
-						mu.Lock()
-						failed = err
-						mu.Unlock()
-						cancel()
-					}
-					return
-				}
-				mu.Lock()
-				if first.IsZero() {
-					first = time.Now()
-				}
-				total += len(msgs)
-				if total >= ratioEvents {
-					last = time.Now()
-					cancel()
-				}
-				mu.Unlock()
 			}
 		}()
 	}
@@ -313,6 +347,53 @@ func rawApply(b *testing.B, e *env, pool *pgxpool.Pool, batch int, h kafkawriter
 		b.Fatalf("raw applier: %d of %d events applied", total, ratioEvents)
 	}
 	return last.Sub(first)
+}
+
+// applyInLanes gathers r's batches and hands each key's share to its lane,
+// a goroutine that applies its shares in turn, until ctx ends or apply
+// reports the run over.
+func applyInLanes(ctx context.Context, r *kafka.Reader, batch, lanes int, apply func([]kafka.Message) bool) {
+	shares := make([]chan []kafka.Message, lanes)
+	var wg sync.WaitGroup
+	for l := range shares {
+		shares[l] = make(chan []kafka.Message, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msgs := range shares[l] {
+				if !apply(msgs) {
+					return // ctx has ended: the sender stops
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	for _, ch := range shares {
+		defer close(ch)
+	}
+	for {
+		msgs, err := fetchUpTo(ctx, r, batch)
+		if err != nil {
+			return
+		}
+		split := make([][]kafka.Message, lanes)
+		for _, m := range msgs {
+			f := fnv.New32a()
+			f.Write(m.Key)
+			l := f.Sum32() % uint32(lanes)
+			split[l] = append(split[l], m)
+		}
+		for l, share := range split {
+			if len(share) == 0 {
+				continue
+			}
+			select {
+			case shares[l] <- share:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // fetchUpTo returns the next messages of r as the consumer gathers a batch:
@@ -373,8 +454,8 @@ func bareRead(b *testing.B, e *env, group string) time.Duration {
 
 // consumerApply applies the whole topic with a Consumer on pool and returns
 // the time from its first application to its last (polled every
-// millisecond).
-func consumerApply(b *testing.B, e *env, pool *pgxpool.Pool, group string, batch int, h kafkawriter.BatchHandler) time.Duration {
+// millisecond), adding the machine's CPU ticks of that time to cpu.
+func consumerApply(b *testing.B, e *env, pool *pgxpool.Pool, group string, batch int, h kafkawriter.BatchHandler, cpu *cpuTicks) time.Duration {
 	cfg := consumerConfig("bench")
 	cfg.BatchSize = batch
 	src := e.source()
@@ -388,12 +469,14 @@ func consumerApply(b *testing.B, e *env, pool *pgxpool.Pool, group string, batch
 	}
 	defer c.Stop(ctx)
 	var first time.Time
+	var start cpuTicks
 	for {
 		n := c.Stats().Applied
 		if n > 0 && first.IsZero() {
-			first = time.Now()
+			first, start = time.Now(), readCPUTicks()
 		}
 		if n >= ratioEvents {
+			cpu.add(start, readCPUTicks())
 			return time.Since(first)
 		}
 		time.Sleep(time.Millisecond)
@@ -485,4 +568,42 @@ func stagedPool(b *testing.B, db *testdb.DB, st *stages) *pgxpool.Pool {
 	}
 	b.Cleanup(pool.Close)
 	return pool
+}
+
+// cpuTicks counts the machine's CPU time, all cores, in clock ticks: busy
+// (neither idle nor waiting for I/O) and in all.
+type cpuTicks struct{ busy, total int64 }
+
+// readCPUTicks reads the ticks so far from /proc/stat: zero where there is
+// none.
+func readCPUTicks() cpuTicks {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// add adds the ticks from start to end, when both were read.
+func (t *cpuTicks) add(start, end cpuTicks) {
+	if start.total > 0 && end.total > 0 {
+		t.busy += end.busy - start.busy
+		t.total += end.total - start.total
+	}
 }
