@@ -30,8 +30,8 @@
 //
 // [Postgres] works on the user's own table, [Memory] in one process, and
 // [Fenced] does the same the lock-based way, for comparison; the suite in
-// atomic/atomictest checks all three. On one hot key, a [Coalescer] sends
-// the decrements waiting in this process as one step ([InOrder]).
+// atomic/atomictest checks all three. On a hot key, a [Coalescer] sends
+// the operations waiting in this process as one step ([InOrder]).
 // docs/atomic.md has the failure modes, IDs, operations and costs.
 //
 // A file that also uses sync/atomic imports this package under another name:

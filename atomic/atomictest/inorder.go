@@ -22,6 +22,7 @@ var inOrderTests = []struct {
 	{"InOrderIsSerial", testInOrderSerial},
 	{"InOrderBadInput", testInOrderBadInput},
 	{"CoalescerIsSerial", testCoalescerSerial},
+	{"CoalescersConserve", testCoalescersConserve},
 }
 
 // step is one operation of a step, and the same operation as a call of
@@ -307,4 +308,74 @@ func manyKeys(t *testing.T, n int) map[string]int64 {
 		m[key(t, fmt.Sprint("many-", i))] = 1
 	}
 	return m
+}
+
+// Goroutines behind two Coalescers (two processes, as it were) sell one
+// item or the other, sell both as a basket, and restock them, on the same
+// two keys: their steps, each locking both rows, must neither deadlock nor
+// lose a change. The keys end where the applied operations leave them, and
+// no answer is below the floor.
+func testCoalescersConserve(t *testing.T, h Harness, s atomic.InOrder) {
+	const initial, rounds = 40, 40
+	a, b := key(t, "a"), key(t, "b")
+	claim(t, h.Store, a, h.Floor+initial)
+	claim(t, h.Store, b, h.Floor+initial)
+	var cs [2]*atomic.Coalescer
+	for i := range cs {
+		c, err := atomic.NewCoalescer(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		delta = map[string]int64{a: 0, b: 0}
+	)
+	for w := range h.Workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 3))
+			c := cs[w%2]
+			for range rounds {
+				k := []string{a, b}[r.IntN(2)]
+				var res atomic.Result
+				applied := map[string]int64{}
+				switch r.IntN(3) {
+				case 0:
+					res = c.Apply(ctx, atomic.DecrementOp(k, 1))
+					applied[k] = -1
+				case 1:
+					res = c.Apply(ctx, atomic.DecrementManyOp(map[string]int64{a: 1, b: 1}))
+					applied[a], applied[b] = -1, -1
+				default:
+					res = c.Apply(ctx, atomic.IncrementOp(k, 2, h.Floor+1000))
+					applied[k] = 2
+				}
+				switch {
+				case errors.Is(res.Err, atomic.ErrInsufficient):
+					continue
+				case res.Err != nil:
+					t.Error(res.Err)
+					return
+				case res.Values == nil && res.Value < h.Floor:
+					t.Errorf("an answer of %d, below the floor %d", res.Value, h.Floor)
+				}
+				for _, v := range res.Values {
+					if v < h.Floor {
+						t.Errorf("a basket left %d, below the floor %d", v, h.Floor)
+					}
+				}
+				mu.Lock()
+				for k, d := range applied {
+					delta[k] += d
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for k, d := range delta {
+		expectValue(t, h.Store, k, h.Floor+initial+d)
+	}
 }
