@@ -1083,14 +1083,16 @@ var mutantHoles = map[string]string{
 	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
 	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
 
-	// inventory's coalesced approach reaches these, but under lost-reply
-	// (a trial of coalesced under it caught inorder.uncertain in 8 of 10
+	// inventory's coalesced approach reaches inorder.uncertain, but under
+	// lost-reply (a trial of coalesced under it caught it in 8 of 10
 	// runs) the operations of unknown outcome — impatient callers', and
 	// those beside a lost answer to another statement — can explain one
-	// told "not applied" that applied; a refusal's re-check is a race
-	// inside one statement: atomic's TestGuards catches each
-	// (TestMutantsAreCaught).
-	"atomic.refusal.recheck":   "a race inside one statement (the refusal's re-read); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
+	// told "not applied" that applied. A refusal's re-check runs only in
+	// single-key statements without an operation ID, which only the
+	// blind-retry foil sends (the alternative's carry IDs, coalesced's go
+	// in steps); the store check would see it (a refusal's stock, Met):
+	// atomic's TestGuards catches each (TestMutantsAreCaught).
+	"atomic.refusal.recheck":   "only the blind-retry foil sends single-key statements without an operation ID, where the re-check runs (a refusal's stock is checked: Met); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
 	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 8 of 10 runs: its operations of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
 
 	// orders reaches these sites, and its crashes make relays publish

@@ -40,6 +40,10 @@ type StoreOutput struct {
 	// Refused: a sale or a basket found too little stock, a restock too
 	// much. Record it as OK: the refusal is an answer about the stock.
 	Refused bool `json:"refused,omitempty"`
+	// Met is the stock a refusal says it was refused on, in the row it
+	// names, when the store says (atomic's errors do): it must be one the
+	// operation does not fit.
+	Met map[string]int64 `json:"met,omitempty"`
 	// Old and Next are what a reprice found and set.
 	Old  int64 `json:"old,omitempty"`
 	Next int64 `json:"next,omitempty"`
@@ -238,7 +242,28 @@ func (r *storeRow) stock(k string, s Store, d *describer) {
 	if r.has && (r.final < 0 || r.final > s.Capacity) {
 		r.add(Violation{Anomaly: Oversell, Text: fmt.Sprintf("%s ended with stock %d, outside [0, %d]", quote(k), r.final, s.Capacity)})
 	}
+	r.refusals(k, s, d)
 	r.chain(k, s.Stock, d, "stock", es)
+}
+
+// refusals checks the stock each refusal of the row says it met: a sale
+// or a basket (one unit a row) refused on stock it fits, or a restock on
+// stock with room for it, was refused on another value than it reports.
+func (r *storeRow) refusals(k string, s Store, d *describer) {
+	for i, op := range r.ops {
+		met, ok := r.out[i].Met[k]
+		if op.Outcome != OK || !r.out[i].Refused || !ok {
+			continue
+		}
+		fits := met >= 1
+		if op.Kind == KindRestock {
+			fits = met+r.in[i].Amount <= s.Capacity
+		}
+		if fits {
+			r.add(Violation{Anomaly: NotLinearizable, Marks: []Mark{{*op, Culprit}},
+				Text: fmt.Sprintf("%s was refused on stock %d in %s, which it fits: not the stock it was refused on", d.did(op, op.Kind), met, quote(k))})
+		}
+	}
 }
 
 // chain checks that the values the row's OK operations found and left

@@ -21,9 +21,9 @@ func storeHistory() (*builder, map[string]int64) {
 	b := newBuilder()
 	b.add(0, "s", KindSell, 0, 1, OK, in("s"), left("s", 1))
 	b.add(1, "s", KindSell, 2, 3, OK, in("s"), left("s", 0))
-	b.add(0, "s", KindSell, 4, 5, OK, in("s"), StoreOutput{Refused: true})
+	b.add(0, "s", KindSell, 4, 5, OK, in("s"), StoreOutput{Refused: true, Met: map[string]int64{"s": 0}})
 	b.add(1, "s", KindRestock, 6, 7, OK, StoreInput{Rows: []string{"s"}, Amount: 3}, left("s", 3))
-	b.add(0, "s", KindRestock, 8, 9, OK, StoreInput{Rows: []string{"s"}, Amount: 3}, StoreOutput{Refused: true})
+	b.add(0, "s", KindRestock, 8, 9, OK, StoreInput{Rows: []string{"s"}, Amount: 3}, StoreOutput{Refused: true, Met: map[string]int64{"s": 3}})
 	b.add(1, "s", KindBasket, 10, 11, OK, in("c", "s"), left("c", 1, "s", 2))
 	b.add(0, "s", KindReprice, 12, 13, OK, in("p"), StoreOutput{Old: 100, Next: 101})
 	b.add(1, "s", KindReprice, 12, 13, Fail, in("p"), nil)
@@ -87,6 +87,12 @@ func TestStoreViolations(t *testing.T) {
 		}, Phantom, []Role{Witness}},
 		{"a basket told it applied, without what it left in one row", func(b *builder, final map[string]int64) {
 			b.add(2, "s", KindBasket, 20, 21, OK, in("c", "s"), left("s", 1))
+		}, NotLinearizable, []Role{Culprit}},
+		{"a sale refused on stock it fits", func(b *builder, _ map[string]int64) {
+			b.add(2, "s", KindSell, 20, 21, OK, in("s"), StoreOutput{Refused: true, Met: map[string]int64{"s": 1}})
+		}, NotLinearizable, []Role{Culprit}},
+		{"a restock refused on stock with room for it", func(b *builder, _ map[string]int64) {
+			b.add(2, "s", KindRestock, 20, 21, OK, StoreInput{Rows: []string{"s"}, Amount: 3}, StoreOutput{Refused: true, Met: map[string]int64{"s": 2}})
 		}, NotLinearizable, []Role{Culprit}},
 		{"two reprices from one price", func(b *builder, final map[string]int64) {
 			b.add(2, "s", KindReprice, 20, 21, OK, in("p"), StoreOutput{Old: 100, Next: 101})

@@ -75,8 +75,9 @@ func (inventory) Description() string {
 	return "a store: of 20 operations, 10 sell a unit of a SKU, 3 sell a basket of a SKU and its case (all or nothing), " +
 		"3 restock a shelf by 5 up to its capacity of 20, 2 reprice (read, compare-and-set), 1 bids (set if greater), " +
 		"1 holds one of 4 pickup slots (claim); stock sells out and is restocked all run. Checked: stock never below 0 " +
-		"nor above capacity, every stock found was left once (no lost or phantom update), stock conserved with baskets " +
-		"all or nothing, prices chained, bids rising, one holder per slot; and each SKU's operations linearizable (porcupine)"
+		"nor above capacity, every stock found was left once (no lost or phantom update), every refusal's stock one it does " +
+		"not fit, stock conserved with baskets all or nothing, prices chained, bids rising, one holder per slot; and each " +
+		"SKU's operations linearizable (porcupine)"
 }
 
 // Harm is what a violation of the scenario is, in its verdicts' words.
@@ -290,10 +291,16 @@ func inventoryDirected(row string) (i, n int, ok bool) {
 
 // finishStock records a sale, a basket or a restock: the stock it left in
 // each row, a refusal for want of stock or of room (an answer about the
-// stock), a fenced write (refused), or what the error says.
+// stock, with the stock it was refused on when the error says), a fenced
+// write (refused), or what the error says.
 func finishStock(op *engine.Invocation, left map[string]int64, err error) error {
 	if errors.Is(err, atomic.ErrInsufficient) {
-		return op.Ok(history.StoreOutput{Refused: true})
+		out := history.StoreOutput{Refused: true}
+		var short *atomic.InsufficientError
+		if errors.As(err, &short) {
+			out.Met = map[string]int64{short.Key: short.Actual}
+		}
+		return op.Ok(out)
 	}
 	return op.Finish(history.StoreOutput{Left: left}, err, fencedlock.ErrFenced)
 }
