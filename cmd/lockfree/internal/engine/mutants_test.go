@@ -117,6 +117,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"leader.term.context":                          {"singleton", engine.Alternative, engine.Pause},
 	"fencedlock.release.tenure":                    {"payments", engine.FencedLock, engine.Pause},
 	"kafkawriter.inbox.claim.epoch":                {"events", engine.Alternative, engine.Pause},
+	"fencedlock.acquire.clear-value":               {"singleton", engine.FencedLock, engine.Pause},
 }
 
 // mutantLayers are layered checks: mutant sites each of which the others
@@ -1078,10 +1079,9 @@ var mutantHoles = map[string]string{
 		"(kafkawriter.consumer.apply.below-stored); with both on (kafkawriter.consumer.batch-retry.lost-commit, the defect), random schedules on events catch them; kafkawriter's TestConsumerLostAnswerMidRetry catches it alone (TestMutantsAreCaught)",
 	// No scenario's workload sets a lease value or acquires several names
 	// at once: fencedlock's TestGuards catches each (TestMutantsAreCaught).
-	"fencedlock.acquire.clear-value": "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.acquire.clear-value catches it (TestMutantsAreCaught)",
-	"fencedlock.acquireall.atomic":   "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.atomic catches it (TestMutantsAreCaught)",
-	"fencedlock.acquireall.order":    "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
-	"fencedlock.value.tenure":        "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.atomic": "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.atomic catches it (TestMutantsAreCaught)",
+	"fencedlock.acquireall.order":  "no scenario calls AcquireAll; fencedlock's TestGuards/fencedlock.acquireall.order catches it (TestMutantsAreCaught)",
+	"fencedlock.value.tenure":      "no scenario sets a lease value; fencedlock's TestGuards/fencedlock.value.tenure catches it (TestMutantsAreCaught)",
 
 	// inventory's coalesced approach reaches inorder.uncertain, but under
 	// lost-reply (a trial of coalesced under it caught it in 8 of 10
