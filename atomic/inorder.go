@@ -67,8 +67,10 @@ func SetIfGreaterOp(key string, value int64) Op {
 }
 
 // DecrementManyOp subtracts each amount from its key, all or nothing, as
-// Store.DecrementMany does. It keeps amounts; do not change the map after.
-func DecrementManyOp(amounts map[string]int64) Op { return Op{kind: stepDecrementMany, many: amounts} }
+// Store.DecrementMany does. It keeps a copy of amounts.
+func DecrementManyOp(amounts map[string]int64) Op {
+	return Op{kind: stepDecrementMany, many: maps.Clone(amounts)}
+}
 
 // ReadOp reads key's value at its place in the step.
 func ReadOp(key string) Op { return Op{key: key, kind: stepRead} }
