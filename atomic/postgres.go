@@ -244,16 +244,21 @@ const (
 // applyInOrderSQL is sql with the conditions whose mutants are on
 // replaced: dead code in default builds.
 func applyInOrderSQL(sql string) string {
-	for _, m := range []struct{ site, cond, unsafe string }{
-		{"atomic.decrement.floor", inOrderFloor, "f.vals[p.ki] IS NOT NULL"},
-		{"atomic.increment.cap", inOrderCap, "f.vals[p.ki] IS NOT NULL"},
-		{"atomic.cas.compare", inOrderCompare, "f.vals[p.ki] IS NOT NULL"},
-		{"atomic.setifgreater.compare", inOrderGreater, "f.vals[p.ki] IS NOT NULL"},
-		{"atomic.decrementmany.all", "AND " + inOrderAll + ")", "AND f.vals[j] >= m.th)"},
-	} {
-		if failpoint.Mutant(m.site) {
-			sql = strings.ReplaceAll(sql, m.cond, m.unsafe)
-		}
+	const present = "f.vals[p.ki] IS NOT NULL" // the condition, gone: any value takes
+	if failpoint.Mutant("atomic.decrement.floor") {
+		sql = strings.ReplaceAll(sql, inOrderFloor, present)
+	}
+	if failpoint.Mutant("atomic.increment.cap") {
+		sql = strings.ReplaceAll(sql, inOrderCap, present)
+	}
+	if failpoint.Mutant("atomic.cas.compare") {
+		sql = strings.ReplaceAll(sql, inOrderCompare, present)
+	}
+	if failpoint.Mutant("atomic.setifgreater.compare") {
+		sql = strings.ReplaceAll(sql, inOrderGreater, present)
+	}
+	if failpoint.Mutant("atomic.decrementmany.all") {
+		sql = strings.ReplaceAll(sql, "AND "+inOrderAll+")", "AND f.vals[j] >= m.th)")
 	}
 	return sql
 }
