@@ -129,7 +129,9 @@ func (c *Coalescer) DecrementMany(ctx context.Context, amounts map[string]int64)
 }
 
 // Value reads key's value at its place among the operations: after every
-// operation that returned before it was called.
+// operation that returned before it was called. On Postgres it locks the
+// row with its step, as the step's writes do; for a read that waits for
+// no one, use the Store's Value.
 func (c *Coalescer) Value(ctx context.Context, key string) (int64, error) {
 	r := c.Apply(ctx, ReadOp(key))
 	return r.Value, r.Err
