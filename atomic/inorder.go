@@ -147,20 +147,12 @@ func (o Op) members(floor int64) ([]member, error) {
 		return []member{{key: o.key, decide: d, kind: o.kind, x: x, y: y}}, nil
 	}
 	switch o.kind {
-	case stepDecrement:
-		th, err := decrementThreshold(o.key, o.a, floor)
-		if err != nil {
-			return nil, err
-		}
+	case stepDecrement: // decrement refuses a floor + amount that overflows
 		d, err := decrement(o.key, o.a, floor)
-		return one(d, o.a, th, err)
-	case stepIncrement:
-		ceiling, err := incrementCeiling(o.key, o.a, o.b)
-		if err != nil {
-			return nil, err
-		}
+		return one(d, o.a, floor+o.a, err)
+	case stepIncrement: // increment refuses a cap - amount that overflows
 		d, err := increment(o.key, o.a, o.b)
-		return one(d, o.a, ceiling, err)
+		return one(d, o.a, o.b-o.a, err)
 	case stepCompareAndSet:
 		d, err := compareAndSet(o.key, o.a, o.b)
 		return one(d, o.a, o.b, err)
