@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"strings"
 	"unicode/utf8"
 
@@ -166,32 +168,53 @@ func (f *Fenced) lockName(key string) string {
 	return digestMarker + hex.EncodeToString(sum[:])
 }
 
-// locked runs fn holding the leases of keys, which must be sorted: they are
-// taken one after another in that order, so that two batches cannot wait on
-// each other in a cycle. It returns fn's error as it is, or the error of
-// the acquire that kept fn from running.
-func (f *Fenced) locked(ctx context.Context, keys []string, fn func(leases []fencedlock.Lease) error) error {
+// locked runs fn holding key's lease. It returns fn's error as it is, or
+// the error of the acquire that kept fn from running.
+func (f *Fenced) locked(ctx context.Context, key string, fn func(lease fencedlock.Lease) error) error {
 	var (
 		ran  bool
 		ferr error
 	)
-	err := f.lockAll(ctx, keys, make([]fencedlock.Lease, 0, len(keys)), func(leases []fencedlock.Lease) error {
-		ran, ferr = true, fn(leases)
+	err := f.locker.Do(ctx, f.lockName(key), func(_ context.Context, lease fencedlock.Lease) error {
+		ran, ferr = true, fn(lease)
 		return ferr
 	})
-	if ran {
-		return ferr // with fn done, a release error only delays the next holder
-	}
-	return fmt.Errorf("atomic: lock: %w", err)
+	return lockErr(ran, ferr, err)
 }
 
-func (f *Fenced) lockAll(ctx context.Context, keys []string, leases []fencedlock.Lease, fn func([]fencedlock.Lease) error) error {
-	if len(keys) == 0 {
-		return fn(leases)
+// lockedAll runs fn holding the leases of keys, taken at once
+// (fencedlock.Locker.DoAll: all or nothing, in an order of its own, so
+// that two batches cannot wait on each other in a cycle), tokens[k] the
+// token of key k's lease.
+func (f *Fenced) lockedAll(ctx context.Context, keys iter.Seq[string], fn func(tokens map[string]int64) error) error {
+	var names, order []string
+	for k := range keys {
+		order = append(order, k)
+		names = append(names, f.lockName(k))
 	}
-	return f.locker.Do(ctx, f.lockName(keys[0]), func(_ context.Context, lease fencedlock.Lease) error {
-		return f.lockAll(ctx, keys[1:], append(leases, lease), fn)
+	var (
+		ran  bool
+		ferr error
+	)
+	err := f.locker.DoAll(ctx, names, func(_ context.Context, leases []fencedlock.Lease) error {
+		tokens := make(map[string]int64, len(leases))
+		for i, l := range leases {
+			tokens[order[i]] = l.Token
+		}
+		ran, ferr = true, fn(tokens)
+		return ferr
 	})
+	return lockErr(ran, ferr, err)
+}
+
+// lockErr is the error of a locked run: fn's (ferr) as it is when it ran —
+// with fn done, a release error only delays the next holder — else the
+// acquire's.
+func lockErr(ran bool, ferr, err error) error {
+	if ran {
+		return ferr
+	}
+	return fmt.Errorf("atomic: lock: %w", err)
 }
 
 // read is the fenced read: one statement raises key's token to token and
@@ -223,8 +246,8 @@ func (f *Fenced) fenceErr(what, key string, err error) error {
 // fenced write, release.
 func (f *Fenced) update(ctx context.Context, key string, decide decision) (int64, error) {
 	var next int64
-	err := f.locked(ctx, []string{key}, func(leases []fencedlock.Lease) error {
-		cur, err := f.read(ctx, f.db, key, leases[0].Token)
+	err := f.locked(ctx, key, func(lease fencedlock.Lease) error {
+		cur, err := f.read(ctx, f.db, key, lease.Token)
 		if err != nil {
 			return err
 		}
@@ -232,7 +255,7 @@ func (f *Fenced) update(ctx context.Context, key string, decide decision) (int64
 			return err
 		}
 		failpoint.Inject(ctx, "atomic.fenced.before-write")
-		return f.write(ctx, f.db, key, leases[0].Token, next)
+		return f.write(ctx, f.db, key, lease.Token, next)
 	})
 	if err != nil {
 		return 0, err
@@ -318,7 +341,7 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64, opts ...Opt
 	if err := validKey(key); err != nil {
 		return err
 	}
-	return f.locked(ctx, []string{key}, func(leases []fencedlock.Lease) error {
+	return f.locked(ctx, key, func(lease fencedlock.Lease) error {
 		if cur, err := f.Value(ctx, key); !errors.Is(err, ErrNotFound) {
 			if err != nil {
 				return err
@@ -326,7 +349,7 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64, opts ...Opt
 			return &ConflictError{Op: OpClaim, Key: key, Expected: value, Actual: cur}
 		}
 		failpoint.Inject(ctx, "atomic.fenced.before-write")
-		tag, err := f.db.Exec(ctx, f.sql.claim, key, value, leases[0].Token)
+		tag, err := f.db.Exec(ctx, f.sql.claim, key, value, lease.Token)
 		if err != nil {
 			return fmt.Errorf("atomic: claim %s: %w", short.Quote(key), err)
 		}
@@ -343,8 +366,9 @@ func (f *Fenced) Claim(ctx context.Context, key string, value int64, opts ...Opt
 	})
 }
 
-// DecrementMany implements Store: it locks the keys in sorted order (so
-// batches cannot wait on each other in a cycle), stamps and reads every row
+// DecrementMany implements Store: it takes the keys' locks at once (one
+// fencedlock.Locker.DoAll: all or nothing, in sorted order, so batches
+// cannot wait on each other in a cycle), stamps and reads every row
 // (each a statement of its own, as the single-key operations do), checks
 // them all, then writes them all in one transaction: a refusal writes
 // nothing, and a fencing rejection of any write rolls every write back. No
@@ -358,13 +382,16 @@ func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64, op
 	if err := noID(opts); err != nil {
 		return nil, err
 	}
+	if len(amounts) > fencedlock.MaxAcquireAll {
+		return nil, fmt.Errorf("%w: the fenced twin locks at most %d keys at once, not %d", ErrInvalid, fencedlock.MaxAcquireAll, len(amounts))
+	}
 	b, err := newBatch(amounts, f.table.Floor)
 	if err != nil {
 		return nil, err
 	}
 	var out map[string]int64
-	err = f.locked(ctx, b.keys, func(leases []fencedlock.Lease) error {
-		next, err := f.readBatch(ctx, f.db, b, leases)
+	err = f.lockedAll(ctx, maps.Keys(amounts), func(tokens map[string]int64) error {
+		next, err := f.readBatch(ctx, f.db, b, tokens)
 		if err != nil {
 			return err
 		}
@@ -375,7 +402,7 @@ func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64, op
 					// Its first write done, the transaction open.
 					failpoint.Inject(ctx, "atomic.fenced.in-tx")
 				}
-				if err := f.write(ctx, tx, k, leases[i].Token, next[k]); err != nil {
+				if err := f.write(ctx, tx, k, tokens[k], next[k]); err != nil {
 					return err
 				}
 			}
@@ -392,10 +419,10 @@ func (f *Fenced) DecrementMany(ctx context.Context, amounts map[string]int64, op
 // readBatch stamps and reads every key of b with its lease's token, and
 // returns the values the batch leaves, or the refusal of the first key in
 // key order that is short.
-func (f *Fenced) readBatch(ctx context.Context, db DB, b batch, leases []fencedlock.Lease) (map[string]int64, error) {
+func (f *Fenced) readBatch(ctx context.Context, db DB, b batch, tokens map[string]int64) (map[string]int64, error) {
 	next := make(map[string]int64, len(b.keys))
 	for i, k := range b.keys {
-		cur, err := f.read(ctx, db, k, leases[i].Token)
+		cur, err := f.read(ctx, db, k, tokens[k])
 		if err != nil {
 			return nil, err
 		}

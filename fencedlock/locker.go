@@ -172,6 +172,92 @@ func (l *Locker) do(ctx context.Context, name string, wait bool, fn func(ctx con
 	return fn(k.Context(), lease)
 }
 
+// DoAll is Do for several locks: it acquires LockPrefix+name for each of
+// names, waiting while any is held, and runs fn with leases[i] the lease
+// of names[i]. On a MultiStore (Memory, Postgres) each attempt is one
+// AcquireAll, all or nothing: it never holds some of the locks while it
+// waits for the others. On any other Store it takes them as Do does, one
+// after another in sorted order, so that two DoAll of overlapping names
+// cannot wait on each other in a cycle. fn's context is cancelled, with
+// its cause, as soon as any of the leases can no longer be trusted; when
+// fn returns or panics, every lease is released. Between 1 and
+// MaxAcquireAll distinct names, or ErrInvalid before any attempt.
+func (l *Locker) DoAll(ctx context.Context, names []string, fn func(ctx context.Context, leases []Lease) error) (err error) {
+	full := make([]string, len(names))
+	for i, n := range names {
+		full[i] = l.cfg.LockPrefix + n
+	}
+	order, err := validAcquireAll(full, l.cfg.Holder, l.cfg.TTL)
+	if err != nil {
+		return err
+	}
+	ms, ok := l.store.(MultiStore)
+	if !ok {
+		return l.doEach(ctx, names, order, fn)
+	}
+	ctx, span := l.tel.tracer.Start(ctx, "fencedlock.DoAll")
+	defer func() { span.End(err) }()
+	if span.Recording() {
+		span.Set(attribute.StringSlice(telemetry.LockName, full), attribute.String(telemetry.Holder, l.cfg.Holder))
+	}
+	start := time.Now()
+	var leases []Lease
+	err = l.wait.retry(ctx, full[order[0]], func() (err error) {
+		leases, err = l.tel.tryAcquireAll(ctx, ms, full, l.cfg.Holder, l.cfg.TTL)
+		return err
+	})
+	l.tel.waited(ctx, start, err)
+	if err != nil {
+		return err
+	}
+	// Each keepalive's context is the next one's parent: fn's ends with
+	// the first lease that cannot be trusted.
+	keeps := make([]*Keepalive, 0, len(leases))
+	held := ctx
+	defer func() {
+		if len(keeps) == len(leases) {
+			l.tel.finished(ctx, context.Cause(held), err)
+			failpoint.Inject(ctx, "fencedlock.locker.before-release")
+		}
+		for i, lease := range leases {
+			var k *Keepalive
+			if i < len(keeps) {
+				k = keeps[i]
+			}
+			if rerr := l.release(ctx, lease, k); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}()
+	for _, lease := range leases {
+		k, err := keep(held, l.store, lease, l.cfg.Keepalive, l.tel)
+		if err != nil {
+			return err
+		}
+		keeps = append(keeps, k)
+		held = k.Context()
+	}
+	failpoint.Inject(held, "fencedlock.locker.acquired")
+	return fn(held, leases)
+}
+
+// doEach is DoAll on a store without AcquireAll: Do for each name, in
+// order (sorted), each inside the last.
+func (l *Locker) doEach(ctx context.Context, names []string, order []int, fn func(ctx context.Context, leases []Lease) error) error {
+	leases := make([]Lease, len(names))
+	var next func(ctx context.Context, k int) error
+	next = func(ctx context.Context, k int) error {
+		if k == len(order) {
+			return fn(ctx, leases)
+		}
+		return l.do(ctx, names[order[k]], true, func(ctx context.Context, lease Lease) error {
+			leases[order[k]] = lease
+			return next(ctx, k+1)
+		})
+	}
+	return next(ctx, 0)
+}
+
 // acquire gets the lease of full: one attempt, or a wait.
 func (l *Locker) acquire(ctx context.Context, full string, wait bool) (Lease, error) {
 	try := func() (Lease, error) { return l.tel.tryAcquire(ctx, l.store, full, l.cfg.Holder, l.cfg.TTL) }

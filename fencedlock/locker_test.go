@@ -223,3 +223,133 @@ func TestUncontendedAcquireSubscribesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// attemptsAll counts a MultiStore's AcquireAll calls.
+type attemptsAll struct {
+	*fencedlock.Memory
+	n atomic.Int32
+}
+
+func (s *attemptsAll) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]fencedlock.Lease, error) {
+	s.n.Add(1)
+	return s.Memory.AcquireAll(ctx, names, holder, ttl)
+}
+
+// attemptsEach counts a plain Store's Acquire calls: it has no AcquireAll.
+type attemptsEach struct {
+	fencedlock.Store
+	n atomic.Int32
+}
+
+func (s *attemptsEach) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
+	s.n.Add(1)
+	return s.Store.Acquire(ctx, name, holder, ttl)
+}
+
+// DoAll runs fn with each name's lease and releases them all. On a
+// MultiStore it waits for a held name holding none of the others, so that
+// another holder can take them meanwhile; on a plain Store it takes the
+// names one by one in sorted order, holding those before the one it waits
+// for.
+func TestLockerDoAll(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		store    func(*fencedlock.Memory) (fencedlock.Store, *atomic.Int32)
+		holdsOne bool // waiting for p/b, it holds p/a
+	}{
+		{"all at once", func(m *fencedlock.Memory) (fencedlock.Store, *atomic.Int32) {
+			s := &attemptsAll{Memory: m}
+			return s, &s.n
+		}, false},
+		{"one by one", func(m *fencedlock.Memory) (fencedlock.Store, *atomic.Int32) {
+			s := &attemptsEach{Store: m}
+			return s, &s.n
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			mem := newMemory(t, nil)
+			store, attempts := c.store(mem)
+			locker := newLocker(t, store, &fencedlock.LockerConfig{Holder: "me", LockPrefix: "p/", TTL: time.Minute,
+				Wait: &fencedlock.WaitConfig{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}})
+			names := []string{"c", "a", "b"}
+			err := locker.DoAll(ctx, names, func(_ context.Context, leases []fencedlock.Lease) error {
+				for i, l := range leases {
+					cur, held, err := mem.Holder(ctx, "p/"+names[i])
+					if l.Name != "p/"+names[i] || err != nil || !held || cur.Holder != "me" || cur.Token != l.Token {
+						t.Errorf("lease %d = %+v, the store's %+v (held %v, %v)", i, l, cur, held, err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if cur, held, _ := mem.Holder(ctx, "p/"+n); held {
+					t.Fatalf("after DoAll p/%s is held: %+v", n, cur)
+				}
+			}
+
+			other, err := mem.Acquire(ctx, "p/b", "other", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := attempts.Load()
+			done := make(chan error, 1)
+			go func() {
+				done <- locker.DoAll(ctx, []string{"b", "a"}, func(context.Context, []fencedlock.Lease) error { return nil })
+			}()
+			waitFor(t, 30*time.Second, func() bool { return attempts.Load() >= before+3 })
+			cur, held, err := mem.Holder(ctx, "p/a")
+			if err != nil || held != c.holdsOne || (held && cur.Holder != "me") {
+				t.Fatalf("while DoAll waits for p/b, p/a held %v (%+v, %v), want %v", held, cur, err, c.holdsOne)
+			}
+			if err := mem.Release(ctx, other); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("DoAll after the release: %v", err)
+			}
+		})
+	}
+}
+
+// DoAll refuses a bad set before any attempt, and ends fn's context when
+// any one of its leases is lost.
+func TestLockerDoAllLosesOne(t *testing.T) {
+	t.Parallel()
+	mem := newMemory(t, nil)
+	store := &attemptsAll{Memory: mem}
+	locker := newLocker(t, store, &fencedlock.LockerConfig{Holder: "me", TTL: time.Minute,
+		Keepalive: &fencedlock.KeepaliveConfig{Interval: time.Millisecond}})
+	for _, names := range [][]string{nil, {"a", "a"}, {"a", ""}} {
+		err := locker.DoAll(ctx, names, func(context.Context, []fencedlock.Lease) error {
+			t.Fatal("fn ran")
+			return nil
+		})
+		if !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Fatalf("DoAll(%q) = %v, want ErrInvalid", names, err)
+		}
+	}
+	if n := store.n.Load(); n != 0 {
+		t.Fatalf("%d attempts at bad sets", n)
+	}
+	err := locker.DoAll(ctx, []string{"x", "y"}, func(ctx context.Context, leases []fencedlock.Lease) error {
+		if err := mem.Release(ctx, leases[1]); err != nil { // taken from under it
+			return err
+		}
+		<-ctx.Done()
+		if cause := context.Cause(ctx); !errors.Is(cause, fencedlock.ErrLost) {
+			t.Errorf("fn's context ended with %v, want ErrLost", cause)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held, _ := mem.Holder(ctx, "x"); held {
+		t.Fatal("x still held after DoAll")
+	}
+}

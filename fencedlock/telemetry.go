@@ -78,6 +78,15 @@ func (t *lockerTelemetry) tryAcquire(ctx context.Context, store Store, name, hol
 	return l, err
 }
 
+// tryAcquireAll is one timed attempt at several locks, recorded as one
+// acquire.
+func (t *lockerTelemetry) tryAcquireAll(ctx context.Context, store MultiStore, names []string, holder string, ttl time.Duration) ([]Lease, error) {
+	start := time.Now()
+	ls, err := store.AcquireAll(ctx, names, holder, ttl)
+	t.acquire.Record(ctx, time.Since(start).Seconds(), t.ended(ctx, err, t.held).Record()...)
+	return ls, err
+}
+
 // ended is the outcome of an acquire or a wait: acquired, refused (held),
 // canceled by ctx, or error.
 func (t *lockerTelemetry) ended(ctx context.Context, err error, refused telemetry.Attrs) telemetry.Attrs {

@@ -108,29 +108,41 @@ func AcquireValueWait(ctx context.Context, store ValueStore, name, holder string
 
 // acquire waits for name, calling try for each attempt.
 func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease, error)) (Lease, error) {
+	var lease Lease
+	err := c.retry(ctx, name, func() (err error) { lease, err = try(); return err })
+	if err != nil {
+		return Lease{}, err
+	}
+	return lease, nil
+}
+
+// retry calls try until it is not refused with ErrHeld, or ctx ends. The
+// wake-ups it listens to are those of the name the last refusal's
+// *HeldError names (one of AcquireAll's), else of name.
+func (c WaitConfig) retry(ctx context.Context, name string, try func() error) error {
 	// The first attempt goes without wake-ups: most find the lock free, and
 	// for a store that listens only while someone waits a subscription is a
 	// LISTEN on a connection of its own.
-	lease, err := try()
+	err := try()
 	if !errors.Is(err, ErrHeld) {
-		return lease, err
+		return err
 	}
 	// Refused: subscribe before each further attempt (the first at once),
 	// so that a release in between is not missed, and subscribe the next
 	// before dropping the last, so that a store that listens only while
 	// someone waits keeps listening.
-	wake, stop := c.subscribe(name)
+	wake, stop := c.subscribe(heldName(err, name))
 	defer func() { stop() }()
 	delay := c.MinDelay
 	held := err // the last contention seen, reported with ctx's end
 	for {
-		lease, err = try()
+		err = try()
 		if err != nil && ctx.Err() != nil {
 			// ctx ended during an attempt: report it as the end of the wait.
-			return Lease{}, errors.Join(context.Cause(ctx), held)
+			return errors.Join(context.Cause(ctx), held)
 		}
 		if !errors.Is(err, ErrHeld) {
-			return lease, err
+			return err
 		}
 		held = err
 		d := time.Duration(float64(delay) * (1 + c.Jitter*(2*rand.Float64()-1)))
@@ -138,16 +150,25 @@ func (c WaitConfig) acquire(ctx context.Context, name string, try func() (Lease,
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return Lease{}, errors.Join(context.Cause(ctx), err)
+			return errors.Join(context.Cause(ctx), err)
 		case <-wake:
 		case <-timer.C:
 		}
 		timer.Stop()
-		next, nextStop := c.subscribe(name)
+		next, nextStop := c.subscribe(heldName(err, name))
 		stop()
 		wake, stop = next, nextStop
 		delay = min(delay*2, c.MaxDelay)
 	}
+}
+
+// heldName is the name refusal says is held, or name when it says none.
+func heldName(refusal error, name string) string {
+	var h *HeldError
+	if errors.As(refusal, &h) && h.Name != "" {
+		return h.Name
+	}
+	return name
 }
 
 func (c WaitConfig) subscribe(name string) (<-chan struct{}, func()) {

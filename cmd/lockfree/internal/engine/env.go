@@ -100,7 +100,7 @@ func (e *Env) Shared(name string, mk func() (any, error)) (any, error) {
 // Recording wraps a lock service of the client's own like Locks: each lease
 // it grants, renews and releases is reported.
 func (e *Env) Recording(s fencedlock.Store) fencedlock.Store {
-	return struct{ fencedlock.Store }{recordingLocks{Store: s, w: e.w}}
+	return struct{ fencedlock.Store }{recordingLocks{Store: s, w: e.w, grants: newGrants()}}
 }
 
 // Key returns the name of key number i: prefix followed by i.

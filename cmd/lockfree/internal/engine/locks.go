@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
 	"github.com/lockfree-go/lockfree/fencedlock"
@@ -33,11 +38,13 @@ const WriteTimeout = 5 * time.Second
 // renewal is its keepalive's to send again.
 type recordingLocks struct {
 	fencedlock.Store
-	w *worker
+	w      *worker
+	grants *grants
 }
 
 var (
 	_ fencedlock.ValueStore = recordingLocks{}
+	_ fencedlock.MultiStore = recordingLocks{}
 	_ fencedlock.Wakeups    = recordingLocks{}
 )
 
@@ -49,12 +56,12 @@ func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl ti
 	for _, h := range r.w.lockHooks() {
 		h.acquiring(ctx) // a fault may keep the key from this worker
 	}
-	return r.grant(ctx, name, ttl, func() (fencedlock.Lease, error) { return r.Store.Acquire(ctx, name, holder, ttl) })
+	return r.grant(ctx, name, holder, ttl, func() (fencedlock.Lease, error) { return r.Store.Acquire(ctx, name, holder, ttl) })
 }
 
 // grant sends a grant of name for ttl with send, again after a lost
 // answer, and reports each grant made or maybe made.
-func (r recordingLocks) grant(ctx context.Context, name string, ttl time.Duration, send func() (fencedlock.Lease, error)) (fencedlock.Lease, error) {
+func (r recordingLocks) grant(ctx context.Context, name, holder string, ttl time.Duration, send func() (fencedlock.Lease, error)) (fencedlock.Lease, error) {
 	var l fencedlock.Lease
 	_, err := resend(ctx, resendMax, rand.Int64N, func() error {
 		sent := history.Now()
@@ -62,13 +69,99 @@ func (r recordingLocks) grant(ctx context.Context, name string, ttl time.Duratio
 		l, err = send()
 		switch {
 		case err == nil:
-			r.report(ctx, evLease, l, sent, false)
+			r.granted(ctx, l, sent)
 		case Uncertain(err):
-			r.report(ctx, evLease, fencedlock.Lease{Name: name, TTL: ttl}, sent, true)
+			r.mayHaveGranted(ctx, name, holder, ttl, sent)
 		}
 		return err
 	})
 	return l, err
+}
+
+// granted reports a grant the service made.
+func (r recordingLocks) granted(ctx context.Context, l fencedlock.Lease, sent history.Time) {
+	r.grants.told(l)
+	r.report(ctx, evLease, l, sent, false)
+}
+
+// mayHaveGranted reports a grant whose answer never came.
+func (r recordingLocks) mayHaveGranted(ctx context.Context, name, holder string, ttl time.Duration, sent history.Time) {
+	r.grants.unknown(name, holder, ttl)
+	r.report(ctx, evLease, fencedlock.Lease{Name: name, TTL: ttl}, sent, true)
+}
+
+// errNoAcquireAll is the answer of AcquireAll on a lock service without it.
+var errNoAcquireAll = errors.New("engine: the lock service acquires one lock at a time (no fencedlock.MultiStore)")
+
+// AcquireAll grants every one of names or none, each lease reported as
+// Acquire's; it is sent again after a lost answer, as Acquire is. It holds
+// the service to the two promises of fencedlock.MultiStore its answers can
+// break: no deadlock (PostgreSQL's deadlock_detected, SQLSTATE 40P01,
+// which two acquisitions of overlapping names in one order cannot cause),
+// and a refusal that holds nothing: after a *HeldError, none of names may
+// be held by holder under a grant it was never told of (grants).
+func (r recordingLocks) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]fencedlock.Lease, error) {
+	ms, ok := r.Store.(fencedlock.MultiStore)
+	if !ok {
+		return nil, errNoAcquireAll
+	}
+	for _, h := range r.w.lockHooks() {
+		h.acquiring(ctx)
+	}
+	var leases []fencedlock.Lease
+	_, err := resend(ctx, resendMax, rand.Int64N, func() error {
+		sent := history.Now()
+		var err error
+		leases, err = ms.AcquireAll(ctx, names, holder, ttl)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			for _, l := range leases {
+				r.granted(ctx, l, sent)
+			}
+			inOrder(ctx, names, leases)
+		case Uncertain(err):
+			for _, n := range names {
+				r.mayHaveGranted(ctx, n, holder, ttl, sent)
+			}
+		case errors.As(err, &pgErr) && pgErr.Code == "40P01":
+			brokeOn(ctx, "AcquireAll(%q) deadlocked: %v", names, err)
+		}
+		return err
+	})
+	if errors.Is(err, fencedlock.ErrHeld) {
+		r.heldNothing(ctx, names, holder, ttl)
+	}
+	return leases, err
+}
+
+// inOrder checks that AcquireAll took names in sorted order: the store's
+// tokens come from one counter (fencedlock.Postgres' fence eras, Memory's
+// count), each minted as its name is taken, so they rise in that order.
+func inOrder(ctx context.Context, names []string, leases []fencedlock.Lease) {
+	sorted := slices.SortedFunc(slices.Values(leases), func(a, b fencedlock.Lease) int { return strings.Compare(a.Name, b.Name) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Token <= sorted[i-1].Token {
+			brokeOn(ctx, "AcquireAll(%q) took %s (token %d) before %s (token %d): not in sorted order",
+				names, sorted[i].Name, sorted[i].Token, sorted[i-1].Name, sorted[i-1].Token)
+			return
+		}
+	}
+}
+
+// heldNothing checks that a refused AcquireAll of names left none of them
+// held by holder, but under a grant the service told it of, or one whose
+// answer was lost.
+func (r recordingLocks) heldNothing(ctx context.Context, names []string, holder string, ttl time.Duration) {
+	if !r.grants.settled(ttl) {
+		return // a lease of the worker it replaces may be in force
+	}
+	for _, n := range names {
+		l, held, err := r.Store.Holder(ctx, n)
+		if err == nil && held && l.Holder == holder && !r.grants.known(l) {
+			brokeOn(ctx, "AcquireAll(%q) was refused, yet left %s held by %s (token %d)", names, n, holder, l.Token)
+		}
+	}
 }
 
 // Renew waits for the service's answer even after the caller stopped
@@ -100,17 +193,23 @@ func (r recordingLocks) AcquireValue(ctx context.Context, name, holder string, t
 	for _, h := range r.w.lockHooks() {
 		h.acquiring(ctx)
 	}
-	return r.grant(ctx, name, ttl, func() (fencedlock.Lease, error) { return vs.AcquireValue(ctx, name, holder, ttl, value) })
+	return r.grant(ctx, name, holder, ttl, func() (fencedlock.Lease, error) { return vs.AcquireValue(ctx, name, holder, ttl, value) })
 }
 
-// SetValue changes a lease's value; it neither grants nor extends one, so
-// there is nothing to report.
+// SetValue changes a lease's value; it neither grants nor extends one. A
+// value set is reported, with the time its request was sent, for the
+// exclusivity check: the service sets only the value of a current tenure.
 func (r recordingLocks) SetValue(ctx context.Context, lease fencedlock.Lease, value string) (fencedlock.Lease, error) {
 	vs, ok := r.Store.(fencedlock.ValueStore)
 	if !ok {
 		return fencedlock.Lease{}, errNoValues
 	}
-	return vs.SetValue(ctx, lease, value)
+	sent := history.Now()
+	l, err := vs.SetValue(ctx, lease, value)
+	if err == nil {
+		r.report(ctx, evValue, lease, sent, false)
+	}
+	return l, err
 }
 
 func (r recordingLocks) Release(ctx context.Context, lease fencedlock.Lease) error {
@@ -156,4 +255,63 @@ func (r recordingLocks) report(ctx context.Context, ev string, l fencedlock.Leas
 func Uncertain(err error, refusals ...error) bool {
 	refusals = append(refusals, fencedlock.ErrHeld, fencedlock.ErrNotHeld, fencedlock.ErrInvalid, errNoValues)
 	return err != nil && history.Classify(err, refusals...) == history.Unknown
+}
+
+// grants are the grants a client was told of, and those whose answer it
+// lost, by lock and holder: a lease held under any other was granted
+// without its client knowing.
+type grants struct {
+	since time.Time // when the client started
+	mu    sync.Mutex
+	by    map[grantKey]grantSeen
+}
+
+type grantKey struct{ name, holder string }
+
+// grantSeen is what a client knows of its grants of one lock: the token of
+// the last it was told of, and until when one whose answer it lost may be
+// in force.
+type grantSeen struct {
+	token int64
+	maybe time.Time
+}
+
+func newGrants() *grants { return &grants{since: time.Now(), by: map[grantKey]grantSeen{}} }
+
+// grantMargin is how long past its TTL a lease may still be in force by
+// the client's clock: the service's clock decides.
+func grantMargin(ttl time.Duration) time.Duration { return time.Second + ttl/10 }
+
+func (g *grants) told(l fencedlock.Lease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := grantKey{l.Name, l.Holder}
+	s := g.by[k]
+	s.token = l.Token
+	g.by[k] = s
+}
+
+func (g *grants) unknown(name, holder string, ttl time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := grantKey{name, holder}
+	s := g.by[k]
+	s.maybe = time.Now().Add(ttl + grantMargin(ttl))
+	g.by[k] = s
+}
+
+// known reports whether l is a grant the client was told of, or may be one
+// whose answer it lost.
+func (g *grants) known(l fencedlock.Lease) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.by[grantKey{l.Name, l.Holder}]
+	return s.token == l.Token || time.Now().Before(s.maybe)
+}
+
+// settled reports whether the client has run for longer than a lease of
+// ttl: no lease of a worker it replaces (a crashed one, under its names)
+// can be in force any more.
+func (g *grants) settled(ttl time.Duration) bool {
+	return time.Since(g.since) > ttl+grantMargin(ttl)
 }

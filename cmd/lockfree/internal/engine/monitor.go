@@ -138,7 +138,7 @@ func (m *monitor) event(client int, ev event) {
 			m.leases[ev.Key] = append(m.leases[ev.Key], leaseSeen{client: client, token: ev.Token, t: ev.T})
 		}
 		m.tenures[client] = append(m.tenures[client], ev)
-	case evRenew, evRelease:
+	case evRenew, evRelease, evValue:
 		m.tenures[client] = append(m.tenures[client], ev)
 	case evMember, evLeave, evClaim, evDisown, evAct, evRefuse:
 		m.owners[client] = append(m.owners[client], ev)

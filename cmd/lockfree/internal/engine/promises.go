@@ -28,12 +28,19 @@ func (o *Invocation) Broke(format string, args ...any) {
 	if o.call == nil {
 		return
 	}
-	o.broken = append(o.broken, fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if slices.Contains(o.broken, msg) {
+		return // seen again by a retry of the same call
+	}
+	o.broken = append(o.broken, msg)
 	o.Set(MetaBroken, strings.Join(o.broken, "; "))
 }
 
 // Broke is Invocation.Broke on the operation ctx belongs to, if any.
-func (e *Env) Broke(ctx context.Context, format string, args ...any) {
+func (e *Env) Broke(ctx context.Context, format string, args ...any) { brokeOn(ctx, format, args...) }
+
+// brokeOn is Invocation.Broke on the operation ctx belongs to, if any.
+func brokeOn(ctx context.Context, format string, args ...any) {
 	if op := opFrom(ctx); op != nil {
 		op.Broke(format, args...)
 	}

@@ -205,6 +205,7 @@ const (
 	evLease   = "lease"   // a lease acquired
 	evRenew   = "renew"   // a lease renewed
 	evRelease = "release" // a lease released
+	evValue   = "value"   // a lease's value set (SetValue answered as done)
 	evStats   = "stats"   // the measured part's figures, last
 	evDone    = "done"    // a task's effect was decided (Env.Task)
 

@@ -144,35 +144,37 @@ func leaseSpans(byClient map[int][]event, forgot []history.Time, cuts map[int][]
 	return tenures, renewals
 }
 
-// leaseReleases are the releases the lock service answered as done (the
-// idempotency leases' completions too), each at the time its request was
-// sent: one whose answer never came may not have been made.
-func leaseReleases(byClient map[int][]event) []history.Act {
+// leaseActs are the acts of kind ev (evRelease, evValue) the lock service
+// answered as done (the idempotency leases' completions are releases too),
+// each at the time its request was sent: one whose answer never came may
+// not have been made.
+func leaseActs(byClient map[int][]event, ev string) []history.Act {
 	var out []history.Act
 	for _, c := range slices.Sorted(maps.Keys(byClient)) {
-		for _, ev := range byClient[c] {
-			if ev.Ev == evRelease && !ev.Uncertain && ev.Sent != 0 {
-				out = append(out, history.Act{Name: ev.Name, Client: c, Token: ev.Token, At: ev.Sent})
+		for _, e := range byClient[c] {
+			if e.Ev == ev && !e.Uncertain && e.Sent != 0 {
+				out = append(out, history.Act{Name: e.Name, Client: c, Token: e.Token, At: e.Sent})
 			}
 		}
 	}
 	return out
 }
 
-// staleReleases is history.StaleReleases of the lock service's releases,
-// each judged against the grants a failover that lost WAL (forgot) did not
-// take back before it was sent: a grant the promoted server never saw
-// supersedes nothing there.
-func staleReleases(ts []history.Tenure, releases []history.Act, forgot []history.Time, base history.Time) []history.Violation {
+// staleReleases is check (history.StaleReleases, history.StaleValues) of
+// the lock service's acts, each judged against the grants a failover that
+// lost WAL (forgot) did not take back before it was sent: a grant the
+// promoted server never saw supersedes nothing there.
+func staleReleases(ts []history.Tenure, acts []history.Act, forgot []history.Time, base history.Time,
+	check func([]history.Tenure, []history.Act, history.Time) []history.Violation) []history.Violation {
 	if len(forgot) == 0 {
-		return history.StaleReleases(ts, releases, base)
+		return check(ts, acts, base)
 	}
 	var out []history.Violation
-	for _, a := range releases {
+	for _, a := range acts {
 		kept := slices.DeleteFunc(slices.Clone(ts), func(t history.Tenure) bool {
 			return slices.ContainsFunc(forgot, func(f history.Time) bool { return t.From < f && f < a.At })
 		})
-		out = append(out, history.StaleReleases(kept, []history.Act{a}, base)...)
+		out = append(out, check(kept, []history.Act{a}, base)...)
 	}
 	return out
 }
@@ -305,7 +307,10 @@ func (r *run) checkTenures(rep *history.Findings) {
 		history.Exclusive(tenures, rep.Base), history.Revivals(renewals, rep.Base),
 		// A lease released (or completed) as done frees only its own
 		// tenure: none after a later grant of the name returned.
-		staleReleases(tenures, leaseReleases(leases), forgot, rep.Base),
+		staleReleases(tenures, leaseActs(leases, evRelease), forgot, rep.Base, history.StaleReleases),
+		// A value set as done was set in its own tenure: none after a
+		// later grant of the name returned.
+		staleReleases(tenures, leaseActs(leases, evValue), forgot, rep.Base, history.StaleValues),
 		history.Exclusive(own.members, rep.Base), history.Revivals(own.renewals, rep.Base),
 		history.Exclusive(own.owners, rep.Base),
 		// Tokens, epochs and incarnations only grow, failovers included:

@@ -410,13 +410,13 @@ func TestLeaseStaleRelease(t *testing.T) {
 		},
 	}
 	tenures, _ := leaseSpans(evs, nil, nil, nil)
-	vs := staleReleases(tenures, leaseReleases(evs), nil, 0)
+	vs := staleReleases(tenures, leaseActs(evs, evRelease), nil, 0, history.StaleReleases)
 	if len(vs) != 1 || vs[0].Key != "a" || vs[0].Anomaly != history.StaleRelease {
 		t.Errorf("stale releases %+v, want client 1's release of a", vs)
 	}
 	// A failover that lost the WAL of 2's grant, between the grant and
 	// the release: the promoted server released 1, its current tenure.
-	if vs := staleReleases(tenures, leaseReleases(evs), []history.Time{1250 * ms}, 0); len(vs) != 0 {
+	if vs := staleReleases(tenures, leaseActs(evs, evRelease), []history.Time{1250 * ms}, 0, history.StaleReleases); len(vs) != 0 {
 		t.Errorf("after a failover that forgot the later grant: %+v, want none", vs)
 	}
 }

@@ -587,7 +587,7 @@ func (w *worker) env(pool, locksDB *pgxpool.Pool) (*Env, error) {
 	}
 	env := &Env{
 		Client: w.cfg.Client, Params: w.cfg.Params, DB: pool,
-		Locks: recordingLocks{Store: locks, w: w},
+		Locks: recordingLocks{Store: locks, w: w, grants: newGrants()},
 		Kafka: w.cfg.Kafka,
 		Redis: w.cfg.Redis,
 		Etcd:  w.cfg.Etcd,

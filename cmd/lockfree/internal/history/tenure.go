@@ -222,9 +222,26 @@ const StaleRelease Anomaly = "release of a superseded tenure"
 // At): a service releases only the tenure a request names, and that one was
 // no longer current when the request was sent — tokens only grow.
 func StaleReleases(ts []Tenure, releases []Act, base Time) []Violation {
+	return staleActs(ts, releases, base, StaleRelease, "release", "freed it")
+}
+
+// StaleValue: a lease's value set by the service for a tenure after it had
+// granted the name to a later tenure — the value of another holder's lease.
+const StaleValue Anomaly = "value set by a superseded tenure"
+
+// StaleValues is StaleReleases for the values the service set (SetValue
+// answered as done, At when its request was sent): a service sets only the
+// value of the tenure a request names, and only while it is current.
+func StaleValues(ts []Tenure, sets []Act, base Time) []Violation {
+	return staleActs(ts, sets, base, StaleValue, "value set", "changed it")
+}
+
+// staleActs returns a violation (anomaly) for each of acts sent after a
+// later tenure of its name had been granted: what it was, what it did.
+func staleActs(ts []Tenure, acts []Act, base Time, anomaly Anomaly, what, did string) []Violation {
 	d := &describer{base: base}
 	var out []Violation
-	for _, a := range releases {
+	for _, a := range acts {
 		var later *Tenure
 		for i := range ts {
 			t := &ts[i]
@@ -233,9 +250,9 @@ func StaleReleases(ts []Tenure, releases []Act, base Time) []Violation {
 			}
 		}
 		if later != nil {
-			out = append(out, Violation{Key: a.Name, Anomaly: StaleRelease, Text: fmt.Sprintf(
-				"client %d's release of %s with %s, sent at %s, freed it after client %d had been granted it with %s (at %s)",
-				a.Client, quote(a.Name), tokenText(a.Token), d.at(a.At), later.Client, tokenText(later.Token), d.at(later.From))})
+			out = append(out, Violation{Key: a.Name, Anomaly: anomaly, Text: fmt.Sprintf(
+				"client %d's %s of %s with %s, sent at %s, %s after client %d had been granted it with %s (at %s)",
+				a.Client, what, quote(a.Name), tokenText(a.Token), d.at(a.At), did, later.Client, tokenText(later.Token), d.at(later.From))})
 		}
 	}
 	return out

@@ -55,8 +55,11 @@ type singletonFencedClient struct {
 // context, not the lease's: a stopped process does not see its lease's
 // context end, and the fence must hold without it. Each tenure marks its
 // lease with its token (SetValue), as a holder says who it is to
-// operators; a grant must start without the value of the tenure before
-// (Holder, read as the tenure begins).
+// operators, and with the period it closes, before it writes: a holder
+// stopped at its write point sets it late, which the lock service must
+// refuse once another holds the lock (the exclusivity check's "value set
+// by a superseded tenure"). A grant must start without the value of the
+// tenure before (Holder, read as the tenure begins).
 func (c *singletonFencedClient) Op(ctx context.Context) error {
 	ctx, op, err := c.invoke(ctx, c.pick())
 	if err != nil {
@@ -74,6 +77,7 @@ func (c *singletonFencedClient) Op(ctx context.Context) error {
 		return c.run(ctx, op, steps{point: "harness.singleton.fenced.before-write",
 			read: func(ctx context.Context) (int64, error) { return c.fencedNext(ctx, op, lease.Token) },
 			write: func(ctx context.Context, p int64) (bool, error) {
+				_, _ = c.values.SetValue(ctx, lease, "closing "+strconv.FormatInt(p, 10))
 				return true, c.fencedClose(ctx, op, p, lease.Token)
 			}})
 	})
