@@ -15,12 +15,6 @@ type guard struct {
 
 func guards() []guard {
 	return []guard{
-		{"a superseded relay's delete, memory", []string{"outbox.mark.epoch"}, func(t *testing.T) error {
-			return checkPublishedFenced(t, backends[0].new(t, 4))
-		}},
-		{"a superseded relay's delete, postgres", []string{"outbox.mark.epoch"}, func(t *testing.T) error {
-			return checkPublishedFenced(t, backends[1].new(t, 4))
-		}},
 		{"writers of one entity take turns", []string{"outbox.write.seq"}, checkWritersTakeTurns},
 		{"relays publish in order", []string{"outbox.relay.order"}, checkRelaysPublishInOrder},
 		{"a publish of unknown outcome is resent", []string{"outbox.relay.uncertain"}, checkUncertainResent},

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/lockfree-go/lockfree/clock"
-	"github.com/lockfree-go/lockfree/internal/failpoint"
 	"github.com/lockfree-go/lockfree/partition"
 )
 
@@ -127,9 +126,6 @@ func (m *Memory) published(_ context.Context, e partition.Epoch, recs []Record) 
 		defer m.mu.Unlock()
 		m.events[e.Partition] = slices.DeleteFunc(m.events[e.Partition], func(r Record) bool { return done[r.pos] })
 		return nil
-	}
-	if failpoint.Mutant("outbox.mark.epoch") {
-		return del()
 	}
 	return m.members.Verify(e, del)
 }

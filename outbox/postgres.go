@@ -95,14 +95,11 @@ const (
 	mutantWrite = `INSERT INTO {{outbox_events}} (partition, key, seq, event_id, payload, header_keys, header_values, created_at)
 	SELECT $2, $1, coalesce((SELECT seq FROM {{outbox_sequences}} WHERE key = $1), 0) + 1, $3, $4, $5, $6, clock_timestamp()
 	RETURNING id, seq, created_at`
-	// mutantPublished deletes without the epoch's condition.
-	mutantPublished = `DELETE FROM {{outbox_events}} WHERE partition = $1 AND id = ANY($2)
-		AND ($3::int, $4::text, $5::bigint) IS NOT NULL`
 )
 
 type pgStatements struct {
 	write, busy, pending, highest string
-	mutantWrite, mutantPublished  string
+	mutantWrite                   string
 }
 
 // Postgres is the outbox in PostgreSQL. Create it with NewPostgres; the
@@ -145,7 +142,7 @@ func NewPostgres(db DB, cfg *PostgresConfig) (*Postgres, error) {
 		db: db, tables: c.Tables, cfg: sc, ring: sc.ring(), members: members,
 		sql: pgStatements{
 			write: r(sqlWrite), busy: r(sqlBusy), pending: r(sqlPending), highest: r(sqlHighest),
-			mutantWrite: r(mutantWrite), mutantPublished: r(mutantPublished),
+			mutantWrite: r(mutantWrite),
 		},
 	}, nil
 }
@@ -240,9 +237,6 @@ func (p *Postgres) published(ctx context.Context, e partition.Epoch, recs []Reco
 	}
 	cond, args := p.members.Condition(e, 3)
 	stmt := fmt.Sprintf(migrate.Render(sqlPublished, p.tables), cond)
-	if failpoint.Mutant("outbox.mark.epoch") {
-		stmt = p.sql.mutantPublished
-	}
 	tag, err := p.db.Exec(ctx, stmt, append([]any{e.Partition, ids}, args...)...)
 	if err != nil {
 		return fmt.Errorf("outbox: delete published events of partition %d: %w", e.Partition, err)

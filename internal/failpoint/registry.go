@@ -99,7 +99,6 @@ var registry = []Point{
 	{"occ.resolve.abandon", MutantSite, "Resolve (Postgres, Memory) reports an unrecorded ID abandoned without recording it, so that the write still on its way applies afterwards"},
 	{"occ.update.before-write", InjectPoint, "occ.Update after the load and mutate, before the conditional write"},
 	{"occ.update.version", MutantSite, "Update writes the row whatever its version, not only at the version the caller read"},
-	{"outbox.mark.epoch", MutantSite, "a relay's delete of the events it published (Postgres, Memory) runs whatever the partition's epoch: a paused relay's late delete is not refused"},
 	{"outbox.relay.before-mark", InjectPoint, "Relay after a batch was published, before its delete fenced by the partition epoch"},
 	{"outbox.relay.before-publish", InjectPoint, "Relay after it read a partition's batch, before it publishes it"},
 	{"outbox.relay.order", MutantSite, "Relay publishes a batch newest event first, not in the order the events were written"},

@@ -1097,13 +1097,10 @@ var mutantHoles = map[string]string{
 	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 8 of 10 runs: its operations of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
 
 	// orders reaches these sites, and its crashes make relays publish
-	// batches again, but: every request it sends is keyed; a relay
-	// deletes only what Kafka acknowledged, so a late delete without its
-	// epoch loses nothing; and the inbox drops a copy by its event ID and
-	// by its entity's sequence, each enough alone: mutantLayers hunts the
-	// two together.
+	// batches again, but: every request it sends is keyed; and the inbox
+	// drops a copy by its event ID and by its entity's sequence, each
+	// enough alone: mutantLayers hunts the two together.
 	"idempotency.client.unkeyed":        "orders keys every request; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
-	"outbox.mark.epoch":                 "a relay deletes only events Kafka acknowledged: a late delete without its epoch loses and repeats nothing; outbox's TestStore (published) catches it (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "layered with dedupe.event-id, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 }
