@@ -59,7 +59,9 @@ var (
 // partition's Postgres.Verify);
 // then under the late delivery of a cut worker's write; then the
 // alternative under a COMMIT whose answer was lost, which its worker
-// retries (the inbox's offset condition); then under a partition member's
+// retries (the inbox's offset condition), and under lost answers, as the
+// coalescing alternative too (a step's lost answer must be ErrUncertain);
+// then the alternative under a partition member's
 // heartbeats held while its calls go on (its check of its lease), and under
 // a member stopped in a handoff until others claimed what it releases (the
 // release's epoch condition); then the fenced lock under a consumer stopped
@@ -83,6 +85,7 @@ var mutantTrials = []mutantTrial{
 	{engine.FencedLock, engine.Delay},
 	{engine.Alternative, engine.LostCommit},
 	{engine.Alternative, engine.LostReply},
+	{engine.Coalesced, engine.LostReply},
 	{engine.Alternative, engine.LateHeartbeat},
 	{engine.Alternative, engine.HandoffPause},
 	{engine.FencedLock, engine.Overtake},
@@ -122,6 +125,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"kafkawriter.inbox.claim.epoch":                {"events", engine.Alternative, engine.Pause},
 	"fencedlock.acquire.clear-value":               {"singleton", engine.FencedLock, engine.Pause},
 	"fencedlock.value.tenure":                      {"singleton", engine.FencedLock, engine.Pause},
+	"atomic.inorder.uncertain":                     {"inventory", engine.Coalesced, engine.LostReply},
 	"fencedlock.acquireall.atomic":                 {"inventory", engine.FencedLock, engine.Pause},
 	"fencedlock.acquireall.order":                  {"inventory", engine.FencedLock, ""},
 }
@@ -1084,17 +1088,12 @@ var mutantHoles = map[string]string{
 	"kafkawriter.consumer.resync.drop": "the rest of the batch it applies from the batch held is applied once all the same: the reader's redelivery is dropped below the stored offset " +
 		"(kafkawriter.consumer.apply.below-stored); with both on (kafkawriter.consumer.batch-retry.lost-commit, the defect), random schedules on events catch them; kafkawriter's TestConsumerLostAnswerMidRetry catches it alone (TestMutantsAreCaught)",
 
-	// inventory's coalesced approach reaches inorder.uncertain, but under
-	// lost-reply (a trial of coalesced under it caught it in 8 of 10
-	// runs) the operations of unknown outcome — impatient callers', and
-	// those beside a lost answer to another statement — can explain one
-	// told "not applied" that applied. A refusal's re-check runs only in
-	// single-key statements without an operation ID, which only the
-	// blind-retry foil sends (the alternative's carry IDs, coalesced's go
-	// in steps); the store check would see it (a refusal's stock, Met):
-	// atomic's TestGuards catches each (TestMutantsAreCaught).
-	"atomic.refusal.recheck":   "only the blind-retry foil sends single-key statements without an operation ID, where the re-check runs (a refusal's stock is checked: Met); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-	"atomic.inorder.uncertain": "coalesced under lost-reply catches it in 8 of 10 runs: its operations of unknown outcome can explain one told \"not applied\" that applied; atomic's TestGuards/atomic.inorder.uncertain catches it (TestMutantsAreCaught)",
+	// A refusal's re-check runs only in single-key statements without an
+	// operation ID, which only the blind-retry foil sends (the
+	// alternative's carry IDs, coalesced's go in steps); the store check
+	// would see it (a refusal's stock, Met): atomic's TestGuards catches
+	// it (TestMutantsAreCaught).
+	"atomic.refusal.recheck": "only the blind-retry foil sends single-key statements without an operation ID, where the re-check runs (a refusal's stock is checked: Met); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
 
 	// orders reaches these sites, and its crashes make relays publish
 	// batches again, but: every request it sends is keyed; and the inbox

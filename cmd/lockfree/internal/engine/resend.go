@@ -53,7 +53,7 @@ func resend(ctx context.Context, sends int, jitter func(n int64) int64, send fun
 	wait := resendFirst
 	for n := 1; ; n++ {
 		err := send()
-		if err == nil || n >= sends || ctx.Err() != nil || !lostAnswer(err) {
+		if err == nil || n >= sends || ctx.Err() != nil || !LostAnswer(err) {
 			return n, err
 		}
 		if !Sleep(ctx, wait/2+time.Duration(jitter(int64(wait)/2+1))) {
@@ -63,11 +63,11 @@ func resend(ctx context.Context, sends int, jitter func(n int64) int64, send fun
 	}
 }
 
-// lostAnswer reports whether err says that the answer to a request that
+// LostAnswer reports whether err says that the answer to a request that
 // was sent may have been lost — its connection reset, closed or timed out
 // while it waited — rather than an answer (a refusal, a server error)
 // or a request that never left (history.Classify calls it Fail).
-func lostAnswer(err error) bool {
+func LostAnswer(err error) bool {
 	if history.Classify(err) != history.Unknown {
 		return false
 	}

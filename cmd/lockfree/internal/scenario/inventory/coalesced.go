@@ -113,7 +113,9 @@ const (
 // ErrUncertain — an impatient caller's context, a step's lost answer alike
 // — is the Coalescer's word that the operation did not apply: recorded as
 // such (history.NotSent), so that one that applied all the same shows in
-// the check.
+// the check. A lost answer (engine.LostAnswer: the step was sent, its
+// connection broke before the answer came) given as such breaks the
+// promise of ErrUncertain, whatever the step did.
 func (o inventoryCoalescedOps) apply(ctx context.Context, op atomic.Op) atomic.Result {
 	o.env.BeforeWrite(ctx, inventoryCoalescedPoint)
 	if o.env.Rand.IntN(impatientOdds) == 0 {
@@ -123,6 +125,9 @@ func (o inventoryCoalescedOps) apply(ctx context.Context, op atomic.Op) atomic.R
 	}
 	r := o.rows.Apply(ctx, op)
 	if r.Err != nil && !errors.Is(r.Err, atomic.ErrUncertain) {
+		if ctx.Err() == nil && engine.LostAnswer(r.Err) {
+			o.env.Broke(ctx, "%s: its step's answer was lost (%v), yet it was told the step did not apply, not ErrUncertain", op, r.Err)
+		}
 		r.Err = history.NotSent(r.Err)
 	}
 	return r
