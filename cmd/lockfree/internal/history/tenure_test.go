@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/lockfree-go/lockfree/cmd/lockfree/internal/history"
@@ -180,5 +181,10 @@ func TestStaleReleases(t *testing.T) {
 	vs := history.StaleReleases(ts, releases, 0)
 	if len(vs) != 1 || vs[0].Anomaly != history.StaleRelease || vs[0].Key != "p" || vs[0].Text == "" {
 		t.Fatalf("violations %+v, want the one release sent after a later claim", vs)
+	}
+	// A value set is judged the same way, as its own anomaly.
+	vs = history.StaleValues(ts, releases, 0)
+	if len(vs) != 1 || vs[0].Anomaly != history.StaleValue || !strings.Contains(vs[0].Text, "value set") {
+		t.Fatalf("violations %+v, want the one value set after a later claim", vs)
 	}
 }
