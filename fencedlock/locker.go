@@ -157,19 +157,42 @@ func (l *Locker) do(ctx context.Context, name string, wait bool, fn func(ctx con
 	if span.Recording() {
 		span.Set(attribute.Int64(telemetry.LockToken, lease.Token))
 	}
-	k, err := keep(ctx, l.store, lease, l.cfg.Keepalive, l.tel)
-	if err != nil {
-		return errors.Join(err, l.release(ctx, lease, nil))
-	}
+	return l.hold(ctx, []Lease{lease}, func(ctx context.Context) error { return fn(ctx, lease) })
+}
+
+// hold runs fn with leases kept alive, and releases them all when fn
+// returns or panics (bounded by ReleaseTimeout, even after ctx ended).
+// Each keepalive's context is the next one's parent: fn's ends with the
+// first lease that cannot be trusted. A keepalive that cannot start keeps
+// fn from running.
+func (l *Locker) hold(ctx context.Context, leases []Lease, fn func(ctx context.Context) error) (err error) {
+	keeps := make([]*Keepalive, 0, len(leases))
+	held := ctx
 	defer func() {
-		l.tel.finished(ctx, context.Cause(k.Context()), err)
-		failpoint.Inject(ctx, "fencedlock.locker.before-release")
-		if rerr := l.release(ctx, lease, k); rerr != nil {
-			err = errors.Join(err, rerr)
+		if len(keeps) == len(leases) {
+			l.tel.finished(ctx, context.Cause(held), err)
+			failpoint.Inject(ctx, "fencedlock.locker.before-release")
+		}
+		for i, lease := range leases {
+			var k *Keepalive
+			if i < len(keeps) {
+				k = keeps[i]
+			}
+			if rerr := l.release(ctx, lease, k); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
 		}
 	}()
-	failpoint.Inject(k.Context(), "fencedlock.locker.acquired")
-	return fn(k.Context(), lease)
+	for _, lease := range leases {
+		k, err := keep(held, l.store, lease, l.cfg.Keepalive, l.tel)
+		if err != nil {
+			return err
+		}
+		keeps = append(keeps, k)
+		held = k.Context()
+	}
+	failpoint.Inject(held, "fencedlock.locker.acquired")
+	return fn(held)
 }
 
 // DoAll is Do for several locks: it acquires LockPrefix+name for each of
@@ -210,35 +233,7 @@ func (l *Locker) DoAll(ctx context.Context, names []string, fn func(ctx context.
 	if err != nil {
 		return err
 	}
-	// Each keepalive's context is the next one's parent: fn's ends with
-	// the first lease that cannot be trusted.
-	keeps := make([]*Keepalive, 0, len(leases))
-	held := ctx
-	defer func() {
-		if len(keeps) == len(leases) {
-			l.tel.finished(ctx, context.Cause(held), err)
-			failpoint.Inject(ctx, "fencedlock.locker.before-release")
-		}
-		for i, lease := range leases {
-			var k *Keepalive
-			if i < len(keeps) {
-				k = keeps[i]
-			}
-			if rerr := l.release(ctx, lease, k); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-		}
-	}()
-	for _, lease := range leases {
-		k, err := keep(held, l.store, lease, l.cfg.Keepalive, l.tel)
-		if err != nil {
-			return err
-		}
-		keeps = append(keeps, k)
-		held = k.Context()
-	}
-	failpoint.Inject(held, "fencedlock.locker.acquired")
-	return fn(held, leases)
+	return l.hold(ctx, leases, func(ctx context.Context) error { return fn(ctx, leases) })
 }
 
 // doEach is DoAll on a store without AcquireAll: Do for each name, in
