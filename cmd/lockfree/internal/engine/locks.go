@@ -53,58 +53,15 @@ var (
 var errNoValues = errors.New("engine: the lock service keeps no values (fencedlock.ValueStore)")
 
 func (r recordingLocks) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (fencedlock.Lease, error) {
-	for _, h := range r.w.lockHooks() {
-		h.acquiring(ctx) // a fault may keep the key from this worker
-	}
-	return r.grant(ctx, name, holder, ttl, func() (fencedlock.Lease, error) { return r.Store.Acquire(ctx, name, holder, ttl) })
+	return one(r.grant(ctx, []string{name}, holder, ttl, func() ([]fencedlock.Lease, error) {
+		return all(r.Store.Acquire(ctx, name, holder, ttl))
+	}))
 }
 
-// grant sends a grant of name for ttl with send, again after a lost
-// answer, and reports each grant made or maybe made.
-func (r recordingLocks) grant(ctx context.Context, name, holder string, ttl time.Duration, send func() (fencedlock.Lease, error)) (fencedlock.Lease, error) {
-	var l fencedlock.Lease
-	_, err := resend(ctx, resendMax, rand.Int64N, func() error {
-		sent := history.Now()
-		var err error
-		l, err = send()
-		switch {
-		case err == nil:
-			r.granted(ctx, l, sent)
-		case Uncertain(err):
-			r.mayHaveGranted(ctx, name, holder, ttl, sent)
-		}
-		return err
-	})
-	return l, err
-}
-
-// granted reports a grant the service made.
-func (r recordingLocks) granted(ctx context.Context, l fencedlock.Lease, sent history.Time) {
-	r.grants.told(l)
-	r.report(ctx, evLease, l, sent, false)
-}
-
-// mayHaveGranted reports a grant whose answer never came.
-func (r recordingLocks) mayHaveGranted(ctx context.Context, name, holder string, ttl time.Duration, sent history.Time) {
-	r.grants.unknown(name, holder, ttl)
-	r.report(ctx, evLease, fencedlock.Lease{Name: name, TTL: ttl}, sent, true)
-}
-
-// errNoAcquireAll is the answer of AcquireAll on a lock service without it.
-var errNoAcquireAll = errors.New("engine: the lock service acquires one lock at a time (no fencedlock.MultiStore)")
-
-// AcquireAll grants every one of names or none, each lease reported as
-// Acquire's; it is sent again after a lost answer, as Acquire is. It holds
-// the service to the two promises of fencedlock.MultiStore its answers can
-// break: no deadlock (PostgreSQL's deadlock_detected, SQLSTATE 40P01,
-// which two acquisitions of overlapping names in one order cannot cause),
-// and a refusal that holds nothing: after a *HeldError, none of names may
-// be held by holder under a grant it was never told of (grants).
-func (r recordingLocks) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]fencedlock.Lease, error) {
-	ms, ok := r.Store.(fencedlock.MultiStore)
-	if !ok {
-		return nil, errNoAcquireAll
-	}
+// grant sends a grant of names for ttl to holder with send, again after a
+// lost answer, and reports each grant made or maybe made. A fault may
+// keep the key from this worker first (its hooks).
+func (r recordingLocks) grant(ctx context.Context, names []string, holder string, ttl time.Duration, send func() ([]fencedlock.Lease, error)) ([]fencedlock.Lease, error) {
 	for _, h := range r.w.lockHooks() {
 		h.acquiring(ctx)
 	}
@@ -112,25 +69,62 @@ func (r recordingLocks) AcquireAll(ctx context.Context, names []string, holder s
 	_, err := resend(ctx, resendMax, rand.Int64N, func() error {
 		sent := history.Now()
 		var err error
-		leases, err = ms.AcquireAll(ctx, names, holder, ttl)
-		var pgErr *pgconn.PgError
+		leases, err = send()
 		switch {
 		case err == nil:
 			for _, l := range leases {
-				r.granted(ctx, l, sent)
+				r.grants.told(l)
+				r.report(ctx, evLease, l, sent, false)
 			}
-			inOrder(ctx, names, leases)
 		case Uncertain(err):
 			for _, n := range names {
-				r.mayHaveGranted(ctx, n, holder, ttl, sent)
+				r.grants.unknown(n, holder, ttl)
+				r.report(ctx, evLease, fencedlock.Lease{Name: n, TTL: ttl}, sent, true)
 			}
-		case errors.As(err, &pgErr) && pgErr.Code == "40P01":
-			brokeOn(ctx, "AcquireAll(%q) deadlocked: %v", names, err)
 		}
 		return err
 	})
-	if errors.Is(err, fencedlock.ErrHeld) {
+	return leases, err
+}
+
+// all is one lease as grant's send returns it; one is grant's answer of
+// one lease.
+func all(l fencedlock.Lease, err error) ([]fencedlock.Lease, error) {
+	return []fencedlock.Lease{l}, err
+}
+
+func one(ls []fencedlock.Lease, err error) (fencedlock.Lease, error) {
+	if err != nil {
+		return fencedlock.Lease{}, err
+	}
+	return ls[0], nil
+}
+
+// errNoAcquireAll is the answer of AcquireAll on a lock service without it.
+var errNoAcquireAll = errors.New("engine: the lock service acquires one lock at a time (no fencedlock.MultiStore)")
+
+// AcquireAll grants every one of names or none, each lease reported as
+// Acquire's; it is sent again after a lost answer, as Acquire is. It holds
+// the service to the promises of fencedlock.MultiStore its answers can
+// break: names taken in sorted order (inOrder); no deadlock (PostgreSQL's
+// deadlock_detected, SQLSTATE 40P01, which two acquisitions of overlapping
+// names in one order cannot cause); and a refusal that holds nothing:
+// after a *HeldError, none of names may be held by holder under a grant it
+// was never told of (grants).
+func (r recordingLocks) AcquireAll(ctx context.Context, names []string, holder string, ttl time.Duration) ([]fencedlock.Lease, error) {
+	ms, ok := r.Store.(fencedlock.MultiStore)
+	if !ok {
+		return nil, errNoAcquireAll
+	}
+	leases, err := r.grant(ctx, names, holder, ttl, func() ([]fencedlock.Lease, error) { return ms.AcquireAll(ctx, names, holder, ttl) })
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		inOrder(ctx, names, leases)
+	case errors.Is(err, fencedlock.ErrHeld):
 		r.heldNothing(ctx, names, holder, ttl)
+	case errors.As(err, &pgErr) && pgErr.Code == "40P01":
+		brokeOn(ctx, "AcquireAll(%q) deadlocked: %v", names, err)
 	}
 	return leases, err
 }
@@ -190,10 +184,9 @@ func (r recordingLocks) AcquireValue(ctx context.Context, name, holder string, t
 	if !ok {
 		return fencedlock.Lease{}, errNoValues
 	}
-	for _, h := range r.w.lockHooks() {
-		h.acquiring(ctx)
-	}
-	return r.grant(ctx, name, holder, ttl, func() (fencedlock.Lease, error) { return vs.AcquireValue(ctx, name, holder, ttl, value) })
+	return one(r.grant(ctx, []string{name}, holder, ttl, func() ([]fencedlock.Lease, error) {
+		return all(vs.AcquireValue(ctx, name, holder, ttl, value))
+	}))
 }
 
 // SetValue changes a lease's value; it neither grants nor extends one. A
@@ -278,10 +271,6 @@ type grantSeen struct {
 
 func newGrants() *grants { return &grants{since: time.Now(), by: map[grantKey]grantSeen{}} }
 
-// grantMargin is how long past its TTL a lease may still be in force by
-// the client's clock: the service's clock decides.
-func grantMargin(ttl time.Duration) time.Duration { return time.Second + ttl/10 }
-
 func (g *grants) told(l fencedlock.Lease) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -296,7 +285,7 @@ func (g *grants) unknown(name, holder string, ttl time.Duration) {
 	defer g.mu.Unlock()
 	k := grantKey{name, holder}
 	s := g.by[k]
-	s.maybe = time.Now().Add(ttl + grantMargin(ttl))
+	s.maybe = time.Now().Add(ttl + time.Duration(tenureMargin(ttl)))
 	g.by[k] = s
 }
 
@@ -313,5 +302,5 @@ func (g *grants) known(l fencedlock.Lease) bool {
 // ttl: no lease of a worker it replaces (a crashed one, under its names)
 // can be in force any more.
 func (g *grants) settled(ttl time.Duration) bool {
-	return time.Since(g.since) > ttl+grantMargin(ttl)
+	return time.Since(g.since) > ttl+time.Duration(tenureMargin(ttl))
 }
