@@ -128,6 +128,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"atomic.inorder.uncertain":                     {"inventory", engine.Coalesced, engine.LostReply},
 	"fencedlock.acquireall.atomic":                 {"inventory", engine.FencedLock, engine.Pause},
 	"fencedlock.acquireall.order":                  {"inventory", engine.FencedLock, ""},
+	"idempotency.client.unkeyed":                   {"orders", engine.Alternative, engine.Pause},
 }
 
 // mutantLayers are layered checks: mutant sites each of which the others
@@ -1100,10 +1101,9 @@ var mutantHoles = map[string]string{
 	"atomic.refusal.recheck": "only the blind-retry foil sends single-key statements without an operation ID, where the re-check runs (a refusal's stock is checked: Met); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
 
 	// orders reaches these sites, and its crashes make relays publish
-	// batches again, but: every request it sends is keyed; and the inbox
-	// drops a copy by its event ID and by its entity's sequence, each
-	// enough alone: mutantLayers hunts the two together.
-	"idempotency.client.unkeyed":        "orders keys every request; idempotency/client's TestGuards/idempotency.client.unkeyed catches it (TestMutantsAreCaught)",
+	// batches again, but the inbox drops a copy by its event ID and by its
+	// entity's sequence, each enough alone: mutantLayers hunts the two
+	// together.
 	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 	"kafkawriter.inbox.dedupe.seq":      "layered with dedupe.event-id, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 }

@@ -78,6 +78,7 @@ type orderClient struct {
 	http    *http.Client
 	pipe    pipeline
 	closing func() error
+	looked  bool // an operation looked its order up (lookup)
 }
 
 // newOrderClient makes a worker's client of service, and starts the
@@ -85,6 +86,7 @@ type orderClient struct {
 func newOrderClient(ctx context.Context, env *engine.Env, service http.Handler, newPipe func(context.Context) (pipeline, error)) (*orderClient, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{order}/lines", service)
+	mux.HandleFunc("GET /orders/{order}", flakyLookup)
 	tr, err := client.NewTransport(&client.Config{Base: inProcess{mux}, MinDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond})
 	if err != nil {
 		return nil, err
@@ -107,7 +109,12 @@ func (c *orderClient) Op(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	body, kind := hostileBody(c.env.Rand.IntN(100))
+	pick := c.env.Rand.IntN(100)
+	body, kind := hostileBody(pick)
+	lookup := !c.looked || pick >= lookupFrom
+	if lookup {
+		kind, c.looked = "unkeyed-lookup", true
+	}
 	if kind != "" {
 		op.Set("hostile", kind)
 	}
@@ -116,7 +123,43 @@ func (c *orderClient) Op(ctx context.Context) error {
 	if sends > 1 {
 		op.Set("retries", strconv.Itoa(sends-1))
 	}
+	if lookup {
+		c.lookup(ctx, op, key)
+	}
 	return op.Finish(lineOut{N: n}, err, errRefused)
+}
+
+// lookupFrom: a client's first operation, and those whose draw (of 100)
+// is at least lookupFrom, look their order up after their request: a GET,
+// which the idempotency client does not key (a method outside its
+// Methods) and must send once, as it is.
+const lookupFrom = 96
+
+// lookup sends the order's lookup, whose first send the service fails
+// (flakyLookup): the client must hand the 503 back, not send it again. A
+// second send is a broken promise of idempotency/client.
+func (c *orderClient) lookup(ctx context.Context, op *engine.Invocation, order string) {
+	sends := 0
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, sendsKey{}, &sends), http.MethodGet, "http://orders/orders/"+order, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := c.http.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	if sends > 1 {
+		op.Broke("the lookup of %s, a GET the idempotency client does not key, was sent %d times: it sends such a request once", order, sends)
+	}
+}
+
+// flakyLookup answers an order's lookup: 503 to its first send, as a
+// flaky read would, and 204 to any other.
+func flakyLookup(w http.ResponseWriter, r *http.Request) {
+	if n, ok := r.Context().Value(sendsKey{}).(*int); ok && *n == 1 {
+		http.Error(w, "lookup failed: try again", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // send posts the request and returns the line number it was answered.
