@@ -129,11 +129,12 @@ var mutantCatchers = map[string]mutantCatcher{
 	"fencedlock.acquireall.atomic":                 {"inventory", engine.FencedLock, engine.Pause},
 	"fencedlock.acquireall.order":                  {"inventory", engine.FencedLock, ""},
 	"idempotency.client.unkeyed":                   {"orders", engine.Alternative, engine.Pause},
+	"atomic.refusal.recheck":                       {"inventory", engine.Alternative, engine.Pause},
+	"kafkawriter.inbox.dedupe.seq":                 {"orders", engine.Alternative, engine.Crash},
 }
 
-// mutantLayers are layered checks: mutant sites each of which the others
-// mask, so that no run catches one alone (each is in mutantHoles, saying
-// so). Each layer is hunted as one row, its sites all on in every worker
+// mutantLayers are layered checks: mutant sites that mask one another (a
+// site no run catches alone is in mutantHoles, saying so). Each layer is hunted as one row, its sites all on in every worker
 // ($LOCKFREE_MUTANTS naming them, comma-separated), on its catcher's run,
 // and must be caught in all its runs: together the checks matter.
 var mutantLayers = []mutantLayer{
@@ -1093,17 +1094,8 @@ var mutantHoles = map[string]string{
 	"kafkawriter.consumer.resync.drop": "the rest of the batch it applies from the batch held is applied once all the same: the reader's redelivery is dropped below the stored offset " +
 		"(kafkawriter.consumer.apply.below-stored); with both on (kafkawriter.consumer.batch-retry.lost-commit, the defect), random schedules on events catch them; kafkawriter's TestConsumerLostAnswerMidRetry catches it alone (TestMutantsAreCaught)",
 
-	// A refusal's re-check runs only in single-key statements without an
-	// operation ID, which only the blind-retry foil sends (the
-	// alternative's carry IDs, coalesced's go in steps); the store check
-	// would see it (a refusal's stock, Met): atomic's TestGuards catches
-	// it (TestMutantsAreCaught).
-	"atomic.refusal.recheck": "only the blind-retry foil sends single-key statements without an operation ID, where the re-check runs (a refusal's stock is checked: Met); atomic's TestGuards/atomic.refusal.recheck catches it (TestMutantsAreCaught)",
-
-	// orders reaches these sites, and its crashes make relays publish
+	// orders reaches this site, and its crashes make relays publish
 	// batches again, but the inbox drops a copy by its event ID and by its
-	// entity's sequence, each enough alone: mutantLayers hunts the two
-	// together.
-	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
-	"kafkawriter.inbox.dedupe.seq":      "layered with dedupe.event-id, which drops a republished copy too: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
+	// entity's sequence: mutantLayers hunts the two together.
+	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops every copy of an event written once; only an event written again (a new sequence, its ID kept) needs the ID, and no scenario writes one twice: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
 }

@@ -13,9 +13,11 @@ import (
 // inventoryAlternative runs the store on atomic.Postgres: each operation's
 // check and write are one statement (a reprice reads the price first, then
 // compares and sets it), so no pause can fall between them. Each write
-// carries an operation ID (atomic.WithID), minted once per operation: one
-// whose answer was lost is sent again with it, and returns the outcome the
-// first send recorded instead of applying twice.
+// but one sale in two carries an operation ID (atomic.WithID), minted once
+// per operation: one whose answer was lost is sent again with it, and
+// returns the outcome the first send recorded instead of applying twice.
+// The other sales are Decrement's plain statement, as most callers send
+// it: sent once, a lost answer leaves the sale uncertain.
 type inventoryAlternative struct{}
 
 func init() { engine.RegisterApproach(inventoryAlternative{}) }
@@ -23,7 +25,7 @@ func init() { engine.RegisterApproach(inventoryAlternative{}) }
 func (inventoryAlternative) Scenario() string          { return "inventory" }
 func (inventoryAlternative) Approach() engine.Approach { return engine.Alternative }
 func (inventoryAlternative) Label() string {
-	return "atomic.Postgres: each operation one conditional statement with an operation ID (sale: UPDATE … WHERE quantity >= 1, its outcome recorded), resent with the ID after a lost answer"
+	return "atomic.Postgres: each operation one conditional statement with an operation ID (sale: UPDATE … WHERE quantity >= 1, its outcome recorded), resent with the ID after a lost answer; 1 sale in 2 without an ID, sent once"
 }
 func (inventoryAlternative) Protection(engine.Params) engine.Protection { return engine.Protection{} }
 
@@ -62,13 +64,30 @@ func newInventoryAltClient(env *engine.Env, ids bool) (engine.Client, error) {
 		return nil, err
 	}
 	ops := inventoryAltOps{env: env, store: s, ids: ids, again: true}
-	if ids {
-		if ops.probe, err = newIDProber(env, s); err != nil {
-			return nil, err
-		}
+	if !ids {
+		return newInventoryClient(env, ops), nil
 	}
-	return newInventoryClient(env, ops), nil
+	if ops.probe, err = newIDProber(env, s); err != nil {
+		return nil, err
+	}
+	ops.unsure = new(int64)
+	return altClient{newInventoryClient(env, ops), ops.unsure}, nil
 }
+
+// altClient is a client of the alternative, which counts its plain sales
+// left uncertain.
+type altClient struct {
+	*inventoryClient
+	unsure *int64
+}
+
+// Counts: plainUncertain, the plain sales whose answer was lost.
+func (c altClient) Counts() map[string]int64 { return map[string]int64{plainUncertain: *c.unsure} }
+
+// plainUncertain names, in a report's counts, the alternative's sales sent
+// without an ID whose answer was lost: each is uncertain, and the only
+// uncertain operations it may have.
+const plainUncertain = "plain-uncertain"
 
 // inventoryAltOps are the store's operations on atomic.Postgres. Each
 // statement is the whole operation: the before-write point is before it.
@@ -81,6 +100,8 @@ type inventoryAltOps struct {
 	ids   bool
 	again bool
 	probe *idProber
+	// unsure, with ids, counts the plain sales whose answer was lost.
+	unsure *int64
 }
 
 const inventoryAltPoint = "harness.inventory.alternative.before-write"
@@ -101,6 +122,14 @@ func (o inventoryAltOps) send(ctx context.Context, fn func() error) error {
 }
 
 func (o inventoryAltOps) sell(ctx context.Context, sku string) (left int64, err error) {
+	if o.ids && o.env.Rand.IntN(2) == 0 { // a plain sale: sent once, no ID
+		o.env.BeforeWrite(ctx, inventoryAltPoint)
+		left, err = o.store.Decrement(ctx, sku, 1)
+		if err != nil && engine.LostAnswer(err) {
+			*o.unsure++
+		}
+		return left, err
+	}
 	id := o.id()
 	o.env.BeforeWrite(ctx, inventoryAltPoint)
 	err = o.send(ctx, func() (err error) { left, err = o.store.Decrement(ctx, sku, 1, id...); return err })

@@ -148,7 +148,18 @@ type outboxPipe struct {
 	consumer *kafkawriter.Consumer
 	inbox    *kafkawriter.Inbox
 	dedupe   bool // by event ID, besides the offset
+	// stopPurge ends purgeLoop; purged is closed when it has.
+	stopPurge context.CancelFunc
+	purged    chan struct{}
 }
+
+// Each worker purges the inbox's event IDs every idPurgeEvery, however
+// recent (Inbox.Purge, retention 0): a copy a relay publishes again — a
+// crashed worker's replacement, or a relay that took its partition over —
+// finds its ID gone, and is dropped by its entity's sequence alone, as a
+// copy that arrives after the consumer's DedupeRetention is. The retention
+// a Consumer takes is a minute at least: the lab ages the IDs faster.
+const idPurgeEvery = 200 * time.Millisecond
 
 // startOutbox starts the worker's relay, a member of the run's relay fleet
 // named after the worker, and its consumer of events, a member of the
@@ -185,7 +196,31 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 	if err := p.consumer.Start(sctx); err != nil {
 		return nil, errors.Join(err, p.relay.Stop(context.WithoutCancel(ctx)))
 	}
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	p.stopPurge, p.purged = stop, make(chan struct{})
+	if !dedupe {
+		close(p.purged) // no IDs to purge
+		return p, nil
+	}
+	go p.purgeLoop(pctx)
 	return p, nil
+}
+
+// purgeLoop purges the inbox's event IDs every idPurgeEvery until ctx
+// ends. A purge that fails is tried at the next
+// tick: the IDs only stay longer.
+func (p *outboxPipe) purgeLoop(ctx context.Context) {
+	defer close(p.purged)
+	t := time.NewTicker(idPurgeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = p.inbox.Purge(ctx, p.topic, p.topic, 0)
+		}
+	}
 }
 
 // apply is the consumer's handler: a batch of one partition, in the
@@ -248,6 +283,8 @@ func (p *outboxPipe) counts() map[string]int64 {
 }
 
 func (p *outboxPipe) close() error {
+	p.stopPurge()
+	<-p.purged
 	ctx, cancel := context.WithTimeout(context.Background(), engine.WriteTimeout)
 	defer cancel()
 	defer closeClient(p.kafka)

@@ -115,6 +115,22 @@ type paymentsLeasedClient struct {
 	http   [2]*http.Client
 	keys   paymentKeys
 	ops    int
+	late   lateKey
+}
+
+// A client retries, every lateEvery operations, the last key that expires
+// it was told is charged, once the key's retention has passed since: a
+// client that retries a payment long after its answer, which must be
+// refused (idempotency.ErrExpired), never replayed. Each such key is
+// retried late once. It makes expired keys' retries come in every run,
+// however few operations a loaded machine runs.
+const lateEvery = 8
+
+// lateKey is a key that expires, its amount, and when its charge returned.
+type lateKey struct {
+	key    string
+	amount int64
+	at     history.Time
 }
 
 // metaUnanswered marks an operation given a replay that carried no
@@ -127,13 +143,14 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 		// server restarting) leaves the records for the next one.
 		_, _ = c.stores[1].Purge(ctx, purgeLimit)
 	}
-	ctx, op, amount, err := c.keys.next(ctx, c.env)
+	ctx, op, amount, err := c.next(ctx)
 	if err != nil {
 		return err
 	}
 	hc := c.http[0]
 	if expiring(op.Key()) {
 		hc = c.http[1]
+		op.Set(metaRetention, paymentsRetention(c.env).String())
 	}
 	req, kind := hostileCharge(c.env.Rand.IntN(100), op.Key(), amount)
 	if kind != "" {
@@ -144,10 +161,29 @@ func (c *paymentsLeasedClient) Op(ctx context.Context) error {
 	if call.sends > 1 {
 		op.Set("retries", strconv.Itoa(call.sends-1)) // the client's resends too
 	}
+	if err == nil && expiring(op.Key()) {
+		c.late = lateKey{key: op.Key(), amount: amount, at: history.Now()}
+	}
 	// A superseded attempt is refused: its charge too, by the token, unless
 	// it committed before (Took), and then the operation is uncertain.
 	return op.Finish(ChargeOutput{Recorded: err == nil && call.stored}, err,
 		idempotency.ErrInFlight, idempotency.ErrKeyReused, idempotency.ErrExpired, errChargeTooLarge)
+}
+
+// next starts the client's next charge: every lateEvery operations the
+// late retry of c.late, when its key's retention has passed; otherwise
+// the next of c.keys.
+func (c *paymentsLeasedClient) next(ctx context.Context) (context.Context, *engine.Invocation, int64, error) {
+	l := c.late
+	if c.ops%lateEvery != 0 || l.key == "" || history.Now() <= l.at+history.Time(paymentsRetention(c.env)) {
+		return c.keys.next(ctx, c.env)
+	}
+	c.late = lateKey{}
+	ctx, op, err := c.env.Invoke(ctx, l.key, KindCharge, ChargeInput{Amount: l.amount})
+	if err == nil {
+		op.Set("hostile", "late-retry")
+	}
+	return ctx, op, l.amount, err
 }
 
 func (c *paymentsLeasedClient) Close() error { return nil }

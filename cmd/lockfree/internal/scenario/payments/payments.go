@@ -121,6 +121,7 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 		return nil, err
 	}
 	checkAnswered(rep, ops)
+	checkExpired(rep, ops)
 	return rep, nil
 }
 
@@ -130,7 +131,45 @@ func (payments) Check(ctx context.Context, db *pgxpool.Pool, ops []history.Op, _
 const (
 	unanswered       history.Anomaly = "replay without an answer"
 	releasedAnswered history.Anomaly = "key released after its answer"
+	expiredReplay    history.Anomaly = "replay after expiry"
 )
+
+// metaRetention marks an operation on a key that expires: the store's
+// retention of its answer (a time.Duration's string).
+const metaRetention = "retention"
+
+// checkExpired adds to rep a violation for each operation on a key that
+// expires (metaRetention) told the key is charged by a replay (OK, not
+// Recorded) when it was called more than the retention after an operation
+// that stored the key's answer had returned: the answer had expired
+// before the operation sent anything, and each of its sends must have
+// been refused (idempotency.ErrExpired), purged or not.
+func checkExpired(rep *history.Findings, ops []history.Op) {
+	stored := map[string]history.Time{} // each key's first return of an operation that stored its answer
+	for _, op := range ops {
+		var out ChargeOutput
+		if op.Meta[metaRetention] == "" || op.Outcome != history.OK || json.Unmarshal(op.Output, &out) != nil || !out.Recorded {
+			continue
+		}
+		if t, ok := stored[op.Key]; !ok || op.Return < t {
+			stored[op.Key] = op.Return
+		}
+	}
+	for _, op := range ops {
+		retention, err := time.ParseDuration(op.Meta[metaRetention])
+		var out ChargeOutput
+		if err != nil || op.Outcome != history.OK || json.Unmarshal(op.Output, &out) != nil || out.Recorded {
+			continue
+		}
+		t, ok := stored[op.Key]
+		if !ok || op.Call <= t+history.Time(retention) {
+			continue
+		}
+		rep.Add(history.Violation{Key: op.Key, Anomaly: expiredReplay, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
+			Text: fmt.Sprintf("client %d's charge called at t=%.3fs was told key %s is charged by a replay, %.3fs after an operation that stored its answer returned: past the key's retention (%v), it must be refused",
+				op.Client, float64(op.Call-rep.Base)/1e9, short.Quote(op.Key), float64(op.Call-t)/1e9, retention)})
+	}
+}
 
 // checkAnswered adds to rep a violation for each operation given a replay
 // with no answer (metaUnanswered): the key had expired and been purged to
