@@ -85,8 +85,9 @@ type altClient struct {
 func (c altClient) Counts() map[string]int64 { return map[string]int64{plainUncertain: *c.unsure} }
 
 // plainUncertain names, in a report's counts, the alternative's sales sent
-// without an ID whose answer was lost: each is uncertain, and the only
-// uncertain operations it may have.
+// without an ID whose answer was lost: each is uncertain, and under
+// lost-reply they are the only uncertain operations it may have (the
+// others are resent with their IDs).
 const plainUncertain = "plain-uncertain"
 
 // inventoryAltOps are the store's operations on atomic.Postgres. Each
