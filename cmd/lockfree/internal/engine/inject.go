@@ -297,6 +297,20 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Every calls fn every d until ctx ends, the first time d from now.
+func Every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
 // poll checks cond every few milliseconds, for at most d: for conditions
 // that nothing announces (a proxy's counters).
 func poll(ctx context.Context, d time.Duration, cond func() bool) bool {

@@ -165,16 +165,7 @@ func startProber(ctx context.Context, c *accountsAltClient) *prober {
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		t := time.NewTicker(tickEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				p.sched.tick(time.Now())
-			}
-		}
+		engine.Every(ctx, tickEvery, func() { p.sched.tick(time.Now()) })
 	}()
 	go func() {
 		defer p.wg.Done()

@@ -207,20 +207,11 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 }
 
 // purgeLoop purges the inbox's event IDs every idPurgeEvery until ctx
-// ends. A purge that fails is tried at the next
-// tick: the IDs only stay longer.
+// ends. A purge that fails is tried at the next tick: the IDs only stay
+// longer.
 func (p *outboxPipe) purgeLoop(ctx context.Context) {
 	defer close(p.purged)
-	t := time.NewTicker(idPurgeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = p.inbox.Purge(ctx, p.topic, p.topic, 0)
-		}
-	}
+	engine.Every(ctx, idPurgeEvery, func() { _, _ = p.inbox.Purge(ctx, p.topic, p.topic, 0) })
 }
 
 // apply is the consumer's handler: a batch of one partition, in the
