@@ -154,12 +154,17 @@ type outboxPipe struct {
 }
 
 // Each worker purges the inbox's event IDs every idPurgeEvery, however
-// recent (Inbox.Purge, retention 0): a copy a relay publishes again — a
-// crashed worker's replacement, or a relay that took its partition over —
-// finds its ID gone, and is dropped by its entity's sequence alone, as a
-// copy that arrives after the consumer's DedupeRetention is. The retention
-// a Consumer takes is a minute at least: the lab ages the IDs faster.
-const idPurgeEvery = 200 * time.Millisecond
+// recent (Inbox.Purge, retention 0), as every Consumer with Dedupe purges
+// those past its retention; each purge is bounded by idPurgeTimeout. A
+// copy a relay publishes again — a crashed worker's replacement, or a
+// relay that took its partition over — finds its ID gone, and is dropped
+// by its entity's sequence alone, as a copy that arrives after the
+// consumer's DedupeRetention is. The retention a Consumer takes is a
+// minute at least: the lab ages the IDs faster.
+const (
+	idPurgeEvery   = 200 * time.Millisecond
+	idPurgeTimeout = time.Second
+)
 
 // startOutbox starts the worker's relay, a member of the run's relay fleet
 // named after the worker, and its consumer of events, a member of the
@@ -211,7 +216,11 @@ func startOutbox(ctx context.Context, env *engine.Env, events *outbox.Postgres, 
 // longer.
 func (p *outboxPipe) purgeLoop(ctx context.Context) {
 	defer close(p.purged)
-	engine.Every(ctx, idPurgeEvery, func() { _, _ = p.inbox.Purge(ctx, p.topic, p.topic, 0) })
+	engine.Every(ctx, idPurgeEvery, func() {
+		pctx, cancel := context.WithTimeout(ctx, idPurgeTimeout)
+		defer cancel()
+		_, _ = p.inbox.Purge(pctx, p.topic, p.topic, 0)
+	})
 }
 
 // apply is the consumer's handler: a batch of one partition, in the
