@@ -460,7 +460,10 @@ type partitionRun struct {
 // message at a time with retries and dead-lettering. When a write finds the
 // stored offset ahead (its earlier attempt committed, the answer was lost),
 // the reader is sought to the stored offset and the rest of the batch is
-// dropped: the reader delivers it again.
+// dropped: the reader delivers it again. So every batch starts at the
+// expected offset: the reader starts at the claimed one, moves on only as
+// batches are applied, and is sought only here (kafka-go's reader never
+// delivers below the offset it was given).
 func (pp *partitionRun) apply(ctx context.Context, batch []kafka.Message) error {
 	err := pp.applyBatch(ctx, batch)
 	if errors.Is(err, errResynced) {
@@ -488,12 +491,10 @@ func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) e
 		if errors.Is(err, errDeadLettered) {
 			err = pp.skip(ctx, m)
 		}
-		// The mutants are asked only after a resync: their sites count the
-		// batches the check drops. batch-retry.lost-commit is the defect
-		// this check and unapplied's fixed together.
-		if errors.Is(err, errResynced) && (failpoint.Mutant("kafkawriter.consumer.resync.drop") ||
-			failpoint.Mutant("kafkawriter.consumer.batch-retry.lost-commit")) {
-			continue // the old batch's next messages are applied from it
+		// The mutant is asked only after a resync: its site counts the
+		// batches the check drops.
+		if errors.Is(err, errResynced) && failpoint.Mutant("kafkawriter.consumer.batch-retry.lost-commit") {
+			continue // the defect: the old batch's next messages are applied from it
 		}
 		if err != nil {
 			return err
@@ -507,39 +508,17 @@ func (pp *partitionRun) applyBatch(ctx context.Context, batch []kafka.Message) e
 // holds, which the reader delivers again.
 var errResynced = errors.New("kafkawriter: resumed from the stored offset")
 
-// unapplied returns msgs without the messages below the stored offset: a
-// batch the reader delivered again after a resync, whose first messages the
-// inbox already counts as applied. Offsets increase within a batch.
-func (pp *partitionRun) unapplied(msgs []kafka.Message) []kafka.Message {
-	// The mutants are asked only of a batch that starts below the stored
-	// offset: their sites count the batches the check drops from.
-	if pp.expected < 0 || len(msgs) == 0 || msgs[0].Offset >= pp.expected ||
-		failpoint.Mutant("kafkawriter.consumer.apply.below-stored") ||
-		failpoint.Mutant("kafkawriter.consumer.batch-retry.lost-commit") {
-		return msgs
-	}
-	i := 0
-	for i < len(msgs) && msgs[i].Offset < pp.expected {
-		i++
-	}
-	return msgs[i:]
-}
-
 // failed counts a failed attempt of the handler.
 func (pp *partitionRun) failed() {
 	pp.c.stats.failed.Add(1)
 	pp.c.tel.failures.Add(context.Background(), 1, pp.c.tel.source.Add()...)
 }
 
-// tx runs the handler over msgs, those at or above the stored offset, and
-// advances the inbox in one transaction. Errors other than the handler's own
+// tx runs the handler over msgs and advances the inbox in one transaction. Errors other than the handler's own
 // and fencing (a lost connection, a failed commit) are retried here, until
 // ctx ends; a retry that finds the stored offset ahead resyncs
 // (errResynced).
 func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
-	if msgs = pp.unapplied(msgs); len(msgs) == 0 {
-		return nil
-	}
 	for {
 		err := pp.tryTx(pp.work, msgs)
 		var stale *StaleOffsetError

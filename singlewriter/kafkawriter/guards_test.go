@@ -37,11 +37,8 @@ func guards() []guard {
 		{"fenced read stamp", []string{"kafkawriter.fenced.read.stamp"}, checkPausedHolder},
 		{"applied events skipped", []string{"kafkawriter.fenced.skip.seq"}, checkSkipsApplied},
 		{"paused fenced consumer", []string{"kafkawriter.fenced.write.token"}, checkPausedFencedConsumer},
-		{"offsets below the stored one", []string{"kafkawriter.consumer.apply.below-stored"}, checkDropsBelowStored},
-		{"lost COMMIT mid-retry", []string{"kafkawriter.consumer.resync.drop"}, checkLostCommitMidRetry},
-		{"lost skip mid-retry", []string{"kafkawriter.consumer.resync.drop"}, checkLostSkipMidRetry},
-		{"lost COMMIT mid-retry, both checks off", []string{"kafkawriter.consumer.resync.drop", "kafkawriter.consumer.apply.below-stored"}, checkLostCommitMidRetry},
-		{"the batch-retry defect", []string{"kafkawriter.consumer.batch-retry.lost-commit"}, checkLostCommitMidRetry},
+		{"lost COMMIT mid-retry", []string{"kafkawriter.consumer.batch-retry.lost-commit"}, checkLostCommitMidRetry},
+		{"lost skip mid-retry", []string{"kafkawriter.consumer.batch-retry.lost-commit"}, checkLostSkipMidRetry},
 		{"dead letter refused", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedConsumer},
 		{"dead letter refused, fenced consumer", []string{"kafkawriter.deadletter.permanent"}, checkDeadLetterRefusedFenced},
 		{"event applied before, written again", []string{"kafkawriter.inbox.dedupe.event-id"}, func(t *testing.T) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -82,8 +81,8 @@ type handlerCall struct {
 // committed, the connection broke. The consumer finds the stored offset
 // ahead, resumes from it, and drops the rest of the batch it held: every
 // message is applied once. (The lockfree_mutants build shows the old
-// batch's messages applied after the resume, and twice when the batch path
-// also takes offsets below the stored one: TestMutantsAreCaught.)
+// batch's messages applied after the resume, and again from the reader:
+// TestMutantsAreCaught.)
 func TestConsumerLostAnswerMidRetry(t *testing.T) {
 	t.Parallel()
 	for _, l := range []lostAnswer{lostCommit, lostSkip} {
@@ -194,71 +193,6 @@ func checkLostAnswerMidRetry(t *testing.T, lost lostAnswer) error {
 		errs = append(errs, fmt.Errorf("stats %+v: want %d applied, %d dead-lettered", s, want, dead))
 	}
 	return errors.Join(errs...)
-}
-
-// TestConsumerDropsOffsetsBelowStored: a batch that starts below the stored
-// offset — a reader sought back, or one that delivers again what it
-// delivered before — has its applied messages dropped, not applied again.
-// (With that check off, the lockfree_mutants build shows them applied
-// twice: TestMutantsAreCaught.)
-func TestConsumerDropsOffsetsBelowStored(t *testing.T) {
-	t.Parallel()
-	if err := checkDropsBelowStored(t); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func checkDropsBelowStored(t *testing.T) error {
-	db := testdb.New(t, kafkawriter.Migrations()...)
-	if _, err := db.Pool.Exec(ctx, appliedDDL); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var calls []handlerCall
-	h := func(ctx context.Context, tx pgx.Tx, msgs []kafka.Message) error {
-		mu.Lock()
-		calls = append(calls, handlerCall{msgs[0].Offset, len(msgs)})
-		mu.Unlock()
-		for _, m := range msgs {
-			if err := insertApplied(ctx, tx, m, "c"); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	src := kafkawriter.Source{Brokers: []string{"127.0.0.1:1"}, Topic: "t", GroupID: "g"} // never dialled
-	c, err := kafkawriter.NewBatchConsumer(db.Pool, src, h, &kafkawriter.ConsumerConfig{BatchSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch := func(from, to int64) []kafka.Message {
-		var msgs []kafka.Message
-		for off := from; off <= to; off++ {
-			msgs = append(msgs, kafka.Message{Topic: "t", Offset: off, Key: []byte("k"), Value: []byte(strconv.FormatInt(off, 10))})
-		}
-		return msgs
-	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := c.ApplyFetched(wctx, 0, batch(0, 9), batch(4, 13)); err != nil {
-		t.Fatal(err)
-	}
-	var rows, distinct int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT off) FROM applied`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	inbox, _ := kafkawriter.NewInbox(db.Pool, nil)
-	next, _, _, err := inbox.Offset(ctx, "g", "t", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("handler calls %v; %d rows, %d distinct; stored offset %d", calls, rows, distinct, next)
-	if rows != 14 || distinct != 14 || next != 14 {
-		return fmt.Errorf("batches 0–9 then 4–13: %d rows applied (%d distinct), stored offset %d; want 14, 14, 14", rows, distinct, next)
-	}
-	return nil
 }
 
 // TestFencedConsumerLostCommitMidRetry: the fenced twin under the first

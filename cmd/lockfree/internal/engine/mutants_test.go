@@ -73,7 +73,9 @@ var (
 // is in force (a member's Join); then under a cut worker, whose relay's
 // publish may fail with its outcome unknown while Kafka never had it; last
 // the fenced lock without faults, whose clients, never stopped, acquire
-// the most (inventory's baskets: AcquireAll).
+// the most (inventory's baskets: AcquireAll); last the alternative without
+// faults, whose producers send some events twice (events: the inbox's ID
+// check).
 var mutantTrials = []mutantTrial{
 	{engine.NaiveLock, ""},
 	{engine.Coalesced, ""},
@@ -93,6 +95,7 @@ var mutantTrials = []mutantTrial{
 	{engine.Alternative, engine.Crash},
 	{engine.Alternative, engine.Isolate},
 	{engine.FencedLock, ""},
+	{engine.Alternative, ""},
 }
 
 // mutantTrial is an approach under a fault ("" for none).
@@ -131,6 +134,7 @@ var mutantCatchers = map[string]mutantCatcher{
 	"idempotency.client.unkeyed":                   {"orders", engine.Alternative, engine.Pause},
 	"atomic.refusal.recheck":                       {"inventory", engine.Alternative, engine.Pause},
 	"kafkawriter.inbox.dedupe.seq":                 {"orders", engine.Alternative, engine.Crash},
+	"kafkawriter.inbox.dedupe.event-id":            {"events", engine.Alternative, ""},
 }
 
 // mutantLayers are layered checks: mutant sites of which one at least is
@@ -138,13 +142,7 @@ var mutantCatchers = map[string]mutantCatcher{
 // mutantHoles, saying so). Each layer is hunted as one row, its sites all on in every worker
 // ($LOCKFREE_MUTANTS naming them, comma-separated), on its catcher's run,
 // and must be caught in all its runs: together the checks matter.
-var mutantLayers = []mutantLayer{
-	{
-		sites:   []string{"kafkawriter.inbox.dedupe.event-id", "kafkawriter.inbox.dedupe.seq"},
-		doc:     "Inbox.Dedupe keeps every copy: neither its event ID check nor its sequence check (both layers of the inbox's dedupe off)",
-		catcher: mutantCatcher{"orders", engine.Alternative, engine.Crash},
-	},
-}
+var mutantLayers = []mutantLayer{}
 
 // mutantLayer is one entry of mutantLayers.
 type mutantLayer struct {
@@ -1079,22 +1077,4 @@ var mutantUnsteady = map[string]string{}
 // holes in the proof that remain to be closed with a sharper scenario.
 // TestMutants fails on a hole missing here and on one listed here that a
 // run catches, so the list cannot drift from what the runs show.
-var mutantHoles = map[string]string{
-	// events' hostile mix retries batches one message at a time, and its
-	// alternative under lost-commit or lost-reply loses answers mid-retry
-	// (resync.drop's site is hit, below-stored's is not), but these two
-	// checks guard one another: with either off, the other still applies
-	// each message once. With both on (LOCKFREE_MUTANTS naming both) the
-	// batch is applied twice, and events' alternative under --faults
-	// random catches it (8 of seeds 1–20, 20 s each; the first duplicate
-	// at seed 7).
-	"kafkawriter.consumer.apply.below-stored": "no batch starts below the stored offset unless kafkawriter.consumer.resync.drop is on too (the resync seeks the reader back and drops the batch held); " +
-		"with both on (kafkawriter.consumer.batch-retry.lost-commit, the defect), random schedules on events catch them; kafkawriter's TestConsumerDropsOffsetsBelowStored catches it alone (TestMutantsAreCaught)",
-	"kafkawriter.consumer.resync.drop": "the rest of the batch it applies from the batch held is applied once all the same: the reader's redelivery is dropped below the stored offset " +
-		"(kafkawriter.consumer.apply.below-stored); with both on (kafkawriter.consumer.batch-retry.lost-commit, the defect), random schedules on events catch them; kafkawriter's TestConsumerLostAnswerMidRetry catches it alone (TestMutantsAreCaught)",
-
-	// orders reaches this site, and its crashes make relays publish
-	// batches again, but the inbox drops a copy by its event ID and by its
-	// entity's sequence: mutantLayers hunts the two together.
-	"kafkawriter.inbox.dedupe.event-id": "layered with dedupe.seq, which drops every copy of an event written once; only an event written again (a new sequence, its ID kept) needs the ID, and no scenario writes one twice: orders under crash catches both off (their row); kafkawriter's TestInboxDedupe catches it alone (TestMutantsAreCaught)",
-}
+var mutantHoles = map[string]string{}

@@ -23,7 +23,8 @@ import (
 // on the partition's offset and epoch in one transaction. A member stopped
 // past its session timeout is evicted, the group rebalances, another member
 // claims the partition with a higher epoch and applies; the stopped one
-// resumes with its batch in hand and its transaction is refused.
+// resumes with its batch in hand and its transaction is refused. The inbox
+// drops a copy of an event sent twice by its event ID (Dedupe; resends).
 type eventsAlternative struct{ kafkaEvents }
 
 func init() { engine.RegisterApproach(eventsAlternative{}) }
@@ -43,7 +44,7 @@ func (eventsAlternative) AimPoint(f engine.Fault) string {
 func (eventsAlternative) Scenario() string          { return "events" }
 func (eventsAlternative) Approach() engine.Approach { return engine.Alternative }
 func (eventsAlternative) Label() string {
-	return "kafkawriter.Consumer: one Kafka consumer group; each partition's owner applies a batch and advances the inbox (offset and epoch compare-and-set) in one transaction"
+	return "kafkawriter.Consumer: one Kafka consumer group; each partition's owner applies a batch and advances the inbox (offset and epoch compare-and-set) in one transaction; Dedupe drops a resent event by its ID"
 }
 
 // Protection is the consumer group's: another member takes a stopped one's
@@ -65,7 +66,7 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	}
 	c := &eventsAltClient{kafkaProducer: p, holder: approach.Holder(env), group: topic, stop: make(chan struct{}),
 		timing: engine.KafkaGroupTiming(env.Clients)}
-	c.cfg = kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100,
+	c.cfg = kafkawriter.ConsumerConfig{Holder: c.holder, BatchSize: 100, Dedupe: true,
 		MaxAttempts: maxAttempts, RetryBackoff: retryBackoff, DeadLetterTopic: dlq,
 		SessionTimeout: c.timing.Session, RebalanceTimeout: c.timing.Rebalance, HeartbeatInterval: c.timing.Heartbeat, Dialer: kafkaDialer(env),
 		MeterProvider: env.MeterProvider}

@@ -252,7 +252,7 @@ func (g *groupConsumer) apply(ctx context.Context, name string, token int64, run
 			return err
 		}
 		evs = append(evs, e)
-		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, g.holder, nil, m.Topic, m.Partition)
+		queueApply(b, m, e, g.holder, "")
 	}
 	if b.Len() == 0 {
 		return nil

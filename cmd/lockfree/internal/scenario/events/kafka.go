@@ -112,6 +112,7 @@ type kafkaProducer struct {
 	// stall is how long Drain waits for a stalled entity: drainStall, but
 	// in tests.
 	stall time.Duration
+	sent  bool // a produce was sent (resends)
 }
 
 func newKafkaProducer(env *engine.Env, topic string) (*kafkaProducer, error) {
@@ -167,12 +168,23 @@ func (p *kafkaProducer) Op(ctx context.Context) error {
 		// The run is over, or the operation's time: nothing was sent.
 		return op.Finish(nil, history.NotSent(ctx.Err()))
 	}
+	resend := p.resends(op.Key(), first)
 	msgs := make([]kafka.Message, 0, eventsPerOp)
 	for s := first; s < first+eventsPerOp; s++ {
-		msgs = append(msgs, kafka.Message{Key: []byte(p.keys[k]), Value: encodeEvent(pendingEvent{entity: op.Key(), seq: s, by: op.ID()})})
+		m := kafka.Message{Key: []byte(p.keys[k]), Value: encodeEvent(pendingEvent{entity: op.Key(), seq: s, by: op.ID()})}
+		if resend {
+			m.Headers = []kafka.Header{{Key: kafkawriter.HeaderEventID, Value: []byte(op.Key() + "/" + strconv.FormatInt(s, 10))}}
+		}
+		msgs = append(msgs, m)
 	}
 	op.ReachedWrite() // the send is the produce's write
 	err = p.kp.SendMessages(ctx, msgs...)
+	if resend && (err == nil || errors.Is(err, kafkawriter.ErrUncertain)) {
+		op.Set("resent", "yes")
+		if again := p.kp.SendMessages(ctx, msgs...); err != nil {
+			err = again // the first may have been written: the second says
+		}
+	}
 	if err == nil {
 		p.acked[k] = first + eventsPerOp - 1
 	}
@@ -184,6 +196,31 @@ func (p *kafkaProducer) Op(ctx context.Context) error {
 		err = history.NotSent(err)
 	}
 	return op.Finish(nil, err)
+}
+
+// resendEvery: 1 produce in resendEvery, and each worker's first, is sent
+// twice, its events with an event ID each (kafkawriter.HeaderEventID): a
+// producer that sends again when its deadline passed before the
+// acknowledgement came, or its send failed with ErrUncertain. Only a
+// produce of well-behaved events is: a copy of a poison event would be
+// dead-lettered twice. The others go out once, and a lost answer leaves
+// them uncertain.
+const resendEvery = 8
+
+// resends reports whether the produce of entity's events from first is
+// sent twice (resendEvery).
+func (p *kafkaProducer) resends(entity string, first int64) bool {
+	firstOp := !p.sent
+	p.sent = true
+	if !firstOp && p.env.Rand.IntN(resendEvery) != 0 {
+		return false
+	}
+	for s := first; s < first+eventsPerOp; s++ {
+		if hostileKind(entity, s) != wellBehaved {
+			return false
+		}
+	}
+	return true
 }
 
 // wait waits until entity k's backlog is below kafkaBacklog, and reports
@@ -314,8 +351,46 @@ SELECT $1, $2, o.last_seq, $3, $4,
 	(SELECT owner FROM lockfree_inbox_offsets WHERE group_id = $5 AND topic = $6 AND partition = $7)
 FROM o`
 
+// sqlEventsApplyKafkaOnce is sqlEventsApplyKafka for an event that carries
+// an ID ($8): it records the ID and applies the event only if the ID was
+// not recorded before — how the lock-based consumers, which have no inbox,
+// drop a copy of an event its producer sent twice (resends). A concurrent
+// application of the same ID waits for the first to end.
+const sqlEventsApplyKafkaOnce = `WITH c AS (INSERT INTO applied_ids (id) VALUES ($8) ON CONFLICT DO NOTHING RETURNING id),
+o AS (SELECT last_seq FROM entity_state WHERE entity = $1 AND EXISTS (SELECT FROM c)),
+u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1 AND EXISTS (SELECT FROM c))
+INSERT INTO applied (entity, seq, prev_seq, produced_by, applied_by, owner)
+SELECT $1, $2, o.last_seq, $3, $4,
+	(SELECT owner FROM lockfree_inbox_offsets WHERE group_id = $5 AND topic = $6 AND partition = $7)
+FROM o`
+
+// queueApply queues the application of m, event e, by worker holder in b;
+// group is the inbox's consumer group, "" for none. Without an inbox (no
+// group), an event with an ID is applied once per ID
+// (sqlEventsApplyKafkaOnce); with one, the inbox drops its copies.
+func queueApply(b *pgx.Batch, m kafka.Message, e pendingEvent, holder, group string) {
+	var g any
+	if group != "" {
+		g = group
+	} else if id := eventID(m); id != "" {
+		b.Queue(sqlEventsApplyKafkaOnce, e.entity, e.seq, e.by, holder, nil, m.Topic, m.Partition, id)
+		return
+	}
+	b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
+}
+
+// eventID is m's event ID (kafkawriter.HeaderEventID), "" without one.
+func eventID(m kafka.Message) string {
+	for _, h := range m.Headers {
+		if h.Key == kafkawriter.HeaderEventID {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
 // applyBatch applies msgs in tx in one round trip, as worker holder; group
-// is the inbox's consumer group, "" for none.
+// is the inbox's consumer group, "" for none (queueApply).
 func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, group string) error {
 	b := &pgx.Batch{}
 	for _, m := range msgs {
@@ -323,11 +398,7 @@ func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, gr
 		if err != nil {
 			return err
 		}
-		var g any
-		if group != "" {
-			g = group
-		}
-		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
+		queueApply(b, m, e, holder, group)
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
