@@ -111,12 +111,13 @@ func (c *orderClient) Op(ctx context.Context) error {
 	}
 	pick := c.env.Rand.IntN(100)
 	body, kind := hostileBody(pick)
-	lookup := !c.looked || pick >= lookupFrom
-	if lookup {
-		kind, c.looked = "unkeyed-lookup", true
-	}
 	if kind != "" {
 		op.Set("hostile", kind)
+	}
+	lookup := !c.looked || pick >= lookupFrom
+	if lookup {
+		op.Set("lookup", "unkeyed") // a meta of its own: the body may be hostile too
+		c.looked = true
 	}
 	sends := 0
 	n, err := c.send(context.WithValue(ctx, sendsKey{}, &sends), key, op.ID(), body)

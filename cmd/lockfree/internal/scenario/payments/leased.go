@@ -181,7 +181,7 @@ func (c *paymentsLeasedClient) next(ctx context.Context) (context.Context, *engi
 	c.late = lateKey{}
 	ctx, op, err := c.env.Invoke(ctx, l.key, KindCharge, ChargeInput{Amount: l.amount})
 	if err == nil {
-		op.Set("hostile", "late-retry")
+		op.Set("late-retry", "yes") // a meta of its own: hostileCharge may draw a kind too
 	}
 	return ctx, op, l.amount, err
 }

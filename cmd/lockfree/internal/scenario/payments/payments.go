@@ -145,29 +145,34 @@ const metaRetention = "retention"
 // before the operation sent anything, and each of its sends must have
 // been refused (idempotency.ErrExpired), purged or not.
 func checkExpired(rep *history.Findings, ops []history.Op) {
-	stored := map[string]history.Time{} // each key's first return of an operation that stored its answer
-	for _, op := range ops {
-		var out ChargeOutput
-		if op.Meta[metaRetention] == "" || op.Outcome != history.OK || json.Unmarshal(op.Output, &out) != nil || !out.Recorded {
-			continue
-		}
-		if t, ok := stored[op.Key]; !ok || op.Return < t {
-			stored[op.Key] = op.Return
-		}
+	type replay struct {
+		op        history.Op
+		retention time.Duration
 	}
+	var replays []replay
+	stored := map[string]history.Time{} // each key's first return of an operation that stored its answer
 	for _, op := range ops {
 		retention, err := time.ParseDuration(op.Meta[metaRetention])
 		var out ChargeOutput
-		if err != nil || op.Outcome != history.OK || json.Unmarshal(op.Output, &out) != nil || out.Recorded {
-			continue
+		switch {
+		case err != nil || op.Outcome != history.OK || json.Unmarshal(op.Output, &out) != nil:
+		case !out.Recorded:
+			replays = append(replays, replay{op, retention})
+		default:
+			if t, ok := stored[op.Key]; !ok || op.Return < t {
+				stored[op.Key] = op.Return
+			}
 		}
+	}
+	for _, r := range replays {
+		op := r.op
 		t, ok := stored[op.Key]
-		if !ok || op.Call <= t+history.Time(retention) {
+		if !ok || op.Call <= t+history.Time(r.retention) {
 			continue
 		}
 		rep.Add(history.Violation{Key: op.Key, Anomaly: expiredReplay, Marks: []history.Mark{{Op: op, Role: history.Culprit}},
 			Text: fmt.Sprintf("client %d's charge called at t=%.3fs was told key %s is charged by a replay, %.3fs after an operation that stored its answer returned: past the key's retention (%v), it must be refused",
-				op.Client, float64(op.Call-rep.Base)/1e9, short.Quote(op.Key), float64(op.Call-t)/1e9, retention)})
+				op.Client, float64(op.Call-rep.Base)/1e9, short.Quote(op.Key), float64(op.Call-t)/1e9, r.retention)})
 	}
 }
 
