@@ -32,8 +32,8 @@
 #   LOCKFREE_CACHE         where the jars are kept (default ~/.cache/lockfree)
 #   JAVA_HOME              optional; otherwise `java` from PATH (Java 17+)
 #
-# Ports: 59092 (broker) and 59093 (controller) for the single node, 59094 + 2(ID-1) and
-# 59095 + 2(ID-1) for cluster node ID, when all of them are free; when another process holds one
+# Ports: 29092 (broker) and 29093 (controller) for the single node, 29094 + 2(ID-1) and
+# 29095 + 2(ID-1) for cluster node ID, when all of them are free; when another process holds one
 # (another checkout's broker), `up` says so and uses this checkout's own ports (see
 # scripts/lib/service.sh). They are remembered in .services/kafka.ports (kafka-cluster.ports);
 # `env` prints the ones in use. A remembered port that another process took since moves like a
@@ -90,12 +90,12 @@ node() {
     SVC=$BASE
     PORT_NAME=broker CONTROLLER_NAME=controller
     PORT_VAR=KAFKA_PORT CONTROLLER_VAR=KAFKA_CONTROLLER_PORT
-    DEFAULT_PORT=59092 OFFSET=10
+    DEFAULT_PORT=29092 OFFSET=10
   else
     SVC="$BASE/node-$ID"
     PORT_NAME=broker$ID CONTROLLER_NAME=controller$ID
     PORT_VAR=KAFKA_PORT_$ID CONTROLLER_VAR=KAFKA_CONTROLLER_PORT_$ID
-    DEFAULT_PORT=$((59094 + 2 * (ID - 1))) OFFSET=$((12 + 2 * (ID - 1)))
+    DEFAULT_PORT=$((29094 + 2 * (ID - 1))) OFFSET=$((12 + 2 * (ID - 1)))
   fi
   DATA="$SVC/data"
   LOGS="$SVC/logs"
@@ -116,7 +116,7 @@ nodes() { seq 1 "$N"; }
 
 # defaults: every node's default ports.
 defaults() {
-  if ((N == 1)); then echo 59092 59093; else seq 59094 $((59094 + 2 * N - 1)); fi
+  if ((N == 1)); then echo 29092 29093; else seq 29094 $((29094 + 2 * N - 1)); fi
 }
 
 # choose_ports: no node runs; picks and remembers every node's ports.

@@ -39,7 +39,7 @@
 #                                    replaced by a pg_basebackup): after a failover, the old
 #                                    primary rejoins
 #
-# NODE is 1 or 2 (node1, node2). Ports: 55434 (node1) and 55435 (node2) when both are free, else
+# NODE is 1 or 2 (node1, node2). Ports: 25434 (node1) and 25435 (node2) when both are free, else
 # this checkout's own (see scripts/lib/service.sh); REPL_PORT1 and REPL_PORT2 set them.
 # Remembered in .services/pg-replication.ports. The data is in .services/pg-replication/ (as
 # root: see scripts/lib/pg.sh). REPL_DIR, a folder, takes the place of the checkout for all of
@@ -72,8 +72,8 @@ fi
 node() {
 	n=${1#node}
 	case "$n" in
-	1) default=55434 offset=3 var=REPL_PORT1 other=2 ;;
-	2) default=55435 offset=4 var=REPL_PORT2 other=1 ;;
+	1) default=25434 offset=3 var=REPL_PORT1 other=2 ;;
+	2) default=25435 offset=4 var=REPL_PORT2 other=1 ;;
 	*) die "no node $1: nodes are 1 and 2" ;;
 	esac
 	me="pg-replication.sh (node$n)"
@@ -249,12 +249,12 @@ up() {
 	running || group="$group $default"
 	node 1
 	if running; then n1=$(sed -n 4p "$data/postmaster.pid"); else
-		n1=$(choose_port pg-replication node1 55434 3 REPL_PORT1 "$group")
+		n1=$(choose_port pg-replication node1 25434 3 REPL_PORT1 "$group")
 	fi
 	ports_set pg-replication node1 "$n1"
 	node 2
 	if running; then n2=$(sed -n 4p "$data/postmaster.pid"); else
-		n2=$(choose_port pg-replication node2 55435 4 REPL_PORT2 "$group" "$n1")
+		n2=$(choose_port pg-replication node2 25435 4 REPL_PORT2 "$group" "$n1")
 	fi
 	ports_set pg-replication node2 "$n2"
 	node 1

@@ -14,7 +14,7 @@
 # them. PG_INSTANCE picks one for start/stop/restart/status; up, down and env
 # act on both.
 #
-# Ports: 55432 (main) and 55433 (faults) when both are free; when another
+# Ports: 25432 (main) and 25433 (faults) when both are free; when another
 # process holds one (another checkout's server), `up` says so and uses this
 # checkout's own ports (see scripts/lib/service.sh). PGPORT_LOCKFREE and
 # PGPORT_LOCKFREE_FAULTS set them. The ports are remembered in
@@ -46,8 +46,8 @@ db=lockfree
 use() {
 	instance=$1
 	case "$instance" in
-	main) default=55432 offset=0 var=PGPORT_LOCKFREE ;;
-	faults) default=55433 offset=1 var=PGPORT_LOCKFREE_FAULTS ;;
+	main) default=25432 offset=0 var=PGPORT_LOCKFREE ;;
+	faults) default=25433 offset=1 var=PGPORT_LOCKFREE_FAULTS ;;
 	*) die "unknown instance $instance (PG_INSTANCE is main or faults)" ;;
 	esac
 	me="postgres.sh ($instance)"

@@ -14,7 +14,7 @@
 # the address `env` prints carry. A server started before passwords is
 # restarted with one by `up` (it keeps nothing anyway).
 #
-# Port: 56379 when free, else this checkout's own (see scripts/lib/service.sh);
+# Port: 26379 when free, else this checkout's own (see scripts/lib/service.sh);
 # REDIS_PORT sets it. Remembered in .services/redis.ports. A port another
 # process took while `up` started the server moves to the next free one.
 #
@@ -166,7 +166,7 @@ up() {
 		fi
 		stop_server
 	else
-		port=$(choose_port redis redis 56379 2 REDIS_PORT 56379)
+		port=$(choose_port redis redis 26379 2 REDIS_PORT 26379)
 	fi
 	mkdir -p "$dir"
 	rm -f "$pidfile"
