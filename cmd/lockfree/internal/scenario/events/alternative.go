@@ -59,6 +59,7 @@ func (eventsAlternative) NewClient(ctx context.Context, env *engine.Env) (engine
 	if err != nil {
 		return nil, err
 	}
+	p.resend = true
 	dlq, err := runDeadLetters(ctx, env, topic)
 	if err != nil {
 		p.Close()

@@ -50,9 +50,6 @@ CREATE TABLE applied (
 	applied_by  text,
 	owner       text
 );
-CREATE TABLE applied_ids (
-	id text PRIMARY KEY
-);
 CREATE TABLE dead_letters (
 	id     bigserial PRIMARY KEY,
 	entity text   NOT NULL,

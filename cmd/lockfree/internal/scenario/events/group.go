@@ -252,7 +252,7 @@ func (g *groupConsumer) apply(ctx context.Context, name string, token int64, run
 			return err
 		}
 		evs = append(evs, e)
-		queueApply(b, m, e, g.holder, "")
+		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, g.holder, nil, m.Topic, m.Partition)
 	}
 	if b.Len() == 0 {
 		return nil

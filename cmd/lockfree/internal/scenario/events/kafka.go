@@ -112,7 +112,10 @@ type kafkaProducer struct {
 	// stall is how long Drain waits for a stalled entity: drainStall, but
 	// in tests.
 	stall time.Duration
-	sent  bool // a produce was sent (resends)
+	// resend: some produces are sent twice (resends); the alternative's
+	// alone, whose inbox drops the copies (Dedupe).
+	resend bool
+	sent   bool // a produce was sent (resends)
 }
 
 func newKafkaProducer(env *engine.Env, topic string) (*kafkaProducer, error) {
@@ -198,18 +201,24 @@ func (p *kafkaProducer) Op(ctx context.Context) error {
 	return op.Finish(nil, err)
 }
 
-// resendEvery: 1 produce in resendEvery, and each worker's first, is sent
-// twice, its events with an event ID each (kafkawriter.HeaderEventID): a
-// producer that sends again when its deadline passed before the
-// acknowledgement came, or its send failed with ErrUncertain. Only a
-// produce of well-behaved events is: a copy of a poison event would be
-// dead-lettered twice. The others go out once, and a lost answer leaves
-// them uncertain.
+// resendEvery: with resend, 1 produce in resendEvery, and each worker's
+// first, is sent twice, its events with an event ID each
+// (kafkawriter.HeaderEventID): a producer that sends again when its
+// deadline passed before the acknowledgement came, or its send failed with
+// ErrUncertain. Only a produce of well-behaved events is: a copy of a
+// poison event would be dead-lettered twice. The others go out once, and a
+// lost answer leaves them uncertain. The lock-based consumers get no
+// resends: they have no inbox to drop a copy, and a dedupe of their own
+// would hide their zombies' second applications, which their faults must
+// show.
 const resendEvery = 8
 
 // resends reports whether the produce of entity's events from first is
 // sent twice (resendEvery).
 func (p *kafkaProducer) resends(entity string, first int64) bool {
+	if !p.resend {
+		return false
+	}
 	firstOp := !p.sent
 	p.sent = true
 	if !firstOp && p.env.Rand.IntN(resendEvery) != 0 {
@@ -351,46 +360,8 @@ SELECT $1, $2, o.last_seq, $3, $4,
 	(SELECT owner FROM lockfree_inbox_offsets WHERE group_id = $5 AND topic = $6 AND partition = $7)
 FROM o`
 
-// sqlEventsApplyKafkaOnce is sqlEventsApplyKafka for an event that carries
-// an ID ($8): it records the ID and applies the event only if the ID was
-// not recorded before — how the lock-based consumers, which have no inbox,
-// drop a copy of an event its producer sent twice (resends). A concurrent
-// application of the same ID waits for the first to end.
-const sqlEventsApplyKafkaOnce = `WITH c AS (INSERT INTO applied_ids (id) VALUES ($8) ON CONFLICT DO NOTHING RETURNING id),
-o AS (SELECT last_seq FROM entity_state WHERE entity = $1 AND EXISTS (SELECT FROM c)),
-u AS (UPDATE entity_state SET last_seq = $2 WHERE entity = $1 AND EXISTS (SELECT FROM c))
-INSERT INTO applied (entity, seq, prev_seq, produced_by, applied_by, owner)
-SELECT $1, $2, o.last_seq, $3, $4,
-	(SELECT owner FROM lockfree_inbox_offsets WHERE group_id = $5 AND topic = $6 AND partition = $7)
-FROM o`
-
-// queueApply queues the application of m, event e, by worker holder in b;
-// group is the inbox's consumer group, "" for none. Without an inbox (no
-// group), an event with an ID is applied once per ID
-// (sqlEventsApplyKafkaOnce); with one, the inbox drops its copies.
-func queueApply(b *pgx.Batch, m kafka.Message, e pendingEvent, holder, group string) {
-	var g any
-	if group != "" {
-		g = group
-	} else if id := eventID(m); id != "" {
-		b.Queue(sqlEventsApplyKafkaOnce, e.entity, e.seq, e.by, holder, nil, m.Topic, m.Partition, id)
-		return
-	}
-	b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
-}
-
-// eventID is m's event ID (kafkawriter.HeaderEventID), "" without one.
-func eventID(m kafka.Message) string {
-	for _, h := range m.Headers {
-		if h.Key == kafkawriter.HeaderEventID {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // applyBatch applies msgs in tx in one round trip, as worker holder; group
-// is the inbox's consumer group, "" for none (queueApply).
+// is the inbox's consumer group, "" for none.
 func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, group string) error {
 	b := &pgx.Batch{}
 	for _, m := range msgs {
@@ -398,7 +369,11 @@ func applyBatch(ctx context.Context, tx pgx.Tx, msgs []kafka.Message, holder, gr
 		if err != nil {
 			return err
 		}
-		queueApply(b, m, e, holder, group)
+		var g any
+		if group != "" {
+			g = group
+		}
+		b.Queue(sqlEventsApplyKafka, e.entity, e.seq, e.by, holder, g, m.Topic, m.Partition)
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
