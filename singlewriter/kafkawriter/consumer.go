@@ -514,10 +514,10 @@ func (pp *partitionRun) failed() {
 	pp.c.tel.failures.Add(context.Background(), 1, pp.c.tel.source.Add()...)
 }
 
-// tx runs the handler over msgs and advances the inbox in one transaction. Errors other than the handler's own
-// and fencing (a lost connection, a failed commit) are retried here, until
-// ctx ends; a retry that finds the stored offset ahead resyncs
-// (errResynced).
+// tx runs the handler over msgs and advances the inbox in one transaction.
+// Errors other than the handler's own and fencing (a lost connection, a
+// failed commit) are retried here, until ctx ends; a retry that finds the
+// stored offset ahead resyncs (errResynced).
 func (pp *partitionRun) tx(ctx context.Context, msgs []kafka.Message) error {
 	for {
 		err := pp.tryTx(pp.work, msgs)
