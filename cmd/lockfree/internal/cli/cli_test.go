@@ -172,6 +172,9 @@ func TestCompareSoak(t *testing.T) {
 	if !strings.Contains(out[i:], "| inventory | alternative | 1 | 1 | ") || !strings.Contains(out[i:], "| inventory | naive-lock | 1 | 1 | ") {
 		t.Errorf("totals lack a checked run of each approach:\n%s", out[i:])
 	}
+	if strings.Contains(out, "sweep over") || strings.Contains(out, "\nverdict") {
+		t.Errorf("a soak's passes printed as a sweep, or a verdict besides its totals:\n%s", out)
+	}
 	for _, l := range strings.Split(out[i:], "\n") {
 		if f := strings.Split(l, " | "); strings.HasPrefix(l, "| inventory | alternative |") && (len(f) < 6 || f[5] != "0") {
 			t.Errorf("the alternative's violations under random faults: %s", l)

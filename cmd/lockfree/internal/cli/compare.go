@@ -417,7 +417,8 @@ func compare(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else if reports, missed, err = runPass(ctx, f, infra, time.Time{}, stdout, stderr); err != nil {
 		return err
 	}
-	if !f.asJSON {
+	// A soak's passes are no sweep: its totals (soak) are its verdict.
+	if !f.asJSON && f.soak == 0 {
 		for _, s := range report.Sweeps(reports) {
 			report.WriteSweep(stdout, s)
 		}
