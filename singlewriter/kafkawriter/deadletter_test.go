@@ -298,15 +298,24 @@ func TestDeadLetterOverWriterLimit(t *testing.T) {
 // readDeadLetter returns the first record of dc's dead-letter topic.
 func readDeadLetter(t *testing.T, dc *deadLetterCase) kafka.Message {
 	t.Helper()
+	return readRecords(t, dc.e.brokers, dc.dlq, 1)[0]
+}
+
+// readRecords returns the first n records of a topic's partition 0.
+func readRecords(t *testing.T, brokers []string, topic string, n int) []kafka.Message {
+	t.Helper()
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: dc.e.brokers, Topic: dc.dlq, MaxWait: 100 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
-	m, err := r.FetchMessage(rctx)
-	if err != nil {
-		t.Fatal(err)
+	ms := make([]kafka.Message, n)
+	for i := range ms {
+		var err error
+		if ms[i], err = r.FetchMessage(rctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return m
+	return ms
 }
 
 // TestDeadLetterDialsAsTheConsumer: the dead-letter writer connects as the

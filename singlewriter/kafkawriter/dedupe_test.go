@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,6 +313,59 @@ func TestConsumerDedupeDeadLettersMalformedHeaders(t *testing.T) {
 	}
 	if s := c.Stats(); s.Applied != 2 || s.DeadLettered != 1 {
 		t.Errorf("stats %+v, want 2 applied, 1 dead-lettered", s)
+	}
+}
+
+// Dedupe records the IDs and sequences of applied events only. Two events
+// are dead-lettered, then replayed from the dead-letter topic once the
+// handler is fixed: b-1 is applied, and a second copy of it dropped by its
+// ID; c-1 is dropped by its sequence, c-2 having been applied.
+func TestConsumerDedupeAppliesAReplayedDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	dlq := testkafka.Topic(t, e.brokers, 1)
+	b1, c1 := event(0, "b", "b-1", 1), event(0, "c", "c-1", 1)
+	msgs := []kafka.Message{event(0, "a", "a-1", 1), b1, c1, event(0, "c", "c-2", 2)}
+	p, err := kafkawriter.NewProducer(e.brokers, e.topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SendMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	var fixed atomic.Bool
+	record := recordHandler("dedupe")
+	cfg := consumerConfig("dedupe")
+	cfg.Dedupe, cfg.BatchSize, cfg.MaxAttempts, cfg.DeadLetterTopic = true, 10, 2, dlq
+	c, stop := e.start(t, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		if v := string(m.Value); (v == string(b1.Value) || v == string(c1.Value)) && !fixed.Load() {
+			return errors.New("cannot parse " + v)
+		}
+		return record(ctx, tx, m)
+	}, cfg)
+	waitFor(t, 120*time.Second, func() bool { s := c.Stats(); return s.Applied+s.DeadLettered == 4 })
+
+	// The handler is fixed; the dead letters go back, their headers kept,
+	// then b-1 once more.
+	fixed.Store(true)
+	dead := readRecords(t, e.brokers, dlq, 2)
+	for _, m := range append(dead, dead[0]) {
+		if err := p.Send(ctx, string(m.Key), m.Value, m.Headers...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 120*time.Second, func() bool { s := c.Stats(); return s.Applied+s.DeadLettered+s.Duplicates == 7 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.Applied != 3 || s.DeadLettered != 2 || s.Duplicates != 2 {
+		t.Errorf("stats %+v, want 3 applied, 2 dead-lettered, 2 duplicates", s)
+	}
+	rows, _ := e.db.Pool.Query(ctx, `SELECT value FROM applied ORDER BY id`)
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if want := []string{"a/a-1/1", "c/c-2/2", "b/b-1/1"}; err != nil || !slices.Equal(applied, want) {
+		t.Errorf("applied %q (%v), want %q", applied, err, want)
 	}
 }
 
