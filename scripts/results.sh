@@ -177,6 +177,7 @@ if [ "${ONLY:-}" = soak ]; then
 		echo "\`$cmd\` (\`make soak\`), $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown),"
 		echo "load average $(cut -d' ' -f1-3 /proc/loadavg) at its end. Each pass runs every scenario's default approaches"
 		echo "under a schedule drawn from its seed; the next pass takes the next seed. \`--seed N --scenario S\` replays a run."
+		echo "A stall is a key that waited past its bound (longest wait); the longest gap with no operation completing counts the faults' own time."
 		if [ "$status" -ne 0 ]; then
 			echo
 			echo "**The soak exited $status: a fault did not take effect somewhere, or a run could not be made.**"

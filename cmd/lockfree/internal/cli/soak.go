@@ -62,7 +62,8 @@ type soakLine struct {
 	// stalls counts the violations that were stalls: a key that waited
 	// longer than its bound (Result.Stalls).
 	stalls int64
-	// stall is the longest span of a run in which no operation completed.
+	// stall is the longest span of a run in which no operation completed,
+	// faults included: a gap, not a stall unless a key's wait was too.
 	stall float64
 	// wait is the longest a key waited to be served, and bound the
 	// longest bound of the runs (Result.LongestWaitMs, StallBoundMs).
@@ -120,12 +121,13 @@ func (t *soakTotals) add(rep report.Report, seed uint64) {
 // write prints the totals as a Markdown table: a run that was not checked
 // to the end counts in runs but not in checked, so that a soak with
 // unchecked runs cannot pass for a clean one; stalls are the violations
-// that were stalls; the longest stall is the longest of its runs
-// (Result.LongestStallMs), the longest wait that of its keys beside their
-// bound (Result.LongestWaitMs, StallBoundMs).
+// that were stalls; the longest gap is the longest span of its runs in
+// which no operation completed, faults included (Result.LongestStallMs), the
+// longest wait that of its keys beside their bound (Result.LongestWaitMs,
+// StallBoundMs): only a wait past its bound is a stall.
 func (t *soakTotals) write(w io.Writer, first uint64, took time.Duration) {
 	fmt.Fprintf(w, "\nSoak: %d passes in %s, seeds %d–%d, %d faults injected.\n\n", t.passes, took.Round(time.Second), first, t.last, t.faultsPlayed)
-	fmt.Fprintln(w, "| scenario | approach | runs | checked | operations | violations | stalls | seeds with violations | longest stall | longest wait (bound) | skipped or failed |")
+	fmt.Fprintln(w, "| scenario | approach | runs | checked | operations | violations | stalls | seeds with violations | longest gap | longest wait (bound) | skipped or failed |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range t.order {
 		l := t.by[k]
