@@ -226,6 +226,21 @@ func lockWaits(db *testdb.DB) int {
 	return n
 }
 
+// sendEvents sends msgs to e's topic with a Producer, which it returns
+// (closed when the test ends).
+func sendEvents(t *testing.T, e *env, msgs ...kafka.Message) *kafkawriter.Producer {
+	t.Helper()
+	p, err := kafkawriter.NewProducer(e.brokers, e.topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.SendMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // A Consumer with Dedupe applies each event once, whatever copies and
 // older events the topic holds, and counts what it dropped.
 func TestConsumerDedupe(t *testing.T) {
@@ -245,14 +260,7 @@ func TestConsumerDedupe(t *testing.T) {
 	add("a", "a-2", 99) // a-2 written again, with a new sequence
 	add("b", "b-9", 4)  // an older event than b-5
 	add("a", "a-6", 6)
-	p, err := kafkawriter.NewProducer(e.brokers, e.topic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.SendMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	sendEvents(t, e, msgs...)
 	for _, batch := range []int{1, 100} {
 		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
 			var applied []string
@@ -296,14 +304,7 @@ func TestConsumerDedupeDeadLettersMalformedHeaders(t *testing.T) {
 	for i := range msgs {
 		msgs[i].Offset = 0
 	}
-	p, err := kafkawriter.NewProducer(e.brokers, e.topic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.SendMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	sendEvents(t, e, msgs...)
 	cfg := consumerConfig("dedupe")
 	cfg.Dedupe, cfg.BatchSize, cfg.MaxAttempts, cfg.DeadLetterTopic = true, 10, 2, dlq
 	c, stop := e.start(t, recordHandler("dedupe"), cfg)
@@ -326,14 +327,7 @@ func TestConsumerDedupeAppliesAReplayedDeadLetter(t *testing.T) {
 	dlq := testkafka.Topic(t, e.brokers, 1)
 	b1, c1 := event(0, "b", "b-1", 1), event(0, "c", "c-1", 1)
 	msgs := []kafka.Message{event(0, "a", "a-1", 1), b1, c1, event(0, "c", "c-2", 2)}
-	p, err := kafkawriter.NewProducer(e.brokers, e.topic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.SendMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	p := sendEvents(t, e, msgs...)
 	var fixed atomic.Bool
 	record := recordHandler("dedupe")
 	cfg := consumerConfig("dedupe")
