@@ -309,14 +309,7 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	if dup != 0 {
 		t.Fatalf("%d duplicates", dup)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: dlq, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	m, err := r.FetchMessage(rctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := readRecords(t, e.brokers, dlq, 1)[0]
 	hdr := map[string]string{}
 	for _, h := range m.Headers {
 		hdr[h.Key] = string(h.Value)

@@ -431,13 +431,8 @@ func TestFencedConsumerKeysAndPoison(t *testing.T) {
 	if d := e.check(t, len(msgs)-1, true); d != 0 {
 		t.Fatalf("%d duplicates", d)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, Topic: dlq, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	dead, err := r.FetchMessage(rctx)
-	if err != nil || string(dead.Value) != "poison" || string(dead.Key) != "bad" {
-		t.Fatalf("dead letter %q/%q, %v", dead.Key, dead.Value, err)
+	if dead := readRecords(t, e.brokers, dlq, 1)[0]; string(dead.Value) != "poison" || string(dead.Key) != "bad" {
+		t.Fatalf("dead letter %q/%q", dead.Key, dead.Value)
 	}
 
 	// Without a dead-letter topic, the consumer stops by itself and Stop
