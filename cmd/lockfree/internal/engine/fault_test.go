@@ -96,12 +96,24 @@ func TestFaults(t *testing.T) {
 	// Its runs share go test's -parallel slots with the other tests whose
 	// runs have schemas and workers of their own.
 	t.Parallel()
+	var kafka kafkaLanes
 	for _, tc := range faultTests() {
+		var others []engine.Approach
+		for _, a := range faultApproaches(tc.scenario, tc.fault) {
+			if kafkaUser(tc.scenario, a) && !engine.WholeRun(tc.fault) {
+				kafka.add(tc.scenario, string(tc.fault)+"/"+string(a), func(t *testing.T) { runFault(t, tc.scenario, tc.fault, a) })
+			} else {
+				others = append(others, a)
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
 		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
 			if engine.WholeRun(tc.fault) {
 				// A restart hits the one server every run of it shares:
 				// its approaches run one after another, and alone.
-				runFault(t, tc.scenario, tc.fault, faultApproaches(tc.scenario, tc.fault)...)
+				runFault(t, tc.scenario, tc.fault, others...)
 				return
 			}
 			// Each approach's run has its schema, topic, Redis keys and
@@ -109,16 +121,54 @@ func TestFaults(t *testing.T) {
 			// -parallel at a time), which cuts the suite's minutes, most
 			// of them spent waiting out leases and durations.
 			t.Parallel()
-			for _, a := range faultApproaches(tc.scenario, tc.fault) {
+			for _, a := range others {
 				t.Run(string(a), func(t *testing.T) {
 					t.Parallel()
-					if kafkaUser(tc.scenario, a) {
-						// Consumer groups settle slowly on a loaded machine:
-						// one Kafka run at a time, beside another kind.
-						kafkaRuns.Lock()
-						defer kafkaRuns.Unlock()
-					}
 					runFault(t, tc.scenario, tc.fault, a)
+				})
+			}
+		})
+	}
+	kafka.run(t)
+}
+
+// kafkaLanes are the runs of Kafka approaches, per scenario. Consumer
+// groups settle slowly on a loaded machine: one Kafka run goes at a time
+// (kafkaRuns), beside another kind. A scenario's Kafka runs go one after
+// another in one parallel subtest, its lane, named after the scenario (so
+// a run keeps its name, scenario/fault/approach): as parallel subtests of
+// their own, those waiting for kafkaRuns would hold -parallel's slots.
+type kafkaLanes struct {
+	scenarios []string
+	runs      map[string][]kafkaRun
+}
+
+type kafkaRun struct {
+	name string
+	run  func(*testing.T)
+}
+
+// add queues run, named name, in scenario's lane.
+func (l *kafkaLanes) add(scenario, name string, run func(*testing.T)) {
+	if l.runs == nil {
+		l.runs = map[string][]kafkaRun{}
+	}
+	if _, ok := l.runs[scenario]; !ok {
+		l.scenarios = append(l.scenarios, scenario)
+	}
+	l.runs[scenario] = append(l.runs[scenario], kafkaRun{name, run})
+}
+
+// run starts each lane as a parallel subtest of t.
+func (l *kafkaLanes) run(t *testing.T) {
+	for _, sc := range l.scenarios {
+		t.Run(sc, func(t *testing.T) {
+			t.Parallel()
+			for _, r := range l.runs[sc] {
+				t.Run(r.name, func(t *testing.T) {
+					kafkaRuns.Lock()
+					defer kafkaRuns.Unlock()
+					r.run(t)
 				})
 			}
 		})

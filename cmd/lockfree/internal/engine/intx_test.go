@@ -70,21 +70,30 @@ func inTxApproaches(scenario string, f engine.Fault) []engine.Approach {
 // before its writes (events) loses data: the fault bit there too.
 func TestFaultsInTx(t *testing.T) {
 	t.Parallel()
+	var kafka kafkaLanes
 	for _, tc := range inTxTests() {
+		var others []engine.Approach
+		for _, a := range inTxApproaches(tc.scenario, tc.fault) {
+			if kafkaUser(tc.scenario, a) {
+				kafka.add(tc.scenario, string(tc.fault)+"/"+string(a), func(t *testing.T) { runFaultAt(t, tc.scenario, tc.fault, engine.AtInTx, a) })
+			} else {
+				others = append(others, a)
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
 		t.Run(tc.scenario+"/"+string(tc.fault), func(t *testing.T) {
 			t.Parallel()
-			for _, a := range inTxApproaches(tc.scenario, tc.fault) {
+			for _, a := range others {
 				t.Run(string(a), func(t *testing.T) {
 					t.Parallel()
-					if kafkaUser(tc.scenario, a) {
-						kafkaRuns.Lock()
-						defer kafkaRuns.Unlock()
-					}
 					runFaultAt(t, tc.scenario, tc.fault, engine.AtInTx, a)
 				})
 			}
 		})
 	}
+	kafka.run(t)
 }
 
 // An Aimer's aim points are registered failpoints, or points of the
