@@ -36,7 +36,7 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover|compare
 FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
 # The longest packages go first: go test starts packages in the order given,
-# two at a time, and the lab's engine (about ten minutes) started last would
+# two at a time, and the lab's engine (about six minutes) started last would
 # run alone at the end.
 LONG_PKGS = '/cmd/lockfree/internal/(engine|history)$$'
 
@@ -111,7 +111,7 @@ test-mutants: services
 # MUTANTS_TABLE=file also writes it there (scripts/results.sh writes it into
 # docs/results.md). No
 # -race: the hunt's short runs need the workers' speed, and the harness's
-# tests run under the race detector in `make test`. About 7 minutes.
+# tests run under the race detector in `make test`. About 5 minutes.
 # MUTANTS_RATE=5 runs each catching run 5 times in all and fails on a
 # mutant caught in fewer (scripts/results.sh does, for docs/results.md).
 # MUTANTS_RANDOM=3 also plays random fault schedules, seeds 1 to 3, on each

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,27 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// parallel is how many of the engine's parallel tests run at once unless
+// -parallel says otherwise: four, not GOMAXPROCS (two on two cores). Their
+// runs mostly wait (leases, durations, a consumer group's rebalance), each
+// with a schema, topic and workers of its own; at two, the package's
+// tests used under one core of two.
+const parallel = "4"
+
+// defaultParallel sets -parallel to parallel unless the command line set it.
+func defaultParallel() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", parallel); err != nil {
+			panic(err)
+		}
+	}
+}
+
 func run(m *testing.M) int {
+	flag.Parse()
+	defaultParallel()
 	dir, err := os.MkdirTemp("", "lockfree-workers-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

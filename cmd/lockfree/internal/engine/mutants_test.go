@@ -307,8 +307,8 @@ func TestMutants(t *testing.T) {
 	if slices.ContainsFunc(hunted, func(p failpoint.Point) bool { c, ok := packageCatchers[p.Name]; return !ok || siteFiles[c.why] == "" }) {
 		reached = reachedSites(t, infra, base, &notes)
 	}
-	// The mutants are hunted side by side (go test's -parallel, two on two
-	// cores): each run has a schema, a topic and workers of its own, and a
+	// The mutants are hunted side by side (go test's -parallel, four by
+	// default: TestMain): each run has a schema, a topic and workers of its own, and a
 	// catch counts only if its twin without the mutant loses nothing
 	// (tryMutant), so that neither a loaded machine's late worker nor a
 	// defect of the approach itself is taken for the mutant's doing.
