@@ -36,9 +36,9 @@ SERIAL_PKGS = '/internal/(failover|replpair|kafkacluster|comparefailover|compare
 FAILOVER_PKGS = ./internal/failover/... ./internal/replpair/... ./cmd/lockfree/internal/comparefailover/...
 
 # The longest packages go first: go test starts packages in the order given,
-# two at a time, and the lab's engine (about six minutes) started last would
-# run alone at the end.
-LONG_PKGS = '/cmd/lockfree/internal/(engine|history)$$'
+# two at a time, and the lab's engine (about seven minutes beside the others)
+# or its cli (about four) started last would run alone at the end.
+LONG_PKGS = '/cmd/lockfree/internal/(engine|history|cli)$$'
 
 test: services browser
 	@$(SERVICES_ENV) && eval "$$(scripts/chromium.sh env)" && $(GO) test $(GOTESTFLAGS) -skip $(SCALE_TESTS) \
