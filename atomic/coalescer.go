@@ -3,6 +3,7 @@ package atomic
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -204,6 +205,9 @@ func (c *Coalescer) run() {
 		}
 		c.mu.Unlock()
 		c.step(batch)
+		// The callers just answered run before the next batch is taken:
+		// their next operations join it, not the step after.
+		runtime.Gosched()
 	}
 }
 
