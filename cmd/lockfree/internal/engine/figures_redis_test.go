@@ -173,13 +173,27 @@ func writeRedisSummary(b *strings.Builder, reps []report.Report) {
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for i := 0; i+1 < len(reps); i += 2 {
 		calm, paused := results(reps[i]), results(reps[i+1])
+		_, redis := calm[engine.RedisLock]
+		_, redsync := calm[engine.RedsyncLock]
+		if !redis && !redsync {
+			continue // no Redis lock to replace
+		}
 		alt := calm[engine.Alternative]
 		what, _, _ := strings.Cut(alt.Label, ":")
-		fmt.Fprintf(b, "| %s | `%s` | %.0f | %.0f | %.0f | %s | %s | %s |\n", reps[i].Scenario, what,
-			calm[engine.RedisLock].OpsPerSec, calm[engine.RedsyncLock].OpsPerSec, alt.OpsPerSec,
+		fmt.Fprintf(b, "| %s | `%s` | %s | %s | %s | %s | %s | %s |\n", reps[i].Scenario, what,
+			opsPerSec(calm, engine.RedisLock), opsPerSec(calm, engine.RedsyncLock), opsPerSec(calm, engine.Alternative),
 			violations(paused[engine.RedisLock]), violations(paused[engine.RedsyncLock]), violations(paused[engine.Alternative]))
 	}
 	b.WriteString("\n")
+}
+
+// opsPerSec is a's throughput in rs, or "—" when a did not run.
+func opsPerSec(rs map[engine.Approach]report.Result, a engine.Approach) string {
+	r, ok := rs[a]
+	if !ok || r.Skipped != "" {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", r.OpsPerSec)
 }
 
 func results(rep report.Report) map[engine.Approach]report.Result {
