@@ -73,12 +73,22 @@ func runDeadLetters(ctx context.Context, env *engine.Env, topic string) (string,
 	tr := &kafka.Transport{}
 	defer tr.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(env.Kafka...), Timeout: 30 * time.Second, Transport: tr}
-	res, err := client.CreateTopics(cctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: dlq, NumPartitions: 1, ReplicationFactor: min(3, len(brokers)),
-		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(deadLetterLimit)}},
-	}}})
-	if err == nil {
-		err = res.Errors[dlq]
+	create := func() error {
+		res, err := client.CreateTopics(cctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+			Topic: dlq, NumPartitions: 1, ReplicationFactor: min(3, len(brokers)),
+			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: strconv.Itoa(deadLetterLimit)}},
+		}}})
+		if err == nil {
+			err = res.Errors[dlq]
+		}
+		return err
+	}
+	err = create()
+	// A broker its controller fenced (missed heartbeats: a machine loaded
+	// by 64 workers joining at once) refuses every replica for a moment.
+	for errors.Is(err, kafka.InvalidReplicationFactor) && cctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		err = create()
 	}
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
 		return "", fmt.Errorf("harness: events: dead-letter topic %s: %w", dlq, err)
