@@ -86,8 +86,7 @@ func runDeadLetters(ctx context.Context, env *engine.Env, topic string) (string,
 	err = create()
 	// A broker its controller fenced (missed heartbeats: a machine loaded
 	// by 64 workers joining at once) refuses every replica for a moment.
-	for errors.Is(err, kafka.InvalidReplicationFactor) && cctx.Err() == nil {
-		time.Sleep(500 * time.Millisecond)
+	for errors.Is(err, kafka.InvalidReplicationFactor) && engine.Sleep(cctx, 500*time.Millisecond) {
 		err = create()
 	}
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
