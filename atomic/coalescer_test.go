@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	lfatomic "github.com/lockfree-go/lockfree/atomic"
 	"github.com/lockfree-go/lockfree/internal/faultproxy"
 	"github.com/lockfree-go/lockfree/internal/pgaddr"
+	"github.com/lockfree-go/lockfree/internal/testdb"
+	"github.com/lockfree-go/lockfree/migrate"
 )
 
 // inOrderStore is a store a Coalescer runs on: Store to seed and read the
@@ -413,5 +416,33 @@ func TestCoalescerStepTerminated(t *testing.T) {
 	}
 	if v, err := store.Value(ctx, key); err != nil || v != 100 {
 		t.Fatalf("value %d, %v; want 100: no step applied", v, err)
+	}
+}
+
+// ApplyInOrder's fold is a function of atomic.Migrations, found under the
+// Table's Tables. Without it, a step is refused with an error that says
+// what to apply, not ErrUncertain, and nothing applies.
+func TestApplyInOrderNeedsMigrations(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, inventoryDDL); err != nil {
+		t.Fatal(err)
+	}
+	shop := inventory
+	shop.Tables = migrate.Names{Prefix: "shop_"}
+	if err := migrate.Up(ctx, db.Pool, shop.Tables, lfatomic.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	const key = "unmigrated"
+	migrated := newPostgres(t, db.Pool, shop)
+	claim(t, migrated, key, 10)
+	bare := newPostgres(t, db.Pool, inventory) // its Tables: the default prefix, not migrated
+	_, err := bare.ApplyInOrder(ctx, []lfatomic.Op{lfatomic.DecrementOp(key, 1)})
+	if err == nil || errors.Is(err, lfatomic.ErrUncertain) || !strings.Contains(err.Error(), "apply atomic.Migrations") {
+		t.Fatalf("a step without the fold: %v; want an error that names atomic.Migrations", err)
+	}
+	got, err := migrated.ApplyInOrder(ctx, []lfatomic.Op{lfatomic.DecrementOp(key, 1)})
+	if err != nil || got[0].Err != nil || got[0].Value != 9 {
+		t.Fatalf("a step with the fold under the prefix shop_: %+v, %v; want 9", got, err)
 	}
 }

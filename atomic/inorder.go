@@ -31,8 +31,8 @@ type Op struct {
 	many map[string]int64 // DecrementManyOp
 }
 
-// stepKind is what an Op does on one key; its numbers are those of
-// sqlApplyInOrder. A DecrementManyOp is decrements that apply together.
+// stepKind is what an Op does on one key; its numbers are those of the
+// fold (migrations/002_apply_in_order.up.sql). A DecrementManyOp is decrements that apply together.
 type stepKind int16
 
 const (
@@ -131,8 +131,8 @@ func (o Op) validate() error {
 type member struct {
 	key    string
 	decide decision // the Store method's decision on the value it meets
-	kind   stepKind // as sqlApplyInOrder knows it
-	x, y   int64    // its operands in sqlApplyInOrder
+	kind   stepKind // as the fold knows it
+	x, y   int64    // its operands in the fold
 }
 
 // members validates o against floor and returns its parts.

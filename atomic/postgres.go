@@ -2,9 +2,11 @@ package atomic
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -184,84 +186,27 @@ const (
 )
 
 // sqlApplyInOrder locks the rows of the step's keys ($1, every key once)
-// in key order (cur), folds the operations over their values in order, as
-// serial calls would, and writes each key whose value changed once. The
-// fold's state is the keys' values (vals, by position in $1; NULL: no
-// row). Its step i decides operation i: ($2 kind, $3 key position, $4 x,
-// $5 y). Its condition (ok) and new value follow its kind on the value it
-// meets: 1 decrement (x amount, y floor + amount), 2 increment (x amount,
-// y cap - amount), 3 compare-and-set (x old, y next), 4 set-if-greater
-// (x value), 5 read, 6 decrement many: its members are x to y of ($6 key
-// position, $7 amount, $8 floor + amount), and it applies only if every
-// member has enough. A refused operation leaves vals. It returns, per
-// operation, whether it applied and the values after it. The fold decides
-// on the values the locks returned, never on the rows as the statement's
-// snapshot saw them (see sqlDecrementMany).
-const sqlApplyInOrder = `WITH RECURSIVE cur AS MATERIALIZED (
+// in key order (cur), folds the operations over their values in order with
+// the function atomic.Migrations installs ({F}: its comment gives the
+// operations' encoding, $2 to $8), and writes each key whose value changed
+// once. It returns, per operation, whether it applied and the values after
+// it. The fold decides on the values the locks returned, never on the rows
+// as the statement's snapshot saw them (see sqlDecrementMany).
+const sqlApplyInOrder = `WITH cur AS MATERIALIZED (
 		SELECT {K} AS k, {V} AS v FROM {T} WHERE {K} = ANY($1::text[]) ORDER BY {K} FOR NO KEY UPDATE
-	), fold (i, vals, ok) AS (
-		SELECT 0, ARRAY(SELECT cur.v FROM unnest($1::text[]) WITH ORDINALITY AS q(k, i) LEFT JOIN cur ON cur.k = q.k ORDER BY q.i), true
-		UNION ALL
-		SELECT f.i + 1, CASE
-				WHEN o.op = 6 THEN ARRAY(
-					SELECT f.vals[j] - coalesce((SELECT m.a FROM unnest(($6::int4[])[o.x:o.y], ($7::bigint[])[o.x:o.y], ($8::bigint[])[o.x:o.y]) AS m(k, a, th)
-						WHERE m.k = j AND ` + inOrderAll + `), 0)
-					FROM generate_subscripts(f.vals, 1) AS j ORDER BY j)
-				WHEN o.ok THEN f.vals[:o.ki - 1] || CASE o.op WHEN 1 THEN f.vals[o.ki] - o.x WHEN 2 THEN f.vals[o.ki] + o.x
-					WHEN 3 THEN o.y WHEN 4 THEN o.x ELSE f.vals[o.ki] END || f.vals[o.ki + 1:]
-				ELSE f.vals END,
-			o.ok
-		FROM fold f, LATERAL (
-			SELECT p.*, coalesce(CASE p.op WHEN 1 THEN ` + inOrderFloor + ` WHEN 2 THEN ` + inOrderCap + `
-				WHEN 3 THEN ` + inOrderCompare + ` WHEN 4 THEN ` + inOrderGreater + ` WHEN 5 THEN f.vals[p.ki] IS NOT NULL
-				ELSE (SELECT bool_and(coalesce(f.vals[m.k] >= m.th, false))
-					FROM unnest(($6::int4[])[p.x:p.y], ($8::bigint[])[p.x:p.y]) AS m(k, th)) END, false) AS ok
-			FROM (SELECT ($2::int2[])[f.i + 1] AS op, ($3::int4[])[f.i + 1] AS ki, ($4::bigint[])[f.i + 1] AS x,
-				($5::bigint[])[f.i + 1] AS y) p
-		) o
-		WHERE f.i < cardinality($2::int2[])
+	), fold AS MATERIALIZED (
+		SELECT f.n, f.ok, f.after FROM {F}(
+			ARRAY(SELECT cur.v FROM unnest($1::text[]) WITH ORDINALITY AS q(k, i) LEFT JOIN cur ON cur.k = q.k ORDER BY q.i),
+			$2::int2[], $3::int4[], $4::bigint[], $5::bigint[], $6::int4[], $7::bigint[], $8::bigint[]) AS f
 	), u AS (
-		UPDATE {T} t SET {V} = fin.vals[q.i]
-		FROM (SELECT vals FROM fold ORDER BY i DESC LIMIT 1) fin, unnest($1::text[]) WITH ORDINALITY AS q(k, i), cur
-		WHERE t.{K} = q.k AND cur.k = q.k AND fin.vals[q.i] IS DISTINCT FROM cur.v
+		UPDATE {T} t SET {V} = fin.after[q.i]
+		FROM (SELECT after FROM fold ORDER BY n DESC LIMIT 1) fin, unnest($1::text[]) WITH ORDINALITY AS q(k, i), cur
+		WHERE t.{K} = q.k AND cur.k = q.k AND fin.after[q.i] IS DISTINCT FROM cur.v
 	)
-	SELECT ok, vals FROM fold WHERE i > 0 ORDER BY i`
+	SELECT ok, after FROM fold ORDER BY n`
 
-// The conditions of sqlApplyInOrder. Each is a mutant site shared with the
-// Store's method of the same name (atomic.decrement.floor,
-// atomic.increment.cap, atomic.cas.compare, atomic.setifgreater.compare,
-// atomic.decrementmany.all): its mutant replaces it.
-const (
-	inOrderFloor   = `f.vals[p.ki] >= p.y`
-	inOrderCap     = `f.vals[p.ki] <= p.y`
-	inOrderCompare = `f.vals[p.ki] = p.x`
-	inOrderGreater = `p.x > f.vals[p.ki]`
-	// inOrderAll takes a batch member's amount only if the whole batch
-	// applies; its mutant, if the member's own key has enough.
-	inOrderAll = `o.ok`
-)
-
-// applyInOrderSQL is sql with the conditions whose mutants are on
-// replaced: dead code in default builds.
-func applyInOrderSQL(sql string) string {
-	const present = "f.vals[p.ki] IS NOT NULL" // the condition, gone: any value takes
-	if failpoint.Mutant("atomic.decrement.floor") {
-		sql = strings.ReplaceAll(sql, inOrderFloor, present)
-	}
-	if failpoint.Mutant("atomic.increment.cap") {
-		sql = strings.ReplaceAll(sql, inOrderCap, present)
-	}
-	if failpoint.Mutant("atomic.cas.compare") {
-		sql = strings.ReplaceAll(sql, inOrderCompare, present)
-	}
-	if failpoint.Mutant("atomic.setifgreater.compare") {
-		sql = strings.ReplaceAll(sql, inOrderGreater, present)
-	}
-	if failpoint.Mutant("atomic.decrementmany.all") {
-		sql = strings.ReplaceAll(sql, "AND "+inOrderAll+")", "AND f.vals[j] >= m.th)")
-	}
-	return sql
-}
+// inOrderFunction is the fold's base name in atomic.Migrations.
+const inOrderFunction = "atomic_apply_in_order"
 
 // Unsafe variants for the mutant sites (internal/failpoint): dead code in
 // default builds. Each drops one condition and keeps the parameters of the
@@ -297,6 +242,7 @@ type Postgres struct {
 	ids       idStatements
 	retention time.Duration
 	tel       *storeTelemetry
+	mutated   *mutatedFolds // in builds with mutants only (inOrderStatement)
 }
 
 // pgStatements are the statements of one table, rendered once per store.
@@ -309,7 +255,7 @@ func renderStatements(t Table) pgStatements {
 		decrement: t.render(sqlDecrement), increment: t.render(sqlIncrement),
 		cas: t.render(sqlCompareAndSet), setIfGreater: t.render(sqlSetIfGreater),
 		claim: t.render(sqlClaim), value: t.render(sqlValue), many: t.render(sqlDecrementMany),
-		inOrder: t.render(sqlApplyInOrder),
+		inOrder: strings.ReplaceAll(t.render(sqlApplyInOrder), "{F}", t.Tables.Table(inOrderFunction)),
 	}
 }
 
@@ -324,7 +270,8 @@ func NewPostgres(db DB, table Table) (*Postgres, error) {
 		return nil, err
 	}
 	return &Postgres{db: db, table: table, where: table.where(), sql: renderStatements(table), ids: table.renderIDs(),
-		retention: retentionOr(table.Retention), tel: newTelemetry(table.MeterProvider, table.TracerProvider)}, nil
+		retention: retentionOr(table.Retention), tel: newTelemetry(table.MeterProvider, table.TracerProvider),
+		mutated: &mutatedFolds{made: map[string]bool{}}}, nil
 }
 
 // WithDB returns a store that runs its statements on db — typically the
@@ -677,7 +624,11 @@ func (p *Postgres) ApplyInOrder(ctx context.Context, ops []Op) ([]Result, error)
 			mkis, mxs, mys = append(mkis, pos[m.key]), append(mxs, m.x), append(mys, m.y)
 		}
 	}
-	rows, err := p.db.Query(ctx, applyInOrderSQL(p.sql.inOrder), r.keys, kinds, kis, xs, ys, mkis, mxs, mys)
+	sql, err := p.inOrderStatement(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := p.db.Query(ctx, sql, r.keys, kinds, kis, xs, ys, mkis, mxs, mys)
 	if err != nil {
 		return nil, p.inOrderError(err)
 	}
@@ -718,11 +669,80 @@ func (p *Postgres) ApplyInOrder(ctx context.Context, ops []Op) ([]Result, error)
 	return r.results, nil
 }
 
+// inOrderStatement is the statement of a step. In a build with mutants,
+// when the mutant of one of the fold's conditions is on, it is the same
+// statement on a copy of the fold with that condition replaced, created
+// once per store: the fold runs in the database, out of reach of the
+// process's mutants. Dead code in default builds.
+func (p *Postgres) inOrderStatement(ctx context.Context) (string, error) {
+	fold := mutantFold()
+	if fold == "" {
+		return p.sql.inOrder, nil
+	}
+	sum := sha256.Sum256([]byte(fold))
+	base := fmt.Sprintf("%s_%x", inOrderFunction, sum[:4])
+	name := p.table.Tables.Table(base)
+	p.mutated.Lock()
+	defer p.mutated.Unlock()
+	if !p.mutated.made[name] {
+		fold = strings.Replace(strings.ReplaceAll(fold, "{{"+inOrderFunction+"}}", "{{"+base+"}}"), "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+		// Workers starting together create it one at a time.
+		do := "DO $mutant$ BEGIN PERFORM pg_advisory_xact_lock(714002); " + migrate.Render(fold, p.table.Tables) + " END $mutant$"
+		if _, err := p.db.Exec(ctx, do); err != nil {
+			return "", fmt.Errorf("atomic: apply in order: the mutated fold: %w", err)
+		}
+		p.mutated.made[name] = true
+	}
+	return strings.ReplaceAll(p.sql.inOrder, p.table.Tables.Table(inOrderFunction), name), nil
+}
+
+// mutatedFolds are the mutated folds a store has created (inOrderStatement).
+type mutatedFolds struct {
+	sync.Mutex
+	made map[string]bool
+}
+
+// mutantFold is the fold's migration with the conditions whose mutants are
+// on replaced, or "" when none is: always "" in default builds. Each site
+// is shared with the Store's method of the same name.
+func mutantFold() string {
+	const present = "v IS NOT NULL" // the condition, gone: any value takes
+	var swaps []string
+	if failpoint.Mutant("atomic.decrement.floor") {
+		swaps = append(swaps, "v >= ys[i]", present)
+	}
+	if failpoint.Mutant("atomic.increment.cap") {
+		swaps = append(swaps, "v <= ys[i]", present)
+	}
+	if failpoint.Mutant("atomic.cas.compare") {
+		swaps = append(swaps, "v = xs[i]", present)
+	}
+	if failpoint.Mutant("atomic.setifgreater.compare") {
+		swaps = append(swaps, "xs[i] > v", present)
+	}
+	if failpoint.Mutant("atomic.decrementmany.all") {
+		// A member with enough takes, whether or not the batch applies.
+		swaps = append(swaps, "IF all_ok THEN", "IF vals[mkis[j]] >= mys[j] THEN")
+	}
+	if len(swaps) == 0 {
+		return ""
+	}
+	up, err := migrationFiles.ReadFile("migrations/002_apply_in_order.up.sql")
+	if err != nil {
+		panic(err)
+	}
+	return strings.NewReplacer(swaps...).Replace(string(up))
+}
+
 // inOrderError wraps the error of an ApplyInOrder statement: one the
 // server returned, or one before anything was sent, means the statement
 // did not apply; any other leaves it unknown (ErrUncertain).
 func (p *Postgres) inOrderError(err error) error {
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
+		return fmt.Errorf("atomic: apply in order: the function %s is missing: apply atomic.Migrations (migrate.Up) under the Table's Tables: %w",
+			p.table.Tables.Table(inOrderFunction), err)
+	}
 	known := errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 	if known || failpoint.Mutant("atomic.inorder.uncertain") {
 		return fmt.Errorf("atomic: apply in order: %w", err)

@@ -18,11 +18,12 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the schema that operation IDs need (WithID): one
-// table, atomic_operations, with the outcome of each operation that carried
-// an ID. Apply it with migrate.Up (or print it with migrate.Print) under the
-// Tables of the stores' Table. A store whose operations carry no ID needs
-// none of it.
+// Migrations returns the schema that operation IDs (WithID) and
+// ApplyInOrder (and so a Coalescer on Postgres) need: the table
+// atomic_operations, with the outcome of each operation that carried an ID,
+// and the function atomic_apply_in_order, the fold of ApplyInOrder's steps.
+// Apply it with migrate.Up (or print it with migrate.Print) under the
+// Tables of the stores' Table. A store that uses neither needs none of it.
 func Migrations() []migrate.Migration {
 	return migrate.FromDir("atomic", migrationFiles, "migrations")
 }
