@@ -186,40 +186,67 @@ func dialAny(brokers []string, deadline time.Time) (*kafka.Conn, error) {
 	return nil, fmt.Errorf("dial %v: %w", brokers, errors.Join(errs...))
 }
 
-// waitForLeaders polls metadata until topic has the expected partitions, each with a leader.
-// A new topic briefly shows up as unknown, or without leaders, on the broker serving metadata.
+// waitForLeaders polls metadata until topic has the expected partitions,
+// each with a leader, on every broker that answers. A new topic briefly
+// shows up as unknown, or without leaders, on a broker whose metadata lags
+// the controller; a consumer group whose leader asks that broker then
+// assigns no partition, and nothing rebalances it.
 func waitForLeaders(brokers []string, topic string, partitions int, deadline time.Time) error {
 	var last error
 	for time.Now().Before(deadline) {
-		last = func() error {
-			conn, err := dialAny(brokers, deadline)
+		last = nil
+		answered := 0
+		for _, b := range brokers {
+			err := partitionsLed(b, topic, partitions, deadline)
+			if errors.Is(err, errNoAnswer) {
+				continue // a node that is down serves no metadata
+			}
+			answered++
 			if err != nil {
-				return err
+				last = fmt.Errorf("%s: %w", b, err)
+				break
 			}
-			defer conn.Close()
-			if err := conn.SetDeadline(deadline); err != nil {
-				return err
-			}
-			ps, err := conn.ReadPartitions(topic)
-			if err != nil {
-				return err
-			}
-			if len(ps) != partitions {
-				return fmt.Errorf("%d of %d partitions visible", len(ps), partitions)
-			}
-			for _, p := range ps {
-				if p.Leader.Host == "" { // leader -1: no leader elected yet
-					return fmt.Errorf("partition %d has no leader", p.ID)
-				}
-			}
-			return nil
-		}()
+		}
+		if answered == 0 {
+			last = fmt.Errorf("no broker of %v answers", brokers)
+		}
 		if last == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("topic %s not ready: %v", topic, last)
+}
+
+// errNoAnswer is a broker that could not be dialled.
+var errNoAnswer = errors.New("no answer")
+
+// partitionsLed checks broker's metadata for topic: the expected
+// partitions, each with a leader.
+func partitionsLed(broker, topic string, partitions int, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoAnswer, err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	ps, err := conn.ReadPartitions(topic)
+	if err != nil {
+		return err
+	}
+	if len(ps) != partitions {
+		return fmt.Errorf("%d of %d partitions visible", len(ps), partitions)
+	}
+	for _, p := range ps {
+		if p.Leader.Host == "" { // leader -1: no leader elected yet
+			return fmt.Errorf("partition %d has no leader", p.ID)
+		}
+	}
+	return nil
 }
 
 // deleteTopic removes topic, logging (not failing) on error: the broker may already be gone.
