@@ -299,6 +299,7 @@ func (c *Consumer) run(stopping, work context.Context, ready func()) error {
 		HeartbeatInterval: c.set.heartbeatInterval, SessionTimeout: c.set.sessionTimeout,
 		RebalanceTimeout: c.set.rebalanceTimeout, JoinGroupBackoff: 500 * time.Millisecond,
 		StartOffset: c.set.startOffset, ErrorLogger: kafkaLogger(log),
+		WatchPartitionChanges: true, // partitions added to the topic rebalance the group (every 5 s)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/lockfree-go/lockfree/fencedlock"
 	"github.com/lockfree-go/lockfree/internal/testdb"
 	"github.com/lockfree-go/lockfree/internal/testkafka"
+	"github.com/lockfree-go/lockfree/migrate"
 	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 )
 
@@ -382,4 +384,71 @@ func TestConsumerAssignedChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChanged("after Stop", nil)
+}
+
+// A partition added to the topic while a consumer runs is consumed: the
+// group notices the new count and rebalances (WatchPartitionChanges), where
+// it would otherwise leave the new partition to no one until some member
+// joined or left. The fenced consumer's group does the same.
+func TestConsumersTakeAddedPartitions(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"consumer", "fenced"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, 1)
+			switch kind {
+			case "consumer":
+				e.start(t, recordHandler("a"), consumerConfig("a"))
+			case "fenced":
+				if err := migrate.Up(ctx, e.db.Pool, migrate.Names{}, fencedlock.Migrations()); err != nil {
+					t.Fatal(err)
+				}
+				locks, err := fencedlock.NewPostgres(e.db.Pool, &fencedlock.PostgresConfig{Notify: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.startFenced(t, locks, e.source(), recordHandler("a"), &kafkawriter.FencedConsumerConfig{
+					SessionTimeout: sessionTimeout, RebalanceTimeout: rebalanceTimeout, HeartbeatInterval: heartbeat,
+					RetryBackoff: 20 * time.Millisecond,
+				})
+			}
+			applied := func(p int) bool {
+				var n int
+				_ = e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM applied WHERE partition = $1`, p).Scan(&n)
+				return n > 0
+			}
+			write := func(p int) {
+				t.Helper()
+				conn, err := kafka.DialLeader(ctx, "tcp", e.brokers[0], e.topic, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.WriteMessages(kafka.Message{Key: []byte("k" + strconv.Itoa(p)), Value: []byte(strconv.Itoa(p))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(0)
+			waitFor(t, 2*time.Minute, func() bool { return applied(0) })
+
+			tr := &kafka.Transport{}
+			defer tr.CloseIdleConnections()
+			client := &kafka.Client{Addr: kafka.TCP(e.brokers...), Transport: tr}
+			res, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{
+				Topics: []kafka.TopicPartitionsConfig{{Name: e.topic, Count: 2}}, ValidateOnly: false,
+			})
+			if err == nil {
+				err = res.Errors[e.topic]
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Minute, func() bool { // the new partition's leader
+				_, err := lastOffset(e.brokers, e.topic, 1)
+				return err == nil
+			})
+			write(1)
+			waitFor(t, 2*time.Minute, func() bool { return applied(1) })
+		})
+	}
 }

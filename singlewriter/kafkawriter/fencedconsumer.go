@@ -192,7 +192,7 @@ func (c *FencedConsumer) run(stopping, work context.Context, ready func()) error
 		SessionTimeout: c.set.sessionTimeout, RebalanceTimeout: c.set.rebalanceTimeout,
 		HeartbeatInterval: c.set.heartbeatInterval, JoinGroupBackoff: 500 * time.Millisecond,
 		MaxWait: 500 * time.Millisecond, StartOffset: c.set.startOffset,
-		ErrorLogger: kafkaLogger(c.set.logger),
+		ErrorLogger: kafkaLogger(c.set.logger), WatchPartitionChanges: true, // partitions added to the topic rebalance the group (every 5 s)
 	}
 	if err := rcfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -14,8 +14,10 @@ import (
 )
 
 // CreateTopic creates topic with the given number of partitions and
-// replicas through the cluster's controller, and waits until every partition
-// has a leader (a producer that starts earlier gets errors), or ctx ends.
+// replicas through the cluster's controller, and waits until every broker
+// that answers shows every partition with a leader, or ctx ends: a producer
+// that starts earlier gets errors, and a consumer group whose leader asks a
+// broker that does not know the topic yet is assigned no partition.
 // One partition per entity key range is the unit of single-writer
 // parallelism: choose partitions for the consumers you will run, since
 // adding partitions later moves keys to other partitions.
@@ -32,12 +34,8 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		return fmt.Errorf("kafkawriter: create topic %s: %w", short.Quote(topic), err)
 	}
 	for {
-		ps, err := ctrl.ReadPartitions(topic)
-		ready := err == nil && len(ps) == partitions
-		for _, p := range ps {
-			ready = ready && p.Leader.Host != ""
-		}
-		if ready {
+		err := topicReady(ctx, ctrl, topic, partitions)
+		if err == nil {
 			return nil
 		}
 		t := time.NewTimer(50 * time.Millisecond)
@@ -48,6 +46,62 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		case <-t.C:
 		}
 	}
+}
+
+// topicReady checks that every broker the cluster lists and that answers
+// shows topic with its partitions, each with a leader. Brokers learn of a
+// new topic from the controller one after another; a broker that has not
+// yet answers a group leader's metadata request without it. A broker that
+// does not answer serves no metadata, and is passed over.
+func topicReady(ctx context.Context, ctrl *kafka.Conn, topic string, partitions int) error {
+	brokers, err := ctrl.Brokers()
+	if err != nil {
+		return err
+	}
+	answered := 0
+	for _, b := range brokers {
+		err := brokerShows(ctx, net.JoinHostPort(b.Host, strconv.Itoa(b.Port)), topic, partitions)
+		if errors.Is(err, errNoAnswer) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		answered++
+	}
+	if answered == 0 {
+		return errors.New("no broker answers")
+	}
+	return nil
+}
+
+// errNoAnswer is a broker that could not be dialled.
+var errNoAnswer = errors.New("no answer")
+
+// brokerShows checks one broker's metadata for topic, within 10 seconds.
+func brokerShows(ctx context.Context, addr, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoAnswer, err)
+	}
+	defer conn.Close()
+	d, _ := ctx.Deadline()
+	_ = conn.SetDeadline(d)
+	ps, err := conn.ReadPartitions(topic)
+	if err != nil {
+		return fmt.Errorf("%s: %w", addr, err)
+	}
+	if len(ps) != partitions {
+		return fmt.Errorf("%s: %d of %d partitions", addr, len(ps), partitions)
+	}
+	for _, p := range ps {
+		if p.Leader.Host == "" { // leader -1: not elected yet
+			return fmt.Errorf("%s: partition %d has no leader", addr, p.ID)
+		}
+	}
+	return nil
 }
 
 // DeleteTopic deletes topic through the cluster's controller.
