@@ -21,13 +21,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/lockfree-go/lockfree/singlewriter/kafkawriter"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
@@ -90,29 +91,12 @@ func topic(t testing.TB, brokers []string, partitions, replicas int) string {
 		t.Fatalf("testkafka.Topic: partitions = %d, want ≥ 1", partitions)
 	}
 	topic := topicName(t.Name())
-	deadline := time.Now().Add(30 * time.Second)
-
-	ctrl, err := dialController(brokers, deadline)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := kafkawriter.CreateTopic(ctx, brokers, topic, partitions, replicas); err != nil {
 		t.Fatalf("testkafka.Topic: %v", err)
-	}
-	defer ctrl.Close()
-	if err := ctrl.SetDeadline(deadline); err != nil {
-		t.Fatalf("testkafka.Topic: %v", err)
-	}
-	err = ctrl.CreateTopics(kafka.TopicConfig{
-		Topic:             topic,
-		NumPartitions:     partitions,
-		ReplicationFactor: replicas,
-	})
-	if err != nil {
-		t.Fatalf("testkafka.Topic: create %s: %v", topic, err)
 	}
 	t.Cleanup(func() { deleteTopic(t, brokers, topic) })
-
-	if err := waitForLeaders(brokers, topic, partitions, deadline); err != nil {
-		t.Fatalf("testkafka.Topic: %v", err)
-	}
 	return topic
 }
 
@@ -137,40 +121,6 @@ func topicName(testName string) string {
 	return name + "-" + hex.EncodeToString(suffix[:])
 }
 
-// dialController connects to the broker the cluster reports as its controller (with KRaft, any
-// broker: it forwards admin requests to the active controller).
-func dialController(brokers []string, deadline time.Time) (*kafka.Conn, error) {
-	conn, err := dialAny(brokers, deadline)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
-	c, err := conn.Controller()
-	// A busy broker may answer before it knows the controller (id -1, no
-	// host): ask again until the deadline.
-	for err == nil && c.Host == "" && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		c, err = conn.Controller()
-	}
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("find controller: %w", err)
-	case c.Host == "":
-		return nil, fmt.Errorf("find controller: none known by %s before the deadline", conn.RemoteAddr())
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	addr := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
-	ctrl, err := kafka.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial controller %s: %w", addr, err)
-	}
-	return ctrl, nil
-}
-
 // dialAny connects to the first broker that accepts.
 func dialAny(brokers []string, deadline time.Time) (*kafka.Conn, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -186,80 +136,11 @@ func dialAny(brokers []string, deadline time.Time) (*kafka.Conn, error) {
 	return nil, fmt.Errorf("dial %v: %w", brokers, errors.Join(errs...))
 }
 
-// waitForLeaders polls metadata until topic has the expected partitions,
-// each with a leader, on every broker that answers. A new topic briefly
-// shows up as unknown, or without leaders, on a broker whose metadata lags
-// the controller; a consumer group whose leader asks that broker then
-// assigns no partition, and nothing rebalances it.
-func waitForLeaders(brokers []string, topic string, partitions int, deadline time.Time) error {
-	var last error
-	for time.Now().Before(deadline) {
-		last = nil
-		answered := 0
-		for _, b := range brokers {
-			err := partitionsLed(b, topic, partitions, deadline)
-			if errors.Is(err, errNoAnswer) {
-				continue // a node that is down serves no metadata
-			}
-			answered++
-			if err != nil {
-				last = fmt.Errorf("%s: %w", b, err)
-				break
-			}
-		}
-		if answered == 0 {
-			last = fmt.Errorf("no broker of %v answers", brokers)
-		}
-		if last == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("topic %s not ready: %v", topic, last)
-}
-
-// errNoAnswer is a broker that could not be dialled.
-var errNoAnswer = errors.New("no answer")
-
-// partitionsLed checks broker's metadata for topic: the expected
-// partitions, each with a leader.
-func partitionsLed(broker, topic string, partitions int, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	conn, err := kafka.DialContext(ctx, "tcp", broker)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNoAnswer, err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return err
-	}
-	ps, err := conn.ReadPartitions(topic)
-	if err != nil {
-		return err
-	}
-	if len(ps) != partitions {
-		return fmt.Errorf("%d of %d partitions visible", len(ps), partitions)
-	}
-	for _, p := range ps {
-		if p.Leader.Host == "" { // leader -1: no leader elected yet
-			return fmt.Errorf("partition %d has no leader", p.ID)
-		}
-	}
-	return nil
-}
-
 // deleteTopic removes topic, logging (not failing) on error: the broker may already be gone.
 func deleteTopic(t testing.TB, brokers []string, topic string) {
-	deadline := time.Now().Add(10 * time.Second)
-	ctrl, err := dialController(brokers, deadline)
-	if err == nil {
-		defer ctrl.Close()
-		if err = ctrl.SetDeadline(deadline); err == nil {
-			err = ctrl.DeleteTopics(topic)
-		}
-	}
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := kafkawriter.DeleteTopic(ctx, brokers, topic); err != nil {
 		t.Logf("testkafka: delete topic %s: %v", topic, err)
 	}
 }

@@ -38,12 +38,8 @@ func CreateTopic(ctx context.Context, brokers []string, topic string, partitions
 		if err == nil {
 			return nil
 		}
-		t := time.NewTimer(50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("kafkawriter: topic %s has no leaders yet: %w", short.Quote(topic), errors.Join(context.Cause(ctx), err))
-		case <-t.C:
+		if !sleep(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("kafkawriter: topic %s is not ready on every broker: %w", short.Quote(topic), errors.Join(context.Cause(ctx), err))
 		}
 	}
 }
@@ -133,7 +129,15 @@ func dialController(ctx context.Context, brokers []string) (*kafka.Conn, error) 
 			_ = conn.SetDeadline(d)
 		}
 		c, err := conn.Controller()
+		// A busy broker may answer before it knows the controller (id
+		// -1, no host): ask it again.
+		for err == nil && c.Host == "" && sleep(ctx, 100*time.Millisecond) {
+			c, err = conn.Controller()
+		}
 		conn.Close()
+		if err == nil && c.Host == "" {
+			err = fmt.Errorf("%s knows no controller: %w", b, context.Cause(ctx))
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
